@@ -1,0 +1,1 @@
+"""ldp package."""
