@@ -32,8 +32,9 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,7 @@ def _check_epsilon(epsilon: float) -> float:
     if not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
     if eps > 50:
-        raise ValueError(f"epsilon = {eps} is too large to be meaningful (e**epsilon overflows the estimator)")
+        raise ValueError(f"epsilon = {eps} is too large to be meaningful (e**epsilon overflows)")
     return eps
 
 
@@ -129,7 +130,7 @@ class SupportAccumulator:
     counts: np.ndarray
     n: int = 0
 
-    def copy(self) -> "SupportAccumulator":
+    def copy(self) -> SupportAccumulator:
         return SupportAccumulator(self.counts.copy(), self.n)
 
     def __eq__(self, other: object) -> bool:
@@ -802,7 +803,9 @@ def choose_oracle(epsilon: float, domain_size: int) -> tuple[FrequencyOracle, li
     rows = []
     for name, cls in MECHANISMS.items():
         o = cls(eps, d)
-        rows.append({"mechanism": name, "variance_factor": o.variance(1), "report_bits": o.report_bits, "_o": o})
+        rows.append(
+            {"mechanism": name, "variance_factor": o.variance(1), "report_bits": o.report_bits, "_o": o}
+        )
     best = min(r["variance_factor"] for r in rows)
     eligible = [r for r in rows if r["variance_factor"] <= best * (1 + AUTO_VARIANCE_TOLERANCE)]
     pick = min(eligible, key=lambda r: (r["report_bits"], r["variance_factor"]))

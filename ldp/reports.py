@@ -17,7 +17,7 @@ reals      float64 ``(n,)``            numeric mechanisms (Square Wave)
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -52,12 +52,12 @@ class Reports:
                 return len(arr)
         return 0
 
-    def take(self, index: np.ndarray | slice) -> "Reports":
+    def take(self, index: np.ndarray | slice) -> Reports:
         """Rows selected by an index array, boolean mask or slice."""
-        return Reports(**{f: (None if getattr(self, f) is None else getattr(self, f)[index]) for f in _FIELDS})
+        return Reports(**{f: (None if (a := getattr(self, f)) is None else a[index]) for f in _FIELDS})
 
     @staticmethod
-    def concat(batches: Sequence["Reports"]) -> "Reports":
+    def concat(batches: Sequence[Reports]) -> Reports:
         """Concatenates batches that set the same fields."""
         batches = [b for b in batches if len(b)]
         if not batches:
