@@ -1,0 +1,202 @@
+"""Frequency-oracle benchmark: our oracles vs a plain-numpy floor and vs peer libraries, in one run.
+
+    .venv/bin/python -m bench.oracles --n 1000000 --d 1024 --epsilon 1 --json OUT.json [--peers]
+
+Records (a JSON list), one per (library, mechanism):
+
+* ``aggregate_reports_per_s``: reports / (accumulate + estimate) seconds, after encoding;
+* ``encode_reports_per_s``: reports / client-encoding seconds (``None`` for the floor);
+* ``mse``: full-domain mean squared error of the estimated frequencies;
+* ``theory_variance``: the closed-form variance (Eq. 4 of Wang et al., NDSS 2020) averaged over the
+  domain at the true frequencies;
+* for ours, ``floor_ratio`` = our aggregation rate / the numpy floor's on the same reports, where the
+  floor is the least work any aggregator must do on that input: ``np.bincount`` of the reported values
+  (GRR, HR, SS items), or the column sums of the unpacked bit matrix (OUE, SUE).
+
+With ``--peers`` the same inputs go to pure-ldp 1.2.0 and multi-freq-ldpy 0.2.5 (GRR and OLH) in a
+separate virtual environment (``.cache/peers-venv``, created on first use: the peers need ``xxhash<4``,
+scikit-learn and statsmodels, which we keep out of our dependencies). They run per-report Python, so
+they get the first ``--peer-n`` values of the same population; their rates are per second as ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ldp.datasets import sample_population
+from ldp.oracles import MECHANISMS, make_oracle
+
+ROOT = Path(__file__).resolve().parents[1]
+PEER_VENV = ROOT / ".cache" / "peers-venv"
+PEER_PACKAGES = ["pure-ldp==1.2.0", "multi-freq-ldpy==0.2.5", "xxhash<4", "scikit-learn", "statsmodels", "numpy"]
+
+
+def _timed(fn, repeat: int = 1):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def _floor(name: str, reports, d: int):
+    """The numpy floor for an oracle's input, or None when there is no meaningful one."""
+    if name in ("grr", "hr"):
+        size = int(reports.values.max()) + 1
+        return lambda: np.bincount(reports.values, minlength=size)
+    if name == "ss":
+        return lambda: np.bincount(reports.items.ravel(), minlength=d)
+    if name in ("oue", "sue"):
+        step = 1 << 14
+
+        def colsum():
+            out = np.zeros(d, dtype=np.int64)
+            for s in range(0, len(reports.bits), step):
+                out += np.unpackbits(reports.bits[s : s + step], axis=1, count=d, bitorder="little").sum(
+                    axis=0, dtype=np.int64
+                )
+            return out
+
+        return colsum
+    return None
+
+
+def bench_ours(values: np.ndarray, d: int, epsilon: float, mechanisms, seed: int, repeat: int) -> list[dict]:
+    n = len(values)
+    truth = np.bincount(values, minlength=d) / n
+    records = []
+    for i, name in enumerate(mechanisms):
+        oracle = make_oracle(name, epsilon, d)
+        rng = np.random.default_rng([seed, i])
+        t_enc, reports = _timed(lambda: oracle.encode(values, rng=rng))
+
+        def aggregate():
+            return oracle.estimate(oracle.add(oracle.create_accumulator(), reports))
+
+        t_agg, est = _timed(aggregate, repeat)
+        rec = {
+            "library": "ours",
+            "mechanism": name,
+            "n": n,
+            "d": d,
+            "epsilon": epsilon,
+            "aggregate_reports_per_s": n / t_agg,
+            "encode_reports_per_s": n / t_enc,
+            "mse": float(np.mean((est.frequencies - truth) ** 2)),
+            "theory_variance": float(np.mean(oracle.variance(n, truth))),
+            "report_bits": oracle.report_bits,
+            "accumulator_bytes": oracle.create_accumulator().nbytes,
+            "params": {k: v for k, v in oracle.describe().items() if k not in ("mechanism", "epsilon", "domain_size")},
+        }
+        rec["mse_over_theory"] = rec["mse"] / rec["theory_variance"]
+        floor = _floor(name, reports, d)
+        if floor is not None:
+            t_floor, _ = _timed(floor, repeat)
+            records.append(
+                {
+                    "library": "numpy-floor",
+                    "mechanism": name,
+                    "n": n,
+                    "d": d,
+                    "epsilon": epsilon,
+                    "aggregate_reports_per_s": n / t_floor,
+                    "encode_reports_per_s": None,
+                    "mse": None,
+                    "theory_variance": None,
+                }
+            )
+            rec["floor_ratio"] = rec["aggregate_reports_per_s"] / records[-1]["aggregate_reports_per_s"]
+        records.append(rec)
+        print(_fmt(rec), flush=True)
+    return records
+
+
+def ensure_peer_venv() -> Path:
+    """Creates ``.cache/peers-venv`` with the peer libraries on first use; returns its python."""
+    py = PEER_VENV / "bin" / "python"
+    stamp = PEER_VENV / ".ready"
+    if not stamp.exists():
+        print(f"[bench] creating {PEER_VENV} with {' '.join(PEER_PACKAGES)}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True)
+        stamp.write_text("ok\n")
+    return py
+
+
+def bench_peers(values: np.ndarray, d: int, epsilon: float, peer_n: int) -> list[dict]:
+    py = ensure_peer_venv()
+    sub = values[:peer_n]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "values.npy")
+        np.save(path, sub)
+        out = subprocess.run(
+            [str(py), str(ROOT / "bench" / "_peer_runner.py"), path, str(d), str(epsilon)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    records = json.loads(out.stdout)
+    truth = np.bincount(sub, minlength=d) / len(sub)
+    for rec in records:
+        est = np.asarray(rec.pop("estimate"))
+        rec["mse"] = float(np.mean((est - truth) ** 2))
+        oracle = make_oracle(rec["mechanism"], epsilon, d)
+        rec["theory_variance"] = float(np.mean(oracle.variance(len(sub), truth)))
+        rec["mse_over_theory"] = rec["mse"] / rec["theory_variance"]
+        print(_fmt(rec), flush=True)
+    return records
+
+
+def _fmt(rec: dict) -> str:
+    ratio = f" floor_ratio={rec['floor_ratio']:.2f}" if "floor_ratio" in rec else ""
+    enc = rec.get("encode_reports_per_s")
+    enc_s = f"{enc:,.0f}" if enc else "-"
+    return (
+        f"{rec['library']:>15} {rec['mechanism']:>4} n={rec['n']:>8} agg/s={rec['aggregate_reports_per_s']:>14,.0f} "
+        f"enc/s={enc_s:>12} mse/theory={rec.get('mse_over_theory', float('nan')):.3f}{ratio}"
+    )
+
+
+def main(argv=None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--d", type=int, default=1024)
+    ap.add_argument("--epsilon", type=float, default=1.0)
+    ap.add_argument("--mechanisms", default=",".join(MECHANISMS), help="comma-separated (default: all)")
+    ap.add_argument("--zipf", type=float, default=1.5, help="Zipf exponent of the population")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="aggregation timings: best of this many")
+    ap.add_argument("--json", dest="json_out", help="write the records here")
+    ap.add_argument("--peers", action="store_true", help="also measure pure-ldp and multi-freq-ldpy")
+    ap.add_argument("--peer-n", type=int, default=5000, help="reports given to each peer")
+    args = ap.parse_args(argv)
+    values = sample_population(f"zipf:{args.zipf}", args.n, args.d, rng=np.random.default_rng(args.seed))
+    mechs = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
+    records = bench_ours(values, args.d, args.epsilon, mechs, args.seed, args.repeat)
+    if args.peers:
+        records += bench_peers(values, args.d, args.epsilon, args.peer_n)
+        ours = {r["mechanism"]: r for r in records if r["library"] == "ours"}
+        for r in records:
+            if r["library"] not in ("ours", "numpy-floor") and r["mechanism"] in ours:
+                r["ours_over_peer_aggregate"] = ours[r["mechanism"]]["aggregate_reports_per_s"] / r[
+                    "aggregate_reports_per_s"
+                ]
+                print(f"  ours/{r['library']} {r['mechanism']}: {r['ours_over_peer_aggregate']:,.0f}x aggregate")
+    if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(json.dumps(records, indent=1) + "\n")
+    return records
+
+
+if __name__ == "__main__":
+    main()
