@@ -37,7 +37,14 @@ from ldp.oracles import MECHANISMS, make_oracle
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_VENV = ROOT / ".cache" / "peers-venv"
-PEER_PACKAGES = ["pure-ldp==1.2.0", "multi-freq-ldpy==0.2.5", "xxhash<4", "scikit-learn", "statsmodels", "numpy"]
+PEER_PACKAGES = [
+    "pure-ldp==1.2.0",
+    "multi-freq-ldpy==0.2.5",
+    "xxhash<4",
+    "scikit-learn",
+    "statsmodels",
+    "numpy",
+]
 
 
 def _timed(fn, repeat: int = 1):
@@ -78,10 +85,10 @@ def bench_ours(values: np.ndarray, d: int, epsilon: float, mechanisms, seed: int
     for i, name in enumerate(mechanisms):
         oracle = make_oracle(name, epsilon, d)
         rng = np.random.default_rng([seed, i])
-        t_enc, reports = _timed(lambda: oracle.encode(values, rng=rng))
+        t_enc, reports = _timed(lambda o=oracle, r=rng: o.encode(values, rng=r))
 
-        def aggregate():
-            return oracle.estimate(oracle.add(oracle.create_accumulator(), reports))
+        def aggregate(o=oracle, reps=reports):
+            return o.estimate(o.add(o.create_accumulator(), reps))
 
         t_agg, est = _timed(aggregate, repeat)
         rec = {
@@ -96,7 +103,9 @@ def bench_ours(values: np.ndarray, d: int, epsilon: float, mechanisms, seed: int
             "theory_variance": float(np.mean(oracle.variance(n, truth))),
             "report_bits": oracle.report_bits,
             "accumulator_bytes": oracle.create_accumulator().nbytes,
-            "params": {k: v for k, v in oracle.describe().items() if k not in ("mechanism", "epsilon", "domain_size")},
+            "params": {
+                k: v for k, v in oracle.describe().items() if k not in ("mechanism", "epsilon", "domain_size")
+            },
         }
         rec["mse_over_theory"] = rec["mse"] / rec["theory_variance"]
         floor = _floor(name, reports, d)
@@ -162,7 +171,8 @@ def _fmt(rec: dict) -> str:
     enc = rec.get("encode_reports_per_s")
     enc_s = f"{enc:,.0f}" if enc else "-"
     return (
-        f"{rec['library']:>15} {rec['mechanism']:>4} n={rec['n']:>8} agg/s={rec['aggregate_reports_per_s']:>14,.0f} "
+        f"{rec['library']:>21} {rec['mechanism']:>4} n={rec['n']:>8} "
+        f"agg/s={rec['aggregate_reports_per_s']:>14,.0f} "
         f"enc/s={enc_s:>12} mse/theory={rec.get('mse_over_theory', float('nan')):.3f}{ratio}"
     )
 
@@ -191,7 +201,8 @@ def main(argv=None) -> list[dict]:
                 r["ours_over_peer_aggregate"] = ours[r["mechanism"]]["aggregate_reports_per_s"] / r[
                     "aggregate_reports_per_s"
                 ]
-                print(f"  ours/{r['library']} {r['mechanism']}: {r['ours_over_peer_aggregate']:,.0f}x aggregate")
+                ratio = r["ours_over_peer_aggregate"]
+                print(f"  ours/{r['library']} {r['mechanism']}: {ratio:,.0f}x aggregate")
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(records, indent=1) + "\n")

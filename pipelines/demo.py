@@ -59,7 +59,8 @@ def run(argv=None) -> dict:
     top = np.argsort(-truth, kind="stable")[: args.top]
     print(f"\n{'value':>6} {'truth':>9} {'estimate':>9} {'95% CI':>21} {args.postprocess:>10}")
     for v in top:
-        print(f"{v:>6} {truth[v]:>9.5f} {est.frequencies[v]:>9.5f} [{lo[v]:>9.5f},{hi[v]:>9.5f}] {post[v]:>10.5f}")
+        ci = f"[{lo[v]:>9.5f},{hi[v]:>9.5f}]"
+        print(f"{v:>6} {truth[v]:>9.5f} {est.frequencies[v]:>9.5f} {ci} {post[v]:>10.5f}")
     mse_base = float(np.mean((est.frequencies - truth) ** 2))
     mse_post = float(np.mean((post - truth) ** 2))
     theory = float(np.mean(oracle.variance(len(values), truth)))
