@@ -11,7 +11,8 @@ import sys
 
 def render(records: list[dict]) -> str:
     lines = [
-        "| library | mechanism | n | aggregate reports/s | encode reports/s | MSE / closed form | speed / numpy floor | ours / peer |",
+        "| library | mechanism | n | aggregate reports/s | encode reports/s | MSE / closed form "
+        "| speed / numpy floor | ours / peer |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in records:
