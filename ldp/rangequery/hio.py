@@ -1,0 +1,523 @@
+"""HIO: the d-dimensional hierarchy of Wang et al. (SIGMOD 2019), as described by Yang et al. (VLDB 2021,
+Section 3.2), plus the 1-D hierarchy tools LHIO reuses (interval decomposition, Hay et al.'s constrained
+inference).
+
+1-D hierarchy. Attribute ``a`` with domain ``c`` gets a ``b``-ary hierarchy (``branching`` b, default 5, the
+optimum found by Wang et al.) with ``h = ceil(log_b c)`` below the root: level ``l`` (0 = root) has nodes of
+``b^(h-l)`` consecutive values. Instead of padding ``c`` up to ``b^h`` we keep only the nodes that contain at
+least one real value, ``m_l = ceil(c / b^(h-l))`` of them (the last node of a level may be partial); padded
+values would have zero frequency anyway and would only enlarge the oracles' domains.
+
+d-dim hierarchy. A d-dim level is a tuple ``(l_1, ..., l_d)``; its cells are the products of one node per
+attribute, ``prod_a m_{a, l_a}`` of them. Users are split uniformly over the d-dim levels and report their cell
+of their level with OLH at the full epsilon. The all-root level ``(0, ..., 0)`` has a single cell whose
+frequency is 1 by definition, so no group collects it: there are ``prod_a (h_a + 1) - 1`` groups (the paper's
+``(h + 1)^d`` less this one).
+
+Answering. Each queried interval is decomposed into the least number of hierarchy nodes (greedy: take the
+unaligned nodes at both ends of a level, go up one level); attributes the query does not constrain use the
+root. The answer is the sum of the estimated frequencies of all cells in the cross product of the per-attribute
+node sets (each cell belongs to one d-dim level, i.e. one group). The variance of the answer is the sum of the
+per-cell OLH variances ``4 e^eps / (n_L (e^eps - 1)^2)`` (approximately; cells of one group are uncorrelated up
+to ``O(f)`` terms because the linear hash family is pairwise independent), which :meth:`HIOModel.answer_std`
+reports.
+
+Accumulators. A d-dim level with ``D`` cells needs an OLH statistic of about ``2 D`` integers; for ``d = 6``,
+``c = 64`` the finest level has ``64^6`` cells, far beyond memory. Groups whose domain is at most
+``dense_limit`` (default 4096) use the oracle's fixed-size accumulator and are estimated once at finalize;
+larger groups keep their reports (seed and bucket; a group has about ``n / prod(h_a + 1)`` of them, 244 for
+``n = 10^6``, ``d = 6``, ``c = 64``) and the support counts of exactly the cells a query needs are computed
+from the reports at answer time (the "lazy" path). This is the only accumulator in the range-query package
+whose size grows with the number of reports.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ldp.hashing import LinearHash
+from ldp.oracles import OLH, make_oracle
+from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
+from ldp.rangequery.queries import RangeQuery
+from ldp.reports import Reports
+
+__all__ = [
+    "Hierarchy",
+    "tree_constrained_inference",
+    "olh_support",
+    "ReportStore",
+    "HIOMechanism",
+    "HIOModel",
+]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 1-D hierarchy
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """A ``b``-ary hierarchy of intervals over ``[0, c)`` restricted to nodes holding real values.
+
+    Attributes:
+        c: domain size.
+        b: branching factor (>= 2).
+        h: number of levels below the root, ``ceil(log_b c)`` (0 when ``c == 1``).
+        sizes: ``m_l = ceil(c / b^(h-l))`` nodes at level ``l = 0 .. h``.
+    """
+
+    c: int
+    b: int
+
+    def __post_init__(self) -> None:
+        if int(self.c) < 1:
+            raise ValueError(f"domain size must be >= 1, got {self.c}")
+        if int(self.b) < 2:
+            raise ValueError(f"branching factor must be >= 2, got {self.b}")
+
+    @property
+    def h(self) -> int:
+        h, span = 0, 1
+        while span < self.c:
+            span *= self.b
+            h += 1
+        return h
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        h = self.h
+        return tuple(-(-self.c // self.b ** (h - lv)) for lv in range(h + 1))
+
+    def node_width(self, level: int) -> int:
+        """Number of leaf values a (full) node of ``level`` covers: ``b^(h - level)``."""
+        return self.b ** (self.h - level)
+
+    def node_of(self, values: np.ndarray, level: int) -> np.ndarray:
+        """Index of the node of ``level`` containing each value."""
+        return np.asarray(values, dtype=np.int64) // self.node_width(level)
+
+    def node_bounds(self, level: int) -> tuple[np.ndarray, np.ndarray]:
+        """Inclusive value ranges ``(lo, hi)`` of the nodes of ``level`` (clipped to ``[0, c)``)."""
+        w = self.node_width(level)
+        lo = np.arange(self.sizes[level], dtype=np.int64) * w
+        return lo, np.minimum(lo + w, self.c) - 1
+
+    def decompose(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The least set of nodes whose union is ``[lo, hi]`` (inclusive), as ``(level, index)`` pairs.
+
+        Greedy bottom-up: at each level, nodes at the left end that do not start a parent and nodes at the
+        right end that do not end a parent (the last node of a level always ends its parent) are taken;
+        the remaining aligned range moves up one level.
+        """
+        lo, hi = int(lo), int(hi)
+        if not 0 <= lo <= hi < self.c:
+            raise ValueError(f"interval [{lo}, {hi}] outside [0, {self.c - 1}]")
+        sizes = self.sizes
+        out: list[tuple[int, int]] = []
+        level, left, right = self.h, lo, hi + 1  # right exclusive
+        while left < right:
+            if level == 0:
+                out.append((0, 0))
+                break
+            while left < right and left % self.b:
+                out.append((level, left))
+                left += 1
+            while left < right and right % self.b and right != sizes[level]:
+                right -= 1
+                out.append((level, right))
+            if left >= right:
+                break
+            left //= self.b
+            right = sizes[level - 1] if right == sizes[level] else right // self.b
+            level -= 1
+        return sorted(out)
+
+
+def _children_starts(h: Hierarchy, level: int) -> np.ndarray:
+    """Start index (at ``level + 1``) of the children of every node of ``level``."""
+    return np.arange(h.sizes[level], dtype=np.int64) * h.b
+
+
+def tree_constrained_inference(levels: Sequence[np.ndarray], hier: Hierarchy) -> list[np.ndarray]:
+    """Hay et al.'s (VLDB 2010) constrained inference on a hierarchy, along axis 0, batched over axis 1+.
+
+    Least-squares consistent estimates from independent equal-variance noisy counts of every node. Hay's
+    closed form assumes a complete ``b``-ary tree; the same two passes with variances tracked per node give
+    the least-squares solution on any tree (here the last node of a level may have fewer children):
+
+    * bottom-up: ``z[v] = x[v]`` at the leaves (variance 1); at an inner node, ``z[v]`` is the
+      inverse-variance average of ``x[v]`` (variance 1) and the sum ``S`` of its children's ``z``
+      (variance ``V`` = sum of theirs): ``z = (x + S / V) / (1 + 1 / V)``, variance ``1 / (1 + 1 / V)``.
+      For a complete tree this is Hay's ``(b^l - b^(l-1)) / (b^l - 1) x + (b^(l-1) - 1) / (b^l - 1) S``.
+    * top-down: ``x_bar[root] = z[root]``; each child gets ``z[u] + var[u] / V (x_bar[parent] - S)``, i.e. the
+      parent's surplus shared in proportion to the children's variances (``1 / b`` each in Hay's case).
+
+    Args:
+        levels: ``levels[l]`` has shape ``(m_l, ...)``: noisy counts of the nodes of level ``l``, any batch
+            axes after the first.
+        hier: the hierarchy (gives ``m_l`` and ``b``).
+
+    Returns:
+        Consistent counts, same shapes: every node equals the sum of its children.
+    """
+    hh = hier.h
+    if len(levels) != hh + 1:
+        raise ValueError(f"expected {hh + 1} levels, got {len(levels)}")
+    x = [np.asarray(a, dtype=np.float64) for a in levels]
+    for lv, a in enumerate(x):
+        if a.shape[0] != hier.sizes[lv]:
+            raise ValueError(f"level {lv} has {a.shape[0]} nodes, expected {hier.sizes[lv]}")
+    z: list[np.ndarray] = [np.empty(0)] * (hh + 1)
+    var: list[np.ndarray] = [np.empty(0)] * (hh + 1)
+    csum: list[np.ndarray] = [np.empty(0)] * (hh + 1)
+    vsum: list[np.ndarray] = [np.empty(0)] * (hh + 1)
+    z[hh] = x[hh]
+    var[hh] = np.ones(hier.sizes[hh])
+    for lv in range(hh - 1, -1, -1):
+        starts = _children_starts(hier, lv)
+        csum[lv] = np.add.reduceat(z[lv + 1], starts, axis=0)
+        vsum[lv] = np.add.reduceat(var[lv + 1], starts)
+        wv = (1.0 / vsum[lv]).reshape((-1,) + (1,) * (x[lv].ndim - 1))
+        z[lv] = (x[lv] + csum[lv] * wv) / (1.0 + wv)
+        var[lv] = 1.0 / (1.0 + 1.0 / vsum[lv])
+    out = [z[0].copy()]
+    for lv in range(1, hh + 1):
+        parent = np.arange(hier.sizes[lv]) // hier.b
+        surplus = (out[lv - 1] - csum[lv - 1])[parent]
+        share = (var[lv] / vsum[lv - 1][parent]).reshape((-1,) + (1,) * (x[lv].ndim - 1))
+        out.append(z[lv] + share * surplus)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# OLH support counts of chosen cells (the lazy path)
+# ------------------------------------------------------------------------------------------------------------
+
+_PAIR_BUDGET = 1 << 22  # (report, cell) pairs hashed per chunk
+
+
+def olh_support(hsh: LinearHash, seeds: np.ndarray, ys: np.ndarray, cells: np.ndarray,
+                rows: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Support counts ``c_v = #{reports i : H_i(v) = y_i}`` of the given cells only.
+
+    Same hash as :meth:`ldp.hashing.LinearHash.hash` (so the same as the OLH oracle of that domain), evaluated
+    on the (report x cell) product in chunks.
+
+    Args:
+        hsh: the oracle's hash family.
+        seeds: uint64 ``(n,)`` report seeds.
+        ys: int64 ``(n,)`` reported buckets.
+        cells: int64 ``(C,)`` values.
+        rows: optional precomputed ``hsh.rows(seeds)``.
+
+    Returns:
+        float64 ``(C,)``.
+    """
+    cells = np.asarray(cells, dtype=np.int64).reshape(-1)
+    n = len(ys)
+    out = np.zeros(len(cells))
+    if n == 0 or len(cells) == 0:
+        return out
+    if rows is None:
+        rows = hsh.rows(np.asarray(seeds, dtype=np.uint64))
+    ys = np.asarray(ys, dtype=np.int64)
+    step = max(1, _PAIR_BUDGET // (n * hsh.k))
+    if hsh.p == 2:
+        mrows, b = rows
+        shifts = np.arange(hsh.k, dtype=np.int64)[None, :, None]
+        for s in range(0, len(cells), step):
+            x = cells[s : s + step].astype(np.uint64)
+            bits = (np.bitwise_count(mrows[:, :, None] & x[None, None, :]) & np.uint8(1)).astype(np.int64)
+            h = (bits << shifts).sum(axis=1) ^ b[:, None]
+            out[s : s + step] = (h == ys[:, None]).sum(axis=0)
+        return out
+    M, b = rows
+    powers = hsh.p ** np.arange(hsh.k, dtype=np.int64)
+    for s in range(0, len(cells), step):
+        dig = hsh.digits(cells[s : s + step])  # (C, m)
+        h = (np.einsum("nkm,cm->nkc", M, dig) + b[:, :, None]) % hsh.p
+        h = np.einsum("nkc,k->nc", h, powers)
+        out[s : s + step] = (h == ys[:, None]).sum(axis=0)
+    return out
+
+
+@dataclass
+class ReportStore:
+    """Accumulator of a lazy (huge-domain) OLH group: the reports themselves (seed, bucket)."""
+
+    seeds: np.ndarray
+    values: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @staticmethod
+    def empty() -> ReportStore:
+        return ReportStore(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# mechanism
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _check_branching(b: Any) -> int:
+    if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or int(b) < 2:
+        raise ValueError(f"branching must be an integer >= 2, got {b!r}")
+    return int(b)
+
+
+class HIOMechanism(RangeMechanism):
+    """HIO (Wang et al. 2019; Yang et al. 2021 Section 3.2): one group per d-dim level of the hierarchy.
+
+    Options:
+        branching: hierarchy fan-out ``b`` (default 5).
+        oracle: frequency oracle of the groups with a dense accumulator, ``"olh"`` (default, as the paper) or
+            any name of :func:`ldp.oracles.make_oracle` (e.g. ``"auto"``); lazy groups always use OLH.
+        dense_limit: largest group domain (number of cells) with a dense accumulator (default 4096).
+    """
+
+    name = "hio"
+    OPTIONS = frozenset({"branching", "oracle", "dense_limit"})
+
+    def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
+        super().__init__(epsilon, domain_sizes, n_users, **options)
+        self.branching = _check_branching(options.get("branching", 5))
+        self.oracle_name = str(options.get("oracle", "olh")).lower()
+        self.dense_limit = int(options.get("dense_limit", 4096))
+        if self.dense_limit < 1:
+            raise ValueError("dense_limit must be >= 1")
+        self.hierarchies = tuple(Hierarchy(c, self.branching) for c in self.domain_sizes)
+        self.level_counts = tuple(h.h + 1 for h in self.hierarchies)
+        total = math.prod(self.level_counts)
+        if total < 2:
+            raise ValueError("HIO needs at least one attribute with domain size >= 2")
+        self._n_groups = total - 1
+        biggest = math.prod(h.sizes[-1] for h in self.hierarchies)
+        if biggest >= 2**62:
+            raise ValueError(f"HIO's finest level has {biggest} cells; more than 2^62 is not supported")
+        make_oracle(self.oracle_name, self.epsilon, 2)  # validates the oracle name early
+        self._oracles: dict[tuple[int, bool], Any] = {}
+
+    # ---- groups -------------------------------------------------------------------------------------------
+    @property
+    def n_groups(self) -> int:
+        return self._n_groups
+
+    def levels_of(self, group: int) -> tuple[int, ...]:
+        """The d-dim level ``(l_1, ..., l_d)`` of a group."""
+        g = self._check_group(group)
+        return tuple(int(x) for x in np.unravel_index(g + 1, self.level_counts))
+
+    def group_label(self, group: int) -> str:
+        return "L" + "-".join(str(x) for x in self.levels_of(group))
+
+    def group_shape(self, group: int) -> tuple[int, ...]:
+        """Number of nodes per attribute at the group's level (the group's cell array shape)."""
+        return tuple(h.sizes[lv] for h, lv in zip(self.hierarchies, self.levels_of(group)))
+
+    def group_domain(self, group: int) -> int:
+        return math.prod(self.group_shape(group))
+
+    def is_dense(self, group: int) -> bool:
+        return self.group_domain(group) <= self.dense_limit
+
+    def group_oracle(self, group: int) -> Any:
+        dom = self.group_domain(group)
+        dense = dom <= self.dense_limit
+        key = (dom, dense)
+        if key not in self._oracles:
+            self._oracles[key] = (
+                make_oracle(self.oracle_name, self.epsilon, dom) if dense else OLH(self.epsilon, dom)
+            )
+        return self._oracles[key]
+
+    def project(self, group: int, records: np.ndarray) -> np.ndarray:
+        levels = self.levels_of(group)
+        shape = self.group_shape(group)
+        idx = tuple(h.node_of(records[:, a], lv) for a, (h, lv) in enumerate(zip(self.hierarchies, levels)))
+        return np.ravel_multi_index(idx, shape).astype(np.int64)
+
+    # ---- accumulate ------------------------------------------------------------------------------------------
+    def create_accumulator(self, group: int) -> Any:
+        if self.is_dense(group):
+            return super().create_accumulator(group)
+        return ReportStore.empty()
+
+    def add(self, group: int, acc: Any, reports: Reports) -> Any:
+        if self.is_dense(group):
+            return super().add(group, acc, reports)
+        if len(reports) == 0:
+            return acc
+        return ReportStore(
+            np.concatenate([acc.seeds, np.asarray(reports.seeds, dtype=np.uint64)]),
+            np.concatenate([acc.values, np.asarray(reports.values, dtype=np.int64)]),
+        )
+
+    def merge(self, group: int, accs: Sequence[Any]) -> Any:
+        if self.is_dense(group):
+            return super().merge(group, accs)
+        accs = list(accs)
+        if not accs:
+            return ReportStore.empty()
+        return ReportStore(
+            np.concatenate([a.seeds for a in accs]), np.concatenate([a.values for a in accs])
+        )
+
+    # ---- finalize --------------------------------------------------------------------------------------------
+    def finalize(self, accumulators: Mapping[int, Any]) -> HIOModel:
+        dense: dict[int, tuple[np.ndarray, float, int]] = {}
+        lazy: dict[int, ReportStore] = {}
+        n_total = 0
+        for g in range(self.n_groups):
+            acc = accumulators.get(g)
+            if acc is None:
+                acc = self.create_accumulator(g)
+            n_total += int(acc.n)
+            if self.is_dense(g):
+                if acc.n == 0:
+                    continue
+                oracle = self.group_oracle(g)
+                est = oracle.estimate(acc)
+                dense[g] = (est.frequencies, float(oracle.variance(acc.n)), int(acc.n))
+            elif acc.n:
+                lazy[g] = acc
+        return HIOModel(
+            self.domain_sizes,
+            n_total,
+            epsilon=self.epsilon,
+            branching=self.branching,
+            dense=dense,
+            lazy=lazy,
+        )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# model
+# ------------------------------------------------------------------------------------------------------------
+
+
+@register_model("hio")
+class HIOModel(RangeModel):
+    """Finalized HIO: per-group cell frequencies (dense groups) or reports (lazy groups).
+
+    A group without reports contributes the uniform guess for its cells (their share of the domain), with
+    infinite variance (``answer_std`` is then inf).
+    """
+
+    def __init__(
+        self,
+        domain_sizes: Sequence[int],
+        n_users: int,
+        *,
+        epsilon: float,
+        branching: int,
+        dense: Mapping[int, tuple[np.ndarray, float, int]],
+        lazy: Mapping[int, ReportStore],
+    ) -> None:
+        super().__init__(domain_sizes, n_users)
+        self.epsilon = float(epsilon)
+        self.branching = int(branching)
+        self.hierarchies = tuple(Hierarchy(c, self.branching) for c in self.domain_sizes)
+        self.level_counts = tuple(h.h + 1 for h in self.hierarchies)
+        self.dense = {int(g): (np.asarray(f, dtype=np.float64), float(v), int(n)) for g, (f, v, n) in dense.items()}
+        self.lazy = {int(g): s for g, s in lazy.items()}
+        self._olh: dict[int, OLH] = {}
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _shape(self, levels: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(h.sizes[lv] for h, lv in zip(self.hierarchies, levels))
+
+    def _uniform_share(self, levels: tuple[int, ...], idx: Sequence[np.ndarray]) -> np.ndarray:
+        """Fraction of the domain inside each cell (broadcast product over attributes)."""
+        share = np.ones(1)
+        for a, (h, lv) in enumerate(zip(self.hierarchies, levels)):
+            lo, hi = h.node_bounds(lv)
+            share = np.multiply.outer(share, (hi[idx[a]] - lo[idx[a]] + 1) / h.c)
+        return share.reshape(-1)
+
+    def _group_sum(self, levels: tuple[int, ...], idx: Sequence[np.ndarray]) -> tuple[float, float]:
+        """(sum of estimated frequencies, variance) over the cross product of node indices ``idx``."""
+        g = int(np.ravel_multi_index(levels, self.level_counts)) - 1
+        shape = self._shape(levels)
+        mesh = np.ix_(*[np.asarray(i, dtype=np.int64) for i in idx])
+        cells = np.ravel_multi_index(mesh, shape).reshape(-1)
+        n_cells = len(cells)
+        if g in self.dense:
+            f, var0, _ = self.dense[g]
+            return float(f[cells].sum()), n_cells * var0
+        if g in self.lazy:
+            store = self.lazy[g]
+            dom = math.prod(shape)
+            oracle = self._olh.get(dom)
+            if oracle is None:
+                oracle = self._olh[dom] = OLH(self.epsilon, dom)
+            if g not in self._rows:
+                self._rows[g] = oracle.hash.rows(store.seeds)
+            sup = olh_support(oracle.hash, store.seeds, store.values, cells, rows=self._rows[g]).sum()
+            n = store.n
+            est = (sup / n - n_cells * oracle.q) / (oracle.p - oracle.q)
+            return float(est), n_cells * float(oracle.variance(n))
+        return float(self._uniform_share(levels, idx).sum()), math.inf
+
+    def _answer_one(self, q: RangeQuery) -> tuple[float, float]:
+        per_attr: list[dict[int, np.ndarray]] = []
+        ivs = {a: (lo, hi) for a, lo, hi in q.intervals}
+        for a, h in enumerate(self.hierarchies):
+            if a in ivs:
+                nodes = h.decompose(*ivs[a])
+                by_level: dict[int, list[int]] = {}
+                for lv, i in nodes:
+                    by_level.setdefault(lv, []).append(i)
+                per_attr.append({lv: np.array(ix, dtype=np.int64) for lv, ix in by_level.items()})
+            else:
+                per_attr.append({0: np.zeros(1, dtype=np.int64)})
+        total, var = 0.0, 0.0
+        for levels in itertools.product(*[sorted(d) for d in per_attr]):
+            if not any(levels):
+                total += 1.0  # the all-root cell: frequency 1 exactly
+                continue
+            s, v = self._group_sum(levels, [per_attr[a][lv] for a, lv in enumerate(levels)])
+            total += s
+            var += v
+        return total, var
+
+    def answer(self, queries: Sequence[RangeQuery]) -> np.ndarray:
+        queries = self.check_queries(queries)
+        return np.array([self._answer_one(q)[0] for q in queries], dtype=np.float64)
+
+    def answer_std(self, queries: Sequence[RangeQuery]) -> np.ndarray:
+        """Closed-form standard deviation: ``sqrt(sum over cells of the OLH variance of its group)``."""
+        queries = self.check_queries(queries)
+        return np.sqrt(np.array([self._answer_one(q)[1] for q in queries], dtype=np.float64))
+
+    def _payload(self) -> dict[str, Any]:
+        return {
+            "epsilon": self.epsilon,
+            "branching": self.branching,
+            "dense": {str(g): {"frequencies": f.tolist(), "var0": v, "n": n} for g, (f, v, n) in self.dense.items()},
+            "lazy": {
+                str(g): {"seeds": [str(int(x)) for x in s.seeds], "values": s.values.tolist()}
+                for g, s in self.lazy.items()
+            },
+        }
+
+    @classmethod
+    def _from_dict(cls, d: Mapping[str, Any]) -> HIOModel:
+        dense = {int(g): (np.asarray(v["frequencies"]), v["var0"], v["n"]) for g, v in d["dense"].items()}
+        lazy = {
+            int(g): ReportStore(
+                np.array([int(x) for x in v["seeds"]], dtype=np.uint64), np.asarray(v["values"], dtype=np.int64)
+            )
+            for g, v in d["lazy"].items()
+        }
+        return cls(d["domain_sizes"], d["n_users"], epsilon=d["epsilon"], branching=d["branching"],
+                   dense=dense, lazy=lazy)

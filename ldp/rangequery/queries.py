@@ -1,0 +1,229 @@
+"""Multi-dimensional range queries: representation, parsing, exact answers and the paper's generator.
+
+A lambda-D range query (Yang et al., VLDB 2021, Section 2.3) is a conjunction of lambda predicates
+``a_t in [l_t, r_t]`` on distinct attributes; its answer is the fraction of records that satisfy all of
+them. Here intervals are inclusive and 0-based: attribute ``t`` with domain size ``c_t`` takes values
+``0 .. c_t - 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "RangeQuery",
+    "parse_queries",
+    "queries_to_json",
+    "true_answers",
+    "random_queries",
+    "validate_queries",
+]
+
+
+@dataclass(frozen=True)
+class RangeQuery:
+    """A conjunction of inclusive 0-based intervals, one per constrained attribute.
+
+    Attributes:
+        intervals: ``((attribute_index, lo, hi), ...)`` sorted by attribute index, attributes distinct,
+            ``0 <= lo <= hi``. Checking ``hi`` against a domain needs the domain sizes: see
+            :func:`validate_queries`.
+    """
+
+    intervals: tuple[tuple[int, int, int], ...]
+
+    def __post_init__(self) -> None:
+        ivs = tuple((int(a), int(lo), int(hi)) for a, lo, hi in self.intervals)
+        object.__setattr__(self, "intervals", ivs)
+        if not ivs:
+            raise ValueError("a range query must constrain at least one attribute")
+        attrs = [a for a, _, _ in ivs]
+        if attrs != sorted(attrs) or len(set(attrs)) != len(attrs):
+            raise ValueError(f"query intervals must be sorted by distinct attribute index: {ivs}")
+        for a, lo, hi in ivs:
+            if a < 0:
+                raise ValueError(f"negative attribute index in {ivs}")
+            if lo < 0 or lo > hi:
+                raise ValueError(f"invalid interval [{lo}, {hi}] for attribute {a} in {ivs}")
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[int, tuple[int, int]]) -> RangeQuery:
+        """Builds a query from ``{attribute_index: (lo, hi)}`` (any order)."""
+        return cls(tuple((int(a), int(lo), int(hi)) for a, (lo, hi) in sorted(mapping.items())))
+
+    @property
+    def attributes(self) -> tuple[int, ...]:
+        """Constrained attribute indices, ascending."""
+        return tuple(a for a, _, _ in self.intervals)
+
+    @property
+    def dimension(self) -> int:
+        """lambda, the number of constrained attributes."""
+        return len(self.intervals)
+
+    def volume(self, domain_sizes: Sequence[int]) -> float:
+        """Fraction of the full domain the query covers (the answer under a uniform distribution)."""
+        v = 1.0
+        for a, lo, hi in self.intervals:
+            v *= (hi - lo + 1) / domain_sizes[a]
+        return v
+
+    def to_json(self, attribute_names: Sequence[str]) -> dict[str, list[int]]:
+        """The task-file form ``{"name": [lo, hi], ...}``."""
+        return {attribute_names[a]: [lo, hi] for a, lo, hi in self.intervals}
+
+
+def validate_queries(queries: Sequence[RangeQuery], domain_sizes: Sequence[int]) -> None:
+    """Raises ValueError naming the first query that does not fit the domains."""
+    d = len(domain_sizes)
+    for i, q in enumerate(queries):
+        if not isinstance(q, RangeQuery):
+            raise ValueError(f"query {i} is not a RangeQuery: {q!r}")
+        for a, lo, hi in q.intervals:
+            if a >= d:
+                raise ValueError(f"query {i} {q.intervals}: attribute index {a} out of range (d={d})")
+            if hi >= domain_sizes[a]:
+                raise ValueError(
+                    f"query {i} {q.intervals}: interval [{lo}, {hi}] of attribute {a} is outside the "
+                    f"domain [0, {domain_sizes[a] - 1}]"
+                )
+
+
+def parse_queries(
+    obj: Sequence[Mapping[str, Sequence[int]]],
+    attribute_names: Sequence[str],
+    domain_sizes: Sequence[int],
+) -> list[RangeQuery]:
+    """Parses the JSON query-file form: a list of ``{"attribute name": [lo, hi], ...}`` objects.
+
+    Args:
+        obj: list of query objects (inclusive 0-based intervals).
+        attribute_names: names of the task's attributes, in attribute-index order.
+        domain_sizes: domain size of each attribute.
+
+    Returns:
+        One :class:`RangeQuery` per object, in input order.
+
+    Raises:
+        ValueError: naming the query (index and content) for a non-object, an empty query, an unknown
+            attribute, a malformed interval, ``lo > hi`` or an interval outside the attribute's domain.
+    """
+    names = list(attribute_names)
+    if len(names) != len(domain_sizes):
+        raise ValueError("attribute_names and domain_sizes differ in length")
+    index = {n: i for i, n in enumerate(names)}
+    if not isinstance(obj, (list, tuple)):
+        raise ValueError(f"queries must be a JSON list of objects, got {type(obj).__name__}")
+    out: list[RangeQuery] = []
+    for qi, q in enumerate(obj):
+        label = f"query {qi} {q!r}"
+        if not isinstance(q, Mapping):
+            raise ValueError(f"{label}: must be an object mapping attribute names to [lo, hi]")
+        if not q:
+            raise ValueError(f"{label}: constrains no attribute")
+        ivs: dict[int, tuple[int, int]] = {}
+        for name, iv in q.items():
+            if name not in index:
+                raise ValueError(f"{label}: unknown attribute {name!r} (known: {names})")
+            if (
+                not isinstance(iv, (list, tuple))
+                or len(iv) != 2
+                or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in iv)
+            ):
+                raise ValueError(f"{label}: interval of {name!r} must be [lo, hi] with integers, got {iv!r}")
+            lo, hi = int(iv[0]), int(iv[1])
+            a = index[name]
+            if lo > hi:
+                raise ValueError(f"{label}: lo > hi for {name!r} ({lo} > {hi})")
+            if lo < 0 or hi >= domain_sizes[a]:
+                raise ValueError(
+                    f"{label}: interval [{lo}, {hi}] of {name!r} is outside the domain "
+                    f"[0, {domain_sizes[a] - 1}]"
+                )
+            ivs[a] = (lo, hi)
+        out.append(RangeQuery.from_mapping(ivs))
+    return out
+
+
+def queries_to_json(queries: Sequence[RangeQuery], attribute_names: Sequence[str]) -> list[dict]:
+    """Inverse of :func:`parse_queries`."""
+    return [q.to_json(attribute_names) for q in queries]
+
+
+def true_answers(records: np.ndarray, queries: Sequence[RangeQuery]) -> np.ndarray:
+    """Exact answers: the fraction of records inside each query (Section 2.3).
+
+    Args:
+        records: integer array (n, d), one user per row.
+        queries: range queries over the columns of ``records``.
+
+    Returns:
+        float64 array (len(queries),).
+    """
+    records = np.asarray(records)
+    if records.ndim != 2:
+        raise ValueError(f"records must be 2-D (n, d), got shape {records.shape}")
+    n, d = records.shape
+    out = np.zeros(len(queries))
+    if n == 0:
+        return out
+    cols = [np.ascontiguousarray(records[:, t]) for t in range(d)]
+    for i, q in enumerate(queries):
+        mask = None
+        for a, lo, hi in q.intervals:
+            if a >= d:
+                raise ValueError(f"query {i} {q.intervals}: attribute index {a} out of range (d={d})")
+            c = cols[a]
+            m = (c >= lo) & (c <= hi)
+            mask = m if mask is None else (mask & m)
+        out[i] = np.count_nonzero(mask) / n
+    return out
+
+
+def random_queries(
+    domain_sizes: Sequence[int],
+    n_queries: int,
+    lam: int,
+    volume: float,
+    *,
+    rng: np.random.Generator | int | None = None,
+) -> list[RangeQuery]:
+    """The paper's random query workload (Section 6.1).
+
+    Each query picks ``lam`` distinct attributes uniformly at random; every chosen attribute gets an
+    interval of length ``round(c_t * volume ** (1 / lam))`` (at least 1, at most ``c_t``), so that the
+    query covers a fraction ``volume`` of the lambda-D domain, placed uniformly at random in the domain.
+
+    Args:
+        domain_sizes: domain size of each attribute.
+        n_queries: number of queries.
+        lam: query dimension lambda (1 <= lam <= d).
+        volume: query volume omega in (0, 1].
+        rng: generator or seed.
+
+    Returns:
+        ``n_queries`` queries.
+    """
+    rng = np.random.default_rng(rng)
+    d = len(domain_sizes)
+    if not 1 <= lam <= d:
+        raise ValueError(f"lam must be in [1, {d}], got {lam}")
+    if not 0.0 < volume <= 1.0:
+        raise ValueError(f"volume must be in (0, 1], got {volume}")
+    if n_queries < 0:
+        raise ValueError("n_queries must be >= 0")
+    sizes = np.asarray(domain_sizes, dtype=np.int64)
+    frac = volume ** (1.0 / lam)
+    lengths = np.clip(np.rint(sizes * frac).astype(np.int64), 1, sizes)
+    # lam distinct attributes per query: argsort of uniform keys gives a random permutation per row.
+    attrs = np.sort(np.argsort(rng.random((n_queries, d)), axis=1)[:, :lam], axis=1)
+    lens = lengths[attrs]
+    los = (rng.random((n_queries, lam)) * (sizes[attrs] - lens + 1)).astype(np.int64)
+    his = los + lens - 1
+    return [
+        RangeQuery(tuple(zip(attrs[i].tolist(), los[i].tolist(), his[i].tolist())))
+        for i in range(n_queries)
+    ]

@@ -1,0 +1,75 @@
+"""Uni: the uniform-guess baseline (Yang et al., VLDB 2021, Section 6.1).
+
+Collects nothing and answers every query with its volume, i.e. the answer it would have if the records were
+uniformly distributed over the domain. Useful as the floor every LDP method must beat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
+from ldp.rangequery.queries import RangeQuery
+
+__all__ = ["UniMechanism", "UniModel"]
+
+
+class _NoOracle:
+    """Stand-in "oracle" of Uni's single group: users report nothing; the accumulator counts them."""
+
+    name = "none"
+
+    def encode(self, values: np.ndarray, *, rng: Any = None) -> Any:
+        from ldp.reports import Reports
+
+        return Reports(values=np.zeros(len(values), dtype=np.int64))
+
+    def create_accumulator(self) -> dict[str, int]:
+        return {"n": 0}
+
+    def add(self, acc: dict[str, int], reports: Any) -> dict[str, int]:
+        acc["n"] += len(reports)
+        return acc
+
+    def merge(self, accs: Sequence[dict[str, int]]) -> dict[str, int]:
+        return {"n": sum(a["n"] for a in accs)}
+
+
+class UniMechanism(RangeMechanism):
+    """Uniform guess: one (trivial) group whose reports carry no information."""
+
+    name = "uni"
+
+    @property
+    def n_groups(self) -> int:
+        return 1
+
+    def group_oracle(self, group: int) -> _NoOracle:
+        self._check_group(group)
+        return _NoOracle()
+
+    def project(self, group: int, records: np.ndarray) -> np.ndarray:
+        return np.zeros(len(records), dtype=np.int64)
+
+    def finalize(self, accumulators: Mapping[int, Any]) -> UniModel:
+        n = sum(int(a["n"]) for a in accumulators.values())
+        return UniModel(self.domain_sizes, n)
+
+
+@register_model("uni")
+class UniModel(RangeModel):
+    """Answers each query with its volume ``prod_t (r_t - l_t + 1) / c_t``."""
+
+    def answer(self, queries: Sequence[RangeQuery]) -> np.ndarray:
+        queries = self.check_queries(queries)
+        return np.array([q.volume(self.domain_sizes) for q in queries], dtype=np.float64)
+
+    def _payload(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def _from_dict(cls, d: Mapping[str, Any]) -> UniModel:
+        return cls(d["domain_sizes"], d.get("n_users", 0))

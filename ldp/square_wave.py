@@ -1,0 +1,402 @@
+"""Square Wave (SW): 1-D numerical distribution estimation under LDP, with EM and the EMS smoothing step.
+
+Square Wave (Li, Wang, Lopuhaä-Zwakenberg, Li and Škorić, *Estimating Numerical Distributions under
+Local Differential Privacy*, SIGMOD 2020) perturbs a value ``v`` in ``[0, 1]`` into ``y`` in
+``[-b, 1 + b]`` with the density
+
+    p = e^eps / (2 b e^eps + 1)   when |y - v| <= b,
+    q = 1 / (2 b e^eps + 1)       otherwise,
+
+where the closeness threshold is ``b = (eps e^eps - e^eps + 1) / (2 e^eps (e^eps - 1 - eps))``
+(Yang et al., VLDB 2021, Section 3.4, restated in ``/work/shared/seeds/README.md``). ``p / q = e^eps``
+and ``2 b p + q = 1``, so every output density ratio between two inputs is at most ``e^eps``: eps-LDP.
+
+The aggregator discretizes the output range into ``n_out`` equal bins and keeps only the bin counts, a
+fixed-size and mergeable accumulator. Estimation runs Expectation Maximization over the ``c`` input bins
+with the transition matrix ``M[j, i] = P(y in output bin j | input bin i)`` (computed exactly from the
+piecewise-constant density); the EMS variant of the SW paper applies a binomial smoothing ``(1, 2, 1) / 4``
+after every EM step. There is no closed-form variance for the EM estimate.
+
+Integer inputs. A client value ``x`` in ``[0, c)`` is mapped to ``[0, 1]`` either uniformly within its
+bin, ``v = (x + U) / c`` with ``U ~ U[0, 1)`` (``input_mode="uniform"``, the default: it matches the SW
+paper's continuous model), or at the bin centre, ``v = (x + 1/2) / c`` (``input_mode="center"``:
+deterministic). Both satisfy eps-LDP because the SW guarantee holds for every pair of real inputs.
+
+EM resolution. The EM runs over ``c * em_resolution`` equal sub-bins of ``[0, 1]`` (the SW paper
+discretizes finely, e.g. 1024 bins) and the result is summed back to the ``c`` values. The EMS kernel
+blurs by one sub-bin per iteration, so on a coarse grid (``c = 64``) at small eps it over-smooths badly:
+measured on N(32, 8) with 166,667 reports, the mean error of length-45 range sums at eps = 0.2 is 0.19
+with resolution 1 and 0.06 with resolution 4 (0.024 vs 0.005 at eps = 1). The default resolution is
+``ceil(256 / c)`` (at least 1). The matrix of a sub-bin averages the density over the sub-bin, exactly
+(uniform input; for ``input_mode="center"`` with resolution 1 the matrix is the exact one for the centre).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ldp.reports import Reports
+
+__all__ = [
+    "InputMode",
+    "SquareWave",
+    "SWAccumulator",
+    "SWEstimate",
+    "sw_closeness",
+    "sw_densities",
+    "perturb_unit",
+    "transition_matrix",
+    "em_estimate",
+]
+
+
+class InputMode(str, enum.Enum):
+    """How an integer value in ``[0, c)`` is placed in ``[0, 1]`` before perturbation."""
+
+    CENTER = "center"
+    UNIFORM = "uniform"
+
+
+def sw_closeness(epsilon: float) -> float:
+    """The closeness threshold ``b`` of Square Wave (SW paper Eq. for b; VLDB 2021 Section 3.4).
+
+    Args:
+        epsilon: privacy budget (> 0).
+
+    Returns:
+        ``b = (eps e^eps - e^eps + 1) / (2 e^eps (e^eps - 1 - eps))``.
+    """
+    eps = float(epsilon)
+    if not (eps > 0 and math.isfinite(eps)):
+        raise ValueError(f"epsilon must be a positive finite number, got {epsilon}")
+    ee = math.exp(eps)
+    # For very small eps numerator and denominator both vanish like eps^2/2 * e^eps...; use the series
+    # limit b -> 1/2 (the exact expression loses precision below ~1e-4).
+    den = 2.0 * ee * math.expm1(eps) - 2.0 * ee * eps
+    if eps < 1e-4:
+        return 0.5
+    return (eps * ee - ee + 1.0) / den
+
+
+def sw_densities(epsilon: float) -> tuple[float, float, float]:
+    """Returns ``(b, p, q)``: closeness threshold and the two output densities of Square Wave."""
+    b = sw_closeness(epsilon)
+    ee = math.exp(float(epsilon))
+    p = ee / (2.0 * b * ee + 1.0)
+    q = 1.0 / (2.0 * b * ee + 1.0)
+    return b, p, q
+
+
+def perturb_unit(v: np.ndarray, epsilon: float, *, rng: np.random.Generator | int | None = None) -> np.ndarray:
+    """Square Wave perturbation of values in ``[0, 1]`` (vectorized).
+
+    With probability ``2 b p`` the output is uniform on ``[v - b, v + b]``; otherwise it is uniform on the
+    rest of ``[-b, 1 + b]``, which has length 1 and is sampled as ``u - b`` if ``u < v`` else ``u + b``
+    for ``u ~ U[0, 1)``.
+
+    Args:
+        v: float array of values in ``[0, 1]``.
+        epsilon: privacy budget.
+        rng: generator or seed (OS entropy when None).
+
+    Returns:
+        float64 array of outputs in ``[-b, 1 + b]``.
+    """
+    rng = np.random.default_rng(rng)
+    v = np.asarray(v, dtype=np.float64)
+    if v.size and (not np.all(np.isfinite(v)) or v.min() < 0.0 or v.max() > 1.0):
+        raise ValueError("Square Wave inputs must lie in [0, 1]")
+    b, p, _ = sw_densities(epsilon)
+    near = rng.random(v.shape) < 2.0 * b * p
+    u = rng.random(v.shape)
+    y_near = v + (2.0 * u - 1.0) * b
+    y_far = np.where(u < v, u - b, u + b)
+    return np.where(near, y_near, y_far)
+
+
+def _h2(x: np.ndarray) -> np.ndarray:
+    """Second antiderivative of the unit step: ``max(x, 0)^2 / 2``."""
+    x = np.maximum(x, 0.0)
+    return 0.5 * x * x
+
+
+def transition_matrix(
+    epsilon: float, domain_size: int, output_bins: int, input_mode: InputMode | str = InputMode.UNIFORM
+) -> np.ndarray:
+    """Exact ``M[j, i] = P(y in output bin j | input bin i)`` for the discretized Square Wave.
+
+    ``P(y in [a1, a2] | v) = q (a2 - a1) + (p - q) |[a1, a2] ∩ [v - b, v + b]|``. For
+    ``input_mode="uniform"`` the overlap length is averaged over ``v ~ U[u0, u1]``: the average equals the
+    area of the rectangle ``[a1, a2] x [u0, u1]`` inside the band ``|t - v| <= b`` divided by ``u1 - u0``,
+    and that area is ``phi(b) - phi(-b)`` with
+    ``phi(s) = H2(s-a1+u1) - H2(s-a2+u1) - H2(s-a1+u0) + H2(s-a2+u0)``, ``H2(x) = max(x, 0)^2 / 2``.
+
+    Args:
+        epsilon: privacy budget.
+        domain_size: number of equal input bins of ``[0, 1]``.
+        output_bins: number of equal output bins over ``[-b, 1 + b]``.
+        input_mode: ``"center"`` (input at each bin centre) or ``"uniform"`` (uniform within the bin).
+
+    Returns:
+        float64 array ``(output_bins, domain_size)``; each column sums to 1.
+    """
+    mode = InputMode(input_mode)
+    c, m = int(domain_size), int(output_bins)
+    if c < 1 or m < 1:
+        raise ValueError("domain_size and output_bins must be >= 1")
+    b, p, q = sw_densities(epsilon)
+    edges = np.linspace(-b, 1.0 + b, m + 1)
+    a1, a2 = edges[:-1, None], edges[1:, None]
+    if mode is InputMode.CENTER:
+        v = (np.arange(c) + 0.5)[None, :] / c
+        overlap = np.clip(np.minimum(a2, v + b) - np.maximum(a1, v - b), 0.0, None)
+    else:
+        u0 = np.arange(c)[None, :] / c
+        u1 = (np.arange(c) + 1.0)[None, :] / c
+
+        def phi(s: float) -> np.ndarray:
+            return _h2(s - a1 + u1) - _h2(s - a2 + u1) - _h2(s - a1 + u0) + _h2(s - a2 + u0)
+
+        overlap = (phi(b) - phi(-b)) * c
+    mat = q * (a2 - a1) + (p - q) * overlap
+    return mat / mat.sum(axis=0, keepdims=True)  # removes float round-off only (columns sum to 1)
+
+
+def _smooth(f: np.ndarray) -> np.ndarray:
+    """Binomial smoothing ``(1, 2, 1) / 4`` of the EMS step; at the two ends the kernel ``(2, 1) / 3``."""
+    if f.shape[-1] < 3:
+        return f
+    out = np.empty_like(f)
+    out[..., 1:-1] = 0.25 * f[..., :-2] + 0.5 * f[..., 1:-1] + 0.25 * f[..., 2:]
+    out[..., 0] = (2.0 * f[..., 0] + f[..., 1]) / 3.0
+    out[..., -1] = (2.0 * f[..., -1] + f[..., -2]) / 3.0
+    return out
+
+
+def em_estimate(
+    counts: np.ndarray,
+    matrix: np.ndarray,
+    *,
+    smoothing: bool = True,
+    tol: float = 1e-6,
+    max_iter: int = 10_000,
+) -> tuple[np.ndarray, int, bool]:
+    """EM (optionally EMS) for the input distribution given output-bin counts (SW paper, Section 5).
+
+    One iteration: ``f_i <- f_i * sum_j (n_j / N) M[j, i] / (M f)_j`` (E and M steps together), then, for
+    EMS, the binomial smoothing, then renormalisation. Stops when the log-likelihood per report
+    ``sum_j (n_j / N) log (M f)_j`` improves by less than ``tol`` between iterations (EMS is not
+    guaranteed monotone, so a decrease also stops it), or after ``max_iter`` iterations.
+
+    Args:
+        counts: output-bin counts ``(n_out,)``.
+        matrix: ``(n_out, c)`` transition matrix from :func:`transition_matrix`.
+        smoothing: apply the EMS smoothing step.
+        tol: convergence threshold on the per-report log-likelihood improvement.
+        max_iter: iteration cap.
+
+    Returns:
+        ``(f, iterations, converged)`` with ``f`` the estimated distribution over the ``c`` input bins.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    mat = np.asarray(matrix, dtype=np.float64)
+    c = mat.shape[1]
+    total = counts.sum()
+    if total <= 0:
+        return np.full(c, 1.0 / c), 0, True
+    w = counts / total
+    nz = w > 0
+    w_nz, mat_nz = w[nz], mat[nz]
+    mat_t = np.ascontiguousarray(mat_nz.T)
+    f = np.full(c, 1.0 / c)
+    old_ll = -np.inf
+    for it in range(1, max_iter + 1):
+        pred = mat_nz @ f
+        f = f * (mat_t @ (w_nz / pred))
+        if smoothing:
+            f = _smooth(f)
+        f /= f.sum()
+        ll = float(w_nz @ np.log(mat_nz @ f))
+        if ll - old_ll < tol:
+            return f, it, True
+        old_ll = ll
+    return f, max_iter, False
+
+
+@dataclasses.dataclass
+class SWAccumulator:
+    """Fixed-size sufficient statistic: counts of reports per output bin."""
+
+    counts: np.ndarray
+    n: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SWEstimate:
+    """Result of :meth:`SquareWave.estimate`.
+
+    Attributes:
+        distribution: estimated distribution over the ``c`` input values (non-negative, sums to 1).
+        n: number of reports.
+        iterations: EM iterations run.
+        converged: whether the tolerance was reached before ``max_iter``.
+    """
+
+    distribution: np.ndarray
+    n: int
+    iterations: int
+    converged: bool
+
+    def range_sum(self, lo: int, hi: int) -> float:
+        """Estimated fraction of users with value in ``[lo, hi]`` (inclusive)."""
+        return float(self.distribution[lo : hi + 1].sum())
+
+
+class SquareWave:
+    """Square Wave over the integer domain ``[0, c)``: client encoder, accumulator and EM(S) estimator.
+
+    Args:
+        epsilon: privacy budget (> 0).
+        domain_size: ``c``, number of integer input values.
+        input_mode: ``"uniform"`` (default) or ``"center"``; see the module docstring.
+        em_resolution: EM sub-bins per input value; default ``max(1, ceil(256 / c))``.
+        output_bins: number of equal output bins over ``[-b, 1 + b]``; default
+            ``ceil(R (1 + 2 b))`` with ``R = c * em_resolution``, so output bins are about as wide as
+            the EM sub-bins.
+        smoothing: EMS (True, default) or plain EM.
+        tol: EM convergence threshold on the per-report log-likelihood improvement.
+        max_iter: EM iteration cap.
+    """
+
+    name = "sw"
+
+    def __init__(
+        self,
+        epsilon: float,
+        domain_size: int,
+        *,
+        input_mode: InputMode | str = InputMode.UNIFORM,
+        em_resolution: int | None = None,
+        output_bins: int | None = None,
+        smoothing: bool = True,
+        tol: float = 1e-8,
+        max_iter: int = 10_000,
+    ) -> None:
+        self.b, self.p, self.q = sw_densities(epsilon)
+        self.epsilon = float(epsilon)
+        if int(domain_size) != domain_size or domain_size < 1:
+            raise ValueError(f"domain_size must be a positive integer, got {domain_size}")
+        self.d = int(domain_size)
+        if em_resolution is None:
+            em_resolution = max(1, math.ceil(256 / self.d))
+        if int(em_resolution) != em_resolution or em_resolution < 1:
+            raise ValueError(f"em_resolution must be a positive integer, got {em_resolution}")
+        self.em_resolution = int(em_resolution)
+        if output_bins is None:
+            output_bins = int(math.ceil(self.d * self.em_resolution * (1.0 + 2.0 * self.b)))
+        if int(output_bins) < 1:
+            raise ValueError(f"output_bins must be >= 1, got {output_bins}")
+        self.output_bins = int(output_bins)
+        self.input_mode = InputMode(input_mode)
+        if not tol > 0:
+            raise ValueError("tol must be > 0")
+        if int(max_iter) < 1:
+            raise ValueError("max_iter must be >= 1")
+        self.smoothing = bool(smoothing)
+        self.tol = float(tol)
+        self.max_iter = int(max_iter)
+        self._matrix: np.ndarray | None = None
+
+    # -- client ---------------------------------------------------------------------------------------
+    def to_unit(self, values: np.ndarray, *, rng: np.random.Generator | int | None = None) -> np.ndarray:
+        """Maps integer values in ``[0, c)`` to ``[0, 1]`` according to ``input_mode``."""
+        values = np.asarray(values)
+        if values.dtype.kind not in "iu":
+            raise ValueError("Square Wave encodes integer values in [0, c)")
+        if values.size and (values.min() < 0 or values.max() >= self.d):
+            raise ValueError(f"values must lie in [0, {self.d})")
+        if self.input_mode is InputMode.CENTER:
+            return (values.astype(np.float64) + 0.5) / self.d
+        rng = np.random.default_rng(rng)
+        return (values.astype(np.float64) + rng.random(values.shape)) / self.d
+
+    def encode(self, values: np.ndarray, *, rng: np.random.Generator | int | None = None) -> Reports:
+        """Perturbs integer values in ``[0, c)``; the reports use the ``reals`` field."""
+        rng = np.random.default_rng(rng)
+        return Reports(reals=perturb_unit(self.to_unit(values, rng=rng), self.epsilon, rng=rng))
+
+    # -- server ---------------------------------------------------------------------------------------
+    @property
+    def edges(self) -> np.ndarray:
+        """Output bin edges, ``output_bins + 1`` points from ``-b`` to ``1 + b``."""
+        return np.linspace(-self.b, 1.0 + self.b, self.output_bins + 1)
+
+    def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
+        """Server-side checks: a report must carry a finite real in ``[-b, 1 + b]``.
+
+        Returns:
+            ``(ok_mask, reasons)`` as in the oracle API.
+        """
+        n = len(reports)
+        reasons = np.full(n, None, dtype=object)
+        if reports.reals is None:
+            reasons[:] = "missing reals"
+            return np.zeros(n, dtype=bool), reasons
+        y = np.asarray(reports.reals, dtype=np.float64)
+        slack = 1e-9
+        ok = np.isfinite(y) & (y >= -self.b - slack) & (y <= 1.0 + self.b + slack)
+        reasons[~ok] = f"real outside [-b, 1+b] = [{-self.b:.6g}, {1 + self.b:.6g}]"
+        return ok, reasons
+
+    def bin_index(self, reals: np.ndarray) -> np.ndarray:
+        """Output-bin index of each report value (values at the range ends go to the end bins)."""
+        y = np.asarray(reals, dtype=np.float64)
+        idx = np.floor((y + self.b) / (1.0 + 2.0 * self.b) * self.output_bins).astype(np.int64)
+        return np.clip(idx, 0, self.output_bins - 1)
+
+    def create_accumulator(self) -> SWAccumulator:
+        """An empty accumulator (zero counts)."""
+        return SWAccumulator(np.zeros(self.output_bins, dtype=np.int64), 0)
+
+    def add(self, acc: SWAccumulator, reports: Reports) -> SWAccumulator:
+        """Adds a batch of reports (mutates and returns ``acc``). Invalid reports raise ValueError."""
+        if len(reports) == 0:
+            return acc
+        ok, _ = self.validate(reports)
+        if not ok.all():
+            raise ValueError(f"{int((~ok).sum())} Square Wave reports are invalid; validate() them first")
+        acc.counts += np.bincount(self.bin_index(reports.reals), minlength=self.output_bins)
+        acc.n += len(reports)
+        return acc
+
+    def merge(self, accs: Sequence[SWAccumulator]) -> SWAccumulator:
+        """A new accumulator holding the sum of ``accs``."""
+        out = self.create_accumulator()
+        for a in accs:
+            out.counts += a.counts
+            out.n += a.n
+        return out
+
+    def matrix(self) -> np.ndarray:
+        """The ``(output_bins, c * em_resolution)`` transition matrix of the EM sub-bins (cached)."""
+        if self._matrix is None:
+            mode = self.input_mode if self.em_resolution == 1 else InputMode.UNIFORM
+            self._matrix = transition_matrix(self.epsilon, self.d * self.em_resolution, self.output_bins, mode)
+        return self._matrix
+
+    def estimate(self, acc: SWAccumulator) -> SWEstimate:
+        """EM(S) estimate of the distribution over ``[0, c)`` from an accumulator."""
+        f, it, conv = em_estimate(
+            acc.counts, self.matrix(), smoothing=self.smoothing, tol=self.tol, max_iter=self.max_iter
+        )
+        dist = f.reshape(self.d, self.em_resolution).sum(axis=1)
+        return SWEstimate(distribution=dist, n=int(acc.n), iterations=it, converged=conv)
+
+    def estimate_reports(self, reports: Reports) -> SWEstimate:
+        """Shortcut: accumulate one batch and estimate."""
+        return self.estimate(self.add(self.create_accumulator(), reports))

@@ -1,0 +1,135 @@
+"""Frequency estimation over LDP reports, batch (Avro files) or streaming (Pub/Sub).
+
+Batch backfill over report logs (one global window unless ``--window_size``)::
+
+    python -m pipelines.frequency --task TASK.json --input 'DIR/*.avro' --output OUT [--postprocess norm-sub]
+
+Streaming dashboard (event-time windows, early panes, allowed lateness)::
+
+    python -m pipelines.frequency --task TASK.json --streaming \
+        --input_subscription projects/P/subscriptions/S --output OUT --window_size 60 \
+        [--window_period 10] [--early_firing 5] [--allowed_lateness 30] [--accumulating] \
+        [--output_topic projects/P/topics/ESTIMATES] [--streaming_duration 300]
+
+Outputs: ``OUT/estimates-*.jsonl`` (one JSON object per window, pane and group), the same records as
+``OUT/estimates-*.avro`` (``schemas/estimate.avsc``), refused reports in ``OUT/dead_letter/*.avro``
+(``schemas/dead_letter.avsc``), and in batch mode ``OUT/counts.json``. The job prints
+``reports read=N accepted=A rejected=R`` at the end; ``read == accepted + rejected`` always.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from ldp.task import POSTPROCESS_METHODS
+from pipelines.common import load_task_or_exit, parse_pipeline_args, window_from_flags
+from transforms.combine import record_to_json
+from transforms.frequency import FrequencyAggregation, format_counts, job_counts
+from transforms.io import DecodeReportMessages, ReadReportFiles, WriteDeadLetters, WriteEstimates
+
+__all__ = ["FrequencyOptions", "build", "run"]
+
+
+class FrequencyOptions(PipelineOptions):
+    """Options of the frequency pipeline (plus every standard Beam option)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--task", help="collection task JSON file (required)")
+        parser.add_argument("--input", help="glob of Avro report files (batch), e.g. 'DIR/*.avro'")
+        parser.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
+        parser.add_argument("--input_topic", help="Pub/Sub topic projects/P/topics/T (a temporary subscription)")
+        parser.add_argument("--output", help="output directory (required)")
+        parser.add_argument("--output_topic", help="also publish estimate JSON to this Pub/Sub topic (streaming)")
+        parser.add_argument(
+            "--postprocess", choices=POSTPROCESS_METHODS, help="post-processing method (default: the task's)"
+        )
+        parser.add_argument("--window_size", type=float, help="event-time window length in seconds")
+        parser.add_argument("--window_period", type=float, help="sliding-window period in seconds")
+        parser.add_argument("--allowed_lateness", type=float, help="seconds late reports still count")
+        parser.add_argument("--early_firing", type=float, help="early panes every so many processing seconds")
+        parser.add_argument("--accumulating", action="store_true", help="cumulative panes")
+        parser.add_argument("--batch_size", type=int, default=1 << 15, help="records per batch read from files")
+        parser.add_argument(
+            "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
+        )
+        parser.add_argument(
+            "--streaming_duration",
+            type=float,
+            default=0.0,
+            help="streaming: stop (cancel) after this many seconds; 0 runs until interrupted",
+        )
+
+
+def build(p: beam.Pipeline, opts: FrequencyOptions, task, window, method: str, streaming: bool) -> dict[str, Any]:
+    """Adds the frequency job to pipeline ``p``; returns its main PCollections."""
+    if opts.input:
+        read = p | "Read" >> ReadReportFiles(opts.input, opts.batch_size)
+    else:
+        source = opts.input_subscription or opts.input_topic
+        messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(
+            subscription=opts.input_subscription,
+            topic=None if opts.input_subscription else opts.input_topic,
+            timestamp_attribute=opts.timestamp_attribute,
+        )
+        read = messages | "Read" >> DecodeReportMessages(source)
+    agg = read.records | "Aggregate" >> FrequencyAggregation(task, window, method)
+    dead = (read.dead_letter, agg["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
+    agg["estimates"] | "Write" >> WriteEstimates(opts.output)
+    dead | "WriteDeadLetters" >> WriteDeadLetters(opts.output, streaming=streaming)
+    if opts.output_topic:
+        (
+            agg["estimates"]
+            | "ToPubSubJson" >> beam.Map(lambda r: json.dumps(record_to_json(r), allow_nan=False).encode("utf-8"))
+            | "Publish" >> beam.io.WriteToPubSub(opts.output_topic)
+        )
+    return {"estimates": agg["estimates"], "dead_letter": dead}
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Runs the job; returns ``{"counts": {...}, "output": OUT, "state": ...}``."""
+    options, opts = parse_pipeline_args(argv, FrequencyOptions, __doc__.split("\n")[0])
+    task = load_task_or_exit(opts.task)
+    sources = [s for s in (opts.input, opts.input_subscription, opts.input_topic) if s]
+    if len(sources) != 1:
+        raise SystemExit("error: give exactly one of --input, --input_subscription, --input_topic")
+    if not opts.output:
+        raise SystemExit("error: --output is required")
+    streaming = bool(options.view_as(StandardOptions).streaming)
+    if not opts.input and not streaming:
+        raise SystemExit("error: Pub/Sub input needs --streaming")
+    window = window_from_flags(task, opts)
+    method = opts.postprocess or task.postprocess
+    os.makedirs(opts.output, exist_ok=True)
+
+    p = beam.Pipeline(options=options)
+    build(p, opts, task, window, method, streaming)
+    t0 = time.perf_counter()
+    result = p.run()
+    if streaming and opts.streaming_duration > 0:
+        deadline = time.time() + opts.streaming_duration
+        while time.time() < deadline:
+            time.sleep(0.5)
+        result.cancel()
+    else:
+        result.wait_until_finish()
+    elapsed = time.perf_counter() - t0
+    counts = job_counts(result)
+    print(format_counts(counts), file=sys.stderr)
+    summary = {"counts": counts, "output": opts.output, "state": str(result.state), "seconds": elapsed,
+               "mechanism": task.make_oracle().name, "postprocess": method, "task_id": task.task_id}
+    if not streaming:
+        with open(os.path.join(opts.output, "counts.json"), "w", encoding="utf-8") as fh:
+            json.dump(summary, fh, indent=2)
+    return summary
+
+
+if __name__ == "__main__":
+    run()

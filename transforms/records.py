@@ -1,0 +1,458 @@
+"""Avro report records <-> numpy :class:`~ldp.reports.Reports` batches, and server-side validation.
+
+Beam-free on purpose (unit-testable, usable from the simulator): the Beam DoFns in
+:mod:`transforms.frequency` and :mod:`transforms.io` are thin wrappers around these functions.
+
+A record is what ``fastavro`` yields for ``schemas/report.avsc``: a dict with ``task_id``,
+``schema_version``, ``event_time`` (a timezone-aware ``datetime`` or integer milliseconds), ``group`` and
+the payload fields ``value``, ``seed``, ``bits``, ``items``, ``reals``. :func:`validate_records` turns a
+list of them into the accepted reports as numpy arrays plus one dead letter per refused record, with
+column-wise (not per-report-arithmetic) work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import io
+import json
+import math
+import time
+from typing import Any, BinaryIO, Iterator, Sequence
+
+import fastavro
+import numpy as np
+
+import schemas
+from ldp.reports import Reports
+from ldp.task import CollectionTask
+
+__all__ = [
+    "PAYLOAD_FIELDS",
+    "REASONS",
+    "ValidatedBatch",
+    "ReportValidator",
+    "validate_records",
+    "reports_to_records",
+    "write_report_file",
+    "encode_report_container",
+    "iter_record_batches",
+    "decode_container",
+    "make_dead_letter",
+    "window_granule_ms",
+    "split_by_group_and_granule",
+    "now_ms",
+    "RAW_BYTES_LIMIT",
+]
+
+#: Reports field -> Avro field.
+PAYLOAD_FIELDS = {"values": "value", "seeds": "seed", "bits": "bits", "items": "items", "reals": "reals"}
+
+#: Every dead-letter reason the aggregator emits (the Beam counter ``rejected_<reason>`` per reason).
+REASONS = (
+    "undecodable",  # bytes that are not an Avro container of records
+    "not_a_record",  # decoded datum that is not a record
+    "wrong_schema_version",  # schema_version this code does not know
+    "wrong_task",  # another task's report
+    "missing_field",  # a required field absent or null
+    "invalid_event_time",  # event_time of the wrong type or out of range
+    "invalid_group",  # group outside [0, n_groups)
+    "invalid_seed",  # hash seed of the wrong type or range
+    "invalid_payload",  # payload of the wrong type / shape, or a field the mechanism does not use
+    "out_of_domain",  # payload outside the mechanism's output domain
+)
+
+#: Undecodable inputs keep at most this many bytes in the dead letter.
+RAW_BYTES_LIMIT = 64 * 1024
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# event times must lie in [1970, 2200) (milliseconds)
+_MAX_EVENT_MS = int((_dt.datetime(2200, 1, 1, tzinfo=_dt.timezone.utc) - _EPOCH).total_seconds() * 1000)
+
+
+def now_ms() -> int:
+    """Current wall-clock time in integer milliseconds since the epoch."""
+    return int(time.time() * 1000)
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, (bytes, bytearray)):
+        return bytes(x).hex()
+    if isinstance(x, _dt.datetime):
+        return int((x - _EPOCH).total_seconds() * 1000) if x.tzinfo else x.isoformat()
+    if isinstance(x, np.generic):
+        return x.item()
+    return repr(x)
+
+
+def make_dead_letter(
+    reason: str,
+    source: str,
+    *,
+    detail: str | None = None,
+    record: Any = None,
+    raw_bytes: bytes | None = None,
+    at_ms: int | None = None,
+) -> dict[str, Any]:
+    """A dead-letter record (``schemas/dead_letter.avsc``)."""
+    task_id = record.get("task_id") if isinstance(record, dict) else None
+    raw_record = None
+    if record is not None:
+        try:
+            raw_record = json.dumps(record, default=_json_default, sort_keys=True)
+        except (TypeError, ValueError):
+            raw_record = repr(record)
+    return {
+        "reason": reason,
+        "detail": detail,
+        "source": source,
+        "task_id": task_id if isinstance(task_id, str) else None,
+        "raw_record": raw_record,
+        "raw_bytes": None if raw_bytes is None else bytes(raw_bytes[:RAW_BYTES_LIMIT]),
+        "dead_letter_time": now_ms() if at_ms is None else int(at_ms),
+    }
+
+
+@dataclasses.dataclass
+class ValidatedBatch:
+    """Result of validating a list of records.
+
+    Attributes:
+        reports: the accepted reports (fields of the task's mechanism only).
+        event_ms: int64 event time of each accepted report (milliseconds since the epoch).
+        groups: int64 group of each accepted report.
+        dead_letters: one dead-letter dict per refused record.
+        reason_counts: refused records per reason.
+        n_read: number of input records (= ``len(reports) + len(dead_letters)``).
+    """
+
+    reports: Reports
+    event_ms: np.ndarray
+    groups: np.ndarray
+    dead_letters: list[dict[str, Any]]
+    reason_counts: dict[str, int]
+    n_read: int
+
+    @property
+    def n_accepted(self) -> int:
+        return len(self.event_ms)
+
+
+def _oracle_reason(msg: str) -> str:
+    """Maps an ``oracle.validate`` message to a reason category."""
+    m = msg.lower()
+    if "missing field" in m:
+        return "missing_field"
+    if "seed" in m:
+        return "invalid_seed"
+    if "outside" in m or "padding bits" in m:
+        return "out_of_domain"
+    return "invalid_payload"
+
+
+class ReportValidator:
+    """Validates report records against a task and its oracle (server side).
+
+    Checks, in order (the first failing check names the reason): the record is a dict; known
+    ``schema_version``; ``task_id`` equals the task's; ``event_time`` present and in range; ``group`` in
+    ``[0, n_groups)`` (absent means 0, the schema default); the payload fields the mechanism uses are present
+    and well typed, the others null; and finally ``oracle.validate`` on the numpy batch (domain checks).
+    """
+
+    def __init__(self, task: CollectionTask, oracle: Any = None) -> None:
+        self.task = task
+        self.oracle = task.make_oracle() if oracle is None else oracle
+        self.fields = tuple(self.oracle.report_fields)
+        self.unused = tuple(f for f in PAYLOAD_FIELDS if f not in self.fields)
+
+    # -- column builders: return (array for all rows, bad mask, detail) ---------------------------------
+    @staticmethod
+    def _int_column(col: list[Any], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        n = len(col)
+        if set(map(type, col)) <= {int}:
+            try:
+                a = np.fromiter(col, dtype=np.int64, count=n)
+                return a, (a < lo) | (a > hi)
+            except OverflowError:
+                pass
+        bad = np.fromiter(
+            (type(v) is not int or v < lo or v > hi for v in col), dtype=bool, count=n
+        )
+        a = np.fromiter((0 if b else v for v, b in zip(col, bad)), dtype=np.int64, count=n)
+        return a, bad
+
+    def _payload(self, name: str, col: list[Any], rows: np.ndarray, reason: np.ndarray, detail: np.ndarray):
+        """Converts one payload column (rows still alive) to its numpy form; marks bad rows."""
+        n = len(col)
+        avro = PAYLOAD_FIELDS[name]
+        missing = np.fromiter((v is None for v in col), dtype=bool, count=n)
+        _mark(reason, detail, rows[missing], "missing_field", f"{avro} is null or absent")
+        if name in ("values", "seeds"):
+            a, bad = self._int_column([0 if v is None else v for v in col], _INT64_MIN, _INT64_MAX)
+            bad &= ~missing
+            why = "invalid_seed" if name == "seeds" else "invalid_payload"
+            _mark(reason, detail, rows[bad], why, f"{avro} is not a 64-bit integer")
+            return a.view(np.uint64) if name == "seeds" else a
+        if name == "bits":
+            nb = (self.oracle.d + 7) // 8
+            ok = np.fromiter((isinstance(v, (bytes, bytearray)) and len(v) == nb for v in col), bool, count=n)
+            bad = ~ok & ~missing
+            _mark(reason, detail, rows[bad], "invalid_payload", f"bits must be {nb} bytes")
+            fill = bytes(nb)
+            buf = b"".join(v if o else fill for v, o in zip(col, ok))
+            return np.frombuffer(buf, dtype=np.uint8).reshape(n, nb)
+        if name == "items":
+            k = int(getattr(self.oracle, "k", 0))
+            ok = np.fromiter(
+                (isinstance(v, list) and len(v) == k and set(map(type, v)) <= {int} for v in col), bool, count=n
+            )
+            bad = ~ok & ~missing
+            _mark(reason, detail, rows[bad], "invalid_payload", f"items must be a list of {k} integers")
+            fill = [0] * k
+            try:
+                return np.array([v if o else fill for v, o in zip(col, ok)], dtype=np.int64).reshape(n, k)
+            except OverflowError:
+                arr = np.zeros((n, k), dtype=np.int64)
+                for i in np.flatnonzero(ok):
+                    try:
+                        arr[i] = col[i]
+                    except OverflowError:
+                        _mark(reason, detail, rows[[i]], "out_of_domain", "items outside int64")
+                return arr
+        # reals: one double per report
+        ok = np.fromiter(
+            (isinstance(v, list) and len(v) == 1 and isinstance(v[0], float) and math.isfinite(v[0]) for v in col),
+            bool,
+            count=n,
+        )
+        bad = ~ok & ~missing
+        _mark(reason, detail, rows[bad], "invalid_payload", "reals must hold one finite double")
+        return np.fromiter((v[0] if o else 0.0 for v, o in zip(col, ok)), dtype=np.float64, count=n)
+
+    def validate(self, records: Sequence[Any], source: str = "", *, at_ms: int | None = None) -> ValidatedBatch:
+        """Splits ``records`` into accepted reports and dead letters (see the class docstring)."""
+        n = len(records)
+        reason = np.full(n, None, dtype=object)
+        detail = np.full(n, None, dtype=object)
+        idx = np.arange(n)
+        is_dict = np.fromiter((type(r) is dict for r in records), dtype=bool, count=n)
+        _mark(reason, detail, idx[~is_dict], "not_a_record", "decoded datum is not a record")
+        recs = [r if d else {} for r, d in zip(records, is_dict)]
+
+        sv = [r.get("schema_version") for r in recs]
+        sv_none = np.fromiter((v is None for v in sv), bool, count=n)
+        _mark(reason, detail, idx[sv_none], "missing_field", "schema_version is null or absent")
+        sv_bad = np.fromiter((v != self.task.schema_version for v in sv), bool, count=n) & ~sv_none
+        _mark(reason, detail, idx[sv_bad], "wrong_schema_version", f"expected schema_version {self.task.schema_version}")
+
+        tid = np.array([r.get("task_id") for r in recs] + [0], dtype=object)[:n]
+        tid_none = np.equal(tid, None)
+        _mark(reason, detail, idx[tid_none], "missing_field", "task_id is null or absent")
+        _mark(reason, detail, idx[(tid != self.task.task_id) & ~tid_none], "wrong_task",
+              f"report is not for task {self.task.task_id!r}")
+
+        et = [r.get("event_time") for r in recs]
+        et_none = np.fromiter((v is None for v in et), bool, count=n)
+        _mark(reason, detail, idx[et_none], "missing_field", "event_time is null or absent")
+        types = set(map(type, et))
+        if types <= {int, type(None)}:
+            event_ms, bad = self._int_column([0 if v is None else v for v in et], 0, _MAX_EVENT_MS)
+        else:
+            event_ms = np.zeros(n, dtype=np.int64)
+            bad = np.zeros(n, dtype=bool)
+            for i, v in enumerate(et):
+                if isinstance(v, _dt.datetime) and v.tzinfo is not None:
+                    event_ms[i] = round(v.timestamp() * 1000)
+                elif type(v) is int:
+                    event_ms[i] = v if _INT64_MIN <= v <= _INT64_MAX else -1
+                elif v is not None:
+                    bad[i] = True
+            bad |= (event_ms < 0) | (event_ms > _MAX_EVENT_MS)
+        _mark(reason, detail, idx[bad & ~et_none], "invalid_event_time",
+              "event_time must be a timestamp in [1970, 2200)")
+
+        grp = [r.get("group", 0) for r in recs]
+        groups, gbad = self._int_column(grp, 0, self.task.n_groups - 1)
+        _mark(reason, detail, idx[gbad], "invalid_group", f"group must be an integer in [0, {self.task.n_groups})")
+
+        for name in self.unused:
+            avro = PAYLOAD_FIELDS[name]
+            extra = np.fromiter((r.get(avro) is not None for r in recs), bool, count=n)
+            _mark(reason, detail, idx[extra], "invalid_payload",
+                  f"field {avro} is not used by mechanism {self.oracle.name}")
+
+        alive = np.flatnonzero(np.equal(reason, None))
+        payload = {}
+        if len(alive):
+            sub = [recs[i] for i in alive] if len(alive) < n else recs
+            for name in self.fields:
+                payload[name] = self._payload(name, [r.get(PAYLOAD_FIELDS[name]) for r in sub], alive, reason, detail)
+            ok_sub = np.equal(reason[alive], None)
+            if ok_sub.any():
+                cand = Reports(**{k: v[ok_sub] for k, v in payload.items()})
+                ok_o, reasons_o = self.oracle.validate(cand)
+                rows = alive[ok_sub]
+                for msg in set(reasons_o[~ok_o]):
+                    m = np.equal(reasons_o, msg)
+                    _mark(reason, detail, rows[m], _oracle_reason(msg), msg)
+
+        accepted = np.equal(reason, None)
+        acc_alive = accepted[alive]
+        reports = Reports(**{k: v[acc_alive] for k, v in payload.items()}) if len(alive) else _empty(self.fields)
+        if not len(alive):
+            reports = _empty(self.fields)
+        dead, counts = [], {}
+        when = now_ms() if at_ms is None else at_ms
+        for i in np.flatnonzero(~accepted):
+            r = str(reason[i])
+            counts[r] = counts.get(r, 0) + 1
+            dead.append(make_dead_letter(r, source, detail=detail[i], record=records[i], at_ms=when))
+        return ValidatedBatch(
+            reports=reports,
+            event_ms=event_ms[accepted],
+            groups=groups[accepted],
+            dead_letters=dead,
+            reason_counts=counts,
+            n_read=n,
+        )
+
+
+def _empty(fields: Sequence[str]) -> Reports:
+    return Reports(**{f: np.zeros(0, dtype=np.uint64 if f == "seeds" else np.int64) for f in fields})
+
+
+def _mark(reason: np.ndarray, detail: np.ndarray, rows: np.ndarray, why: str, text: Any) -> None:
+    """Sets the reason of ``rows`` that have none yet (the first failing check wins)."""
+    if len(rows) == 0:
+        return
+    rows = rows[np.equal(reason[rows], None)]
+    reason[rows] = why
+    detail[rows] = text
+
+
+def validate_records(task: CollectionTask, records: Sequence[Any], source: str = "") -> ValidatedBatch:
+    """One-shot :meth:`ReportValidator.validate`."""
+    return ReportValidator(task).validate(records, source)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Writing reports (clients / simulator)
+# ---------------------------------------------------------------------------------------------------
+def reports_to_records(
+    task_id: str,
+    reports: Reports,
+    event_ms: np.ndarray,
+    groups: np.ndarray | int = 0,
+    *,
+    schema_version: int = schemas.SCHEMA_VERSION,
+) -> list[dict[str, Any]]:
+    """Avro report records for a batch (uint64 seeds are stored as their int64 bit pattern)."""
+    n = len(reports)
+    et = np.asarray(event_ms, dtype=np.int64).tolist()
+    grp = (np.broadcast_to(np.asarray(groups, dtype=np.int64), (n,))).tolist()
+    cols: dict[str, list[Any]] = {}
+    for name, avro in PAYLOAD_FIELDS.items():
+        arr = getattr(reports, name)
+        if arr is None:
+            continue
+        if name == "seeds":
+            cols[avro] = np.asarray(arr, dtype=np.uint64).view(np.int64).tolist()
+        elif name == "bits":
+            a = np.ascontiguousarray(arr, dtype=np.uint8)
+            cols[avro] = [row.tobytes() for row in a]
+        elif name == "reals":
+            cols[avro] = [[x] for x in np.asarray(arr, dtype=np.float64).tolist()]
+        else:
+            cols[avro] = np.asarray(arr, dtype=np.int64).tolist()
+    base = {"task_id": task_id, "schema_version": schema_version, "value": None, "seed": None,
+            "bits": None, "items": None, "reals": None}
+    names = list(cols)
+    out = []
+    for i, row in enumerate(zip(et, grp, *[cols[k] for k in names])):
+        rec = dict(base)
+        rec["event_time"] = row[0]
+        rec["group"] = row[1]
+        for k, v in zip(names, row[2:]):
+            rec[k] = v
+        out.append(rec)
+    return out
+
+
+def write_report_file(fo: BinaryIO, records: Sequence[dict[str, Any]], *, codec: str = "null",
+                      sync_interval: int = 1 << 20) -> None:
+    """Writes records as an Avro object container (large blocks: fewer, bigger batches downstream)."""
+    fastavro.writer(fo, schemas.report_schema(), records, codec=codec, sync_interval=sync_interval)
+
+
+def encode_report_container(records: Sequence[dict[str, Any]], *, codec: str = "null") -> bytes:
+    """Records as one Avro object container in memory (a Pub/Sub message body)."""
+    buf = io.BytesIO()
+    write_report_file(buf, records, codec=codec)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------------
+def iter_record_batches(fo: BinaryIO, batch_size: int = 1 << 15) -> Iterator[list[dict[str, Any]]]:
+    """Yields the records of an Avro container in lists of about ``batch_size`` (whole blocks).
+
+    Raises whatever ``fastavro`` raises on a corrupt or non-Avro input; records of the blocks before the
+    corruption have been yielded by then.
+    """
+    pending: list[dict[str, Any]] = []
+    for block in fastavro.block_reader(fo):
+        pending.extend(block)
+        if len(pending) >= batch_size:
+            yield pending
+            pending = []
+    if pending:
+        yield pending
+
+
+def decode_container(data: bytes) -> list[Any]:
+    """All records of an in-memory Avro container (raises on undecodable bytes)."""
+    return list(fastavro.reader(io.BytesIO(data)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Event-time granules
+# ---------------------------------------------------------------------------------------------------
+def window_granule_ms(size_s: float | None, period_s: float | None = None) -> int | None:
+    """Largest time step such that all reports in one step fall into the same set of windows.
+
+    Fixed windows of ``size``: the size; sliding windows: ``gcd(size, period)``; global window: ``None``.
+    """
+    if size_s is None:
+        return None
+    size = int(round(size_s * 1000))
+    if period_s is None:
+        return size
+    return math.gcd(size, int(round(period_s * 1000)))
+
+
+def split_by_group_and_granule(
+    groups: np.ndarray, event_ms: np.ndarray, granule_ms: int | None
+) -> list[tuple[int, int, np.ndarray]]:
+    """Partitions rows by (group, event-time granule).
+
+    Returns:
+        ``(group, timestamp_ms, rows)`` per part, where ``timestamp_ms`` is the latest event time in the
+        part (any time in the granule maps to the same windows; the latest keeps watermarks honest).
+    """
+    n = len(groups)
+    if n == 0:
+        return []
+    gran = np.zeros(n, dtype=np.int64) if granule_ms is None else event_ms // granule_ms
+    if groups.min() == groups.max() and gran.min() == gran.max():
+        return [(int(groups[0]), int(event_ms.max()), np.arange(n))]
+    key = np.stack([groups, gran])
+    uniq, inv = np.unique(key, axis=1, return_inverse=True)
+    inv = inv.reshape(-1)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.flatnonzero(np.diff(inv[order])) + 1
+    out = []
+    for rows in np.split(order, bounds):
+        out.append((int(groups[rows[0]]), int(event_ms[rows].max()), rows))
+    return out
