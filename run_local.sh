@@ -10,6 +10,11 @@ py=.venv/bin/python
 case "${1:-demo}" in
   test)
     shift
+    # The Flink runner tests need Beam's Flink job server; build/fetch it once into .cache/flink
+    # (needs java + mvn; without them the Flink tests skip with the reason, or fail under LDP_REQUIRE_FLINK=1).
+    if command -v java >/dev/null && command -v mvn >/dev/null; then
+      bash tools/flink/get_job_server.sh >/dev/null || echo "[run_local] could not get the Flink job server" >&2
+    fi
     exec "$py" -m pytest -q "$@" tests
     ;;
   demo)

@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 16  # reports per chunk in the memory-hungry paths
+MAX_OLH_TABLE_CELLS = 1 << 26  # 512 MiB of int64: refuse OLH accumulators larger than this
 
 
 # ------------------------------------------------------------------------------------------------
@@ -416,14 +417,22 @@ class OLH(FrequencyOracle):
     ``p = e^eps / (e^eps + g - 1)`` and ``q = 1/g`` exactly (the family is universal).
     Privacy: the seed is independent of ``v``; the bucket is GRR on ``[g]``, which is eps-LDP.
 
-    Accumulation in O(g) per report, not O(d). The indicator of the support set
-    ``{x : M x + b = y}`` has the Fourier expansion
-    ``p^-k sum_{s in GF(p)^k} w^{<s, b - y>} w^{<M^T s, x>}`` (``w = e^{2 pi i / p}``), so the
-    accumulator keeps, for every residue ``r`` and frequency ``u`` in ``GF(p)^m``, the integer count
-    ``T[r, u] = #{(report, s) : M^T s = u, <s, b - y> = r}``. The support counts of all values come back
-    from one inverse FFT of size ``p^m`` (a Walsh-Hadamard transform when ``p = 2``) at ``estimate``.
-    The statistic is ``p * p^m`` int64 (``2 * 1024`` for ``d = 1024`` at ``g = 4``), integers only, so
-    merges are exact.
+    Accumulation in O(1) or O(g) per report, never O(d); support counts of all values come back at
+    ``estimate`` from one inverse FFT of size ``p^m`` (a Walsh-Hadamard transform when ``p = 2``).
+    The indicator of the support set ``{x : M x + b = y}`` has the Fourier expansion
+    ``p^-k sum_{s in GF(p)^k} w^{<s, b - y>} w^{<M^T s, x>}`` (``w = e^{2 pi i / p}``).
+
+    * ``g`` prime (``k = 1``, ``M`` is one row ``a``): the accumulator is the integer histogram
+      ``H[a, t]`` of reports by hash row ``a`` in ``GF(p)^m`` and target ``t = y - b``; a report is one
+      increment. At ``estimate``, an FFT over ``t`` and the permutations ``a -> s a`` assemble the
+      Fourier table.
+    * ``g = p^k`` with ``k > 1`` (e.g. 4, 8): the accumulator keeps, for every residue ``r`` and
+      frequency ``u`` in ``GF(p)^m``, ``T[r, u] = #{(report, s) : M^T s = u, <s, b - y> = r}``; a report
+      adds one to ``g`` cells.
+
+    Either way the statistic is ``p * p^m`` int64 (``2 * 1024`` for ``d = 1024`` at ``g = 4``; it grows
+    with ``p``, so for very large ``d`` and large ``epsilon`` choose a power-of-two ``g``), integers only,
+    so merges are exact.
 
     Args:
         epsilon: privacy budget.
@@ -447,6 +456,13 @@ class OLH(FrequencyOracle):
             )
         self.g = int(g)
         self.hash = LinearHash(self.d, pk[0], pk[1])
+        cells = self.hash.p * self.hash.size
+        if cells > MAX_OLH_TABLE_CELLS:
+            raise ValueError(
+                f"OLH with g = {g} on d = {self.d} needs a {cells:,}-cell accumulator (p * p^m with p = "
+                f"{self.hash.p}); pass a power-of-two g (e.g. g={1 << max(1, round(math.log2(g)))}) to keep it "
+                f"at 2 * {1 << (self.d - 1).bit_length():,} cells"
+            )
         e = math.exp(self.epsilon)
         self.p = e / (e + self.g - 1)
         self.q = 1.0 / self.g
@@ -474,15 +490,26 @@ class OLH(FrequencyOracle):
         return Reports(seeds=seeds, values=_grr(h, self.g, self.p, rng))
 
     def _statistic_shape(self):
-        return (self.hash.p, self.hash.size)
+        if self.hash.k == 1:
+            return (self.hash.size, self.hash.p)  # H[a, t]
+        return (self.hash.p, self.hash.size)  # T[r, u]
 
     def _add(self, counts, reports):
         seeds = np.asarray(reports.seeds).astype(np.uint64, copy=False)
         ys = np.asarray(reports.values, dtype=np.int64)
         flat = counts.reshape(-1)
+        index = self._row_index if self.hash.k == 1 else self._table_index
         for start in range(0, len(ys), _CHUNK):
-            idx = self._table_index(seeds[start : start + _CHUNK], ys[start : start + _CHUNK])
+            idx = index(seeds[start : start + _CHUNK], ys[start : start + _CHUNK])
             flat += np.bincount(idx.ravel(), minlength=flat.size)
+
+    def _row_index(self, seeds: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        """``k = 1``: flat index ``a * p + t`` of the one histogram cell each report adds to: ``(n,)``."""
+        hsh = self.hash
+        rows, b = hsh.rows(seeds)
+        if hsh.p == 2:
+            return rows[:, 0].astype(np.int64) * 2 + (ys ^ b)
+        return (rows[:, 0, :] @ self._upow) * hsh.p + (ys - b[:, 0]) % hsh.p
 
     def _table_index(self, seeds: np.ndarray, ys: np.ndarray) -> np.ndarray:
         """Flat indices ``r * p^m + u`` of the ``g`` table cells each report adds one to: ``(n, g)``."""
@@ -500,15 +527,34 @@ class OLH(FrequencyOracle):
                 r[:, s] = np.bitwise_count(z & np.uint64(s)) & 1
             return r * size + u.astype(np.int64)
         M, b = hsh.rows(seeds)
-        ydig = (ys[:, None] // self._ypow[None, :]) % hsh.p
-        z = (b - ydig) % hsh.p  # (n, k)
-        u = np.einsum("sk,nkm->nsm", self._s, M) % hsh.p  # (n, g, m)
-        r = (z @ self._s.T) % hsh.p  # (n, g)
-        return r * size + u @ self._upow
+        p, k, S = hsh.p, hsh.k, self._s
+        ydig = (ys[:, None] // self._ypow[None, :]) % p
+        z = (b - ydig) % p  # (n, k)
+        # r[n, s] = <s, b - y> mod p and u[n, s] = M^T s, digit by digit: k * (m + 1) passes over (n, g)
+        r = np.zeros((len(ys), self.g), dtype=np.int64)
+        for l in range(k):
+            r += z[:, l, None] * S[None, :, l]
+        idx = (r % p) * size
+        for j in range(hsh.m):
+            digit = M[:, 0, j, None] * S[None, :, 0]
+            for l in range(1, k):
+                digit += M[:, l, j, None] * S[None, :, l]
+            idx += (digit % p) * int(self._upow[j])
+        return idx
 
     def support_counts(self, acc):
         hsh = self.hash
         T = acc.counts
+        if hsh.k == 1:
+            p = hsh.p
+            Hhat = np.fft.fft(T, axis=1)  # sum_t H[a, t] w^{-s t}
+            adig = hsh.digits(np.arange(hsh.size))
+            F = np.zeros(hsh.size, dtype=np.complex128)
+            F[0] = Hhat[:, 0].sum()
+            for s_ in range(1, p):
+                F[((s_ * adig) % p) @ self._upow] += Hhat[:, s_]  # a -> s a is a permutation
+            c = np.fft.ifftn(F.reshape((p,) * hsh.m)).real.reshape(-1) * (hsh.size / p)
+            return np.rint(c[: self.d])
         if hsh.p == 2:
             F = T[0] - T[1]
             c = _fwht(F)
