@@ -198,9 +198,9 @@ def main(argv=None) -> list[dict]:
         ours = {r["mechanism"]: r for r in records if r["library"] == "ours"}
         for r in records:
             if r["library"] not in ("ours", "numpy-floor") and r["mechanism"] in ours:
-                r["ours_over_peer_aggregate"] = ours[r["mechanism"]]["aggregate_reports_per_s"] / r[
-                    "aggregate_reports_per_s"
-                ]
+                r["ours_over_peer_aggregate"] = (
+                    ours[r["mechanism"]]["aggregate_reports_per_s"] / r["aggregate_reports_per_s"]
+                )
                 ratio = r["ours_over_peer_aggregate"]
                 print(f"  ours/{r['library']} {r['mechanism']}: {ratio:,.0f}x aggregate")
     if args.json_out:

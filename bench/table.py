@@ -1,6 +1,6 @@
 """Renders a bench.oracles JSON file as the Markdown table used in the README.
 
-    .venv/bin/python -m bench.table bench/results/oracles_n1e6_d1024_eps1.json
+.venv/bin/python -m bench.table bench/results/oracles_n1e6_d1024_eps1.json
 """
 
 from __future__ import annotations

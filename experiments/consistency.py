@@ -1,10 +1,10 @@
-"""Reproduce the NDSS 2020 consistency evaluation (Wang et al., Sec. VI, Figs. 4, 9, 10) on Zipf data.
+"""Reproduce the NDSS 2020 consistency evaluation (Wang et al., Figs. 4, 9, 10) on Zipf data.
 
 For each epsilon and trial: ``n`` users with values drawn once from a Zipf distribution over ``d`` values
 (``Pr[v] ∝ (v+1)^-s``, default ``s = 1.5``) perturb their values with the real frequency oracle
 (:func:`ldp.oracles.make_oracle`: encode -> create_accumulator/add -> estimate); every post-processing method
 of :mod:`ldp.postprocess` is applied to the same estimates, and three errors are measured against the
-empirical frequencies of the population (the paper's metrics, Sec. VI-A):
+empirical frequencies of the population (the paper's metrics, evaluation metrics):
 
 * ``full_domain_mse``: ``(1/d) sum_v (f_v - f'_v)^2``;
 * ``topk_mse``: the same over the ``k`` values with the highest *true* frequency (default ``k = 32``, the
@@ -19,7 +19,7 @@ that mean over trials), ``n, d, trials, mechanism, zipf_s, k, rho, set_queries, 
 Usage::
 
     .venv/bin/python -m experiments.consistency --n 1000000 --d 1024 --epsilons 0.2,0.5,1,2,4 \
-        --trials 20 --json experiments/results/consistency.json --plot experiments/results/consistency.png
+        --trials 50 --json experiments/results/consistency.json --plot experiments/results/consistency.png
 """
 
 from __future__ import annotations
@@ -149,6 +149,7 @@ def plot(records: list[dict], path: str | Path) -> None:
     fig, axes = plt.subplots(1, len(METRICS), figsize=(6.2 * len(METRICS), 5.2))
     styles = ["-", "--", "-.", ":"]
     markers = ["o", "s", "^", "v", "D", "x", "+", "*", "P", "<", ">", "h"]
+    colors = [plt.get_cmap("tab20")(i) for i in range(0, 20, 2)] + ["black", "goldenrod"]
     r0 = records[0]
     for ax, metric in zip(axes, METRICS):
         for i, m in enumerate(Method):
@@ -157,7 +158,8 @@ def plot(records: list[dict], path: str | Path) -> None:
             if not rows:
                 continue
             ax.plot([r["epsilon"] for r in rows], [r["value"] for r in rows], label=m.value,
-                    linestyle=styles[i % len(styles)], marker=markers[i % len(markers)], markersize=5)
+                    linestyle=styles[i % len(styles)], marker=markers[i % len(markers)], markersize=5,
+                    color=colors[i % len(colors)])
         ax.set_yscale("log")
         ax.set_xlabel("epsilon")
         ax.set_ylabel("MSE")

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -113,7 +113,9 @@ def read_csv_column(path: str | Path, column: str, d: int) -> np.ndarray:
         vals = np.array([int(c) for c in cells], dtype=np.int64)
     except ValueError:
         bad = next(i for i, c in enumerate(cells) if not c.lstrip("-").isdigit())
-        raise ValueError(f"{path}: row {bad + 2}, column {column!r}: {cells[bad]!r} is not an integer") from None
+        raise ValueError(
+            f"{path}: row {bad + 2}, column {column!r}: {cells[bad]!r} is not an integer"
+        ) from None
     out = (vals < 0) | (vals >= d)
     if out.any():
         i = int(np.argmax(out))

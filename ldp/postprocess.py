@@ -1,24 +1,24 @@
 """Post-processing of LDP frequency estimates for consistency.
 
 Implements every method of Wang, Lopuhaä-Zwakenberg, Li, Škorić and Li, *Locally Differentially Private
-Frequency Estimation with Consistency* (NDSS 2020), Section IV ("post-processing methods"):
+Frequency Estimation with Consistency* (NDSS 2020):
 
 =============  ==========================================================  ===========  ==========
 method         what it does                                                 non-neg.     sums to 1
 =============  ==========================================================  ===========  ==========
 ``base``       the unbiased oracle estimate, unchanged                      no           no
-``base-pos``   clip negative estimates to 0 (Sec. IV-A)                     yes          no
-``post-pos``   clip each *query answer* to 0 (Sec. IV-A)                    yes          no
+``base-pos``   clip negative estimates to 0                                 yes          no
+``post-pos``   clip each *query answer* to 0                                yes          no
 ``base-cut``   zero every estimate below T = Phi^-1(1 - alpha/d) sigma      yes          no
                (Eq. 8, alpha = 2)
-``norm``       add one constant so the sum is 1 (Sec. IV-B)                 no           yes
-``norm-mul``   clip negatives, then scale to sum 1 (Sec. IV-B)              yes          yes
+``norm``       add one constant so the sum is 1                             no           yes
+``norm-mul``   clip negatives, then scale to sum 1                          yes          yes
 ``norm-sub``   max(f + delta, 0) with the delta that makes the sum 1        yes          yes
 ``norm-cut``   keep the largest estimates while their sum stays <= 1        yes          <= 1
-``cls``        constrained least squares (Sec. IV-C), KKT active set        yes          yes
-``mle-apx``    approximate constrained MLE (Sec. IV-C, Eq. 10-11)           yes          yes
+``cls``        constrained least squares, KKT active set (Appendix A)       yes          yes
+``mle-apx``    approximate constrained MLE (Eq. 10-11, Appendix B)          yes          yes
 ``power``      posterior mean under a fitted power-law prior (Eq. 12)       yes          no
-``power-ns``   Power followed by Norm-Sub (Sec. IV-D)                       yes          yes
+``power-ns``   Power followed by Norm-Sub                                   yes          yes
 =============  ==========================================================  ===========  ==========
 
 Every function takes the vector of unbiased estimates ``f~`` (shape ``(d,)``, frequencies, i.e. the
@@ -29,7 +29,8 @@ modified. ``variance`` is the per-value variance of ``f~`` without the ``f_v`` t
 All methods preserve the (weak) order of the estimates, as the paper notes after Table I: if
 ``f~_a <= f~_b`` then ``f'_a <= f'_b``. Ties are handled deterministically (tied inputs give tied outputs).
 
-Use :func:`postprocess` to dispatch by name and :func:`recommend` for the paper's guideline (Sec. VI-E).
+The paper's parts are cited by name and equation number (the available text has no section numbers).
+Use :func:`postprocess` to dispatch by name and :func:`recommend` for the paper's guideline.
 """
 
 from __future__ import annotations
@@ -122,17 +123,17 @@ def _as_std(variance: float | np.ndarray | None, d: int, method: str) -> np.ndar
 
 
 # ----------------------------------------------------------------------------------------------------------
-# enforcing non-negativity only (Sec. IV-A)
+# enforcing non-negativity only (paper: "enforcing non-negativity")
 # ----------------------------------------------------------------------------------------------------------
 
 
 def base(estimates: np.ndarray) -> np.ndarray:
-    """Base: the oracle's unbiased estimates unchanged, ``f~_v = (c_v/n - q)/(p - q)`` (Sec. III, Eq. 3)."""
+    """Base: the oracle's unbiased estimates unchanged, ``f~_v = (c_v/n - q)/(p - q)`` (Eq. 3)."""
     return _as_estimates(estimates)
 
 
 def base_pos(estimates: np.ndarray) -> np.ndarray:
-    """Base-Pos: convert every negative estimate to 0 (Sec. IV-A).
+    """Base-Pos: convert every negative estimate to 0 (paper: "enforcing non-negativity").
 
     Each single-value answer is at least as accurate as Base, but the method adds a positive bias that
     accumulates in set queries.
@@ -149,7 +150,7 @@ def answer_set_queries(
         values: ``(d,)`` per-value frequencies (the output of any method).
         subsets: either a boolean/0-1 matrix of shape ``(m, d)`` (row ``i`` marks the members of query ``i``)
             or a sequence of ``m`` index sequences.
-        clip: apply Post-Pos (Sec. IV-A): replace each negative *answer* by 0.
+        clip: apply Post-Pos (paper: "enforcing non-negativity"): replace each negative *answer* by 0.
 
     Returns:
         ``(m,)`` array of answers.
@@ -175,7 +176,7 @@ def answer_set_queries(
 def post_pos(
     estimates: np.ndarray, subsets: np.ndarray | Sequence[Sequence[int]] | None = None
 ) -> np.ndarray:
-    """Post-Pos: keep Base, clip each query *answer* at 0 (Sec. IV-A).
+    """Post-Pos: keep Base, clip each query *answer* at 0 (paper: "enforcing non-negativity").
 
     Post-Pos does not post-process the distribution. With ``subsets=None`` the queries are the ``d`` single
     values, for which Post-Pos equals Base-Pos (as the paper notes); with ``subsets`` it returns the clipped
@@ -195,7 +196,7 @@ def base_cut_threshold(d: int, variance: float | np.ndarray, *, alpha: float = 2
         d: domain size.
         variance: per-value variance of the estimates without the ``f_v`` term (Eq. 6); scalar or ``(d,)``.
         alpha: expected number of false positives among values of (near) zero frequency; the paper
-            recommends ``alpha = 2`` (Sec. IV-A). Must be positive; when ``alpha/d >= 1/2`` the threshold is
+            recommends ``alpha = 2``. Must be positive; when ``alpha/d >= 1/2`` the threshold is
             0 (Base-Cut then equals Base-Pos).
 
     Returns:
@@ -214,10 +215,10 @@ def base_cut_threshold(d: int, variance: float | np.ndarray, *, alpha: float = 2
 
 
 def base_cut(estimates: np.ndarray, variance: float | np.ndarray, *, alpha: float = 2.0) -> np.ndarray:
-    """Base-Cut: set every estimate strictly below ``T`` (Eq. 8) to 0, keep the others (Sec. IV-A).
+    """Base-Cut: set every estimate strictly below ``T`` (Eq. 8) to 0, keep the others.
 
     Estimates above ``T`` are unlikely (probability ``<= alpha/d`` each) to come from a zero-frequency value.
-    The recommended method for single-value queries (Sec. VI-E).
+    The paper's recommended method for single-value queries (its closing guideline).
     """
     f = _as_estimates(estimates)
     t = base_cut_threshold(f.size, variance, alpha=alpha)
@@ -225,12 +226,12 @@ def base_cut(estimates: np.ndarray, variance: float | np.ndarray, *, alpha: floa
 
 
 # ----------------------------------------------------------------------------------------------------------
-# enforcing sum-to-one (Sec. IV-B, IV-C)
+# enforcing sum-to-one (paper: normalization, CLS and MLE)
 # ----------------------------------------------------------------------------------------------------------
 
 
 def norm(estimates: np.ndarray) -> np.ndarray:
-    """Norm: add the same ``delta = (1 - sum f~)/d`` to every estimate so that they sum to 1 (Sec. IV-B).
+    """Norm: add the same ``delta = (1 - sum f~)/d`` to every estimate so that they sum to 1.
 
     Unbiased; does not enforce non-negativity. A no-op for oracles whose estimates already sum to 1 (GRR).
     """
@@ -239,7 +240,7 @@ def norm(estimates: np.ndarray) -> np.ndarray:
 
 
 def norm_mul(estimates: np.ndarray) -> np.ndarray:
-    """Norm-Mul: clip negatives to 0, then multiply by ``gamma`` so the sum is 1 (Sec. IV-B).
+    """Norm-Mul: clip negatives to 0, then multiply by ``gamma`` so the sum is 1.
 
     Solves ``sum_v max(gamma f~_v, 0) = 1``. When no estimate is positive the equation has no solution; the
     function then returns the uniform distribution ``1/d`` (a deterministic, documented fallback).
@@ -263,11 +264,11 @@ def _norm_sub_delta(f: np.ndarray, total: float = 1.0) -> float:
 
 
 def norm_sub(estimates: np.ndarray) -> np.ndarray:
-    """Norm-Sub: ``f'_v = max(f~_v + delta, 0)`` with ``delta`` such that ``sum_v f'_v = 1`` (Sec. IV-B).
+    """Norm-Sub: ``f'_v = max(f~_v + delta, 0)`` with ``delta`` such that ``sum_v f'_v = 1``.
 
     Computed by sorting (O(d log d)): with ``u`` sorted decreasingly and ``S_m`` its prefix sums,
     ``delta = (1 - S_rho)/rho`` where ``rho`` is the largest ``m`` with ``u_m + (1 - S_m)/m > 0``. This is the
-    Euclidean projection onto the probability simplex, i.e. the solution of CLS (Sec. IV-C and Appendix A),
+    Euclidean projection onto the probability simplex, i.e. the solution of CLS (Appendix A),
     and the paper's recommended consistency step (also used after Power in PowerNS).
     """
     f = _as_estimates(estimates)
@@ -275,7 +276,7 @@ def norm_sub(estimates: np.ndarray) -> np.ndarray:
 
 
 def norm_cut(estimates: np.ndarray) -> np.ndarray:
-    """Norm-Cut: zero the negative and small estimates so that the total does not exceed 1 (Sec. IV-B).
+    """Norm-Cut: zero the negative and small estimates so that the total does not exceed 1.
 
     Exactly the paper's definition: if ``sum_v max(f~_v, 0) <= 1`` only the negative estimates become 0.
     Otherwise let ``theta`` be the smallest (positive) threshold with ``sum_{v: f~_v >= theta} f~_v <= 1``;
@@ -303,7 +304,7 @@ def norm_cut(estimates: np.ndarray) -> np.ndarray:
 
 
 def cls(estimates: np.ndarray, *, max_iter: int | None = None) -> np.ndarray:
-    """CLS: ``argmin ||f' - f~||_2`` s.t. ``f' >= 0``, ``sum f' = 1`` (Sec. IV-C), by the KKT active set.
+    """CLS: ``argmin ||f' - f~||_2`` s.t. ``f' >= 0``, ``sum f' = 1`` by the KKT active set.
 
     Follows the paper's Appendix A solution literally: start with ``D1 = D``; repeatedly set
     ``f'_v = f~_v - (sum_{D1} f~ - 1)/|D1|`` on ``D1`` and move the values with ``f'_v <= 0`` to ``D0``
@@ -326,7 +327,7 @@ def cls(estimates: np.ndarray, *, max_iter: int | None = None) -> np.ndarray:
 
 
 def mle_apx(estimates: np.ndarray, *, p: float, q: float) -> np.ndarray:
-    """MLE-Apx: approximate constrained maximum-likelihood estimate (Sec. IV-C, Eq. 10-11, Appendix B).
+    """MLE-Apx: approximate constrained maximum-likelihood estimate (Eq. 10-11, Appendix B).
 
     Model (Eq. 5/10): ``f~_v ~ N(f'_v, sigma'_v^2)`` with the *general* variance of Eq. (4),
     ``sigma'_v^2 ∝ a + b f'_v``, ``a = q(1-q)``, ``b = (p-q)(1-p-q)``. The KKT conditions with the variance
@@ -369,7 +370,7 @@ def mle_apx(estimates: np.ndarray, *, p: float, q: float) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Power and PowerNS (Sec. IV-D, Eq. 12)
+# Power and PowerNS (Eq. 12)
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -475,7 +476,7 @@ def fit_power_law(
     fit: str = "mle",
     bounds: tuple[float, float] = (0.05, 6.0),
 ) -> float:
-    """Fit the exponent ``s`` of the power-law prior ``Pr[x] ∝ x^(-s)`` on ``[x_min, 1]`` (Sec. IV-D).
+    """Fit the exponent ``s`` of the power-law prior ``Pr[x] ∝ x^(-s)`` on ``[x_min, 1]``.
 
     ``x_min = 1/n`` (the smallest non-zero frequency among ``n`` users); without ``n`` it is
     ``sigma_min/1000``. The paper only says the prior's parameters are "fitted from the estimation f~".
@@ -505,7 +506,7 @@ def power(
     exponent: float | None = None,
     fit: str = "mle",
 ) -> np.ndarray:
-    """Power: posterior mean of each frequency under a fitted power-law prior (Sec. IV-D, Eq. 12).
+    """Power: posterior mean of each frequency under a fitted power-law prior (Eq. 12).
 
     For each value, ``f'_v = E[x | f~_v] = int x Pr[x] phi((f~_v - x)/sigma_v) dx / int Pr[x]
     phi((f~_v - x)/sigma_v) dx`` over the prior's support ``[x_min, 1]`` (``x_min = 1/n``), with
@@ -541,9 +542,9 @@ def power_ns(
     exponent: float | None = None,
     fit: str = "mle",
 ) -> np.ndarray:
-    """PowerNS: Power (Eq. 12) then Norm-Sub, giving consistent estimates (Sec. IV-D).
+    """PowerNS: Power (Eq. 12) then Norm-Sub, giving consistent estimates.
 
-    The paper's choice for set-value queries (Sec. VI-E).
+    The paper's choice for set-value queries (its closing guideline).
     """
     return norm_sub(power(estimates, variance, n=n, exponent=exponent, fit=fit))
 
@@ -657,7 +658,7 @@ _GUIDELINE = {
 
 
 def recommend(query: str) -> Method:
-    """The paper's guideline (Sec. VI-E, "Summary") for choosing a post-processing method.
+    """The paper's closing guideline for choosing a post-processing method.
 
     * single-value queries (``"single"``, ``"value"``, ``"full-domain"``): **Base-Cut** — when many values
       have low frequency, zeroing low estimates helps most.

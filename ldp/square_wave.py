@@ -52,6 +52,7 @@ __all__ = [
     "perturb_unit",
     "transition_matrix",
     "em_estimate",
+    "em_estimate_batch",
 ]
 
 
@@ -92,7 +93,9 @@ def sw_densities(epsilon: float) -> tuple[float, float, float]:
     return b, p, q
 
 
-def perturb_unit(v: np.ndarray, epsilon: float, *, rng: np.random.Generator | int | None = None) -> np.ndarray:
+def perturb_unit(
+    v: np.ndarray, epsilon: float, *, rng: np.random.Generator | int | None = None
+) -> np.ndarray:
     """Square Wave perturbation of values in ``[0, 1]`` (vectorized).
 
     With probability ``2 b p`` the output is uniform on ``[v - b, v + b]``; otherwise it is uniform on the
@@ -228,6 +231,59 @@ def em_estimate(
     return f, max_iter, False
 
 
+def em_estimate_batch(
+    counts: np.ndarray,
+    matrix: np.ndarray,
+    *,
+    smoothing: bool = True,
+    tol: float = 1e-6,
+    max_iter: int = 10_000,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`em_estimate` for several histograms with the same matrix at once (rows of ``counts``).
+
+    Each row follows exactly the iteration of :func:`em_estimate` (zero-count bins contribute nothing
+    either way, since every matrix entry is positive) and is frozen once it meets its stopping rule.
+
+    Returns:
+        ``(F, iterations, converged)``: ``F`` is ``(B, c)``, the others ``(B,)``.
+    """
+    counts = np.atleast_2d(np.asarray(counts, dtype=np.float64))
+    mat = np.asarray(matrix, dtype=np.float64)
+    n_rows, c = counts.shape[0], mat.shape[1]
+    f = np.full((n_rows, c), 1.0 / c)
+    iters = np.zeros(n_rows, dtype=np.int64)
+    conv = np.zeros(n_rows, dtype=bool)
+    total = counts.sum(axis=1)
+    conv[total <= 0] = True
+    active = np.flatnonzero(~conv)
+    if active.size == 0:
+        return f, iters, conv
+    w = counts[active] / total[active, None]
+    cur = f[active]
+    old_ll = np.full(active.size, -np.inf)
+    for it in range(1, max_iter + 1):
+        pred = cur @ mat.T
+        cur = cur * ((w / pred) @ mat)
+        if smoothing:
+            cur = _smooth(cur)
+        cur /= cur.sum(axis=1, keepdims=True)
+        ll = (w * np.log(cur @ mat.T)).sum(axis=1)
+        done = ll - old_ll < tol
+        old_ll = ll
+        if done.any():
+            f[active[done]] = cur[done]
+            iters[active[done]] = it
+            conv[active[done]] = True
+            keep = ~done
+            active, cur, w, old_ll = active[keep], cur[keep], w[keep], old_ll[keep]
+            if active.size == 0:
+                break
+    if active.size:
+        f[active] = cur
+        iters[active] = max_iter
+    return f, iters, conv
+
+
 @dataclasses.dataclass
 class SWAccumulator:
     """Fixed-size sufficient statistic: counts of reports per output bin."""
@@ -274,6 +330,8 @@ class SquareWave:
     """
 
     name = "sw"
+    report_fields = ("reals",)
+    report_bits = 64
 
     def __init__(
         self,
@@ -329,6 +387,26 @@ class SquareWave:
         """Perturbs integer values in ``[0, c)``; the reports use the ``reals`` field."""
         rng = np.random.default_rng(rng)
         return Reports(reals=perturb_unit(self.to_unit(values, rng=rng), self.epsilon, rng=rng))
+
+    def encode_one(self, value: int, *, rng: np.random.Generator | int | None = None) -> Reports:
+        """Perturbs one user's value (the on-device call); a batch of one report."""
+        return self.encode(np.asarray([value]), rng=rng)
+
+    def describe(self) -> dict:
+        """The mechanism's parameters as plain data."""
+        return {
+            "mechanism": self.name,
+            "epsilon": self.epsilon,
+            "domain_size": self.d,
+            "b": self.b,
+            "p": self.p,
+            "q": self.q,
+            "input_mode": self.input_mode.value,
+            "em_resolution": self.em_resolution,
+            "output_bins": self.output_bins,
+            "smoothing": self.smoothing,
+            "report_bits": self.report_bits,
+        }
 
     # -- server ---------------------------------------------------------------------------------------
     @property
@@ -386,7 +464,8 @@ class SquareWave:
         """The ``(output_bins, c * em_resolution)`` transition matrix of the EM sub-bins (cached)."""
         if self._matrix is None:
             mode = self.input_mode if self.em_resolution == 1 else InputMode.UNIFORM
-            self._matrix = transition_matrix(self.epsilon, self.d * self.em_resolution, self.output_bins, mode)
+            bins = self.d * self.em_resolution
+            self._matrix = transition_matrix(self.epsilon, bins, self.output_bins, mode)
         return self._matrix
 
     def estimate(self, acc: SWAccumulator) -> SWEstimate:
@@ -396,6 +475,26 @@ class SquareWave:
         )
         dist = f.reshape(self.d, self.em_resolution).sum(axis=1)
         return SWEstimate(distribution=dist, n=int(acc.n), iterations=it, converged=conv)
+
+    def estimate_many(self, accs: Sequence[SWAccumulator]) -> list[SWEstimate]:
+        """EM(S) estimates of several accumulators of this mechanism in one batched run (same results as
+        :meth:`estimate` up to float round-off)."""
+        if not accs:
+            return []
+        f, it, conv = em_estimate_batch(
+            np.array([a.counts for a in accs]), self.matrix(), smoothing=self.smoothing, tol=self.tol,
+            max_iter=self.max_iter,
+        )
+        dist = f.reshape(len(accs), self.d, self.em_resolution).sum(axis=2)
+        return [
+            SWEstimate(distribution=dist[i], n=int(a.n), iterations=int(it[i]), converged=bool(conv[i]))
+            for i, a in enumerate(accs)
+        ]
+
+    def config_key(self) -> tuple:
+        """Parameters that determine the estimator (equal keys can share :meth:`estimate_many`)."""
+        return (self.epsilon, self.d, self.em_resolution, self.output_bins, self.input_mode, self.smoothing,
+                self.tol, self.max_iter)
 
     def estimate_reports(self, reports: Reports) -> SWEstimate:
         """Shortcut: accumulate one batch and estimate."""

@@ -15,7 +15,8 @@ Format (keys not listed are an error, so typos do not pass silently)::
       "schema_version": 1,               # optional, default 1: report schema clients write
       "n_groups": 1,                     # optional, default 1: users are split into this many groups
       "postprocess": "base",             # optional, default "base": ldp.postprocess method name
-      "hash": {"g": null},               # optional: OLH bucket count g (prime power; default round(e^eps + 1))
+      "hash": {"g": null},               # optional: OLH bucket count g (prime power),
+                                         #   default round(e^eps + 1) moved to a prime power
       "params": {},                      # optional: further mechanism parameters (e.g. {"k": 8} for ss)
       "window": {                        # optional, defaults shown; pipeline flags override
         "size_s": null,                  #   event-time window length; null = one global window
@@ -40,8 +41,9 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 __all__ = [
     "CollectionTask",
@@ -65,14 +67,34 @@ MULTI_ATTRIBUTE_MECHANISMS = ("hdg", "tdg", "calm", "hio", "lhio", "msw", "uni")
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 #: Post-processing methods of ``ldp.postprocess`` (Wang et al., NDSS 2020).
 POSTPROCESS_METHODS = (
-    "base", "base-pos", "post-pos", "base-cut", "norm", "norm-mul", "norm-sub", "norm-cut",
-    "cls", "mle-apx", "power", "power-ns",
+    "base",
+    "base-pos",
+    "post-pos",
+    "base-cut",
+    "norm",
+    "norm-mul",
+    "norm-sub",
+    "norm-cut",
+    "cls",
+    "mle-apx",
+    "power",
+    "power-ns",
 )
 
 _TASK_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _TOP_KEYS = (
-    "task_id", "mechanism", "epsilon", "domain_size", "description", "schema_version", "n_groups",
-    "postprocess", "hash", "params", "window", "attributes",
+    "task_id",
+    "mechanism",
+    "epsilon",
+    "domain_size",
+    "description",
+    "schema_version",
+    "n_groups",
+    "postprocess",
+    "hash",
+    "params",
+    "window",
+    "attributes",
 )
 _MAX_GROUPS = 1 << 31
 
@@ -236,7 +258,9 @@ def _check_window(raw: Any, problems: list[str]) -> WindowConfig:
         if vals["size_s"] is None:
             problems.append("window.period_s needs window.size_s")
         elif vals["period_s"] > vals["size_s"]:
-            problems.append(f"window.period_s ({vals['period_s']}) must not exceed window.size_s ({vals['size_s']})")
+            problems.append(
+                f"window.period_s ({vals['period_s']}) must not exceed window.size_s ({vals['size_s']})"
+            )
     return WindowConfig(allowed_lateness_s=float(lat), accumulating=acc, **vals)
 
 
@@ -295,13 +319,16 @@ def parse_task(obj: Any, *, source: str = "task") -> CollectionTask:
 
     task_id = obj.get("task_id")
     if "task_id" in obj and not (isinstance(task_id, str) and _TASK_ID_RE.match(task_id)):
-        problems.append(f"task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got {task_id!r}")
+        problems.append(
+            f"task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got {task_id!r}"
+        )
 
     mech_raw = obj.get("mechanism")
     mechanism = mech_raw.lower() if isinstance(mech_raw, str) else None
     if "mechanism" in obj and mechanism not in ORACLE_MECHANISMS + MULTI_ATTRIBUTE_MECHANISMS:
         problems.append(
-            f"mechanism must be one of {', '.join(ORACLE_MECHANISMS + MULTI_ATTRIBUTE_MECHANISMS)}, got {mech_raw!r}"
+            f"mechanism must be one of {', '.join(ORACLE_MECHANISMS + MULTI_ATTRIBUTE_MECHANISMS)}, "
+            f"got {mech_raw!r}"
         )
         mechanism = None
     multi = mechanism in MULTI_ATTRIBUTE_MECHANISMS
@@ -338,7 +365,9 @@ def parse_task(obj: Any, *, source: str = "task") -> CollectionTask:
         if k not in ("g", "family"):
             problems.append(f"hash: unknown key {k!r} (known: g, family)")
     if hsh.get("family", "linear-gf") != "linear-gf":
-        problems.append(f"hash.family must be 'linear-gf' (the only family of ldp.hashing), got {hsh.get('family')!r}")
+        problems.append(
+            f"hash.family must be 'linear-gf' (the only family of ldp.hashing), got {hsh.get('family')!r}"
+        )
     g = hsh.get("g")
     if g is not None and not (_is_int(g) and g >= 2):
         problems.append(f"hash.g must be an integer >= 2 or null, got {g!r}")
@@ -399,5 +428,7 @@ def load_task(path: str | Path) -> CollectionTask:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TaskError([f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"], str(p)) from None
+        raise TaskError(
+            [f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"], str(p)
+        ) from None
     return parse_task(obj, source=str(p))

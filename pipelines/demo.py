@@ -65,8 +65,10 @@ def run(argv=None) -> dict:
     mse_post = float(np.mean((post - truth) ** 2))
     theory = float(np.mean(oracle.variance(len(values), truth)))
     covered = float(np.mean((lo <= truth) & (truth <= hi)))
-    print(f"\nfull-domain MSE (base):      {mse_base:.3e}   closed-form variance: {theory:.3e}   "
-          f"ratio {mse_base / theory:.3f}")
+    print(
+        f"\nfull-domain MSE (base):      {mse_base:.3e}   closed-form variance: {theory:.3e}   "
+        f"ratio {mse_base / theory:.3f}"
+    )
     print(f"full-domain MSE ({args.postprocess}): {mse_post:.3e}   ({mse_base / mse_post:.1f}x lower)")
     print(f"95% CI coverage over the domain: {covered:.3f}")
     return {"mse_base": mse_base, "mse_post": mse_post, "theory_variance": theory, "coverage": covered}

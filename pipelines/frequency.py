@@ -23,7 +23,8 @@ import json
 import os
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -31,8 +32,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from ldp.task import POSTPROCESS_METHODS
 from pipelines.common import load_task_or_exit, parse_pipeline_args, window_from_flags
 from transforms.combine import record_to_json
-from transforms.frequency import FrequencyAggregation, format_counts, job_counts
-from transforms.io import DecodeReportMessages, ReadReportFiles, WriteDeadLetters, WriteEstimates
+from transforms.frequency import FrequencyAggregation, WindowedCounts, format_counts, job_counts
+from transforms.io import DecodeReportMessages, ReadReportFiles, WriteCounts, WriteDeadLetters, WriteEstimates
 
 __all__ = ["FrequencyOptions", "build", "run"]
 
@@ -45,9 +46,13 @@ class FrequencyOptions(PipelineOptions):
         parser.add_argument("--task", help="collection task JSON file (required)")
         parser.add_argument("--input", help="glob of Avro report files (batch), e.g. 'DIR/*.avro'")
         parser.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
-        parser.add_argument("--input_topic", help="Pub/Sub topic projects/P/topics/T (a temporary subscription)")
+        parser.add_argument(
+            "--input_topic", help="Pub/Sub topic projects/P/topics/T (a temporary subscription)"
+        )
         parser.add_argument("--output", help="output directory (required)")
-        parser.add_argument("--output_topic", help="also publish estimate JSON to this Pub/Sub topic (streaming)")
+        parser.add_argument(
+            "--output_topic", help="also publish estimate JSON to this Pub/Sub topic (streaming)"
+        )
         parser.add_argument(
             "--postprocess", choices=POSTPROCESS_METHODS, help="post-processing method (default: the task's)"
         )
@@ -56,9 +61,23 @@ class FrequencyOptions(PipelineOptions):
         parser.add_argument("--allowed_lateness", type=float, help="seconds late reports still count")
         parser.add_argument("--early_firing", type=float, help="early panes every so many processing seconds")
         parser.add_argument("--accumulating", action="store_true", help="cumulative panes")
-        parser.add_argument("--batch_size", type=int, default=1 << 15, help="records per batch read from files")
+        parser.add_argument(
+            "--batch_size", type=int, default=1 << 15, help="records per batch read from files"
+        )
         parser.add_argument(
             "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
+        )
+        parser.add_argument(
+            "--counts_window",
+            type=float,
+            default=60.0,
+            help="streaming: seconds per OUT/counts/ line of read/accepted/rejected counts (default 60)",
+        )
+        parser.add_argument(
+            "--dead_letter_window",
+            type=float,
+            default=60.0,
+            help="streaming: seconds of dead letters per OUT/dead_letter/ file (default 60)",
         )
         parser.add_argument(
             "--streaming_duration",
@@ -68,10 +87,12 @@ class FrequencyOptions(PipelineOptions):
         )
 
 
-def build(p: beam.Pipeline, opts: FrequencyOptions, task, window, method: str, streaming: bool) -> dict[str, Any]:
+def build(
+    p: beam.Pipeline, opts: FrequencyOptions, task, window, method: str, streaming: bool
+) -> dict[str, Any]:
     """Adds the frequency job to pipeline ``p``; returns its main PCollections."""
     if opts.input:
-        read = p | "Read" >> ReadReportFiles(opts.input, opts.batch_size)
+        read = p | "Read" >> ReadReportFiles(opts.input, opts.batch_size, task)
     else:
         source = opts.input_subscription or opts.input_topic
         messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(
@@ -79,18 +100,52 @@ def build(p: beam.Pipeline, opts: FrequencyOptions, task, window, method: str, s
             topic=None if opts.input_subscription else opts.input_topic,
             timestamp_attribute=opts.timestamp_attribute,
         )
-        read = messages | "Read" >> DecodeReportMessages(source)
+        read = messages | "Read" >> DecodeReportMessages(source, task)
     agg = read.records | "Aggregate" >> FrequencyAggregation(task, window, method)
     dead = (read.dead_letter, agg["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
     agg["estimates"] | "Write" >> WriteEstimates(opts.output)
-    dead | "WriteDeadLetters" >> WriteDeadLetters(opts.output, streaming=streaming)
+    dead | "WriteDeadLetters" >> WriteDeadLetters(
+        opts.output, streaming=streaming, window_s=opts.dead_letter_window
+    )
+    if streaming:
+        (
+            (read.counts, agg["counts"])
+            | "AllCounts" >> beam.Flatten()
+            | "CountsPerWindow" >> WindowedCounts(opts.counts_window)
+            | "WriteCounts" >> WriteCounts(opts.output)
+        )
     if opts.output_topic:
         (
             agg["estimates"]
-            | "ToPubSubJson" >> beam.Map(lambda r: json.dumps(record_to_json(r), allow_nan=False).encode("utf-8"))
+            | "ToPubSubJson"
+            >> beam.Map(lambda r: json.dumps(record_to_json(r), allow_nan=False).encode("utf-8"))
             | "Publish" >> beam.io.WriteToPubSub(opts.output_topic)
         )
     return {"estimates": agg["estimates"], "dead_letter": dead}
+
+
+def closed_window_counts(output: str) -> dict[str, int]:
+    """Sums ``OUT/counts/counts-*.jsonl`` (the count windows a streaming job has closed)."""
+    import glob
+
+    total: dict[str, int] = {"read": 0, "accepted": 0, "rejected": 0}
+    for path in glob.glob(os.path.join(output, "counts", "counts-*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                for k, v in json.loads(line).items():
+                    if not k.startswith("window_"):
+                        total[k] = total.get(k, 0) + int(v)
+    return total
+
+
+def _remove_empty_temp_dirs(output: str) -> None:
+    """``fileio`` leaves its emptied ``.temp*`` directories behind; remove them (never non-empty ones)."""
+    for parent in (output, os.path.join(output, "dead_letter")):
+        if os.path.isdir(parent):
+            for name in os.listdir(parent):
+                path = os.path.join(parent, name)
+                if name.startswith(".temp") and os.path.isdir(path) and not os.listdir(path):
+                    os.rmdir(path)
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -122,10 +177,27 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         result.wait_until_finish()
     elapsed = time.perf_counter() - t0
     counts = job_counts(result)
-    print(format_counts(counts), file=sys.stderr)
-    summary = {"counts": counts, "output": opts.output, "state": str(result.state), "seconds": elapsed,
-               "mechanism": task.make_oracle().name, "postprocess": method, "task_id": task.task_id}
+    if streaming:
+        closed = closed_window_counts(opts.output)
+        print(f"closed count windows: {format_counts(closed)}", file=sys.stderr)
+        print(
+            f"Beam counters (incomplete on the DirectRunner in streaming mode): {format_counts(counts)}",
+            file=sys.stderr,
+        )
+        counts = closed
+    else:
+        print(format_counts(counts), file=sys.stderr)
+    summary = {
+        "counts": counts,
+        "output": opts.output,
+        "state": str(result.state),
+        "seconds": elapsed,
+        "mechanism": task.make_oracle().name,
+        "postprocess": method,
+        "task_id": task.task_id,
+    }
     if not streaming:
+        _remove_empty_temp_dirs(opts.output)
         with open(os.path.join(opts.output, "counts.json"), "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)
     return summary

@@ -11,7 +11,8 @@ time slice, sorted by event time) and ``DIR/truth.json`` = ``{"n_users": N, "fre
 
 Streaming mode publishes to Pub/Sub instead (``PUBSUB_EMULATOR_HOST`` is honoured)::
 
-    python -m pipelines.simulate --task TASK.json --users 100000 --pubsub_topic projects/P/topics/T --rate 5000
+    python -m pipelines.simulate --task TASK.json --users 100000 \
+        --pubsub_topic projects/P/topics/T --rate 5000
 
 Each message is an Avro object container of up to ``--message_size`` reports stamped with the current
 time (attribute ``event_time`` = milliseconds). ``--inject_bad K`` adds K records of every kind of bad
@@ -28,8 +29,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import fastavro
 import numpy as np
@@ -49,16 +51,24 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipelines.simulate", description=__doc__.split("\n")[0])
     p.add_argument("--task", required=True, help="collection task JSON file")
     p.add_argument("--users", type=int, required=True, help="number of simulated users (one report each)")
-    p.add_argument("--dataset", default="zipf", help="zipf[:EXPONENT] (default 1.1), uniform or csv:PATH:COLUMN")
+    p.add_argument(
+        "--dataset", default="zipf", help="zipf[:EXPONENT] (default 1.1), uniform or csv:PATH:COLUMN"
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the simulation (default: OS entropy)")
     p.add_argument("--output", help="directory for the Avro report files and truth.json (batch mode)")
     p.add_argument("--files", type=int, default=4, help="number of Avro files (default 4)")
-    p.add_argument("--start", default=DEFAULT_START, help=f"first event time, ISO-8601 (default {DEFAULT_START})")
+    p.add_argument(
+        "--start", default=DEFAULT_START, help=f"first event time, ISO-8601 (default {DEFAULT_START})"
+    )
     p.add_argument("--duration", type=float, default=3600.0, help="event times spread over this many seconds")
     p.add_argument("--codec", default="null", choices=["null", "deflate"], help="Avro block codec")
     p.add_argument("--batch_size", type=int, default=1 << 18, help="users generated per numpy batch")
-    p.add_argument("--inject_bad", type=int, default=0, help="add K bad records of every kind (dead-letter demo)")
-    p.add_argument("--pubsub_topic", help="publish to this topic (projects/P/topics/T) instead of writing files")
+    p.add_argument(
+        "--inject_bad", type=int, default=0, help="add K bad records of every kind (dead-letter demo)"
+    )
+    p.add_argument(
+        "--pubsub_topic", help="publish to this topic (projects/P/topics/T) instead of writing files"
+    )
     p.add_argument("--rate", type=float, default=1000.0, help="reports per second when publishing")
     p.add_argument("--message_size", type=int, default=500, help="max reports per Pub/Sub message")
     return p
@@ -134,7 +144,9 @@ def simulate_files(
     return truth
 
 
-def bad_records(task: CollectionTask, k: int, start_ms: int, *, seed: Any = None) -> dict[str, list[dict[str, Any]]]:
+def bad_records(
+    task: CollectionTask, k: int, start_ms: int, *, seed: Any = None
+) -> dict[str, list[dict[str, Any]]]:
     """``k`` records of every kind of bad report that the report schema can carry, by expected reason.
 
     Records that need a different writer schema (wrong types, absent fields) are in
@@ -142,8 +154,9 @@ def bad_records(task: CollectionTask, k: int, start_ms: int, *, seed: Any = None
     """
     oracle = task.make_oracle()
     rng = np.random.default_rng(seed)
-    good = reports_to_records(task.task_id, oracle.encode(rng.integers(0, oracle.d, k), rng=rng),
-                              np.full(k, start_ms), 0)
+    good = reports_to_records(
+        task.task_id, oracle.encode(rng.integers(0, oracle.d, k), rng=rng), np.full(k, start_ms), 0
+    )
     out: dict[str, list[dict[str, Any]]] = {}
 
     def variant(reason: str, **changes: Any) -> None:
@@ -165,19 +178,29 @@ def bad_records(task: CollectionTask, k: int, start_ms: int, *, seed: Any = None
     if "items" in used:
         variant("missing_field", items=None)
         variant("out_of_domain", items=[oracle.d] * int(getattr(oracle, "k", 1)))
-    unused = [f for f in ("value", "seed", "bits", "items", "reals") if
-              {"value": "values", "seed": "seeds"}.get(f, f) not in used]
+    unused = [
+        f
+        for f in ("value", "seed", "bits", "items", "reals")
+        if {"value": "values", "seed": "seeds"}.get(f, f) not in used
+    ]
     if unused:
         f = unused[0]
-        variant("invalid_payload", **{f: {"value": 1, "seed": 1, "bits": b"\x01", "items": [0], "reals": [0.5]}[f]})
+        variant(
+            "invalid_payload",
+            **{f: {"value": 1, "seed": 1, "bits": b"\x01", "items": [0], "reals": [0.5]}[f]},
+        )
     return out
 
 
-def bad_records_other_schema(task: CollectionTask, k: int, start_ms: int) -> tuple[dict, dict[str, list[dict]]]:
+def bad_records_other_schema(
+    task: CollectionTask, k: int, start_ms: int
+) -> tuple[dict, dict[str, list[dict]]]:
     """A writer schema where payload types are wrong and ``task_id`` is optional, with records that
     exercise ``invalid_seed``, ``invalid_payload``, ``missing_field`` (absent) and ``invalid_event_time``."""
     schema = {
-        "type": "record", "name": "Report", "namespace": "org.example.badclient",
+        "type": "record",
+        "name": "Report",
+        "namespace": "org.example.badclient",
         "fields": [
             {"name": "task_id", "type": ["null", "string"], "default": None},
             {"name": "schema_version", "type": "int"},
@@ -186,8 +209,13 @@ def bad_records_other_schema(task: CollectionTask, k: int, start_ms: int) -> tup
             {"name": "seed", "type": ["null", "long", "string"], "default": None},
         ],
     }
-    base = {"task_id": task.task_id, "schema_version": task.schema_version, "event_time": start_ms,
-            "value": 0, "seed": 12345}
+    base = {
+        "task_id": task.task_id,
+        "schema_version": task.schema_version,
+        "event_time": start_ms,
+        "value": 0,
+        "seed": 12345,
+    }
     out = {
         "missing_field": [{**base, "task_id": None} for _ in range(k)],
         "invalid_event_time": [{**base, "event_time": "yesterday"} for _ in range(k)],
@@ -200,7 +228,9 @@ def bad_records_other_schema(task: CollectionTask, k: int, start_ms: int) -> tup
     return schema, out
 
 
-def write_bad_files(task: CollectionTask, out: Path, k: int, start_ms: int, *, seed: Any = None) -> dict[str, int]:
+def write_bad_files(
+    task: CollectionTask, out: Path, k: int, start_ms: int, *, seed: Any = None
+) -> dict[str, int]:
     """Writes ``bad-records.avro``, ``bad-records-other-schema.avro`` and an undecodable ``garbage.avro``.
 
     Returns the number of bad records per expected reason (the garbage file counts as one
@@ -261,18 +291,27 @@ def publish(
         if delay > 0:
             clock.sleep(delay)
         now = int(clock.time() * 1000)
-        recs = reports_to_records(task.task_id, reports.take(slice(lo, hi)), np.full(hi - lo, now), groups[lo:hi])
+        recs = reports_to_records(
+            task.task_id, reports.take(slice(lo, hi)), np.full(hi - lo, now), groups[lo:hi]
+        )
         futures.append(publisher.publish(topic, encode_report_container(recs), event_time=str(now)))
     if inject_bad:
         now = int(clock.time() * 1000)
-        for reason, recs in bad_records(task, inject_bad, now, seed=ss.spawn(1)[0]).items():
+        for recs in bad_records(task, inject_bad, now, seed=ss.spawn(1)[0]).values():
             futures.append(publisher.publish(topic, encode_report_container(recs), event_time=str(now)))
         futures.append(publisher.publish(topic, b"not avro", event_time=str(now)))
     for f in futures:
         f.result(timeout=60)
     counts = np.bincount(values, minlength=oracle.d)
-    return {"task_id": task.task_id, "mechanism": oracle.name, "n_users": int(users), "dataset": dataset,
-            "seed": seed, "frequencies": (counts / users).tolist(), "messages": len(futures)}
+    return {
+        "task_id": task.task_id,
+        "mechanism": oracle.name,
+        "n_users": int(users),
+        "dataset": dataset,
+        "seed": seed,
+        "frequencies": (counts / users).tolist(),
+        "messages": len(futures),
+    }
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -281,18 +320,42 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     task = load_task_or_exit(ns.task)
     t0 = time.perf_counter()
     if ns.pubsub_topic:
-        truth = publish(task, ns.users, ns.dataset, ns.pubsub_topic, seed=ns.seed, rate=ns.rate,
-                        message_size=ns.message_size, inject_bad=ns.inject_bad)
-        print(f"published {ns.users} reports in {truth['messages']} messages to {ns.pubsub_topic} "
-              f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        truth = publish(
+            task,
+            ns.users,
+            ns.dataset,
+            ns.pubsub_topic,
+            seed=ns.seed,
+            rate=ns.rate,
+            message_size=ns.message_size,
+            inject_bad=ns.inject_bad,
+        )
+        print(
+            f"published {ns.users} reports in {truth['messages']} messages to {ns.pubsub_topic} "
+            f"in {time.perf_counter() - t0:.1f} s",
+            file=sys.stderr,
+        )
         return truth
     if not ns.output:
         raise SystemExit("error: --output DIR is required without --pubsub_topic")
-    truth = simulate_files(task, ns.users, ns.dataset, ns.output, seed=ns.seed, files=ns.files,
-                           start_ms=parse_iso8601_ms(ns.start), duration_s=ns.duration, codec=ns.codec,
-                           batch_size=ns.batch_size, inject_bad=ns.inject_bad)
-    print(f"wrote {ns.users} {truth['mechanism']} reports in {ns.files} file(s) to {os.fspath(ns.output)} "
-          f"in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    truth = simulate_files(
+        task,
+        ns.users,
+        ns.dataset,
+        ns.output,
+        seed=ns.seed,
+        files=ns.files,
+        start_ms=parse_iso8601_ms(ns.start),
+        duration_s=ns.duration,
+        codec=ns.codec,
+        batch_size=ns.batch_size,
+        inject_bad=ns.inject_bad,
+    )
+    print(
+        f"wrote {ns.users} {truth['mechanism']} reports in {ns.files} file(s) to {os.fspath(ns.output)} "
+        f"in {time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
     return truth
 
 

@@ -46,7 +46,7 @@ def load_schema(name: str) -> dict[str, Any]:
     return json.loads(text)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parsed_schema(name: str) -> dict[str, Any]:
     """Schema ``name`` parsed (and so checked) by ``fastavro.parse_schema``; cached.
 

@@ -192,7 +192,7 @@ def test_mle_apx_exactly_norm_sub_when_b_is_zero():
 
 
 def test_mle_apx_matches_reference_and_is_close_to_norm_sub_for_olh():
-    """Sec. IV-C: gamma ~ 1 for OLH, so MLE-Apx and Norm-Sub are very close."""
+    """MLE-Apx discussion: gamma ~ 1 for OLH, so MLE-Apx and Norm-Sub are very close."""
     rng = RNGS[4]
     g, a, b = OLH_P - OLH_Q, OLH_Q * (1 - OLH_Q), (OLH_P - OLH_Q) * (1 - OLH_P - OLH_Q)
     for _ in range(10):
@@ -293,7 +293,7 @@ def test_power_fit_recovers_exponent():
     x = (x_min ** (1 - s_true) + u * (1.0 - x_min ** (1 - s_true))) ** (1 / (1 - s_true))
     f = x + rng.normal(0.0, sigma, d)
     s_hat = pp.fit_power_law(f, sigma**2, n=10_000)
-    # loose bound: with d = 3000 the MLE's standard error is a few hundredths; 0.15 is > 5 of them
+    # with d = 3000 the fitted exponent's spread over 10 seeds was 0.022 (mean 1.704): 0.15 is ~7 of them
     assert abs(s_hat - s_true) < 0.15
     s_mom = pp.fit_power_law(f, sigma**2, n=10_000, fit="moment")
     assert 0.05 < s_mom < 6.0
@@ -312,8 +312,8 @@ def test_power_ns_is_norm_sub_of_power_and_improves_on_base():
         mse[Method.BASE] += np.mean((f - truth) ** 2)
         mse[Method.POWER] += np.mean((pw - truth) ** 2)
         mse[Method.POWER_NS] += np.mean((pp.norm_sub(pw) - truth) ** 2)
-    # Base has MSE sigma^2 = 1.6e-5 per value; the power-law prior shrinks the ~500 near-zero values,
-    # observed ~10x lower. Assert a conservative 3x.
+    # Base has MSE sigma^2 = 1.6e-5 per value; the power-law prior shrinks the ~500 near-zero values:
+    # Base/Power was 10.8 on another seed. Assert a conservative 3x.
     assert mse[Method.POWER] < mse[Method.BASE] / 3
     assert mse[Method.POWER_NS] < mse[Method.BASE] / 3
 
@@ -380,25 +380,25 @@ def test_recommend_follows_guideline():
 def test_with_real_olh_oracle():
     """Integration: the oracle's FrequencyEstimate feeds every method; Norm-Sub beats Base on Zipf data.
 
-    n = 20000, d = 64, eps = 2: sigma^2 ~ 4e^2/(n(e^2-1)^2) ~ 3.6e-5, so Base's full-domain MSE is ~3.6e-5
-    while most of the 64 Zipf(1.5) values are far below sigma; Norm-Sub removes most of their error.
-    Averaged over 4 runs, the ratio observed is ~5; we assert > 1.5.
+    n = 20000, d = 256, eps = 1 (OLH, g = 4): sigma^2 = 4e/(n(e-1)^2) ~ 1.8e-4 is Base's per-value MSE,
+    while 247 of the 256 Zipf(1.5) values have f_v < sigma and Norm-Sub sets most of them to ~0. Over 30
+    repetitions of this 4-run average the ratio Base/Norm-Sub had min 5.8, median 7.0; we assert > 3.
     """
     oracles = pytest.importorskip("ldp.oracles")
     rng = np.random.default_rng(SEED.spawn(1)[0])
-    d, n = 64, 20_000
+    d, n = 256, 20_000
     r = np.arange(1, d + 1, dtype=float)
     truth = r**-1.5 / np.sum(r**-1.5)
     values = rng.choice(d, size=n, p=truth)
     f_true = np.bincount(values, minlength=d) / n
-    oracle = oracles.make_oracle("olh", 2.0, d)
+    oracle = oracles.make_oracle("olh", 1.0, d)
     mse_base = mse_ns = 0.0
     for _ in range(4):
         est = oracle.estimate_reports(oracle.encode(values, rng=rng))
         for m in Method:
-            out = pp.postprocess(est.frequencies, m, variance=est.variance, n=est.n, p=oracle.p, q=oracle.q) \
-                if m is Method.MLE_APX else pp.postprocess(est.frequencies, m, variance=est.variance, n=est.n)
-            assert out.shape == (d,)
+            extra = {"p": oracle.p, "q": oracle.q} if m is Method.MLE_APX else {}
+            out = pp.postprocess(est.frequencies, m, variance=est.variance, n=est.n, **extra)
+            assert out.shape == (d,) and np.all(np.isfinite(out))
         mse_base += np.mean((est.frequencies - f_true) ** 2)
         mse_ns += np.mean((pp.norm_sub(est.frequencies) - f_true) ** 2)
-    assert mse_ns * 1.5 < mse_base
+    assert mse_ns * 3.0 < mse_base

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -20,7 +21,13 @@ from apache_beam.transforms.window import GlobalWindow
 import schemas
 from ldp.task import CollectionTask
 
-__all__ = ["OracleCombineFn", "FinalizeEstimates", "estimate_record", "postprocess_estimate", "record_to_json"]
+__all__ = [
+    "OracleCombineFn",
+    "FinalizeEstimates",
+    "estimate_record",
+    "postprocess_estimate",
+    "record_to_json",
+]
 
 
 class OracleCombineFn(beam.CombineFn):
@@ -125,8 +132,10 @@ def estimate_record(
 def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
-    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z"
+    return (
+        _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
     )
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "EstimateFrequencies",
     "FrequencyAggregation",
     "job_counts",
+    "SumCounts",
+    "WindowedCounts",
     "format_counts",
 ]
 
@@ -61,6 +63,9 @@ class _ValidateFn(beam.DoFn):
             self.per_reason[reason].inc(c)
         for dl in vb.dead_letters:
             yield beam.pvalue.TaggedOutput("dead_letter", dl)
+        counts = {"read": vb.n_read, "accepted": vb.n_accepted, "rejected": len(vb.dead_letters)}
+        counts.update({f"rejected_{k}": v for k, v in vb.reason_counts.items()})
+        yield beam.pvalue.TaggedOutput("counts", counts)
         for group, ts_ms, rows in split_by_group_and_granule(vb.groups, vb.event_ms, self.granule_ms):
             yield bw.TimestampedValue(((self.task.task_id, group), vb.reports.take(rows)), ts_ms / 1000.0)
 
@@ -80,7 +85,7 @@ class ValidateReports(beam.PTransform):
 
     def expand(self, batches):
         return batches | "Check" >> beam.ParDo(_ValidateFn(self.task, self.granule_ms)).with_outputs(
-            "dead_letter", main="reports"
+            "dead_letter", "counts", main="reports"
         )
 
 
@@ -145,9 +150,15 @@ class _Outputs:
 
 
 class FrequencyAggregation(beam.PTransform):
-    """Record batches -> ``{"estimates": ..., "dead_letter": ...}`` (validate, window, combine, finalize)."""
+    """Record batches -> ``{"estimates", "dead_letter", "counts"}`` (validate, window, combine, finalize).
 
-    def __init__(self, task: CollectionTask, window: WindowConfig | None = None, postprocess: str | None = None):
+    ``counts`` holds one dict per input batch (``read``, ``accepted``, ``rejected``, ``rejected_<reason>``)
+    at the batch's input timestamp; see :class:`WindowedCounts`.
+    """
+
+    def __init__(
+        self, task: CollectionTask, window: WindowConfig | None = None, postprocess: str | None = None
+    ):
         super().__init__()
         self.task = task
         self.window = task.window if window is None else window
@@ -156,7 +167,58 @@ class FrequencyAggregation(beam.PTransform):
     def expand(self, batches):
         v = batches | "Validate" >> ValidateReports(self.task, self.window)
         est = v.reports | "Estimate" >> EstimateFrequencies(self.task, self.window, self.postprocess)
-        return {"estimates": est, "dead_letter": v.dead_letter}
+        return {"estimates": est, "dead_letter": v.dead_letter, "counts": v.counts}
+
+
+class SumCounts(beam.CombineFn):
+    """Adds count dicts key by key."""
+
+    def create_accumulator(self) -> dict[str, int]:
+        return {}
+
+    def add_input(self, acc: dict[str, int], counts: dict[str, int]) -> dict[str, int]:
+        for k, v in counts.items():
+            acc[k] = acc.get(k, 0) + int(v)
+        return acc
+
+    def merge_accumulators(self, accs) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in accs:
+            self.add_input(out, a)
+        return out
+
+    def extract_output(self, acc: dict[str, int]) -> dict[str, int]:
+        return {"read": 0, "accepted": 0, "rejected": 0, **acc}
+
+
+class _WithWindow(beam.DoFn):
+    def process(self, counts, window=beam.DoFn.WindowParam):
+        out = dict(counts)
+        if hasattr(window, "start"):
+            out["window_start_ms"] = int(window.start.micros // 1000)
+            out["window_end_ms"] = int(window.end.micros // 1000)
+        yield out
+
+
+class WindowedCounts(beam.PTransform):
+    """Per-batch count dicts -> one summed dict per fixed window of ``window_s`` (input timestamps).
+
+    The streaming job's record of what it read, accepted and refused: Beam counters are the primary
+    record, but the Python DirectRunner's streaming mode keeps only the first bundle's counter updates
+    (its state sampler caches the first bundle's metrics container), so streaming jobs also write these.
+    """
+
+    def __init__(self, window_s: float) -> None:
+        super().__init__()
+        self.window_s = window_s
+
+    def expand(self, counts):
+        return (
+            counts
+            | "Window" >> beam.WindowInto(bw.FixedWindows(self.window_s))
+            | "Sum" >> beam.CombineGlobally(SumCounts()).without_defaults()
+            | "AddWindow" >> beam.ParDo(_WithWindow())
+        )
 
 
 def job_counts(result: Any) -> dict[str, int]:
@@ -168,7 +230,9 @@ def job_counts(result: Any) -> dict[str, int]:
         name = c.key.metric.name
         val = c.committed if c.committed is not None else c.attempted
         val = int(val or 0)
-        key = {"reports_read": "read", "reports_accepted": "accepted", "reports_rejected": "rejected"}.get(name, name)
+        key = {"reports_read": "read", "reports_accepted": "accepted", "reports_rejected": "rejected"}.get(
+            name, name
+        )
         out[key] = out.get(key, 0) + val
     return out
 
@@ -176,7 +240,7 @@ def job_counts(result: Any) -> dict[str, int]:
 def format_counts(counts: dict[str, int]) -> str:
     """``read=N accepted=A rejected=R`` plus the non-zero reasons."""
     reasons = ", ".join(
-        f"{k[len('rejected_'):]}={v}" for k, v in sorted(counts.items()) if k.startswith("rejected_") and v
+        f"{k[len('rejected_') :]}={v}" for k, v in sorted(counts.items()) if k.startswith("rejected_") and v
     )
     text = f"reports read={counts['read']} accepted={counts['accepted']} rejected={counts['rejected']}"
     return text + (f" ({reasons})" if reasons else "")

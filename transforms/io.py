@@ -9,9 +9,9 @@ reports) and yields one batch. Inputs that cannot be decoded become dead letters
 
 from __future__ import annotations
 
+import io
 import json
 import os
-from typing import Any
 
 import apache_beam as beam
 import fastavro
@@ -19,8 +19,9 @@ from apache_beam.io import fileio
 from apache_beam.metrics import Metrics
 
 import schemas
+from transforms.avro_fast import iter_report_batches
 from transforms.combine import record_to_json
-from transforms.records import decode_container, iter_record_batches, make_dead_letter
+from transforms.records import fast_decode_params, make_dead_letter
 
 __all__ = [
     "COUNTER_NAMESPACE",
@@ -29,36 +30,59 @@ __all__ = [
     "AvroRecordSink",
     "WriteEstimates",
     "WriteDeadLetters",
+    "WriteCounts",
 ]
 
 COUNTER_NAMESPACE = "ldp"
 
 
-def count_undecodable(read, rejected, undecodable) -> None:
+UNDECODABLE_COUNTS = {"read": 1, "accepted": 0, "rejected": 1, "rejected_undecodable": 1}
+
+
+def count_undecodable(read, rejected, undecodable) -> beam.pvalue.TaggedOutput:
+    """Increments the counters for one undecodable input; returns the matching ``counts`` output."""
     read.inc()
     rejected.inc()
     undecodable.inc()
+    return beam.pvalue.TaggedOutput("counts", dict(UNDECODABLE_COUNTS))
+
+
+def _fast_params(task: Any) -> dict[str, Any]:
+    if task is None:
+        return {}
+    return {"task_id": task.task_id, **fast_decode_params(task.make_oracle())}
 
 
 class _ReadAvroBatches(beam.DoFn):
-    """ReadableFile -> (path, records) batches; undecodable content -> dead letter."""
+    """ReadableFile -> (path, batch) pairs; undecodable content -> dead letter.
 
-    def __init__(self, batch_size: int) -> None:
+    A batch is a :class:`~transforms.avro_fast.ColumnBatch` (blocks decoded column-wise) or a list of
+    record dicts (blocks ``fastavro`` decoded); the validator takes either.
+    """
+
+    def __init__(self, batch_size: int, task: Any = None) -> None:
         self.batch_size = batch_size
+        self.task = task
+        self._params: dict[str, Any] | None = None
         self.read = Metrics.counter(COUNTER_NAMESPACE, "reports_read")
         self.rejected = Metrics.counter(COUNTER_NAMESPACE, "reports_rejected")
         self.undecodable = Metrics.counter(COUNTER_NAMESPACE, "rejected_undecodable")
 
+    def setup(self) -> None:
+        self._params = _fast_params(self.task)
+
     def process(self, readable_file):
+        if self._params is None:
+            self.setup()
         path = readable_file.metadata.path
         n_done = 0
         try:
             with readable_file.open() as fh:
-                for batch in iter_record_batches(fh, self.batch_size):
+                for batch in iter_report_batches(fh, self.batch_size, **self._params):
                     n_done += len(batch)
                     yield (path, batch)
         except Exception as exc:  # noqa: BLE001 - any decoding failure is a dead letter, never a crash
-            count_undecodable(self.read, self.rejected, self.undecodable)
+            yield count_undecodable(self.read, self.rejected, self.undecodable)
             try:
                 with readable_file.open() as fh:
                     head = fh.read(64 * 1024)
@@ -69,7 +93,8 @@ class _ReadAvroBatches(beam.DoFn):
                 make_dead_letter(
                     "undecodable",
                     path,
-                    detail=f"not a readable Avro report file after {n_done} records: {type(exc).__name__}: {exc}",
+                    detail=f"not a readable Avro report file after {n_done} records: "
+                    f"{type(exc).__name__}: {exc}",
                     raw_bytes=head,
                 ),
             )
@@ -82,10 +107,11 @@ class ReadReportFiles(beam.PTransform):
     ``(path, records)`` with about ``batch_size`` records.
     """
 
-    def __init__(self, file_pattern: str, batch_size: int = 1 << 15) -> None:
+    def __init__(self, file_pattern: str, batch_size: int = 1 << 15, task: Any = None) -> None:
         super().__init__()
         self.file_pattern = file_pattern
         self.batch_size = batch_size
+        self.task = task
 
     def expand(self, pbegin):
         return (
@@ -94,23 +120,32 @@ class ReadReportFiles(beam.PTransform):
             | "Spread" >> beam.Reshuffle()
             | "Open" >> fileio.ReadMatches()
             | "ReadBlocks"
-            >> beam.ParDo(_ReadAvroBatches(self.batch_size)).with_outputs("dead_letter", main="records")
+            >> beam.ParDo(_ReadAvroBatches(self.batch_size, self.task)).with_outputs(
+                "dead_letter", "counts", main="records"
+            )
         )
 
 
 class _DecodeMessage(beam.DoFn):
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, task: Any = None) -> None:
         self.source = source
+        self.task = task
+        self._params: dict[str, Any] | None = None
         self.read = Metrics.counter(COUNTER_NAMESPACE, "reports_read")
         self.rejected = Metrics.counter(COUNTER_NAMESPACE, "reports_rejected")
         self.undecodable = Metrics.counter(COUNTER_NAMESPACE, "rejected_undecodable")
 
+    def setup(self) -> None:
+        self._params = _fast_params(self.task)
+
     def process(self, message):
+        if self._params is None:
+            self.setup()
         data = getattr(message, "data", message)
         try:
-            records = decode_container(bytes(data))
+            batches = list(iter_report_batches(io.BytesIO(bytes(data)), 1 << 30, **self._params))
         except Exception as exc:  # noqa: BLE001
-            count_undecodable(self.read, self.rejected, self.undecodable)
+            yield count_undecodable(self.read, self.rejected, self.undecodable)
             yield beam.pvalue.TaggedOutput(
                 "dead_letter",
                 make_dead_letter(
@@ -121,20 +156,22 @@ class _DecodeMessage(beam.DoFn):
                 ),
             )
             return
-        if records:
-            yield (self.source, records)
+        for batch in batches:
+            if len(batch):
+                yield (self.source, batch)
 
 
 class DecodeReportMessages(beam.PTransform):
     """Message bodies (bytes or ``PubsubMessage``) -> record batches (main) and dead letters."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, task: Any = None) -> None:
         super().__init__()
         self.source = source
+        self.task = task
 
     def expand(self, messages):
-        return messages | "Decode" >> beam.ParDo(_DecodeMessage(self.source)).with_outputs(
-            "dead_letter", main="records"
+        return messages | "Decode" >> beam.ParDo(_DecodeMessage(self.source, self.task)).with_outputs(
+            "dead_letter", "counts", main="records"
         )
 
 
@@ -193,6 +230,24 @@ class WriteEstimates(beam.PTransform):
             shards=self.shards,
         )
         return {"jsonl": jsonl, "avro": avro}
+
+
+class WriteCounts(beam.PTransform):
+    """Windowed count dicts -> ``OUT/counts/counts-*.jsonl`` (one line per window)."""
+
+    def __init__(self, output_dir: str) -> None:
+        super().__init__()
+        self.output_dir = os.path.join(output_dir, "counts")
+
+    def expand(self, counts):
+        return (
+            counts
+            | "ToJson" >> beam.Map(lambda c: json.dumps(c, sort_keys=True))
+            | "WriteJson"
+            >> fileio.WriteToFiles(
+                path=self.output_dir, file_naming=fileio.default_file_naming("counts", ".jsonl"), shards=1
+            )
+        )
 
 
 class WriteDeadLetters(beam.PTransform):

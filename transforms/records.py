@@ -18,7 +18,8 @@ import io
 import json
 import math
 import time
-from typing import Any, BinaryIO, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, BinaryIO
 
 import fastavro
 import numpy as np
@@ -39,6 +40,7 @@ __all__ = [
     "iter_record_batches",
     "decode_container",
     "make_dead_letter",
+    "fast_decode_params",
     "window_granule_ms",
     "split_by_group_and_granule",
     "now_ms",
@@ -176,9 +178,7 @@ class ReportValidator:
                 return a, (a < lo) | (a > hi)
             except OverflowError:
                 pass
-        bad = np.fromiter(
-            (type(v) is not int or v < lo or v > hi for v in col), dtype=bool, count=n
-        )
+        bad = np.fromiter((type(v) is not int or v < lo or v > hi for v in col), dtype=bool, count=n)
         a = np.fromiter((0 if b else v for v, b in zip(col, bad)), dtype=np.int64, count=n)
         return a, bad
 
@@ -205,7 +205,9 @@ class ReportValidator:
         if name == "items":
             k = int(getattr(self.oracle, "k", 0))
             ok = np.fromiter(
-                (isinstance(v, list) and len(v) == k and set(map(type, v)) <= {int} for v in col), bool, count=n
+                (isinstance(v, list) and len(v) == k and set(map(type, v)) <= {int} for v in col),
+                bool,
+                count=n,
             )
             bad = ~ok & ~missing
             _mark(reason, detail, rows[bad], "invalid_payload", f"items must be a list of {k} integers")
@@ -222,7 +224,10 @@ class ReportValidator:
                 return arr
         # reals: one double per report
         ok = np.fromiter(
-            (isinstance(v, list) and len(v) == 1 and isinstance(v[0], float) and math.isfinite(v[0]) for v in col),
+            (
+                isinstance(v, list) and len(v) == 1 and isinstance(v[0], float) and math.isfinite(v[0])
+                for v in col
+            ),
             bool,
             count=n,
         )
@@ -230,8 +235,11 @@ class ReportValidator:
         _mark(reason, detail, rows[bad], "invalid_payload", "reals must hold one finite double")
         return np.fromiter((v[0] if o else 0.0 for v, o in zip(col, ok)), dtype=np.float64, count=n)
 
-    def validate(self, records: Sequence[Any], source: str = "", *, at_ms: int | None = None) -> ValidatedBatch:
-        """Splits ``records`` into accepted reports and dead letters (see the class docstring)."""
+    def validate(self, records: Any, source: str = "", *, at_ms: int | None = None) -> ValidatedBatch:
+        """Splits ``records`` (a list of record dicts, or a :class:`~transforms.avro_fast.ColumnBatch`)
+        into accepted reports and dead letters (see the class docstring)."""
+        if not isinstance(records, (list, tuple)):
+            return self.validate_columns(records, source, at_ms=at_ms)
         n = len(records)
         reason = np.full(n, None, dtype=object)
         detail = np.full(n, None, dtype=object)
@@ -244,13 +252,24 @@ class ReportValidator:
         sv_none = np.fromiter((v is None for v in sv), bool, count=n)
         _mark(reason, detail, idx[sv_none], "missing_field", "schema_version is null or absent")
         sv_bad = np.fromiter((v != self.task.schema_version for v in sv), bool, count=n) & ~sv_none
-        _mark(reason, detail, idx[sv_bad], "wrong_schema_version", f"expected schema_version {self.task.schema_version}")
+        _mark(
+            reason,
+            detail,
+            idx[sv_bad],
+            "wrong_schema_version",
+            f"expected schema_version {self.task.schema_version}",
+        )
 
         tid = np.array([r.get("task_id") for r in recs] + [0], dtype=object)[:n]
         tid_none = np.equal(tid, None)
         _mark(reason, detail, idx[tid_none], "missing_field", "task_id is null or absent")
-        _mark(reason, detail, idx[(tid != self.task.task_id) & ~tid_none], "wrong_task",
-              f"report is not for task {self.task.task_id!r}")
+        _mark(
+            reason,
+            detail,
+            idx[(tid != self.task.task_id) & ~tid_none],
+            "wrong_task",
+            f"report is not for task {self.task.task_id!r}",
+        )
 
         et = [r.get("event_time") for r in recs]
         et_none = np.fromiter((v is None for v in et), bool, count=n)
@@ -269,25 +288,51 @@ class ReportValidator:
                 elif v is not None:
                     bad[i] = True
             bad |= (event_ms < 0) | (event_ms > _MAX_EVENT_MS)
-        _mark(reason, detail, idx[bad & ~et_none], "invalid_event_time",
-              "event_time must be a timestamp in [1970, 2200)")
+        _mark(
+            reason,
+            detail,
+            idx[bad & ~et_none],
+            "invalid_event_time",
+            "event_time must be a timestamp in [1970, 2200)",
+        )
 
         grp = [r.get("group", 0) for r in recs]
         groups, gbad = self._int_column(grp, 0, self.task.n_groups - 1)
-        _mark(reason, detail, idx[gbad], "invalid_group", f"group must be an integer in [0, {self.task.n_groups})")
+        _mark(
+            reason,
+            detail,
+            idx[gbad],
+            "invalid_group",
+            f"group must be an integer in [0, {self.task.n_groups})",
+        )
 
         for name in self.unused:
             avro = PAYLOAD_FIELDS[name]
             extra = np.fromiter((r.get(avro) is not None for r in recs), bool, count=n)
-            _mark(reason, detail, idx[extra], "invalid_payload",
-                  f"field {avro} is not used by mechanism {self.oracle.name}")
+            _mark(
+                reason,
+                detail,
+                idx[extra],
+                "invalid_payload",
+                f"field {avro} is not used by mechanism {self.oracle.name}",
+            )
 
         alive = np.flatnonzero(np.equal(reason, None))
         payload = {}
         if len(alive):
             sub = [recs[i] for i in alive] if len(alive) < n else recs
             for name in self.fields:
-                payload[name] = self._payload(name, [r.get(PAYLOAD_FIELDS[name]) for r in sub], alive, reason, detail)
+                payload[name] = self._payload(
+                    name, [r.get(PAYLOAD_FIELDS[name]) for r in sub], alive, reason, detail
+                )
+        return self._finish(
+            reason, detail, alive, payload, event_ms, groups, lambda i: records[i], source, at_ms
+        )
+
+    def _finish(self, reason, detail, alive, payload, event_ms, groups, get_record, source, at_ms):
+        """Runs ``oracle.validate`` on the rows still alive and assembles the :class:`ValidatedBatch`."""
+        n = len(reason)
+        if len(alive):
             ok_sub = np.equal(reason[alive], None)
             if ok_sub.any():
                 cand = Reports(**{k: v[ok_sub] for k, v in payload.items()})
@@ -296,18 +341,18 @@ class ReportValidator:
                 for msg in set(reasons_o[~ok_o]):
                     m = np.equal(reasons_o, msg)
                     _mark(reason, detail, rows[m], _oracle_reason(msg), msg)
-
         accepted = np.equal(reason, None)
-        acc_alive = accepted[alive]
-        reports = Reports(**{k: v[acc_alive] for k, v in payload.items()}) if len(alive) else _empty(self.fields)
-        if not len(alive):
+        if len(alive):
+            acc_alive = accepted[alive]
+            reports = Reports(**{k: v[acc_alive] for k, v in payload.items()})
+        else:
             reports = _empty(self.fields)
         dead, counts = [], {}
         when = now_ms() if at_ms is None else at_ms
         for i in np.flatnonzero(~accepted):
             r = str(reason[i])
             counts[r] = counts.get(r, 0) + 1
-            dead.append(make_dead_letter(r, source, detail=detail[i], record=records[i], at_ms=when))
+            dead.append(make_dead_letter(r, source, detail=detail[i], record=get_record(i), at_ms=when))
         return ValidatedBatch(
             reports=reports,
             event_ms=event_ms[accepted],
@@ -316,6 +361,54 @@ class ReportValidator:
             reason_counts=counts,
             n_read=n,
         )
+
+    def validate_columns(self, cb: Any, source: str = "", *, at_ms: int | None = None) -> ValidatedBatch:
+        """Like :meth:`validate` for a :class:`~transforms.avro_fast.ColumnBatch` (all numpy)."""
+        n = len(cb)
+        reason = np.full(n, None, dtype=object)
+        detail = np.full(n, None, dtype=object)
+        idx = np.arange(n)
+        _mark(
+            reason,
+            detail,
+            idx[cb.schema_version != self.task.schema_version],
+            "wrong_schema_version",
+            f"expected schema_version {self.task.schema_version}",
+        )
+        if cb.task_id != self.task.task_id:
+            _mark(reason, detail, idx, "wrong_task", f"report is not for task {self.task.task_id!r}")
+        _mark(
+            reason,
+            detail,
+            idx[(cb.event_ms < 0) | (cb.event_ms > _MAX_EVENT_MS)],
+            "invalid_event_time",
+            "event_time must be a timestamp in [1970, 2200)",
+        )
+        _mark(
+            reason,
+            detail,
+            idx[(cb.group < 0) | (cb.group >= self.task.n_groups)],
+            "invalid_group",
+            f"group must be an integer in [0, {self.task.n_groups})",
+        )
+        for name in self.unused:
+            avro = PAYLOAD_FIELDS[name]
+            _mark(
+                reason,
+                detail,
+                idx[cb.present[avro]],
+                "invalid_payload",
+                f"field {avro} is not used by mechanism {self.oracle.name}",
+            )
+        for name in self.fields:
+            avro = PAYLOAD_FIELDS[name]
+            _mark(reason, detail, idx[~cb.present[avro]], "missing_field", f"{avro} is null or absent")
+        alive = np.flatnonzero(np.equal(reason, None))
+        payload = {}
+        for name in self.fields:
+            col = cb.payload[PAYLOAD_FIELDS[name]][alive]
+            payload[name] = col.view(np.uint64) if name == "seeds" else col
+        return self._finish(reason, detail, alive, payload, cb.event_ms, cb.group, cb.record, source, at_ms)
 
 
 def _empty(fields: Sequence[str]) -> Reports:
@@ -365,11 +458,18 @@ def reports_to_records(
             cols[avro] = [[x] for x in np.asarray(arr, dtype=np.float64).tolist()]
         else:
             cols[avro] = np.asarray(arr, dtype=np.int64).tolist()
-    base = {"task_id": task_id, "schema_version": schema_version, "value": None, "seed": None,
-            "bits": None, "items": None, "reals": None}
+    base = {
+        "task_id": task_id,
+        "schema_version": schema_version,
+        "value": None,
+        "seed": None,
+        "bits": None,
+        "items": None,
+        "reals": None,
+    }
     names = list(cols)
     out = []
-    for i, row in enumerate(zip(et, grp, *[cols[k] for k in names])):
+    for row in zip(et, grp, *[cols[k] for k in names]):
         rec = dict(base)
         rec["event_time"] = row[0]
         rec["group"] = row[1]
@@ -379,8 +479,9 @@ def reports_to_records(
     return out
 
 
-def write_report_file(fo: BinaryIO, records: Sequence[dict[str, Any]], *, codec: str = "null",
-                      sync_interval: int = 1 << 20) -> None:
+def write_report_file(
+    fo: BinaryIO, records: Sequence[dict[str, Any]], *, codec: str = "null", sync_interval: int = 1 << 20
+) -> None:
     """Writes records as an Avro object container (large blocks: fewer, bigger batches downstream)."""
     fastavro.writer(fo, schemas.report_schema(), records, codec=codec, sync_interval=sync_interval)
 
@@ -414,6 +515,15 @@ def iter_record_batches(fo: BinaryIO, batch_size: int = 1 << 15) -> Iterator[lis
 def decode_container(data: bytes) -> list[Any]:
     """All records of an in-memory Avro container (raises on undecodable bytes)."""
     return list(fastavro.reader(io.BytesIO(data)))
+
+
+def fast_decode_params(oracle: Any) -> dict[str, Any]:
+    """Keyword arguments of :func:`transforms.avro_fast.iter_report_batches` for an oracle's payload."""
+    fields = tuple(oracle.report_fields)
+    return {
+        "bits_len": (oracle.d + 7) // 8 if "bits" in fields else None,
+        "items_len": int(oracle.k) if "items" in fields else None,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------

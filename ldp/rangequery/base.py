@@ -70,9 +70,10 @@ def attribute_pairs(d: int) -> list[tuple[int, int]]:
     return list(combinations(range(d), 2))
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # user-id hashing for deterministic group assignment
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
+
 
 def hash_user_ids(user_ids: Sequence[Any] | np.ndarray, salt: int = 0) -> np.ndarray:
     """Keyed 64-bit hash of user ids (uint64 array).
@@ -92,9 +93,9 @@ def hash_user_ids(user_ids: Sequence[Any] | np.ndarray, salt: int = 0) -> np.nda
     return out
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # mechanism
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 class RangeMechanism(abc.ABC):
@@ -144,7 +145,7 @@ class RangeMechanism(abc.ABC):
         self.options: dict[str, Any] = dict(options)
         self.group_salt = int(options.get("group_salt", 0))
 
-    # ---- groups -----------------------------------------------------------------------------------------------
+    # ---- groups --------------------------------------------------------------------------------------------
 
     @property
     @abc.abstractmethod
@@ -201,7 +202,7 @@ class RangeMechanism(abc.ABC):
             return (rng.permutation(n) % m).astype(np.int64)
         return rng.integers(0, m, size=n, dtype=np.int64)
 
-    # ---- client ----------------------------------------------------------------------------------------------
+    # ---- client --------------------------------------------------------------------------------------------
 
     def check_records(self, records: np.ndarray) -> np.ndarray:
         """Validates records: integer array (n, d) with each column in its domain. Returns int64 array."""
@@ -239,7 +240,8 @@ class RangeMechanism(abc.ABC):
                 drawn from ``rng``.
 
         Returns:
-            ``{group: Reports}`` for every group that has at least one user.
+            ``{group: Reports}`` for every group that has at least one user; row i of ``reports[g]`` is the
+            report of the i-th user (in increasing record index) with ``groups == g``.
         """
         rng = np.random.default_rng(rng)
         records = self.check_records(records)
@@ -262,7 +264,27 @@ class RangeMechanism(abc.ABC):
             out[g] = self.group_oracle(g).encode(values, rng=rng)
         return out
 
-    # ---- server: accumulate ----------------------------------------------------------------------------------
+    def encode_one(
+        self,
+        record: Sequence[int] | np.ndarray,
+        *,
+        rng: np.random.Generator | int | None = None,
+        user_id: Any = None,
+    ) -> tuple[int, Any]:
+        """On-device call: one user's record -> ``(group, Reports)`` (a batch of one report).
+
+        The group comes from ``user_id`` (deterministic hash, see :meth:`assign_groups`) when given, else
+        it is drawn from ``rng``. ``rng=None`` seeds from OS entropy, which is what a real client must do.
+        """
+        rng = np.random.default_rng(rng)
+        rec = self.check_records(np.asarray(record).reshape(1, -1))
+        if user_id is not None:
+            group = int(self.assign_groups(1, user_ids=[user_id])[0])
+        else:
+            group = int(self.assign_groups(1, rng=rng)[0])
+        return group, self.group_oracle(group).encode(self.project(group, rec), rng=rng)
+
+    # ---- server: accumulate --------------------------------------------------------------------------------
 
     def create_accumulator(self, group: int) -> Any:
         """Empty accumulator of ``group`` (fixed size, picklable)."""
@@ -286,7 +308,7 @@ class RangeMechanism(abc.ABC):
             accs[g] = acc
         return accs
 
-    # ---- server: finalize ------------------------------------------------------------------------------------
+    # ---- server: finalize ----------------------------------------------------------------------------------
 
     @abc.abstractmethod
     def finalize(self, accumulators: Mapping[int, Any]) -> RangeModel:
@@ -310,9 +332,9 @@ class RangeMechanism(abc.ABC):
         }
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # model
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def register_model(method: str):

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ldp.rangequery.grids import TDGMechanism, TDGModel
 from ldp.rangequery.base import register_model
+from ldp.rangequery.grids import TDGMechanism, TDGModel
 
 __all__ = ["CALMMechanism", "CALMModel"]
 
@@ -42,8 +42,16 @@ class CALMMechanism(TDGMechanism):
         m = super().finalize(accumulators)
         info = dict(m.info)
         info.pop("g2", None)
-        return CALMModel(m.domain_sizes, m.n_users, pairs=m.pairs, grids=m.grids, var0=m.var0, info=info,
-                         wu_threshold=m.wu_threshold, wu_max_iter=m.wu_max_iter)
+        return CALMModel(
+            m.domain_sizes,
+            m.n_users,
+            pairs=m.pairs,
+            grids=m.grids,
+            var0=m.var0,
+            info=info,
+            wu_threshold=m.wu_threshold,
+            wu_max_iter=m.wu_max_iter,
+        )
 
 
 @register_model("calm")

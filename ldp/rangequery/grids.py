@@ -7,10 +7,12 @@ group reports, with a frequency oracle over the ``g2 x g2`` cells (OLH by defaul
 
 Granularities follow the paper's guideline (Section 5), with ``n/m`` users per group::
 
-    g1 = cbrt(n1 (e^eps - 1)^2 alpha1^2 / (2 m1 e^eps)),  g2 = sqrt(2 alpha2 (e^eps - 1) sqrt(n2 / (m2 e^eps)))
+    g1 = cbrt(n1 (e^eps - 1)^2 alpha1^2 / (2 m1 e^eps))
+    g2 = sqrt(2 alpha2 (e^eps - 1) sqrt(n2 / (m2 e^eps)))
 
 ``alpha1 = 0.7``, ``alpha2 = 0.03``; each value is rounded to the closest power of two (nearest in linear
-distance; ties go up) and capped at the attribute's (padded) domain size. Options ``g1``/``g2`` override.
+distance; ties go up), raised to at least 2 (a one-cell grid carries no information; this only matters for
+tiny populations) and capped at the attribute's (padded) domain size. Options ``g1``/``g2`` override.
 
 Phase 2 (post-processing, :mod:`ldp.rangequery.consistency`): Norm-Sub per grid and cross-grid consistency
 per attribute with variance-optimal weights, alternated, ending with Norm-Sub.
@@ -88,8 +90,8 @@ def guideline_granularity(
 
 
 def _check_power_of_two(name: str, g: Any) -> int:
-    if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 1 or (int(g) & (int(g) - 1)):
-        raise ValueError(f"{name} must be a power of two >= 1, got {g!r}")
+    if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 2 or (int(g) & (int(g) - 1)):
+        raise ValueError(f"{name} must be a power of two >= 2, got {g!r}")
     return int(g)
 
 
@@ -119,14 +121,17 @@ def _real_per_cell(c: int, g: int, block: int) -> np.ndarray:
 class _GridMechanism(RangeMechanism):
     """Shared Phase 1/2 machinery of TDG, HDG and CALM."""
 
-    OPTIONS = frozenset({"g1", "g2", "alpha1", "alpha2", "oracle", "max_post_rounds", "wu_threshold",
-                         "wu_max_iter"})
+    OPTIONS = frozenset(
+        {"g1", "g2", "alpha1", "alpha2", "oracle", "max_post_rounds", "wu_threshold", "wu_max_iter"}
+    )
     has_1d = False
 
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)
         if self.n_attributes < 2:
             raise ValueError(f"{self.name} needs at least two attributes")
+        if min(self.domain_sizes) < 2:
+            raise ValueError(f"{self.name} needs domain sizes >= 2, got {list(self.domain_sizes)}")
         self.alpha1 = float(options.get("alpha1", ALPHA1))
         self.alpha2 = float(options.get("alpha2", ALPHA2))
         if self.alpha1 <= 0 or self.alpha2 <= 0:
@@ -151,7 +156,7 @@ class _GridMechanism(RangeMechanism):
         self._oracles: dict[int, Any] = {}
         make_oracle(self.oracle_name, self.epsilon, 2)  # validates the oracle name early
 
-    # ---- parameters -----------------------------------------------------------------------------------------
+    # ---- parameters ----------------------------------------------------------------------------------------
 
     def _granularities(self, options: Mapping[str, Any]) -> tuple[int, int]:
         per_group = self.n_users / self.n_groups
@@ -159,13 +164,27 @@ class _GridMechanism(RangeMechanism):
         if "g1" in options:
             g1 = _check_power_of_two("g1", options["g1"])
         else:
-            g1 = min(closest_power_of_two(guideline_granularity(self.epsilon, per_group, 1, alpha1=self.alpha1)),
-                     c_max)
+            g1 = min(
+                max(
+                    closest_power_of_two(
+                        guideline_granularity(self.epsilon, per_group, 1, alpha1=self.alpha1)
+                    ),
+                    2,
+                ),
+                c_max,
+            )
         if "g2" in options:
             g2 = _check_power_of_two("g2", options["g2"])
         else:
-            g2 = min(closest_power_of_two(guideline_granularity(self.epsilon, per_group, 2, alpha2=self.alpha2)),
-                     c_max)
+            g2 = min(
+                max(
+                    closest_power_of_two(
+                        guideline_granularity(self.epsilon, per_group, 2, alpha2=self.alpha2)
+                    ),
+                    2,
+                ),
+                c_max,
+            )
         return g1, g2
 
     @property
@@ -200,7 +219,7 @@ class _GridMechanism(RangeMechanism):
             mask = np.multiply.outer(mask, m)
         return mask
 
-    # ---- finalize -------------------------------------------------------------------------------------------
+    # ---- finalize ------------------------------------------------------------------------------------------
 
     def _tables(self, accumulators: Mapping[int, Any]) -> tuple[list[Table], int]:
         """Estimates of every grid as consistency tables, and the total number of reports."""
@@ -278,8 +297,15 @@ class HDGMechanism(_GridMechanism):
         groups: dict[tuple, list[int]] = {}
         for i, t in enumerate(two_d):
             j, k = t.attrs
-            key = (self.domain_sizes[j], self.domain_sizes[k], self.padded_sizes[j], self.padded_sizes[k],
-                   one_d[j].shape[0], one_d[k].shape[0], t.values.shape)
+            key = (
+                self.domain_sizes[j],
+                self.domain_sizes[k],
+                self.padded_sizes[j],
+                self.padded_sizes[k],
+                one_d[j].shape[0],
+                one_d[k].shape[0],
+                t.values.shape,
+            )
             groups.setdefault(key, []).append(i)
         for (cj, ck, pj, pk, _, _, _), idx in groups.items():
             init = np.zeros((pj, pk))
@@ -304,16 +330,22 @@ class HDGMechanism(_GridMechanism):
             matrices=matrices,
             grids_1d=[one_d[t] for t in range(d)],
             var0_1d=[tables[t].var0 for t in range(d)],
-            info={"epsilon": self.epsilon, "oracle": self.oracle_name, "g1": self.g1, "g2": self.g2,
-                  "post_rounds": rounds, "wu_sweeps": sweeps.tolist()},
+            info={
+                "epsilon": self.epsilon,
+                "oracle": self.oracle_name,
+                "g1": self.g1,
+                "g2": self.g2,
+                "post_rounds": rounds,
+                "wu_sweeps": sweeps.tolist(),
+            },
             wu_threshold=self.wu_threshold,
             wu_max_iter=self.wu_max_iter,
         )
 
 
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # models
-# --------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 
 
 def _prefix2(a: np.ndarray) -> np.ndarray:
@@ -325,8 +357,12 @@ def _prefix2(a: np.ndarray) -> np.ndarray:
 
 def _rect(pref: np.ndarray, r0: np.ndarray, r1: np.ndarray, c0: np.ndarray, c1: np.ndarray) -> np.ndarray:
     """Sums over inclusive index rectangles [r0, r1] x [c0, c1] (empty where r0 > r1 or c0 > c1)."""
+    rows, cols = pref.shape[0] - 1, pref.shape[1] - 1
+    empty = (r0 > r1) | (c0 > c1)
+    r0, c0 = np.clip(r0, 0, rows), np.clip(c0, 0, cols)
+    r1, c1 = np.clip(r1, -1, rows - 1), np.clip(c1, -1, cols - 1)
     s = pref[r1 + 1, c1 + 1] - pref[r0, c1 + 1] - pref[r1 + 1, c0] + pref[r0, c0]
-    return np.where((r0 <= r1) & (c0 <= c1), s, 0.0)
+    return np.where(empty, 0.0, s)
 
 
 def _json_float(x: float) -> float | None:
@@ -380,7 +416,9 @@ class GridModel(PairwiseRangeModel):
             self._blocks.append((bj, bk))
         if matrices is None:
             for grid, (bj, bk), (j, k) in zip(self.grids, self._blocks, self.pairs):
-                self.matrices.append(self._uniform_matrix(grid, bj, bk, self.domain_sizes[j], self.domain_sizes[k]))
+                self.matrices.append(
+                    self._uniform_matrix(grid, bj, bk, self.domain_sizes[j], self.domain_sizes[k])
+                )
         else:
             self.matrices = [np.asarray(m, dtype=np.float64) for m in matrices]
         self._pm = [_prefix2(m) for m in self.matrices]
@@ -391,8 +429,9 @@ class GridModel(PairwiseRangeModel):
         """Each cell's frequency spread evenly over its real values (the uniform guess, TDG)."""
         rj = _real_per_cell(cj, grid.shape[0], bj)
         rk = _real_per_cell(ck, grid.shape[1], bk)
-        per_value = np.divide(grid, np.multiply.outer(rj, rk), out=np.zeros_like(grid),
-                              where=np.multiply.outer(rj, rk) > 0)
+        per_value = np.divide(
+            grid, np.multiply.outer(rj, rk), out=np.zeros_like(grid), where=np.multiply.outer(rj, rk) > 0
+        )
         return np.repeat(np.repeat(per_value, bj, axis=0), bk, axis=1)[:cj, :ck]
 
     def _pair(self, j: int, k: int) -> int:
@@ -418,7 +457,9 @@ class GridModel(PairwiseRangeModel):
         total = _rect(pm, lo_j, hi_j, lo_k, hi_k)
         i0, i1 = self._inner(lo_j, hi_j, bj, cj)
         k0, k1 = self._inner(lo_k, hi_k, bk, ck)
-        inner_m = _rect(pm, i0 * bj, np.minimum((i1 + 1) * bj, cj) - 1, k0 * bk, np.minimum((k1 + 1) * bk, ck) - 1)
+        inner_m = _rect(
+            pm, i0 * bj, np.minimum((i1 + 1) * bj, cj) - 1, k0 * bk, np.minimum((k1 + 1) * bk, ck) - 1
+        )
         inner_g = _rect(pg, i0, i1, k0, k1)
         return total - inner_m + inner_g
 
@@ -428,8 +469,9 @@ class GridModel(PairwiseRangeModel):
         starts = np.arange(g) * b
         real = np.clip(c - starts, 0, b)
         ends = starts + real - 1
-        cover = np.clip(np.minimum(hi[:, None], ends[None, :]) - np.maximum(lo[:, None], starts[None, :]) + 1, 0,
-                        None)
+        cover = np.clip(
+            np.minimum(hi[:, None], ends[None, :]) - np.maximum(lo[:, None], starts[None, :]) + 1, 0, None
+        )
         phi = np.divide(cover, real[None, :], out=np.zeros(cover.shape), where=real[None, :] > 0)
         return (phi**2).sum(axis=1)
 
@@ -445,10 +487,12 @@ class GridModel(PairwiseRangeModel):
         bj, bk = self._blocks[p]
         gj, gk = self.grids[p].shape
         lo_j, hi_j, lo_k, hi_k = (np.asarray(x, dtype=np.int64) for x in (lo_j, hi_j, lo_k, hi_k))
-        s = self._phi2(lo_j, hi_j, bj, self.domain_sizes[j], gj) * self._phi2(lo_k, hi_k, bk, self.domain_sizes[k], gk)
+        s = self._phi2(lo_j, hi_j, bj, self.domain_sizes[j], gj) * self._phi2(
+            lo_k, hi_k, bk, self.domain_sizes[k], gk
+        )
         return np.sqrt(self.var0[p] * s)
 
-    # ---- serialization --------------------------------------------------------------------------------------
+    # ---- serialization -------------------------------------------------------------------------------------
 
     def _payload(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -512,5 +556,10 @@ class HDGModel(GridModel):
         kw = cls._common_from_dict(d)
         kw["matrices"] = [np.asarray(e["response_matrix"], dtype=np.float64) for e in d["grids_2d"]]
         g1 = d.get("grids_1d", [])
-        return cls(d["domain_sizes"], d["n_users"], grids_1d=[e["cells"] for e in g1],
-                   var0_1d=[_from_json_float(e["var0"]) for e in g1], **kw)
+        return cls(
+            d["domain_sizes"],
+            d["n_users"],
+            grids_1d=[e["cells"] for e in g1],
+            var0_1d=[_from_json_float(e["var0"]) for e in g1],
+            **kw,
+        )

@@ -1,10 +1,10 @@
 """LHIO, Low-dimensional HIO (Yang et al., VLDB 2021, Section 3.3).
 
-For every attribute pair ``(j, k)`` the aggregator runs HIO on the two attributes alone: the 2-D hierarchy of
-pair ``(j, k)`` has the 2-dim levels ``(l_j, l_k)``, and users are split uniformly over all pairs and all their
-2-dim levels (``C(d, 2) (h + 1)^2`` groups in the paper; the all-root level, whose single cell has frequency 1
-by definition, is not collected here, see :mod:`ldp.rangequery.hio`). Each user reports its cell with OLH (or
-the ``oracle`` option) at the full epsilon.
+For every attribute pair ``(j, k)`` the aggregator runs HIO on the two attributes alone: the 2-D hierarchy
+of pair ``(j, k)`` has the 2-dim levels ``(l_j, l_k)``, and users are split uniformly over all pairs and all
+their 2-dim levels (``C(d, 2) (h + 1)^2`` groups in the paper; the all-root level, whose single cell has
+frequency 1 by definition, is not collected here, see :mod:`ldp.rangequery.hio`). Each user reports its cell
+with OLH (or the ``oracle`` option) at the full epsilon.
 
 Post-processing, as the paper describes it ("its details are omitted due to space limitation", so the
 following is our reading):
@@ -18,7 +18,9 @@ following is our reading):
    level, a ``c_j x c_k`` table. The all-root cell enters the first pass as an observation equal to 1.
 2. Consistency among hierarchies: CALM's overall consistency (weighted average of the 1-D marginals every pair
    table gives of an attribute, differences spread evenly; :func:`ldp.rangequery.consistency.make_consistent`)
-   on the finest tables. It is linear, so it keeps every hierarchy internally consistent.
+   on the finest tables. It is linear, so it keeps every hierarchy internally consistent. Before it, each
+   finest table is shifted evenly to the known total 1 (the inferred root is only close to 1); with equal
+   totals, making a later attribute consistent does not undo an earlier one (Qardaji et al. 2014).
 
    Norm-Sub is *not* applied by default (option ``norm_sub``): on a ``64 x 64`` finest table estimated from
    ``n / 225`` users the cell noise is so large that Norm-Sub moves almost all mass onto the largest noise
@@ -168,6 +170,7 @@ class LHIOMechanism(RangeMechanism):
         tables = []
         for p, (j, k) in enumerate(self.pairs):
             fine = hierarchy_2d_inference(est[p], self.hierarchies[j], self.hierarchies[k])
+            fine += (1.0 - fine.sum()) / fine.size  # the known total, so later consistency steps commute
             tables.append(Table((j, k), fine, np.ones(fine.shape, dtype=bool), 1.0))
         if self.norm_sub:
             post_process(tables, self.n_attributes, max_rounds=self.consistency_rounds)

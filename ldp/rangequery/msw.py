@@ -55,15 +55,18 @@ class MSWMechanism(RangeMechanism):
         return np.asarray(records)[:, self._check_group(group)]
 
     def finalize(self, accumulators: Mapping[int, Any]) -> MSWModel:
-        dists = []
+        dists: list[np.ndarray] = [np.full(sw.d, 1.0 / sw.d) for sw in self._sw]  # no reports: uniform
         n_total = 0
+        batches: dict[tuple, list[int]] = {}
         for a, sw in enumerate(self._sw):
             acc = accumulators.get(a)
-            if acc is None or acc.n == 0:
-                dists.append(np.full(sw.d, 1.0 / sw.d))  # no reports: uniform guess
-                continue
-            n_total += int(acc.n)
-            dists.append(sw.estimate(acc).distribution)
+            if acc is not None and acc.n > 0:
+                n_total += int(acc.n)
+                batches.setdefault(sw.config_key(), []).append(a)
+        for attrs in batches.values():  # attributes with the same domain share one batched EM run
+            ests = self._sw[attrs[0]].estimate_many([accumulators[a] for a in attrs])
+            for a, est in zip(attrs, ests):
+                dists[a] = est.distribution
         return MSWModel(self.domain_sizes, n_total, dists)
 
 
@@ -71,7 +74,9 @@ class MSWMechanism(RangeMechanism):
 class MSWModel(RangeModel):
     """Per-attribute estimated distributions; a query's answer is the product of its 1-D range sums."""
 
-    def __init__(self, domain_sizes: Sequence[int], n_users: int, distributions: Sequence[np.ndarray]) -> None:
+    def __init__(
+        self, domain_sizes: Sequence[int], n_users: int, distributions: Sequence[np.ndarray]
+    ) -> None:
         super().__init__(domain_sizes, n_users)
         if len(distributions) != self.n_attributes:
             raise ValueError("one distribution per attribute is required")

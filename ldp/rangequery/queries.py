@@ -224,6 +224,5 @@ def random_queries(
     los = (rng.random((n_queries, lam)) * (sizes[attrs] - lens + 1)).astype(np.int64)
     his = los + lens - 1
     return [
-        RangeQuery(tuple(zip(attrs[i].tolist(), los[i].tolist(), his[i].tolist())))
-        for i in range(n_queries)
+        RangeQuery(tuple(zip(attrs[i].tolist(), los[i].tolist(), his[i].tolist()))) for i in range(n_queries)
     ]

@@ -11,6 +11,10 @@ The task (see ``docs/range_queries.md``)::
      "expected_users": 1000000,
      "granularity": {"g1": 16, "g2": 4},      # optional, HDG / TDG only
      "options": {...}}                        # optional, method options (e.g. {"oracle": "auto"})
+
+The keys of the general collection task of ``ldp.task`` that do not affect the mechanism (``description``,
+``schema_version``, ``window``, ``postprocess``, ``hash``) are accepted and ignored, ``params`` is an alias
+of ``options`` and ``n_groups``, if present, must equal the method's number of groups.
 """
 
 from __future__ import annotations
@@ -73,8 +77,9 @@ class RangeTask:
 
     def make_mechanism(self) -> RangeMechanism:
         """The mechanism this task describes."""
-        return make_mechanism(self.mechanism, self.epsilon, self.domain_sizes, self.expected_users,
-                              **dict(self.options))
+        return make_mechanism(
+            self.mechanism, self.epsilon, self.domain_sizes, self.expected_users, **dict(self.options)
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The task-file form."""
@@ -83,7 +88,9 @@ class RangeTask:
             "task_id": self.task_id,
             "mechanism": self.mechanism,
             "epsilon": self.epsilon,
-            "attributes": [{"name": n, "domain_size": c} for n, c in zip(self.attribute_names, self.domain_sizes)],
+            "attributes": [
+                {"name": n, "domain_size": c} for n, c in zip(self.attribute_names, self.domain_sizes)
+            ],
             "expected_users": self.expected_users,
         }
         gran = {k: opts.pop(k) for k in ("g1", "g2") if k in opts}
@@ -99,6 +106,8 @@ def parse_task(obj: Mapping[str, Any]) -> RangeTask:
     if not isinstance(obj, Mapping):
         raise ValueError("a task must be a JSON object")
     allowed = {"task_id", "mechanism", "epsilon", "attributes", "expected_users", "granularity", "options"}
+    # keys of the general collection task (ldp.task) that do not change the mechanism: accepted, unused here
+    allowed |= {"description", "schema_version", "window", "params", "n_groups", "postprocess", "hash"}
     extra = set(obj) - allowed
     if extra:
         raise ValueError(f"unknown task field(s) {sorted(extra)}; allowed: {sorted(allowed)}")
@@ -110,7 +119,9 @@ def parse_task(obj: Mapping[str, Any]) -> RangeTask:
         raise ValueError("task_id must be a non-empty string")
     mech = str(obj["mechanism"]).lower()
     if mech not in _METHODS:
-        raise ValueError(f"task {task_id}: unknown mechanism {obj['mechanism']!r}; choose one of {list(METHODS)}")
+        raise ValueError(
+            f"task {task_id}: unknown mechanism {obj['mechanism']!r}; choose one of {list(METHODS)}"
+        )
     eps = obj["epsilon"]
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"task {task_id}: epsilon must be a positive number, got {eps!r}")
@@ -124,8 +135,8 @@ def parse_task(obj: Mapping[str, Any]) -> RangeTask:
         name, c = a["name"], a["domain_size"]
         if not isinstance(name, str) or not name:
             raise ValueError(f"task {task_id}: attribute {i} needs a non-empty string name")
-        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-            raise ValueError(f"task {task_id}: attribute {name!r} domain_size must be a positive integer")
+        if isinstance(c, bool) or not isinstance(c, int) or c < 2:
+            raise ValueError(f"task {task_id}: attribute {name!r} domain_size must be an integer >= 2")
         names.append(name)
         sizes.append(c)
     if len(set(names)) != len(names):
@@ -133,7 +144,8 @@ def parse_task(obj: Mapping[str, Any]) -> RangeTask:
     n = obj["expected_users"]
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"task {task_id}: expected_users must be a positive integer")
-    options = dict(obj.get("options") or {})
+    options = dict(obj.get("params") or {})
+    options.update(obj.get("options") or {})
     if "granularity" in obj:
         gran = obj["granularity"]
         if mech not in ("hdg", "tdg"):
@@ -142,7 +154,15 @@ def parse_task(obj: Mapping[str, Any]) -> RangeTask:
             raise ValueError(f"task {task_id}: granularity must be an object with g1 and/or g2")
         options.update(gran)
     task = RangeTask(task_id, mech, float(eps), tuple(names), tuple(sizes), n, options)
-    task.make_mechanism()  # validates the options against the method
+    try:
+        mechanism = task.make_mechanism()  # validates the options against the method
+    except ValueError as exc:
+        raise ValueError(f"task {task_id}: {exc}") from None
+    if "n_groups" in obj and obj["n_groups"] != mechanism.n_groups:
+        raise ValueError(
+            f"task {task_id}: n_groups {obj['n_groups']!r} does not match "
+            f"{mech}'s {mechanism.n_groups} groups"
+        )
     return task
 
 

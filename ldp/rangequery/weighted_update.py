@@ -108,8 +108,9 @@ def response_matrices(
 def _pair_masks(lam: int) -> np.ndarray:
     """(C(lam,2), 2^lam) boolean: entry e is in Q(q)^(a,b) iff bits a and b of e are set."""
     e = np.arange(1 << lam)
-    return np.array([((e >> a) & 1).astype(bool) & ((e >> b) & 1).astype(bool)
-                     for a, b in combinations(range(lam), 2)])
+    return np.array(
+        [((e >> a) & 1).astype(bool) & ((e >> b) & 1).astype(bool) for a, b in combinations(range(lam), 2)]
+    )
 
 
 def lambda_d_answers(

@@ -1,0 +1,298 @@
+"""Benchmark of the batch frequency pipeline against in-process floors (not part of the test suite).
+
+    .venv/bin/python -m bench.pipeline --n 1000000 --d 1024 --json OUT.json [--streaming_latency]
+        [-- BEAM ARGS e.g. --direct_running_mode=multi_processing --direct_num_workers=2]
+
+Measures, on the same simulated reports (one task, ``--mechanism`` default ``auto``, epsilon 1):
+
+* ``pipeline_reports_per_s``: ``pipelines.frequency.run`` end to end on the DirectRunner from the Avro
+  files (match, read, decode, validate, combine, finalize, write JSON Lines + Avro, counters), wall clock
+  from the call to its return (Python start-up and imports excluded);
+* ``core_reports_per_s``: the core alone, ``oracle.add`` over the in-memory reports + ``oracle.estimate``;
+* ``inprocess_reports_per_s``: the same job without Beam, single-threaded: read + column decode +
+  validate + accumulate + estimate (the plain-numpy floor of the whole job);
+* ``fastavro_reports_per_s``: the peer library decoding the same files record by record (what a Python
+  pipeline that used ``fastavro`` per record would be bound by);
+* ``ratio`` = pipeline / core, and the pipeline relative to the other two.
+
+The pipeline's estimates are checked to equal the in-process estimates exactly (``identical``).
+With ``--streaming_latency`` it also starts the Pub/Sub emulator and measures, for 2-second windows, the
+delay from the end of each window to the arrival of its first estimate on the output topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["main", "measure_batch", "measure_streaming_latency"]
+
+
+def _time(fn, *args, **kw) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    return time.perf_counter() - t0, out
+
+
+def measure_batch(
+    n: int,
+    d: int,
+    epsilon: float,
+    mechanism: str,
+    files: int,
+    workdir: Path,
+    beam_args: list[str],
+    seed: int = 1,
+) -> dict[str, Any]:
+    import fastavro
+
+    from ldp.reports import Reports
+    from ldp.task import parse_task
+    from pipelines import frequency, simulate
+    from transforms.avro_fast import iter_report_batches
+    from transforms.records import ReportValidator, fast_decode_params
+
+    task = parse_task({"task_id": "bench", "mechanism": mechanism, "epsilon": epsilon, "domain_size": d})
+    task.save(workdir / "task.json")
+    oracle = task.make_oracle()
+    t_sim, _ = _time(simulate.simulate_files, task, n, "zipf", workdir / "in", seed=seed, files=files)
+    paths = sorted(glob.glob(str(workdir / "in" / "reports-*.avro")))
+    size = sum(os.path.getsize(p) for p in paths)
+
+    # the pipeline, end to end
+    argv = [
+        "--task",
+        str(workdir / "task.json"),
+        "--input",
+        str(workdir / "in" / "reports-*.avro"),
+        "--output",
+        str(workdir / "out"),
+        *beam_args,
+    ]
+    t_pipe, summary = _time(frequency.run, argv)
+    with open(glob.glob(str(workdir / "out" / "estimates-*.jsonl"))[0]) as fh:
+        pipe_est = json.loads(fh.readline())
+
+    # in process without Beam: decode + validate + accumulate + estimate
+    def inprocess():
+        v = ReportValidator(task, oracle)
+        acc = oracle.create_accumulator()
+        kept = []
+        for p in paths:
+            with open(p, "rb") as fh:
+                for b in iter_report_batches(fh, 1 << 15, task_id=task.task_id, **fast_decode_params(oracle)):
+                    vb = v.validate(b, p)
+                    oracle.add(acc, vb.reports)
+                    kept.append(vb.reports)
+        return oracle.estimate(acc), Reports.concat(kept)
+
+    t_inproc, (est_inproc, reports) = _time(inprocess)
+
+    # the core alone on the in-memory reports
+    def core():
+        acc = oracle.add(oracle.create_accumulator(), reports)
+        return oracle.estimate(acc)
+
+    t_core, est_core = _time(core)
+
+    # the peer library: fastavro decoding every record
+    def peer():
+        k = 0
+        for p in paths:
+            with open(p, "rb") as fh:
+                for _ in fastavro.reader(fh):
+                    k += 1
+        return k
+
+    t_peer, k = _time(peer)
+    assert k == n
+    identical = (
+        pipe_est["frequencies"] == est_core.frequencies.tolist() == est_inproc.frequencies.tolist()
+    ) and pipe_est["n_reports"] == n
+    return {
+        "n": n,
+        "d": d,
+        "epsilon": epsilon,
+        "mechanism": oracle.name,
+        "files": files,
+        "input_bytes": size,
+        "beam_args": beam_args,
+        "simulate_seconds": t_sim,
+        "pipeline_seconds": t_pipe,
+        "pipeline_reports_per_s": n / t_pipe,
+        "core_seconds": t_core,
+        "core_reports_per_s": n / t_core,
+        "ratio": (n / t_pipe) / (n / t_core),
+        "inprocess_seconds": t_inproc,
+        "inprocess_reports_per_s": n / t_inproc,
+        "pipeline_vs_inprocess": t_inproc / t_pipe,
+        "fastavro_seconds": t_peer,
+        "fastavro_reports_per_s": n / t_peer,
+        "pipeline_vs_fastavro_decode_only": t_peer / t_pipe,
+        "counts": summary["counts"],
+        "identical": bool(identical),
+        "target_reports_per_s": 200_000,
+        "meets_target": n / t_pipe >= 200_000,
+    }
+
+
+def measure_streaming_latency(
+    workdir: Path, seconds: float = 16.0, window_s: int = 2, rate: float = 2000.0
+) -> dict[str, Any]:
+    """Window end -> first estimate on the output topic, Pub/Sub emulator + DirectRunner streaming."""
+    import subprocess
+    import threading
+
+    from google.cloud import pubsub_v1
+
+    from ldp.task import parse_task
+    from pipelines.common import PubSubEmulator
+    from transforms.records import encode_report_container, reports_to_records
+
+    task = parse_task({"task_id": "latency", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024})
+    task.save(workdir / "latency-task.json")
+    oracle = task.make_oracle()
+    with PubSubEmulator(log_path=str(workdir / "emulator.log")) as emu:
+        os.environ["PUBSUB_EMULATOR_HOST"] = emu.host
+        pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        topic, out_topic = pub.topic_path("bench", "reports"), pub.topic_path("bench", "estimates")
+        in_sub, out_sub = sub.subscription_path("bench", "agg"), sub.subscription_path("bench", "dash")
+        for t in (topic, out_topic):
+            pub.create_topic(name=t)
+        sub.create_subscription(name=in_sub, topic=topic)
+        sub.create_subscription(name=out_sub, topic=out_topic)
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipelines.frequency",
+            "--task",
+            str(workdir / "latency-task.json"),
+            "--streaming",
+            "--input_subscription",
+            in_sub,
+            "--output",
+            str(workdir / "stream-out"),
+            "--output_topic",
+            out_topic,
+            "--window_size",
+            str(window_s),
+            "--streaming_duration",
+            str(seconds + 8),
+        ]
+        log = open(workdir / "stream-pipeline.log", "wb")
+        proc = subprocess.Popen(cmd, env=emu.env(), stdout=log, stderr=subprocess.STDOUT)
+        arrivals: dict[str, float] = {}
+        stop = threading.Event()
+
+        def listen():
+            while not stop.is_set():
+                resp = sub.pull(subscription=out_sub, max_messages=100, timeout=2)
+                now = time.time()
+                for m in resp.received_messages:
+                    e = json.loads(m.message.data)
+                    arrivals.setdefault(e["window_end"], now)
+                if resp.received_messages:
+                    sub.acknowledge(subscription=out_sub, ack_ids=[m.ack_id for m in resp.received_messages])
+
+        th = threading.Thread(target=listen, daemon=True)
+        th.start()
+        rng = np.random.default_rng(5)
+        time.sleep(5)
+        t_end = time.time() + seconds
+        per_msg = max(1, int(rate / 10))
+        while time.time() < t_end:
+            now = int(time.time() * 1000)
+            r = oracle.encode(rng.integers(0, 1024, per_msg), rng=rng)
+            pub.publish(
+                topic, encode_report_container(reports_to_records("latency", r, np.full(per_msg, now)))
+            )
+            time.sleep(0.1)
+        while proc.poll() is None:
+            r = oracle.encode(rng.integers(0, 1024, 10), rng=rng)
+            now = int(time.time() * 1000)
+            pub.publish(topic, encode_report_container(reports_to_records("latency", r, np.full(10, now))))
+            time.sleep(0.5)
+        stop.set()
+        th.join(timeout=10)
+        log.close()
+    from datetime import datetime
+
+    lat = sorted(
+        t - datetime.fromisoformat(k.replace("Z", "+00:00")).timestamp() for k, t in arrivals.items()
+    )
+    return {
+        "window_s": window_s,
+        "rate_reports_per_s": rate,
+        "windows": len(lat),
+        "latency_s_median": statistics.median(lat) if lat else None,
+        "latency_s_max": max(lat) if lat else None,
+        "latency_s_all": lat,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    beam_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, beam_args = argv[:i], argv[i + 1 :]
+    ap = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--d", type=int, default=1024)
+    ap.add_argument("--epsilon", type=float, default=1.0)
+    ap.add_argument("--mechanism", default="auto")
+    ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--workdir", help="keep inputs and outputs here (default: a temporary directory)")
+    ap.add_argument("--json", help="write the results to this file")
+    ap.add_argument("--streaming_latency", action="store_true", help="also measure latency on the emulator")
+    ns = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
+        work = Path(ns.workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        res = {
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "load_avg_1m": os.getloadavg()[0],
+            }
+        }
+        res.update(measure_batch(ns.n, ns.d, ns.epsilon, ns.mechanism, ns.files, work, beam_args))
+        if ns.streaming_latency:
+            res["streaming"] = measure_streaming_latency(work)
+    lines = [
+        f"n={res['n']} d={res['d']} mechanism={res['mechanism']} files={res['files']} beam_args={beam_args}",
+        f"pipeline   {res['pipeline_reports_per_s']:>12,.0f} reports/s ({res['pipeline_seconds']:.2f} s)"
+        f"  target 200,000: {'met' if res['meets_target'] else 'NOT met'}",
+        f"core       {res['core_reports_per_s']:>12,.0f} reports/s  ratio pipeline/core = {res['ratio']:.3f}",
+        f"in-process {res['inprocess_reports_per_s']:>12,.0f} reports/s  pipeline/in-process = "
+        f"{res['pipeline_vs_inprocess']:.2f}",
+        f"fastavro   {res['fastavro_reports_per_s']:>12,.0f} reports/s (decode only)  pipeline/fastavro = "
+        f"{res['pipeline_vs_fastavro_decode_only']:.2f}",
+        f"identical estimates: {res['identical']}; counts {res['counts']['read']} read, "
+        f"{res['counts']['accepted']} accepted, {res['counts']['rejected']} rejected",
+    ]
+    if "streaming" in res:
+        s = res["streaming"]
+        lines.append(
+            f"streaming latency (window end -> first estimate): median {s['latency_s_median']} s, "
+            f"max {s['latency_s_max']} s over {s['windows']} windows"
+        )
+    print("\n".join(lines))
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(res, indent=2) + "\n")
+    return res
+
+
+if __name__ == "__main__":
+    main()
