@@ -437,7 +437,8 @@ class OLH(FrequencyOracle):
     Args:
         epsilon: privacy budget.
         domain_size: ``d``.
-        g: number of hash buckets, a prime power >= 2; default :func:`default_olh_buckets`.
+        g: number of hash buckets, a prime power >= 2; default :func:`default_olh_buckets`, capped at the
+            largest prime power <= d (when e^eps + 1 > d, GRR is the better oracle anyway).
     """
 
     name = "olh"
@@ -445,7 +446,10 @@ class OLH(FrequencyOracle):
 
     def __init__(self, epsilon: float, domain_size: int, g: int | None = None) -> None:
         super().__init__(epsilon, domain_size)
-        g = default_olh_buckets(self.epsilon) if g is None else g
+        if g is None:
+            g = default_olh_buckets(self.epsilon)
+            if g > self.d:  # e^eps + 1 > d: hashing cannot help (GRR is better); keep the table small
+                g = max(q for q in range(2, self.d + 1) if prime_power(q))
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 2:
             raise ValueError(f"g must be an integer >= 2, got {g!r}")
         pk = prime_power(int(g))

@@ -317,3 +317,11 @@ def test_report_bits():
     assert OLH(1.0, 1024).report_bits == 66
     assert OUE(1.0, 1024).report_bits == 1024
     assert HadamardResponse(1.0, 1024).report_bits == 11
+
+
+def test_olh_default_g_is_capped_by_the_domain():
+    assert OLH(10.0, 4).g == 4
+    assert OLH(10.0, 6).g == 5
+    assert OLH(10.0, 1024).g == 1024  # 22027 would be pointless: capped at the largest prime power <= d
+    with pytest.raises(ValueError, match="accumulator"):
+        OLH(4.0, 10**6)  # g = 53 over a million values: refuse a 418M-cell table, suggest a power of two

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+import fastavro
 import numpy as np
 import pytest
 
@@ -29,7 +30,9 @@ from ldp.task import parse_task
 from pipelines.common import PubSubEmulator
 from transforms.records import encode_report_container, reports_to_records
 
-pytestmark = pytest.mark.skipif(not PubSubEmulator.available(), reason="Pub/Sub emulator binary not installed")
+pytestmark = pytest.mark.skipif(
+    not PubSubEmulator.available(), reason="Pub/Sub emulator binary not installed"
+)
 
 PROJECT = "ldp-test"
 WINDOW_S = 2
@@ -67,7 +70,9 @@ def test_streaming_pipeline_on_emulator(emulator, tmp_path):
     sub.create_subscription(name=subscription, topic=topic)
     sub.create_subscription(name=out_sub, topic=out_topic)
 
-    task = parse_task({"task_id": "stream", "mechanism": "olh", "epsilon": 1.0, "domain_size": 32, "n_groups": 2})
+    task = parse_task(
+        {"task_id": "stream", "mechanism": "olh", "epsilon": 1.0, "domain_size": 32, "n_groups": 2}
+    )
     task.save(tmp_path / "task.json")
     oracle = task.make_oracle()
     out = tmp_path / "out"
@@ -75,7 +80,7 @@ def test_streaming_pipeline_on_emulator(emulator, tmp_path):
         sys.executable, "-m", "pipelines.frequency", "--task", str(tmp_path / "task.json"), "--streaming",
         "--input_subscription", subscription, "--output", str(out), "--output_topic", out_topic,
         "--window_size", str(WINDOW_S), "--allowed_lateness", "30", "--accumulating",
-        "--streaming_duration", "18",
+        "--streaming_duration", "18", "--counts_window", "3", "--dead_letter_window", "3",
     ]  # fmt: skip
     log = open(tmp_path / "pipeline.log", "wb")
     proc = subprocess.Popen(cmd, env=emulator.env(), stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd())
@@ -83,15 +88,17 @@ def test_streaming_pipeline_on_emulator(emulator, tmp_path):
     sent: list[tuple[int, Reports]] = []
     try:
         time.sleep(4)
+        pub.publish(topic, b"garbage, not Avro").result()  # early, so that its windows close
         end_main = time.time() + 9
         while time.time() < end_main:  # group 0: the reports the assertions are about
             now = int(time.time() * 1000)
             reports = oracle.encode(rng.integers(0, 32, 40), rng=rng)
-            pub.publish(topic, encode_report_container(reports_to_records("stream", reports, np.full(40, now), 0)))
+            pub.publish(
+                topic, encode_report_container(reports_to_records("stream", reports, np.full(40, now), 0))
+            )
             sent.append((now, reports))
             time.sleep(0.2)
         last_main = sent[-1][0]
-        pub.publish(topic, b"garbage, not Avro").result()
         deadline = time.time() + 90
         while proc.poll() is None and time.time() < deadline:  # group 1: keep the watermark moving
             now = int(time.time() * 1000)
@@ -133,3 +140,17 @@ def test_streaming_pipeline_on_emulator(emulator, tmp_path):
         assert e["mechanism"] == "olh" and e["task_id"] == "stream"
     # the same estimates were also written as JSON Lines files, one per window and pane
     assert any(name.startswith("estimates-") and name.endswith(".jsonl") for name in os.listdir(out))
+    # counts per closed processing window: consistent, and the garbage message counted as undecodable
+    lines = []
+    for name in os.listdir(out / "counts"):
+        if name.endswith(".jsonl"):
+            lines += [json.loads(x) for x in (out / "counts" / name).read_text().splitlines()]
+    assert lines and all(c["read"] == c["accepted"] + c["rejected"] for c in lines)
+    assert sum(c.get("rejected_undecodable", 0) for c in lines) == 1
+    assert sum(c["accepted"] for c in lines) >= sum(len(r) for t, r in sent if t < last_main - 6000)
+    dead = []
+    for name in os.listdir(out / "dead_letter"):
+        if name.endswith(".avro"):
+            with open(out / "dead_letter" / name, "rb") as fh:
+                dead += list(fastavro.reader(fh))
+    assert [(d["reason"], d["raw_bytes"]) for d in dead] == [("undecodable", b"garbage, not Avro")]

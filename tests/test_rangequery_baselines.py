@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -224,7 +225,7 @@ def test_hio_lazy_path_equals_dense_path(eps):
     assert lazy.merge(g, parts).n == len(reports[g])
     # model round trip (both paths)
     for m in (m_dense, m_lazy):
-        again = model_from_dict(m.to_dict())
+        again = model_from_dict(json.loads(json.dumps(m.to_dict())))
         np.testing.assert_allclose(again.answer(qs), m.answer(qs), atol=1e-12)
 
 
@@ -245,7 +246,7 @@ def test_lhio_beats_uniform_and_roundtrips():
     q3 = random_queries([c] * d, 10, 3, 0.5, rng=rng)
     a3 = model.answer(q3)
     assert np.all((a3 >= 0) & (a3 <= 1))
-    again = model_from_dict(model.to_dict())
+    again = model_from_dict(json.loads(json.dumps(model.to_dict())))
     np.testing.assert_allclose(again.answer(qs + q3), model.answer(qs + q3), atol=1e-12)
 
 
@@ -261,7 +262,7 @@ def test_msw_on_independent_data():
     mae = np.abs(model.answer(qs) - truth).mean()
     assert mae < 0.2 * np.abs(_uni(qs, [c] * d) - truth).mean()
     assert model.answer_std(qs) is None
-    again = model_from_dict(model.to_dict())
+    again = model_from_dict(json.loads(json.dumps(model.to_dict())))
     np.testing.assert_allclose(again.answer(qs), model.answer(qs), atol=1e-12)
 
 

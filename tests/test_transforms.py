@@ -228,7 +228,7 @@ def test_teststream_fixed_windows_late_data_early_firings_empty_panes():
         (0, 0, "LATE", 7, tuple(_expected(task, oracle, [rl])["frequencies"])),
     ]
     with TestPipeline(options=_streaming_options()) as p:
-        dec = p | stream | DecodeReportMessages("stream")
+        dec = p | stream | DecodeReportMessages("stream", task)
         out = dec.records | FrequencyAggregation(task, w, "base")
         assert_that(out["estimates"] | beam.Map(_key), equal_to(want))
 

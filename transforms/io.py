@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from typing import Any
 
 import apache_beam as beam
 import fastavro
