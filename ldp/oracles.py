@@ -464,8 +464,8 @@ class OLH(FrequencyOracle):
         if cells > MAX_OLH_TABLE_CELLS:
             raise ValueError(
                 f"OLH with g = {g} on d = {self.d} needs a {cells:,}-cell accumulator (p * p^m with p = "
-                f"{self.hash.p}); pass a power-of-two g (e.g. g={1 << max(1, round(math.log2(g)))}) to keep it "
-                f"at 2 * {1 << (self.d - 1).bit_length():,} cells"
+                f"{self.hash.p}); pass a power-of-two g (e.g. g={1 << max(1, round(math.log2(g)))}) "
+                f"to keep it at 2 * {1 << (self.d - 1).bit_length():,} cells"
             )
         e = math.exp(self.epsilon)
         self.p = e / (e + self.g - 1)
