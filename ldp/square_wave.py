@@ -22,13 +22,14 @@ bin, ``v = (x + U) / c`` with ``U ~ U[0, 1)`` (``input_mode="uniform"``, the def
 paper's continuous model), or at the bin centre, ``v = (x + 1/2) / c`` (``input_mode="center"``:
 deterministic). Both satisfy eps-LDP because the SW guarantee holds for every pair of real inputs.
 
-EM resolution. The EM runs over ``c * em_resolution`` equal sub-bins of ``[0, 1]`` (the SW paper
-discretizes finely, e.g. 1024 bins) and the result is summed back to the ``c`` values. The EMS kernel
-blurs by one sub-bin per iteration, so on a coarse grid (``c = 64``) at small eps it over-smooths badly:
-measured on N(32, 8) with 166,667 reports, the mean error of length-45 range sums at eps = 0.2 is 0.19
-with resolution 1 and 0.06 with resolution 4 (0.024 vs 0.005 at eps = 1). The default resolution is
-``ceil(256 / c)`` (at least 1). The matrix of a sub-bin averages the density over the sub-bin, exactly
-(uniform input; for ``input_mode="center"`` with resolution 1 the matrix is the exact one for the centre).
+EM resolution. The EM runs over ``c * em_resolution`` equal sub-bins of ``[0, 1]`` (the SW paper treats
+values as continuous and discretizes them finely) and the result is summed back to the ``c`` values. The
+EMS kernel blurs by one sub-bin per iteration, so on a coarse grid (``c = 64``) at small eps it
+over-smooths badly: measured on N(32, 8) with 166,667 reports, the mean error of length-45 range sums at
+eps = 0.2 is 0.19 with resolution 1 and 0.06 with resolution 4 (0.024 vs 0.005 at eps = 1). The default
+resolution is ``ceil(256 / c)`` (at least 1). The matrix of a sub-bin averages the density over the
+sub-bin, exactly (uniform input; for ``input_mode="center"`` with resolution 1 the matrix is the exact one
+for the centre).
 """
 
 from __future__ import annotations
@@ -75,13 +76,14 @@ def sw_closeness(epsilon: float) -> float:
     eps = float(epsilon)
     if not (eps > 0 and math.isfinite(eps)):
         raise ValueError(f"epsilon must be a positive finite number, got {epsilon}")
-    ee = math.exp(eps)
-    # For very small eps numerator and denominator both vanish like eps^2/2 * e^eps...; use the series
-    # limit b -> 1/2 (the exact expression loses precision below ~1e-4).
-    den = 2.0 * ee * math.expm1(eps) - 2.0 * ee * eps
+    if eps > 700:
+        raise ValueError(f"epsilon {epsilon} is too large for Square Wave's closed forms (e^eps overflows)")
     if eps < 1e-4:
+        # numerator ~ eps^2 / 2 and denominator ~ eps^2 as eps -> 0: the limit is 1/2, and the exact
+        # expression loses precision to cancellation below about 1e-4.
         return 0.5
-    return (eps * ee - ee + 1.0) / den
+    ee = math.exp(eps)
+    return (eps * ee - ee + 1.0) / (2.0 * ee * (math.expm1(eps) - eps))
 
 
 def sw_densities(epsilon: float) -> tuple[float, float, float]:

@@ -212,7 +212,7 @@ def test_hio_lazy_path_equals_dense_path(eps):
     rec = _correlated(n, d, c, 0.5, rng)
     dense = HIOMechanism(eps, [c] * d, n, branching=2, dense_limit=10**6)
     lazy = HIOMechanism(eps, [c] * d, n, branching=2, dense_limit=1)
-    assert dense.group_oracle(0).hash.p == (2 if eps == 2.0 else 3)
+    assert dense.group_oracle(dense.n_groups - 1).hash.p == (2 if eps == 2.0 else 3)
     groups = dense.assign_groups(n, rng=1, balanced=True)
     reports = dense.encode(rec, rng=2, groups=groups)
     m_dense = dense.finalize(dense.accumulate(reports))
@@ -307,6 +307,8 @@ def test_stored_reports_olh_matches_oracle_olh(eps):
 
     lazy, ref = StoredReportsOLH(eps, 500), OLH(eps, 500)
     assert (lazy.g, lazy.p, lazy.q) == (ref.g, ref.p, ref.q)
+    for dom in (2, 3, 5, 6):  # small domains: both cap g at the largest prime power <= d
+        assert StoredReportsOLH(eps, dom).g == OLH(eps, dom).g
     vals = np.random.default_rng(SEEDS[8]).integers(0, 500, 3000)
     a, b = lazy.encode(vals, rng=11), ref.encode(vals, rng=11)
     np.testing.assert_array_equal(a.seeds, b.seeds)

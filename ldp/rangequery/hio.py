@@ -285,11 +285,11 @@ class StoredReportsOLH:
     """OLH over a huge domain whose accumulator is the list of reports (:class:`ReportStore`).
 
     The client side is exactly :class:`ldp.oracles.OLH`'s (same linear hash family for the domain, same
-    default ``g = default_olh_buckets(eps)``, GRR on the bucket), as are ``p = e^eps / (e^eps + g - 1)``,
-    ``q = 1 / g`` and the variance; only the accumulator differs (``OLH`` itself refuses domains whose
-    Fourier table would not fit in memory). The generic per-group accumulate code of
-    :class:`~ldp.rangequery.base.RangeMechanism` (and Beam CombineFns over it) works unchanged. Estimates are
-    per chosen cells: :meth:`support`.
+    default ``g = default_olh_buckets(eps)`` capped at the largest prime power <= d, GRR on the bucket), as
+    are ``p = e^eps / (e^eps + g - 1)``, ``q = 1 / g`` and the variance; only the accumulator differs
+    (``OLH`` itself refuses domains whose Fourier table would not fit in memory). The generic per-group
+    accumulate code of :class:`~ldp.rangequery.base.RangeMechanism` (and Beam CombineFns over it) works
+    unchanged. Estimates are per chosen cells: :meth:`support`.
     """
 
     name = "olh"
@@ -301,6 +301,8 @@ class StoredReportsOLH:
         if self.d < 1:
             raise ValueError(f"domain_size must be >= 1, got {domain_size}")
         self.g = default_olh_buckets(self.epsilon)
+        if self.g > self.d:  # the same cap as ldp.oracles.OLH: the largest prime power <= d
+            self.g = max(x for x in range(2, self.d + 1) if prime_power(x)) if self.d >= 2 else 2
         pk = prime_power(self.g)
         assert pk is not None  # default_olh_buckets returns a prime power
         self.hash = LinearHash(self.d, pk[0], pk[1])
