@@ -37,6 +37,17 @@ def _child(seq: np.random.SeedSequence, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, *key)))
 
 
+def _trials(args, sizes):
+    """Per trial: a fresh population, query workload, true answers and the seed for the mechanisms."""
+    for t, trial_seed in enumerate(np.random.SeedSequence(args.seed).spawn(args.trials)):
+        data_rng, query_rng, mech_seed = trial_seed.spawn(3)
+        records = sample_records(args.dataset, args.users, sizes, rng=np.random.default_rng(data_rng))
+        queries = random_queries(
+            sizes, args.queries, args.lam, args.volume, rng=np.random.default_rng(query_rng)
+        )
+        yield t, records, queries, true_answers(records, queries), mech_seed
+
+
 def _mae(model, queries, truth) -> float:
     return float(np.mean(np.abs(np.asarray(model.answer(queries)) - truth)))
 
@@ -45,16 +56,9 @@ def run_comparison(args) -> list[dict]:
     sizes = [args.domain] * args.attributes
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     epsilons = [float(e) for e in args.epsilons.split(",")]
-    root = np.random.SeedSequence(args.seed)
     maes: dict[tuple[str, float], list[float]] = {}
     secs: dict[tuple[str, float], float] = {}
-    for t, trial_seed in enumerate(root.spawn(args.trials)):
-        data_rng, query_rng, mech_seed = trial_seed.spawn(3)
-        records = sample_records(args.dataset, args.users, sizes, rng=np.random.default_rng(data_rng))
-        queries = random_queries(
-            sizes, args.queries, args.lam, args.volume, rng=np.random.default_rng(query_rng)
-        )
-        truth = true_answers(records, queries)
+    for t, records, queries, truth, mech_seed in _trials(args, sizes):
         for i, method in enumerate(methods):
             for j, eps in enumerate(epsilons):
                 rng = _child(mech_seed, i, j)
@@ -91,16 +95,9 @@ def run_granularity_sweep(args) -> list[dict]:
     """HDG at every power-of-two (g1, g2) with g2 <= g1 <= c vs the guideline's choice."""
     sizes = [args.domain] * args.attributes
     epsilons = [float(e) for e in args.epsilons.split(",")]
-    root = np.random.SeedSequence(args.seed)
     pows = [2**k for k in range(1, int(math.log2(args.domain)) + 1)]
     out = []
-    for t, trial_seed in enumerate(root.spawn(args.trials)):
-        data_rng, query_rng, mech_seed = trial_seed.spawn(3)
-        records = sample_records(args.dataset, args.users, sizes, rng=np.random.default_rng(data_rng))
-        queries = random_queries(
-            sizes, args.queries, args.lam, args.volume, rng=np.random.default_rng(query_rng)
-        )
-        truth = true_answers(records, queries)
+    for t, records, queries, truth, mech_seed in _trials(args, sizes):
         for j, eps in enumerate(epsilons):
             guide = make_mechanism("hdg", eps, sizes, args.users)
             g1g, g2g = guide.g1, guide.g2
