@@ -166,8 +166,9 @@ def measure_streaming_latency(
     with PubSubEmulator(log_path=str(workdir / "emulator.log")) as emu:
         os.environ["PUBSUB_EMULATOR_HOST"] = emu.host
         pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-        topic, out_topic = pub.topic_path("bench", "reports"), pub.topic_path("bench", "estimates")
-        in_sub, out_sub = sub.subscription_path("bench", "agg"), sub.subscription_path("bench", "dash")
+        topic, out_topic = pub.topic_path("ldp-bench", "reports"), pub.topic_path("ldp-bench", "estimates")
+        in_sub = sub.subscription_path("ldp-bench", "agg")
+        out_sub = sub.subscription_path("ldp-bench", "dash")
         for t in (topic, out_topic):
             pub.create_topic(name=t)
         sub.create_subscription(name=in_sub, topic=topic)

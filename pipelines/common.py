@@ -12,10 +12,34 @@ from typing import Any
 
 from ldp.task import CollectionTask, TaskError, WindowConfig, load_task
 
-__all__ = ["parse_pipeline_args", "load_task_or_exit", "window_from_flags", "parse_iso8601_ms"]
+__all__ = [
+    "parse_pipeline_args",
+    "load_task_or_exit",
+    "window_from_flags",
+    "parse_iso8601_ms",
+    "shared_flags",
+    "PubSubEmulator",
+]
 
 
-def parse_pipeline_args(argv: Sequence[str] | None, options_cls: type, description: str) -> tuple[Any, Any]:
+def shared_flags(parser):
+    """Lets several ``PipelineOptions`` subclasses declare the same flag (``--task``, ``--input``, ...).
+
+    Beam builds one argument parser from *every* ``PipelineOptions`` subclass imported in the process, so
+    two pipelines that both define ``--task`` make each other fail with "conflicting option string" as
+    soon as both modules are imported (a test run, a launcher). With argparse's ``resolve`` handler the
+    later declaration replaces the earlier one; the flags share their destination name, so every view
+    reads the same value. Call it first in ``_add_argparse_args``.
+    """
+    parser.conflict_handler = "resolve"
+    for group in getattr(parser, "_action_groups", ()):  # argparse checks conflicts per argument group
+        group.conflict_handler = "resolve"
+    return parser
+
+
+def parse_pipeline_args(
+    argv: Sequence[str] | None, options_cls: type, description: str, prog: str | None = None
+) -> tuple[Any, Any]:
     """Parses ``argv`` into Beam ``PipelineOptions`` plus the view ``options_cls``.
 
     ``-h``/``--help`` prints the pipeline's own options (and a pointer to the Beam ones) and exits.
@@ -24,6 +48,7 @@ def parse_pipeline_args(argv: Sequence[str] | None, options_cls: type, descripti
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
+        prog=prog,
         description=description,
         epilog="Any Apache Beam pipeline option is accepted as well, e.g. --runner=DirectRunner, "
         "--direct_running_mode=multi_processing --direct_num_workers=2, --runner=PortableRunner "

@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ldp.task import POSTPROCESS_METHODS
-from pipelines.common import load_task_or_exit, parse_pipeline_args, window_from_flags
+from pipelines.common import load_task_or_exit, parse_pipeline_args, shared_flags, window_from_flags
 from transforms.combine import record_to_json
 from transforms.frequency import FrequencyAggregation, WindowedCounts, format_counts, job_counts
 from transforms.io import DecodeReportMessages, ReadReportFiles, WriteCounts, WriteDeadLetters, WriteEstimates
@@ -43,6 +43,7 @@ class FrequencyOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
+        parser = shared_flags(parser)
         parser.add_argument("--task", help="collection task JSON file (required)")
         parser.add_argument("--input", help="glob of Avro report files (batch), e.g. 'DIR/*.avro'")
         parser.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
@@ -150,7 +151,9 @@ def _remove_empty_temp_dirs(output: str) -> None:
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Runs the job; returns ``{"counts": {...}, "output": OUT, "state": ...}``."""
-    options, opts = parse_pipeline_args(argv, FrequencyOptions, __doc__.split("\n")[0])
+    options, opts = parse_pipeline_args(
+        argv, FrequencyOptions, __doc__.split("\n")[0], prog="python -m pipelines.frequency"
+    )
     task = load_task_or_exit(opts.task)
     sources = [s for s in (opts.input, opts.input_subscription, opts.input_topic) if s]
     if len(sources) != 1:

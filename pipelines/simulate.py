@@ -262,10 +262,14 @@ def publish(
     message_size: int = 500,
     inject_bad: int = 0,
     clock: Any = time,
+    heartbeat: Any = None,
 ) -> dict[str, Any]:
     """Publishes ``users`` reports to ``topic`` at about ``rate`` reports/s, event time = publish time.
 
-    Creates the topic when it does not exist (useful with the emulator). Returns the truth dict.
+    Creates the topic when it does not exist (useful with the emulator). Afterwards, while the callable
+    ``heartbeat()`` returns true, publishes an empty report container every second: it carries no report
+    but lets a DirectRunner streaming job, whose Pub/Sub watermark moves only when a pull returns, close
+    its last windows. Returns the truth dict.
     """
     from google.api_core import exceptions as gexc
     from google.cloud import pubsub_v1
@@ -302,6 +306,11 @@ def publish(
         futures.append(publisher.publish(topic, b"not avro", event_time=str(now)))
     for f in futures:
         f.result(timeout=60)
+    while heartbeat is not None and heartbeat():
+        publisher.publish(
+            topic, encode_report_container([]), event_time=str(int(clock.time() * 1000))
+        ).result()
+        clock.sleep(1.0)
     counts = np.bincount(values, minlength=oracle.d)
     return {
         "task_id": task.task_id,

@@ -26,6 +26,7 @@ __all__ = [
     "NAMESPACE",
     "SCHEMA_NAMES",
     "load_schema",
+    "available_schemas",
     "parsed_schema",
     "report_schema",
     "estimate_schema",
@@ -38,10 +39,20 @@ NAMESPACE = "org.ldpbeam.v1"
 SCHEMA_NAMES = ("report", "estimate", "dead_letter")
 
 
+def available_schemas() -> tuple[str, ...]:
+    """Names of every ``.avsc`` file shipped in this package (the core three plus those of later jobs)."""
+    return tuple(
+        sorted(
+            p.name[: -len(".avsc")] for p in resources.files(__name__).iterdir() if p.name.endswith(".avsc")
+        )
+    )
+
+
 def load_schema(name: str) -> dict[str, Any]:
-    """The JSON of schema ``name`` (one of :data:`SCHEMA_NAMES`) as a fresh dict."""
-    if name not in SCHEMA_NAMES:
-        raise ValueError(f"unknown schema {name!r}; expected one of {SCHEMA_NAMES}")
+    """The JSON of schema ``name`` (one of :func:`available_schemas`, e.g. :data:`SCHEMA_NAMES`) as a fresh
+    dict."""
+    if not isinstance(name, str) or name not in available_schemas():
+        raise ValueError(f"unknown schema {name!r}; expected one of {available_schemas()}")
     text = resources.files(__name__).joinpath(f"{name}.avsc").read_text(encoding="utf-8")
     return json.loads(text)
 

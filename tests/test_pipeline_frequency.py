@@ -185,3 +185,33 @@ def test_cli_help_and_bad_arguments(tmp_path):
                 str(tmp_path),
             ]
         )
+
+
+def test_demo_beam_runs(tmp_path, capsys):
+    from pipelines import demo_beam
+
+    out = demo_beam.run(
+        [
+            "--users",
+            "20000",
+            "--domain",
+            "64",
+            "--workdir",
+            str(tmp_path),
+            "--top",
+            "5",
+            "--inject_bad",
+            "1",
+            "--files",
+            "2",
+        ]
+    )
+    text = capsys.readouterr().out
+    assert "full-domain MSE (base)" in text and "95% CI" in text and "norm-sub" in text
+    c = out["counts"]
+    assert (
+        c["accepted"] == 20_000
+        and c["read"] == c["accepted"] + c["rejected"]
+        and c["rejected_undecodable"] == 1
+    )
+    assert out["mse_norm-sub"] < out["mse_base"]

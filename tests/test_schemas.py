@@ -19,6 +19,13 @@ def test_schema_parses_with_namespace(name):
     assert schemas.load_schema(name) is not raw  # fresh copies, the cache is not handed out for mutation
 
 
+def test_every_shipped_schema_parses():
+    names = schemas.available_schemas()
+    assert set(schemas.SCHEMA_NAMES) <= set(names)
+    for name in names:  # schemas added by later jobs are checked too
+        assert schemas.parsed_schema(name)["type"] == "record"
+
+
 def test_unknown_schema_name():
     with pytest.raises(ValueError, match="unknown schema"):
         schemas.load_schema("nope")

@@ -8,6 +8,7 @@ Everything here is exact, not statistical: the pipeline must give the same numbe
 from __future__ import annotations
 
 import io
+import os
 
 import apache_beam as beam
 import fastavro
@@ -370,3 +371,35 @@ def test_fast_decoder_declines_foreign_blocks():
         b"\x80\x01",
         b"\xff" * 9 + b"\x01",
     ]
+
+
+def test_read_report_files_truncated_file_keeps_earlier_blocks(tmp_path):
+    """A file cut inside its third block: the first two blocks' reports are read, the rest of the file is
+    one ``undecodable`` dead letter, and a wholly foreign file is another."""
+    from transforms.io import ReadReportFiles
+
+    task = _task("olh", d=16)
+    oracle = task.make_oracle()
+    rng = _rng(10)
+    recs = reports_to_records(
+        task.task_id, oracle.encode(rng.integers(0, 16, 3000), rng=rng), np.full(3000, 10**12)
+    )
+    data = _container(recs, sync_interval=20_000)
+    blocks = list(fastavro.block_reader(io.BytesIO(data)))
+    assert len(blocks) >= 3
+    first_two = blocks[0].num_records + blocks[1].num_records
+    cut = blocks[2].offset + 40
+    (tmp_path / "a.avro").write_bytes(data[:cut])
+    (tmp_path / "b.avro").write_bytes(b"PK\x03\x04 not avro at all")
+    with TestPipeline() as p:
+        out = p | ReadReportFiles(str(tmp_path / "*.avro"), batch_size=1 << 20, task=task)
+        assert_that(
+            out.records | beam.Map(lambda e: len(e[1])) | beam.CombineGlobally(sum),
+            equal_to([first_two]),
+            label="records",
+        )
+        assert_that(
+            out.dead_letter | beam.Map(lambda d: (d["reason"], os.path.basename(d["source"]))),
+            equal_to([("undecodable", "a.avro"), ("undecodable", "b.avro")]),
+            label="dead",
+        )

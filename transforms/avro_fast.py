@@ -274,33 +274,43 @@ def iter_report_batches(
     recs: list[Any] = []
     n_cols = 0
     fast: bool | None = None
-    for block in fastavro.block_reader(fo):
-        if fast is None:
-            fast = task_id is not None and is_report_schema(block.writer_schema)
-        cb = None
-        if fast:
-            cb = decode_block(
-                block.bytes_.getvalue(), block.num_records, task_id, bits_len=bits_len, items_len=items_len
-            )
-        if cb is not None:
-            if recs:
-                yield recs
-                recs = []
-            cols.append(cb)
-            n_cols += len(cb)
-            if n_cols >= batch_size:
-                yield ColumnBatch.concat(cols)
-                cols, n_cols = [], 0
-        else:
-            if cols:
-                yield ColumnBatch.concat(cols)
-                cols, n_cols = [], 0
-            block.bytes_.seek(0)
-            recs.extend(block)
-            if len(recs) >= batch_size:
-                yield recs
-                recs = []
+    error: Exception | None = None
+    try:
+        for block in fastavro.block_reader(fo):
+            if fast is None:
+                fast = task_id is not None and is_report_schema(block.writer_schema)
+            cb = None
+            if fast:
+                cb = decode_block(
+                    block.bytes_.getvalue(),
+                    block.num_records,
+                    task_id,
+                    bits_len=bits_len,
+                    items_len=items_len,
+                )
+            if cb is not None:
+                if recs:
+                    yield recs
+                    recs = []
+                cols.append(cb)
+                n_cols += len(cb)
+                if n_cols >= batch_size:
+                    yield ColumnBatch.concat(cols)
+                    cols, n_cols = [], 0
+            else:
+                if cols:
+                    yield ColumnBatch.concat(cols)
+                    cols, n_cols = [], 0
+                block.bytes_.seek(0)
+                recs.extend(block)
+                if len(recs) >= batch_size:
+                    yield recs
+                    recs = []
+    except Exception as exc:  # noqa: BLE001 - re-raised below, after the batches decoded so far
+        error = exc
     if cols:
         yield ColumnBatch.concat(cols)
     if recs:
         yield recs
+    if error is not None:
+        raise error

@@ -89,12 +89,18 @@ class ValidateReports(beam.PTransform):
         )
 
 
+def _whole_seconds(x: float) -> int:
+    """Processing-time delays go into the runner API as integer milliseconds of an integer second count
+    (``AfterProcessingTime(2.5)`` fails to translate), so early firings are rounded to whole seconds >= 1."""
+    return max(1, int(round(x)))
+
+
 class WindowReports(beam.PTransform):
     """Event-time windows from a :class:`~ldp.task.WindowConfig`.
 
     * ``size_s`` None: one global window (with ``early_firing_s``: repeated processing-time panes);
     * ``period_s`` None: fixed windows, else sliding windows;
-    * ``early_firing_s``: early panes every so many seconds of processing time, then the on-time pane,
+    * ``early_firing_s``: early panes every so many (whole) seconds of processing time, then the on-time pane,
       then one late pane per late batch within ``allowed_lateness_s``;
     * ``accumulating``: panes are cumulative.
     """
@@ -111,11 +117,13 @@ class WindowReports(beam.PTransform):
                 return pcoll | "Global" >> beam.WindowInto(bw.GlobalWindows())
             return pcoll | "Global" >> beam.WindowInto(
                 bw.GlobalWindows(),
-                trigger=tr.Repeatedly(tr.AfterProcessingTime(w.early_firing_s)),
+                trigger=tr.Repeatedly(tr.AfterProcessingTime(_whole_seconds(w.early_firing_s))),
                 accumulation_mode=mode,
             )
         fn = bw.FixedWindows(w.size_s) if w.period_s is None else bw.SlidingWindows(w.size_s, w.period_s)
-        early = tr.AfterProcessingTime(w.early_firing_s) if w.early_firing_s is not None else None
+        early = (
+            tr.AfterProcessingTime(_whole_seconds(w.early_firing_s)) if w.early_firing_s is not None else None
+        )
         trigger = tr.AfterWatermark(early=early, late=tr.AfterCount(1) if w.allowed_lateness_s > 0 else None)
         return pcoll | "Windows" >> beam.WindowInto(
             fn,

@@ -1,0 +1,273 @@
+"""The Beam demo: simulate clients, run the frequency pipeline, compare with the truth.
+
+Batch (default; what ``run_local.sh`` runs)::
+
+    python -m pipelines.demo_beam [--users 1000000] [--mechanism auto] [--epsilon 1] [--domain 1024]
+        [--dataset zipf] [--seed 2026] [--workdir out/beam-demo] [--top 20] [--inject_bad 2]
+        [-- BEAM ARGS, e.g. --direct_running_mode=multi_processing --direct_num_workers=2]
+
+1. writes the collection task ``WORKDIR/task.json`` (``auto`` resolves to the lowest-variance oracle);
+2. simulates the users into ``WORKDIR/reports/*.avro`` (plus a few bad records of every kind and one
+   undecodable file, to show the dead-letter path) with ``pipelines.simulate``;
+3. runs ``pipelines.frequency`` on the DirectRunner (``--postprocess base``, then ``norm-sub``);
+4. prints the top values (truth, estimate, 95% CI), the full-domain MSE against the closed-form variance,
+   Norm-Sub's MSE, and the read / accepted / rejected counts (per reason).
+
+Streaming (``--streaming``): starts the Pub/Sub emulator on 127.0.0.1, runs the streaming pipeline with
+5-second windows, early panes every 2 s, 10 s of allowed lateness and accumulating (cumulative) panes,
+publishes the users at ``--rate`` reports/s, prints each window's panes as they arrive on the output
+topic, and stops the emulator by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ldp.task import parse_task
+
+__all__ = ["run"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m pipelines.demo_beam", description=__doc__.split("\n")[0])
+    ap.add_argument("--users", type=int, default=1_000_000)
+    ap.add_argument("--mechanism", default="auto")
+    ap.add_argument("--epsilon", type=float, default=1.0)
+    ap.add_argument("--domain", type=int, default=1024)
+    ap.add_argument("--dataset", default="zipf")
+    ap.add_argument("--seed", type=int, default=2026, help="simulation seed (real clients use OS entropy)")
+    ap.add_argument("--workdir", default="out/beam-demo")
+    ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--files", type=int, default=4)
+    ap.add_argument(
+        "--inject_bad", type=int, default=2, help="bad records of every kind mixed into the input"
+    )
+    ap.add_argument(
+        "--compare", default="norm-sub", help="second post-processing method to run ('none': skip)"
+    )
+    ap.add_argument("--streaming", action="store_true", help="streaming demo on the Pub/Sub emulator")
+    ap.add_argument("--rate", type=float, default=10_000.0, help="streaming: reports per second")
+    ap.add_argument("--window_size", type=float, default=5.0, help="streaming: window length in seconds")
+    return ap
+
+
+def _read_estimates(out: Path) -> list[dict[str, Any]]:
+    rows = []
+    for f in sorted(glob.glob(str(out / "estimates-*.jsonl"))):
+        with open(f, encoding="utf-8") as fh:
+            rows += [json.loads(line) for line in fh]
+    return rows
+
+
+def run_batch(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
+    from pipelines import frequency, simulate
+
+    work = Path(ns.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    task = parse_task(
+        {"task_id": "beam-demo", "mechanism": ns.mechanism, "epsilon": ns.epsilon, "domain_size": ns.domain}
+    )
+    task.save(work / "task.json")
+    oracle = task.make_oracle()
+    print(
+        f"task {work / 'task.json'}: mechanism {ns.mechanism} -> {oracle!r}, {oracle.report_bits} bits/report"
+    )
+    t0 = time.perf_counter()
+    truth = simulate.simulate_files(
+        task, ns.users, ns.dataset, work / "reports", seed=ns.seed, files=ns.files, inject_bad=ns.inject_bad
+    )
+    t1 = time.perf_counter()
+    print(f"simulated {ns.users:,} users ({ns.dataset}) into {ns.files} Avro files in {t1 - t0:.1f} s")
+    f_true = np.asarray(truth["frequencies"])
+    results = {}
+    methods = ["base"] + ([ns.compare] if ns.compare and ns.compare not in ("none", "base") else [])
+    for method in methods:
+        out = work / f"out-{method}"
+        argv = [
+            "--task",
+            str(work / "task.json"),
+            "--input",
+            str(work / "reports" / "*.avro"),
+            "--output",
+            str(out),
+            "--postprocess",
+            method,
+            *beam_args,
+        ]
+        summary = frequency.run(argv)
+        (est,) = _read_estimates(out)
+        results[method] = (summary, est)
+        print(
+            f"pipeline --postprocess {method}: {summary['seconds']:.1f} s "
+            f"({ns.users / summary['seconds']:,.0f} reports/s), output {out}/"
+        )
+
+    summary, est = results["base"]
+    f = np.asarray(est["frequencies"])
+    std = np.asarray(est["std"])
+    lo, hi = f - 1.959964 * std, f + 1.959964 * std
+    top = np.argsort(-f_true, kind="stable")[: ns.top]
+    print(f"\ntop {ns.top} values by true frequency ({est['n_reports']:,} reports, {est['mechanism']}):")
+    print(f"{'value':>6} {'truth':>9} {'estimate':>9} {'95% CI':>21}  in CI")
+    for v in top:
+        inside = "yes" if lo[v] <= f_true[v] <= hi[v] else "no"
+        print(f"{v:>6} {f_true[v]:>9.5f} {f[v]:>9.5f} [{lo[v]:>9.5f},{hi[v]:>9.5f}]  {inside}")
+    mse = float(np.mean((f - f_true) ** 2))
+    closed = float(np.mean(oracle.variance(est["n_reports"], f_true)))
+    coverage = float(np.mean((lo <= f_true) & (f_true <= hi)))
+    print(
+        f"\nfull-domain MSE (base): {mse:.3e}   closed-form variance: {closed:.3e}   ratio {mse / closed:.3f}"
+    )
+    out = {
+        "mse_base": mse,
+        "closed_form": closed,
+        "coverage": coverage,
+        "counts": summary["counts"],
+        "mechanism": est["mechanism"],
+    }
+    if len(methods) > 1:
+        m2 = methods[1]
+        f2 = np.asarray(results[m2][1]["frequencies"])
+        mse2 = float(np.mean((f2 - f_true) ** 2))
+        print(f"full-domain MSE ({m2}): {mse2:.3e}   ({mse / mse2:.1f}x lower than base)")
+        out["mse_" + m2] = mse2
+    print(f"95% CI coverage over the domain: {coverage:.3f}")
+    c = summary["counts"]
+    reasons = ", ".join(f"{k[9:]}={v}" for k, v in sorted(c.items()) if k.startswith("rejected_") and v)
+    print(
+        f"reports read {c['read']:,}, accepted {c['accepted']:,}, rejected {c['rejected']:,}"
+        + (f" ({reasons}); dead letters in {work / 'out-base' / 'dead_letter'}/" if reasons else "")
+    )
+    assert c["read"] == c["accepted"] + c["rejected"]
+    return out
+
+
+def run_streaming(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
+    from google.cloud import pubsub_v1
+
+    from pipelines.common import PubSubEmulator
+    from pipelines.simulate import publish
+
+    work = Path(ns.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    task = parse_task(
+        {
+            "task_id": "beam-demo-stream",
+            "mechanism": ns.mechanism,
+            "epsilon": ns.epsilon,
+            "domain_size": ns.domain,
+        }
+    )
+    task.save(work / "stream-task.json")
+    if not PubSubEmulator.available():
+        raise SystemExit(
+            f"Pub/Sub emulator not found at {PubSubEmulator.DEFAULT_BINARY} (set PUBSUB_EMULATOR_BIN)"
+        )
+    with PubSubEmulator(log_path=str(work / "emulator.log")) as emu:
+        os.environ["PUBSUB_EMULATOR_HOST"] = emu.host
+        print(f"Pub/Sub emulator on {emu.host} (pid {emu.proc.pid})")
+        pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        topic, out_topic = pub.topic_path("ldp-demo", "reports"), pub.topic_path("ldp-demo", "estimates")
+        in_sub, out_sub = (
+            sub.subscription_path("ldp-demo", "aggregator"),
+            sub.subscription_path("ldp-demo", "dashboard"),
+        )
+        for t in (topic, out_topic):
+            pub.create_topic(name=t)
+        sub.create_subscription(name=in_sub, topic=topic)
+        sub.create_subscription(name=out_sub, topic=out_topic)
+        duration = ns.users / ns.rate
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipelines.frequency",
+            "--task",
+            str(work / "stream-task.json"),
+            "--streaming",
+            "--input_subscription",
+            in_sub,
+            "--output",
+            str(work / "stream-out"),
+            "--output_topic",
+            out_topic,
+            "--window_size",
+            str(ns.window_size),
+            "--early_firing",
+            "2",
+            "--allowed_lateness",
+            "10",
+            "--accumulating",
+            "--streaming_duration",
+            str(duration + 2 * ns.window_size + 15),
+            "--counts_window",
+            str(ns.window_size),
+            "--dead_letter_window",
+            str(ns.window_size),
+            *beam_args,
+        ]
+        log = open(work / "stream-pipeline.log", "wb")
+        proc = subprocess.Popen(cmd, env=emu.env(), stdout=log, stderr=subprocess.STDOUT)
+        stop = threading.Event()
+
+        def show():
+            while not stop.is_set():
+                resp = sub.pull(subscription=out_sub, max_messages=100, timeout=2)
+                for m in resp.received_messages:
+                    e = json.loads(m.message.data)
+                    top = np.argsort(-np.asarray(e["frequencies"]))[:3]
+                    print(
+                        f"  window {e['window_start']} .. {e['window_end'][11:]} {e['pane_timing']:<7} "
+                        f"n={e['n_reports']:>7,}  top values {top.tolist()}",
+                        flush=True,
+                    )
+                if resp.received_messages:
+                    sub.acknowledge(subscription=out_sub, ack_ids=[m.ack_id for m in resp.received_messages])
+
+        th = threading.Thread(target=show, daemon=True)
+        th.start()
+        time.sleep(5)
+        print(f"publishing {ns.users:,} reports at {ns.rate:,.0f}/s ...", flush=True)
+        publish(
+            task,
+            ns.users,
+            ns.dataset,
+            topic,
+            seed=ns.seed,
+            rate=ns.rate,
+            inject_bad=ns.inject_bad,
+            message_size=1000,
+            heartbeat=lambda: proc.poll() is None,
+        )
+        proc.wait()
+        stop.set()
+        th.join(timeout=10)
+        log.close()
+        for line in (work / "stream-pipeline.log").read_text().strip().splitlines()[-2:]:
+            print(line)
+        print(f"outputs in {work / 'stream-out'}/ (estimates-*.jsonl/.avro, counts/, dead_letter/)")
+    return {"returncode": proc.returncode}
+
+
+def run(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    beam_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, beam_args = argv[:i], argv[i + 1 :]
+    ns = _parser().parse_args(argv)
+    return run_streaming(ns, beam_args) if ns.streaming else run_batch(ns, beam_args)
+
+
+if __name__ == "__main__":
+    run()
