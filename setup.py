@@ -25,7 +25,9 @@ setup(
     version="0.1.0",
     description="Local differential privacy analytics on Apache Beam",
     python_requires=">=3.10",
-    packages=find_packages(include=["ldp*", "transforms*", "pipelines*", "schemas*", "bench*", "experiments*"]),
+    packages=find_packages(
+        include=["ldp*", "transforms*", "pipelines*", "schemas*", "bench*", "experiments*"]
+    ),
     package_data={"schemas": ["*.avsc"]},
     include_package_data=True,
     install_requires=RUNTIME,
