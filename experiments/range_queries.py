@@ -32,6 +32,28 @@ from ldp.rangequery.registry import make_mechanism
 ALL_METHODS = ("hdg", "tdg", "calm", "lhio", "hio", "msw", "uni")
 
 
+def parse_method_spec(spec: str) -> tuple[str, dict]:
+    """``"msw@em_resolution=1,x=0.5"`` -> ``("msw", {"em_resolution": 1, "x": 0.5})`` (method variants)."""
+    name, _, rest = spec.partition("@")
+    options: dict = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise ValueError(f"bad method option {item!r} in {spec!r}: expected KEY=VALUE")
+        low = raw.lower()
+        if low in ("true", "false"):
+            options[key] = low == "true"
+        else:
+            try:
+                options[key] = int(raw)
+            except ValueError:
+                try:
+                    options[key] = float(raw)
+                except ValueError:
+                    options[key] = raw
+    return name.strip(), options
+
+
 def _child(seq: np.random.SeedSequence, *key: int) -> np.random.Generator:
     """A generator for one (method, epsilon, ...) cell, reproducible from the run's seed."""
     return np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, *key)))
@@ -54,7 +76,7 @@ def _mae(model, queries, truth) -> float:
 
 def run_comparison(args) -> list[dict]:
     sizes = [args.domain] * args.attributes
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = [m.strip() for m in args.methods.split(";" if "@" in args.methods else ",") if m.strip()]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     maes: dict[tuple[str, float], list[float]] = {}
     secs: dict[tuple[str, float], float] = {}
@@ -63,7 +85,8 @@ def run_comparison(args) -> list[dict]:
             for j, eps in enumerate(epsilons):
                 rng = _child(mech_seed, i, j)
                 t0 = time.perf_counter()
-                mech = make_mechanism(method, eps, sizes, args.users)
+                name, options = parse_method_spec(method)
+                mech = make_mechanism(name, eps, sizes, args.users, **options)
                 mae = _mae(mech.fit(records, rng=rng), queries, truth)
                 dt = time.perf_counter() - t0
                 maes.setdefault((method, eps), []).append(mae)
@@ -157,7 +180,7 @@ def plot(records: list[dict], path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    methods = [m for m in ALL_METHODS if any(r["method"] == m for r in records)]
+    methods = list(dict.fromkeys(r["method"] for r in records))
     for m in methods:
         rows = sorted((r for r in records if r["method"] == m), key=lambda r: r["epsilon"])
         ax.plot([r["epsilon"] for r in rows], [r["mae"] for r in rows], marker="o", label=m.upper())
@@ -181,7 +204,12 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--lambda", dest="lam", type=int, default=2)
     ap.add_argument("--volume", type=float, default=0.5)
     ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--methods", default=",".join(ALL_METHODS))
+    ap.add_argument(
+        "--methods",
+        default=",".join(ALL_METHODS),
+        help="comma-separated methods; variants as METHOD@KEY=VALUE[,KEY=VALUE] separated by ';' "
+        "(e.g. 'hdg;msw@em_resolution=1')",
+    )
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--granularity-sweep", action="store_true", help="HDG (g1, g2) sweep vs the guideline")
