@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's two entry points (see README "Quick start"):
-#   ./run_local.sh           run the main job end to end on an embedded default population
+#   ./run_local.sh           run the main job (Beam, DirectRunner) end to end on an embedded default population
 #   ./run_local.sh test      run the whole test suite (what CI runs)
+# Also: ./run_local.sh streaming (Pub/Sub emulator demo), ./run_local.sh core (numpy-only demo).
 # Both create or refresh the virtual environment .venv first.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -19,10 +20,21 @@ case "${1:-demo}" in
     ;;
   demo)
     [ $# -gt 0 ] && shift
+    # Beam batch job on the DirectRunner: default task (auto mechanism, epsilon 1, d 1024), 1,000,000 users
+    exec "$py" -m pipelines.demo_beam "$@"
+    ;;
+  streaming)
+    shift
+    # Streaming demo against the Pub/Sub emulator (started on 127.0.0.1, stopped by PID)
+    exec "$py" -m pipelines.demo_beam --streaming --users 100000 "$@"
+    ;;
+  core)
+    shift
+    # The same population through the numpy core only (no Beam)
     exec "$py" -m pipelines.demo "$@"
     ;;
   *)
-    echo "usage: ./run_local.sh [demo [ARGS...] | test [PYTEST ARGS...]]" >&2
+    echo "usage: ./run_local.sh [demo [ARGS...] | streaming [ARGS...] | core [ARGS...] | test [PYTEST ARGS...]]" >&2
     exit 2
     ;;
 esac
