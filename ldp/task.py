@@ -95,6 +95,10 @@ _TOP_KEYS = (
     "params",
     "window",
     "attributes",
+    # multi-attribute (range-query) tasks; validated by ldp.rangequery.registry
+    "expected_users",
+    "granularity",
+    "options",
 )
 _MAX_GROUPS = 1 << 31
 
@@ -385,6 +389,8 @@ def parse_task(obj: Any, *, source: str = "task") -> CollectionTask:
 
     if multi:
         _check_multi_attribute(obj, problems)
+        if mechanism not in _VALIDATORS:
+            import ldp.rangequery.registry  # noqa: F401  (registers the range-query task checks)
         validator = _VALIDATORS.get(mechanism)
         if validator is not None:
             validator(obj, problems)

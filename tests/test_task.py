@@ -109,7 +109,10 @@ def test_multi_attribute_extension_point():
     with pytest.raises(T.TaskError, match="attributes"):
         T.parse_task(base)
     attrs = [{"name": "age", "domain_size": 64}, {"name": "income", "domain_size": 64}]
-    t = T.parse_task({**base, "attributes": attrs, "params": {"g1": 8}})
+    # the range-query registry checks the rest (expected_users is required for the granularity guideline)
+    with pytest.raises(T.TaskError, match="expected_users"):
+        T.parse_task({**base, "attributes": attrs})
+    t = T.parse_task({**base, "attributes": attrs, "params": {"g1": 8}, "expected_users": 1000})
     assert t.is_multi_attribute and [a.name for a in t.attributes] == ["age", "income"]
     with pytest.raises(ValueError, match="not a frequency oracle"):
         t.make_oracle()

@@ -170,3 +170,21 @@ def mechanism_from_task(obj: Mapping[str, Any] | RangeTask) -> RangeMechanism:
     """Parses a task (if needed) and builds its mechanism."""
     task = obj if isinstance(obj, RangeTask) else parse_task(obj)
     return task.make_mechanism()
+
+
+def _task_validator(obj: Mapping[str, Any], problems: list[str]) -> None:
+    """``ldp.task`` hook: a multi-attribute task is valid when :func:`parse_task` accepts it."""
+    try:
+        parse_task(obj)
+    except ValueError as exc:
+        problems.append(str(exc))
+
+
+def _register_task_checks() -> None:
+    from ldp.task import register_mechanism
+
+    for name in _METHODS:
+        register_mechanism(name, _task_validator)
+
+
+_register_task_checks()
