@@ -403,3 +403,24 @@ def test_read_report_files_truncated_file_keeps_earlier_blocks(tmp_path):
             equal_to([("undecodable", "a.avro"), ("undecodable", "b.avro")]),
             label="dead",
         )
+
+
+def test_batch_job_ignores_early_firings(tmp_path):
+    """A task's early_firing_s is a streaming feature: a bounded (batch) job must run, with final panes."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from ldp.task import WindowConfig
+    from transforms.frequency import WindowReports
+
+    cfg = WindowConfig(size_s=60.0, early_firing_s=10.0, allowed_lateness_s=30.0)
+    with TestPipeline() as p:
+        out = (
+            p
+            | beam.Create([("k", 1), ("k", 2), ("k", 3)])
+            | beam.Map(lambda kv: beam.window.TimestampedValue(kv, 5))
+            | WindowReports(cfg)
+            | beam.CombinePerKey(sum)
+        )
+        assert_that(out, equal_to([("k", 6)]), label="one final pane")

@@ -17,6 +17,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.transforms import trigger as tr
 from apache_beam.transforms import window as bw
 from apache_beam.utils.timestamp import Duration
@@ -111,6 +112,12 @@ class WindowReports(beam.PTransform):
 
     def expand(self, pcoll):
         w = self.window
+        options = pcoll.pipeline.options if pcoll.pipeline is not None else None
+        streaming = options is None or bool(options.view_as(StandardOptions).streaming)
+        if w.early_firing_s is not None and not streaming:
+            # Processing-time (early) panes only exist in streaming; a bounded job's panes are final anyway,
+            # and batch runners cannot drive processing-time triggers.
+            w = dataclasses.replace(w, early_firing_s=None)
         mode = tr.AccumulationMode.ACCUMULATING if w.accumulating else tr.AccumulationMode.DISCARDING
         if w.size_s is None:
             if w.early_firing_s is None:
