@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ldp.task import CollectionTask, TaskError, WindowConfig, load_task
+from transforms.records import PAYLOAD_FIELDS
 
 __all__ = [
     "parse_pipeline_args",
@@ -190,3 +191,39 @@ class PubSubEmulator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def bad_report_variants(
+    good: Sequence[dict[str, Any]], *, task_id: str, schema_version: int, n_groups: int, oracle: Any
+) -> dict[str, list[dict[str, Any]]]:
+    """Every kind of bad report the report schema can carry, made from valid records ``good`` of one
+    group, keyed by the dead-letter reason the aggregator must give (simulators' ``--inject_bad``).
+
+    Kinds: another task, an unknown schema version, a group outside ``[0, n_groups)``, each payload
+    field the oracle uses missing, payloads outside the oracle's output domain, and a payload field the
+    oracle does not use.
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+
+    def variant(reason: str, **changes: Any) -> None:
+        out.setdefault(reason, []).extend({**r, **changes} for r in good)
+
+    variant("wrong_task", task_id=task_id + "-other")
+    variant("wrong_schema_version", schema_version=schema_version + 1)
+    variant("invalid_group", group=n_groups)
+    used = tuple(getattr(oracle, "report_fields", ("values",)))
+    for field in used:
+        variant("missing_field", **{PAYLOAD_FIELDS[field]: None})
+    if "values" in used:
+        top = getattr(oracle, "g", None) or getattr(oracle, "K", None) or getattr(oracle, "d", None) or 1
+        variant("out_of_domain", value=int(top))
+    if "bits" in used:
+        variant("invalid_payload", bits=bytes(int(getattr(oracle, "nbytes", 1)) + 1))  # one byte too long
+    if "items" in used:
+        variant("out_of_domain", items=[oracle.d] * int(getattr(oracle, "k", 1)))
+    if "reals" in used:
+        variant("out_of_domain", reals=[1.0e6])
+    unused = [name for field, name in PAYLOAD_FIELDS.items() if field not in used]
+    example = {"value": 1, "seed": 1, "bits": b"\x01", "items": [0], "reals": [0.5]}
+    variant("invalid_payload", **{unused[0]: example[unused[0]]})
+    return out

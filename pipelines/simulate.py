@@ -39,7 +39,8 @@ import numpy as np
 import schemas
 from ldp.datasets import iter_population
 from ldp.task import CollectionTask
-from pipelines.common import load_task_or_exit, parse_iso8601_ms
+from pipelines.common import bad_report_variants, load_task_or_exit, parse_iso8601_ms
+from transforms.avro_fast import write_reports
 from transforms.records import encode_report_container, reports_to_records, write_report_file
 
 __all__ = ["run", "simulate_files", "bad_records", "publish"]
@@ -116,14 +117,16 @@ def simulate_files(
             m = len(values)
             counts += np.bincount(values, minlength=d)
             reports = oracle.encode(values, rng=r_enc)
-            groups = r_grp.integers(0, task.n_groups, m) if task.n_groups > 1 else 0
-            recs = reports_to_records(task.task_id, reports, times[done : done + m], groups)
+            groups = r_grp.integers(0, task.n_groups, m) if task.n_groups > 1 else np.zeros(m, np.int64)
             # users [done, done + m) go to the files whose slices they overlap
             for k in range(files):
                 lo, hi = max(bounds[k], done), min(bounds[k + 1], done + m)
                 if lo < hi:
-                    for r in recs[lo - done : hi - done]:
-                        writers[k].write(r)
+                    rows = slice(lo - done, hi - done)
+                    write_reports(
+                        handles[k], writers[k], task.task_id, reports.take(rows), times[lo:hi], groups[rows],
+                        task.schema_version, codec,
+                    )
             done += m
         for w in writers:
             w.flush()
@@ -157,39 +160,9 @@ def bad_records(
     good = reports_to_records(
         task.task_id, oracle.encode(rng.integers(0, oracle.d, k), rng=rng), np.full(k, start_ms), 0
     )
-    out: dict[str, list[dict[str, Any]]] = {}
-
-    def variant(reason: str, **changes: Any) -> None:
-        out.setdefault(reason, []).extend({**r, **changes} for r in good)
-
-    variant("wrong_task", task_id=task.task_id + "-other")
-    variant("wrong_schema_version", schema_version=task.schema_version + 1)
-    variant("invalid_group", group=task.n_groups)
-    used = set(oracle.report_fields)
-    if "values" in used:
-        variant("missing_field", value=None)
-        hi = getattr(oracle, "g", None) or getattr(oracle, "K", None) or oracle.d
-        variant("out_of_domain", value=int(hi))
-    if "seeds" in used:
-        variant("missing_field", seed=None)
-    if "bits" in used:
-        variant("missing_field", bits=None)
-        variant("invalid_payload", bits=b"\x00")
-    if "items" in used:
-        variant("missing_field", items=None)
-        variant("out_of_domain", items=[oracle.d] * int(getattr(oracle, "k", 1)))
-    unused = [
-        f
-        for f in ("value", "seed", "bits", "items", "reals")
-        if {"value": "values", "seed": "seeds"}.get(f, f) not in used
-    ]
-    if unused:
-        f = unused[0]
-        variant(
-            "invalid_payload",
-            **{f: {"value": 1, "seed": 1, "bits": b"\x01", "items": [0], "reals": [0.5]}[f]},
-        )
-    return out
+    return bad_report_variants(
+        good, task_id=task.task_id, schema_version=task.schema_version, n_groups=task.n_groups, oracle=oracle
+    )
 
 
 def bad_records_other_schema(

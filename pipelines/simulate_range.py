@@ -31,8 +31,8 @@ Generation is vectorized: records from :func:`ldp.datasets_multi.sample_records`
 ``mechanism.assign_groups``, reports from ``mechanism.encode`` (numpy per group), with one
 ``numpy.random.SeedSequence`` (``--seed``) spawning independent generators for records, groups, reports and
 event times. Avro blocks (one group each, up to 32,768 reports) are encoded with numpy by
-:func:`encode_report_block`, byte-identical to fastavro's encoding (payloads with ``bits`` or ``items`` go
-through fastavro): 1,000,000 HDG users (d = 6) in about 2 s.
+:func:`transforms.avro_fast.encode_report_block`, byte-identical to fastavro's encoding (payloads with
+``bits`` or ``items`` go through fastavro): 1,000,000 HDG users (d = 6) in about 2 s.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import argparse
 import json
 import sys
 import time
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,9 +52,9 @@ import schemas
 from ldp.datasets_multi import sample_records
 from ldp.rangequery.base import RangeMechanism
 from ldp.rangequery.registry import RangeTask, parse_task
-from ldp.reports import Reports
-from pipelines.common import parse_iso8601_ms
-from transforms.records import PAYLOAD_FIELDS, reports_to_records, write_report_file
+from pipelines.common import bad_report_variants, parse_iso8601_ms
+from transforms.avro_fast import write_reports
+from transforms.records import reports_to_records, write_report_file
 
 __all__ = ["run", "simulate_range_files", "bad_range_records", "load_truth_records", "ASSIGNMENTS"]
 
@@ -178,19 +177,12 @@ def simulate_range_files(
         path = out / f"reports-{k:05d}-of-{files:05d}.avro"
         with open(path, "wb") as fh:
             writer = fastavro.write.Writer(fh, schemas.report_schema(), codec=codec, sync_interval=1 << 20)
-            for g in np.unique(gk).tolist():
-                users_g = lo + np.flatnonzero(gk == g)
-                for c0 in range(0, len(users_g), BLOCK_RECORDS):  # blocks of one group each
-                    u = users_g[c0 : c0 + BLOCK_RECORDS]
-                    batch = reports[g].take(pos[u])
-                    data = encode_report_block(task.task_id, batch, times[u], g, schemas.SCHEMA_VERSION)
-                    if data is not None:
-                        writer.flush()
-                        _write_block(fh, writer, data, len(u), codec)
-                    else:
-                        for r in reports_to_records(task.task_id, batch, times[u], g):
-                            writer.write(r)
-                        writer.flush()
+            for g in np.unique(gk).tolist():  # blocks of one group each
+                u = lo + np.flatnonzero(gk == g)
+                write_reports(
+                    fh, writer, task.task_id, reports[g].take(pos[u]), times[u], g, schemas.SCHEMA_VERSION,
+                    codec, BLOCK_RECORDS,
+                )
             writer.flush()
     np.save(out / RECORDS_FILE, records.astype(_records_dtype(task.domain_sizes)))
     truth: dict[str, Any] = {
@@ -228,26 +220,13 @@ def bad_range_records(
     good = reports_to_records(
         task.task_id, oracle.encode(mech.project(g, fake), rng=rng), np.full(k, start_ms), g
     )
-    out: dict[str, list[dict[str, Any]]] = {}
-
-    def variant(reason: str, **changes: Any) -> None:
-        out.setdefault(reason, []).extend({**r, **changes} for r in good)
-
-    variant("wrong_task", task_id=task.task_id + "-other")
-    variant("wrong_schema_version", schema_version=schemas.SCHEMA_VERSION + 1)
-    variant("invalid_group", group=mech.n_groups)
-    fields = tuple(getattr(oracle, "report_fields", ("values",)))
-    if "values" in fields:
-        top = getattr(oracle, "g", None) or getattr(oracle, "d", None) or 1
-        variant("out_of_domain", value=int(top) + 5)
-    elif "reals" in fields:
-        variant("out_of_domain", reals=[1.0e6])
-    first = PAYLOAD_FIELDS[fields[0]]
-    variant("missing_field", **{first: None})
-    unused = [a for f, a in PAYLOAD_FIELDS.items() if f not in fields]
-    example = {"value": 1, "seed": 1, "bits": b"\x01", "items": [0], "reals": [0.5]}
-    variant("invalid_payload", **{unused[0]: example[unused[0]]})
-    return out
+    return bad_report_variants(
+        good,
+        task_id=task.task_id,
+        schema_version=schemas.SCHEMA_VERSION,
+        n_groups=mech.n_groups,
+        oracle=oracle,
+    )
 
 
 def write_bad_range_files(
@@ -261,98 +240,6 @@ def write_bad_range_files(
     counts = {reason: len(rs) for reason, rs in recs.items()}
     counts["undecodable"] = 1
     return counts
-
-
-# ------------------------------------------------------------------------------------------------------------
-# vectorized Avro encoding of report blocks (fastavro's per-record write costs ~7 us a report)
-# ------------------------------------------------------------------------------------------------------------
-
-_U64 = np.uint64
-
-
-def _zigzag(x: np.ndarray) -> np.ndarray:
-    """Avro's zig-zag map of int64 values to uint64."""
-    x = np.asarray(x, dtype=np.int64)
-    return (x.view(_U64) << _U64(1)) ^ (x >> 63).view(_U64)
-
-
-def _varints(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Zig-zag varints of int64 values: ``(bytes (n, 10) uint8, lengths (n,))``."""
-    u = _zigzag(x)
-    lens = np.ones(len(u), dtype=np.int64)
-    for k in range(1, 10):
-        lens += u >= _U64(1 << (7 * k))
-    shifts = (7 * np.arange(10)).astype(_U64)
-    mat = ((u[:, None] >> shifts[None, :]) & _U64(0x7F)).astype(np.uint8)
-    mat[np.arange(10)[None, :] < (lens - 1)[:, None]] |= 0x80
-    return mat, lens
-
-
-def _const(b: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.broadcast_to(np.frombuffer(b, dtype=np.uint8), (n, len(b))), np.full(n, len(b), np.int64)
-
-
-def _assemble(pieces: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
-    """Concatenates per-record byte pieces ``(matrix (n, w), lengths (n,))`` record by record."""
-    n = len(pieces[0][1])
-    total = np.zeros(n, dtype=np.int64)
-    for _, ln in pieces:
-        total += ln
-    start = np.concatenate([[0], np.cumsum(total)[:-1]])
-    out = np.zeros(int(total.sum()), dtype=np.uint8)
-    pos = start.copy()
-    for mat, ln in pieces:
-        for k in range(mat.shape[1]):
-            rows = np.flatnonzero(ln > k) if not (ln > k).all() else slice(None)
-            out[pos[rows] + k] = mat[rows, k]
-        pos += ln
-    return out.tobytes()
-
-
-def encode_report_block(
-    task_id: str, reports: Reports, event_ms: np.ndarray, group: int, schema_version: int
-) -> bytes | None:
-    """The Avro binary encoding of one group's reports (``schemas/report.avsc`` field order), or None
-    when the payload has a field this encoder does not handle (``bits``, ``items``: use fastavro)."""
-    n = len(event_ms)
-    fields = reports.fields()
-    if any(f in fields for f in ("bits", "items")):
-        return None
-    tid = task_id.encode("utf-8")
-    m, ln = _varints(np.array([len(tid)]))
-    prefix = bytes(m[0, : ln[0]])
-    pieces = [_const(prefix + tid, n)]
-    pieces.append(_varints(np.full(n, schema_version)))
-    pieces.append(_varints(event_ms))
-    pieces.append(_varints(np.full(n, group)))
-    one = _const(b"\x02", n)
-    null = _const(b"\x00", n)
-    for name in ("values", "seeds"):
-        arr = getattr(reports, name)
-        if arr is None:
-            pieces.append(null)
-        else:
-            pieces.append(one)
-            a = np.asarray(arr)
-            pieces.append(_varints(a.view(np.int64) if a.dtype == np.uint64 else a.astype(np.int64)))
-    pieces += [null, null]  # bits, items
-    if reports.reals is None:
-        pieces.append(null)
-    else:  # union branch 1, an array block of one double, the end-of-array marker
-        pieces.append(_const(b"\x02\x02", n))
-        dbl = np.ascontiguousarray(np.asarray(reports.reals, dtype="<f8")).view(np.uint8).reshape(n, 8)
-        pieces.append((dbl, np.full(n, 8, np.int64)))
-        pieces.append(null)
-    return _assemble(pieces)
-
-
-def _write_block(fh: Any, writer: Any, data: bytes, count: int, codec: str) -> None:
-    """Appends one block (count, size, data, sync marker) after ``writer``'s header."""
-    if codec == "deflate":
-        c = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
-        data = c.compress(data) + c.flush()
-    m, ln = _varints(np.array([count, len(data)]))
-    fh.write(bytes(m[0, : ln[0]]) + bytes(m[1, : ln[1]]) + data + writer.sync_marker)
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
