@@ -1,4 +1,4 @@
-"""Batch and streaming pipelines on Apache Flink through Beam's portable FlinkRunner.
+"""The project's frequency pipeline, batch and streaming, on Apache Flink through Beam's portable FlinkRunner.
 
 Each test starts the Beam Flink job server (a Java process running an embedded Flink mini-cluster,
 ``--flink_master=[local]``) from a jar, and runs the Python SDK harness in this process
@@ -7,39 +7,52 @@ Each test starts the Beam Flink job server (a Java process running an embedded F
 without ``java``, the tests are skipped with the reason. ``LDP_SKIP_FLINK=1`` skips them on purpose.
 See docs/flink.md.
 
-The tests are self-contained: a generic histogram ``CombineFn`` stands in for the frequency oracles'
-accumulators. Everything is deterministic (fixed inputs, exact counts), so the expected outputs are exact.
+* batch: ``pipelines.frequency`` over simulated Avro report files with bad records of every kind; the
+  estimate equals the core's on the same reports exactly, and the Beam counters and dead letters account
+  for every record;
+* streaming: ``pipelines.frequency --streaming --input 'DIR/*.avro'`` (the directory-watch source:
+  ``PeriodicImpulse`` ticks -> match -> first sighting per path -> read) with 2 s event-time windows,
+  early firings, allowed lateness and accumulating panes; the watch is bounded, so every window closes
+  and the job ends by itself. Flink may emit more than one pane per window (docs/flink.md), so the
+  assertions are on the most complete pane of each window, which must equal the core exactly.
 """
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import glob
-import json
-import math
 import os
 import shutil
+import sys
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+import fastavro
 import pytest
 
 beam = pytest.importorskip("apache_beam")
 
-from apache_beam.metrics import Metrics  # noqa: E402
-from apache_beam.metrics.metric import MetricsFilter  # noqa: E402
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-from apache_beam.runners.runner import PipelineState  # noqa: E402
-from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
-from apache_beam.transforms import window  # noqa: E402
-from apache_beam.transforms.periodicsequence import PeriodicImpulse  # noqa: E402
+from ldp.task import parse_task  # noqa: E402
+from pipelines import frequency, simulate  # noqa: E402
+from transforms.records import now_ms  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_pipeline_frequency import (  # noqa: E402
+    _core_reports,
+    _drop_in,
+    _estimates,
+    _ms_iso,
+    assert_windows_equal_core,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CACHED_JAR = REPO / ".cache" / "flink" / "job-server.jar"
-DOMAIN = 8
-# Longest a pipeline may take before the test cancels it and fails (a run takes about 10-20 s here).
-PIPELINE_TIMEOUT_MS = 150_000
+# A Flink run that hangs would block CI forever (``frequency.run`` waits for the job): after this many
+# seconds the test process dumps every thread's stack and exits. A run takes 15-35 s here.
+HANG_TIMEOUT_S = 300
 
 
 def _job_server_jar() -> str:
@@ -68,189 +81,145 @@ def job_server_jar() -> str:
     return _job_server_jar()
 
 
-def _flink_options(jar: str, *extra: str) -> PipelineOptions:
-    return PipelineOptions(
-        [
-            "--runner=FlinkRunner",
-            "--flink_master=[local]",
-            f"--flink_job_server_jar={jar}",
-            "--environment_type=LOOPBACK",
-            *extra,
-        ]
+def _flink_args(jar: str, *extra: str) -> list[str]:
+    return [
+        "--runner=FlinkRunner",
+        "--flink_master=[local]",
+        f"--flink_job_server_jar={jar}",
+        "--environment_type=LOOPBACK",
+        *extra,
+    ]
+
+
+@contextlib.contextmanager
+def _hang_guard() -> Iterator[None]:
+    faulthandler.dump_traceback_later(HANG_TIMEOUT_S, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _dead_letter_reasons(out: Path) -> list[str]:
+    reasons = []
+    for f in glob.glob(str(out / "dead_letter" / "*.avro")):
+        with open(f, "rb") as fh:
+            reasons += [r["reason"] for r in fastavro.reader(fh)]
+    return sorted(reasons)
+
+
+def _task(task_id: str, n_groups: int = 1):
+    return parse_task(
+        {"task_id": task_id, "mechanism": "olh", "epsilon": 1.0, "domain_size": 64, "n_groups": n_groups}
     )
 
 
-def _run(pipeline: beam.Pipeline) -> Any:
-    """Runs ``pipeline`` to completion, cancelling it (and failing) if it outlives the timeout."""
-    result = pipeline.run()
-    state = result.wait_until_finish(duration=PIPELINE_TIMEOUT_MS)
-    if state != PipelineState.DONE:
-        try:
-            result.cancel()
-        finally:
-            pytest.fail(f"Flink pipeline ended in state {state} (timeout {PIPELINE_TIMEOUT_MS} ms)")
-    return result
-
-
-class HistogramCombineFn(beam.CombineFn):
-    """Counts values in ``[0, domain_size)``; a mergeable accumulator like the oracles' count vectors."""
-
-    def __init__(self, domain_size: int) -> None:
-        self.domain_size = domain_size
-
-    def create_accumulator(self) -> list[int]:
-        return [0] * self.domain_size
-
-    def add_input(self, acc: list[int], value: int) -> list[int]:
-        acc[value] += 1
-        return acc
-
-    def merge_accumulators(self, accs: Iterable[list[int]]) -> list[int]:
-        # Beam may call this with an empty iterable (empty panes): return a fresh accumulator then.
-        merged = self.create_accumulator()
-        for acc in accs:
-            merged = [a + b for a, b in zip(merged, acc)]
-        return merged
-
-    def extract_output(self, acc: list[int]) -> list[int]:
-        return list(acc)
-
-
-class Validate(beam.DoFn):
-    """Routes in-domain ``(task, value)`` records to the main output and others to ``dead``."""
-
-    DEAD = "dead"
-
-    def __init__(self, domain_size: int) -> None:
-        self.domain_size = domain_size
-        self.accepted = Metrics.counter("flink_test", "accepted")
-        self.rejected = Metrics.counter("flink_test", "rejected")
-
-    def process(self, record: dict) -> Iterator[Any]:
-        value = record.get("value")
-        if isinstance(value, int) and 0 <= value < self.domain_size:
-            self.accepted.inc()
-            yield record["task"], value
-        else:
-            self.rejected.inc()
-            yield beam.pvalue.TaggedOutput(self.DEAD, json.dumps(record, sort_keys=True))
-
-
-def _batch_records() -> list[dict]:
-    # Two tasks, values cycling over the domain, and every 11th record out of domain (dead letter).
-    records = []
-    for i in range(600):
-        value = (i * 5 + i // 7) % DOMAIN if i % 11 else DOMAIN + i % 3
-        records.append({"task": f"t{i % 2}", "value": value})
-    return records
-
-
-def _read_jsonl(pattern: str) -> list[Any]:
-    return [json.loads(line) for path in sorted(glob.glob(pattern)) for line in open(path) if line.strip()]
-
-
-def test_batch_pipeline_on_flink(job_server_jar: str, tmp_path: Path) -> None:
-    records = _batch_records()
-    good = [(r["task"], r["value"]) for r in records if 0 <= r["value"] < DOMAIN]
-    expected_hist = {task: [0] * DOMAIN for task in ("t0", "t1")}
-    for task, value in good:
-        expected_hist[task][value] += 1
-    n_dead = len(records) - len(good)
-    assert 0 < n_dead < len(records)
-
-    pipeline = beam.Pipeline(options=_flink_options(job_server_jar, "--parallelism=2"))
-    parsed = (
-        pipeline
-        | "Read" >> beam.Create(records, reshuffle=True)
-        | "Validate" >> beam.ParDo(Validate(DOMAIN)).with_outputs(Validate.DEAD, main="ok")
-    )
-    hists = parsed.ok | "Histogram" >> beam.CombinePerKey(HistogramCombineFn(DOMAIN))
-    (
-        hists
-        | "Format" >> beam.MapTuple(lambda task, hist: json.dumps({"task": task, "hist": hist}))
-        | "Write" >> beam.io.WriteToText(str(tmp_path / "hist"), file_name_suffix=".jsonl")
-    )
-    parsed.dead | "WriteDead" >> beam.io.WriteToText(str(tmp_path / "dead"), file_name_suffix=".jsonl")
-    total = parsed.ok | "Count" >> beam.combiners.Count.Globally()
-    assert_that(total, equal_to([len(good)]), label="CheckTotal")
+def test_frequency_batch_pipeline_on_flink(job_server_jar: str, tmp_path: Path) -> None:
+    """20,000 OLH reports in 2 Avro files plus every kind of bad record (and an undecodable file)."""
+    task = _task("flink-batch")
+    (tmp_path / "task.json").write_text(task.to_json())
+    truth = simulate.simulate_files(
+        task, 20_000, "zipf", tmp_path / "in", seed=5, files=2, start_ms=1_767_225_600_000,
+        duration_s=600.0, inject_bad=1,
+    )  # fmt: skip
+    out = tmp_path / "out"
+    args = ["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro")]
+    args += ["--output", str(out), *_flink_args(job_server_jar, "--parallelism=2")]
     started = time.monotonic()
-    result = _run(pipeline)
+    with _hang_guard():
+        summary = frequency.run(args)
     elapsed = time.monotonic() - started
+    assert "DONE" in summary["state"]
 
-    written = {row["task"]: row["hist"] for row in _read_jsonl(str(tmp_path / "hist*.jsonl"))}
-    assert written == expected_hist
-    dead = _read_jsonl(str(tmp_path / "dead*.jsonl"))
-    assert sorted(map(json.dumps, dead)) == sorted(
-        json.dumps(r) for r in records if not 0 <= r["value"] < DOMAIN
-    )
+    bad = truth["bad_records"]
+    c = summary["counts"]  # Beam counters (committed) read back from the Flink job
+    assert c["read"] == 20_000 + sum(bad.values()) == c["accepted"] + c["rejected"]
+    assert c["accepted"] == 20_000 and c["rejected"] == sum(bad.values())
+    assert {k[len("rejected_") :]: v for k, v in c.items() if k.startswith("rejected_") and v} == bad
+    assert _dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
 
-    counters = {
-        c.key.metric.name: c.committed
-        for c in result.metrics().query(MetricsFilter().with_namespace("flink_test"))["counters"]
-    }
-    assert counters == {"accepted": len(good), "rejected": n_dead}
-    print(f"flink batch pipeline: {elapsed:.1f} s")
-
-
-class ReadReportFile(beam.DoFn):
-    """Reads the JSON Lines file a tick points to and emits its reports at their event times."""
-
-    def __init__(self, paths: list[str], start: float, interval: float) -> None:
-        self.paths = paths
-        self.start = start
-        self.interval = interval
-
-    def process(self, tick: Any) -> Iterator[window.TimestampedValue]:
-        index = round((float(tick) - self.start) / self.interval)
-        with open(self.paths[index]) as f:
-            for line in f:
-                report = json.loads(line)
-                yield window.TimestampedValue((report["task"], report["value"]), report["event_time"])
+    (est,) = _estimates(out)  # one global window, one group
+    oracle = task.make_oracle()
+    reports, _ = _core_reports(task, tmp_path / "in")
+    core = oracle.estimate_reports(reports)
+    assert est["n_reports"] == core.n == 20_000 and est["window_start"] is None
+    assert est["frequencies"] == core.frequencies.tolist() and est["std"] == core.std.tolist()
+    print(f"flink batch frequency pipeline: {elapsed:.1f} s")
 
 
-class WithWindowStart(beam.DoFn):
-    def process(self, kv: tuple[str, list[int]], w: Any = beam.DoFn.WindowParam) -> Iterator[tuple]:
-        yield kv[0], float(w.start), kv[1]
+def test_frequency_directory_streaming_on_flink(job_server_jar: str, tmp_path: Path) -> None:
+    """Directory-watch streaming on Flink; two of the three report files appear while the job runs.
 
+    Reports of two user groups have event times over 6 s from now (2 s windows). The job watches for
+    20 s after it starts (the ticks are rebased to the job's start, so the Flink start-up does not count).
+    The first report file and the bad files are there from the start; the other two are dropped in
+    once the job demonstrably runs (its first 2 s count window was written), so their reports are
+    behind the watermark by then and the 60 s allowed lateness keeps them (late panes). With early
+    firings every second and accumulating panes, the most complete pane of each window must hold
+    exactly its reports and equal the core.
+    """
+    task = _task("flink-stream", n_groups=2)
+    (tmp_path / "task.json").write_text(task.to_json())
+    stage, watched, out = tmp_path / "stage", tmp_path / "in", tmp_path / "out"
+    watched.mkdir()
+    truth = simulate.simulate_files(
+        task, 20_000, "zipf", stage, seed=6, files=3, start_ms=(now_ms() // 2000) * 2000, duration_s=6.0,
+        inject_bad=1,
+    )  # fmt: skip
+    staged = sorted(glob.glob(str(stage / "reports-*.avro")))
+    ahead_ms = (now_ms() // 2000) * 2000 + 60_000
+    # 2,000 more reports with event times a minute ahead: their windows stay open while the job runs,
+    # so early panes fire for them (every second of processing time) before the on-time pane at the end.
+    simulate.simulate_files(
+        task, 2_000, "uniform", tmp_path / "ahead", seed=7, files=1, start_ms=ahead_ms, duration_s=2.0,
+    )  # fmt: skip
+    (ahead,) = glob.glob(str(tmp_path / "ahead" / "reports-*.avro"))
+    os.replace(ahead, stage / "reports-ahead.avro")
+    for f in [staged[0], stage / "reports-ahead.avro", *glob.glob(str(stage / "bad-*.avro"))]:
+        _drop_in(f, watched)
+    _drop_in(stage / "garbage.avro", watched)
+    running_at: list[float] = []
 
-def test_streaming_pipeline_on_flink(job_server_jar: str, tmp_path: Path) -> None:
-    # PeriodicImpulse ticks (a source the portable Flink runner runs in streaming mode) drive reads of
-    # report files; the reports carry event times and are combined per task in fixed event-time windows.
-    n_files, window_size, interval = 4, 10, 1.0
-    now = time.time()
-    # Event times lie ahead of every tick, so no report is behind the watermark (none can be late).
-    base = math.ceil(now / window_size) * window_size + window_size
-    paths = []
-    hist: dict[tuple[str, float], list[int]] = {}
-    for i in range(n_files):
-        path = tmp_path / f"reports-{i}.jsonl"
-        with open(path, "w") as f:
-            for j in range(25 + 5 * i):
-                task, value = f"t{j % 2}", (i + 3 * j) % DOMAIN
-                event_time = base + window_size * i + (j % window_size)
-                f.write(json.dumps({"task": task, "value": value, "event_time": event_time}) + "\n")
-                hist.setdefault((task, float(base + window_size * i)), [0] * DOMAIN)[value] += 1
-        paths.append(str(path))
-    # Ticks start in the past (emitted at once) and run into the future (emitted in real time).
-    start = now - 2.0
-    stop = start + n_files * interval
+    def later() -> None:
+        deadline = time.monotonic() + 120
+        while not glob.glob(str(out / "counts" / "counts-*.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        running_at.append(time.monotonic() - started)
+        for f in staged[1:]:
+            _drop_in(f, watched)
+            time.sleep(1.0)
 
-    pipeline = beam.Pipeline(options=_flink_options(job_server_jar, "--parallelism=1", "--streaming"))
-    out = (
-        pipeline
-        | "Ticks"
-        >> PeriodicImpulse(
-            start_timestamp=start, stop_timestamp=stop, fire_interval=interval, apply_windowing=False
-        )
-        | "ReadFiles" >> beam.ParDo(ReadReportFile(paths, start, interval))
-        | "Window" >> beam.WindowInto(window.FixedWindows(window_size))
-        | "Histogram" >> beam.CombinePerKey(HistogramCombineFn(DOMAIN))
-        | "WindowStart" >> beam.ParDo(WithWindowStart())
-    )
-    assert_that(out, equal_to([(task, ws, h) for (task, ws), h in hist.items()]))
+    mover = threading.Thread(target=later, daemon=True)
+    args = ["--task", str(tmp_path / "task.json"), "--streaming", "--input", str(watched / "*.avro")]
+    args += ["--output", str(out), "--watch_interval", "1", "--streaming_duration", "20"]
+    args += ["--window_size", "2", "--early_firing", "1", "--allowed_lateness", "60", "--accumulating"]
+    args += ["--counts_window", "2", "--dead_letter_window", "5"]
+    args += _flink_args(job_server_jar, "--parallelism=2")
     started = time.monotonic()
-    _run(pipeline)
-    print(f"flink streaming pipeline: {time.monotonic() - started:.1f} s")
+    mover.start()
+    with _hang_guard():
+        summary = frequency.run(args)
+    elapsed = time.monotonic() - started
+    mover.join()
+    assert "DONE" in summary["state"]  # the watch ended, every window closed, the job finished
+
+    bad = truth["bad_records"]
+    c = summary["counts"]  # the closed count windows of OUT/counts/
+    assert c["read"] == 22_000 + sum(bad.values()) == c["accepted"] + c["rejected"]
+    assert c["accepted"] == 22_000
+    assert {k[len("rejected_") :]: v for k, v in c.items() if k.startswith("rejected_") and v} == bad
+    assert _dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
+    assert_windows_equal_core(task, stage, out, 2000, 22_000)
+    rows = _estimates(out)
+    early = {(r["group"], r["window_start"]) for r in rows if r["pane_timing"] == "EARLY"}
+    # The windows a minute ahead stay open while the job runs, so they must have had early panes (other
+    # windows may too, if their reports reach the trigger before the watermark does). Checked only when
+    # the runner carries pane info through (it did in every run here; docs/flink.md has a setup where
+    # it did not, then every pane reads ON_TIME with index 0).
+    if any(r["pane_timing"] != "ON_TIME" or r["pane_index"] > 0 for r in rows):
+        assert any(_ms_iso(ws) >= ahead_ms for _, ws in early), early
+    panes = sorted((r["window_start"][11:19], r["group"], r["pane_timing"], r["n_reports"]) for r in rows)
+    print(f"flink directory streaming: {elapsed:.1f} s, first count window at {running_at[0]:.1f} s; {panes}")
 
 
 def test_missing_jar_is_a_clean_skip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -3,8 +3,9 @@
 Reports travel as *record batches*: ``(source, [record, ...])`` pairs, where a record is the dict
 ``fastavro`` decodes from ``schemas/report.avsc``. A file yields one batch per group of Avro blocks
 (about ``batch_size`` records); a Pub/Sub message body is one Avro object container (one or many
-reports) and yields one batch. Inputs that cannot be decoded become dead letters with reason
-``undecodable`` and count as one read, one rejected record.
+reports) and yields one batch. Files come from a glob matched once (:class:`ReadReportFiles`, batch) or
+from a directory watched for new files (:class:`WatchReportFiles`, streaming). Inputs that cannot be
+decoded become dead letters with reason ``undecodable`` and count as one read, one rejected record.
 """
 
 from __future__ import annotations
@@ -12,12 +13,19 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from typing import Any
 
 import apache_beam as beam
 import fastavro
+from apache_beam.coders import BooleanCoder
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import FileMetadata
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.periodicsequence import ImpulseSeqGenDoFn, ImpulseSeqGenRestrictionProvider
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, Duration, Timestamp
 
 import schemas
 from transforms.avro_fast import iter_report_batches
@@ -27,6 +35,8 @@ from transforms.records import fast_decode_params, make_dead_letter
 __all__ = [
     "COUNTER_NAMESPACE",
     "ReadReportFiles",
+    "WatchReportFiles",
+    "Ticks",
     "DecodeReportMessages",
     "AvroRecordSink",
     "WriteEstimates",
@@ -127,6 +137,142 @@ class ReadReportFiles(beam.PTransform):
         )
 
 
+class _FirstSightingOnly(beam.DoFn):
+    """``(path, FileMetadata)`` -> the metadata, the first time a path is seen (per-path keyed state).
+
+    The state is one boolean per file ever matched; a file that is rewritten under the same name is
+    not read again.
+    """
+
+    SEEN = ReadModifyWriteStateSpec("seen", BooleanCoder())
+
+    def process(self, element, seen=beam.DoFn.StateParam(SEEN)):  # noqa: B008 - Beam's state idiom
+        _path, metadata = element
+        if seen.read():
+            return
+        seen.write(True)
+        yield metadata
+
+
+_WATERMARK_PROVIDER = ManualWatermarkEstimator.default_provider()
+
+
+class _PacedTicks(ImpulseSeqGenDoFn):
+    """``PeriodicImpulse``'s tick generator, sleeping until the next tick is due before deferring.
+
+    The DirectRunner's FnApiRunner re-runs a deferred residual at once, ignoring the delay it asks for:
+    unpaced, a watch spins a core and the job's metrics (thousands of bundles) overflow Python's
+    recursion limit when they are read. Used on the DirectRunner only; other runners honour the delay.
+    """
+
+    @beam.DoFn.unbounded_per_element()
+    def process(
+        self,
+        element,
+        restriction_tracker=beam.DoFn.RestrictionParam(ImpulseSeqGenRestrictionProvider()),  # noqa: B008
+        watermark_estimator=beam.DoFn.WatermarkEstimatorParam(_WATERMARK_PROVIDER),  # noqa: B008
+    ):
+        start, _stop, interval = element
+        start_s = start.micros / 1e6 if isinstance(start, Timestamp) else float(start)
+        due = start_s + interval * restriction_tracker.current_restriction().start
+        wait = due - time.time()
+        if wait > 0:
+            time.sleep(min(wait, interval))
+        yield from ImpulseSeqGenDoFn.process(self, element, restriction_tracker, watermark_estimator)
+
+
+class Ticks(beam.PTransform):
+    """Ticks every ``interval_s`` seconds of processing time from the moment the job starts running, for
+    ``duration_s`` seconds (None: forever); each tick is its own time as a timestamped element.
+
+    ``PeriodicImpulse`` with its start rebased to the job's start (so runner start-up does not eat into
+    the duration); ``paced`` selects :class:`_PacedTicks` (for the DirectRunner).
+    """
+
+    def __init__(self, interval_s: float, duration_s: float | None = None, paced: bool = False) -> None:
+        super().__init__()
+        self.interval_s = float(interval_s)
+        self.duration_s = duration_s
+        self.paced = paced
+
+    def expand(self, pbegin):
+        interval, duration = self.interval_s, self.duration_s
+
+        def bounds(_):
+            now = Timestamp.now()
+            stop = MAX_TIMESTAMP if duration is None else now + Duration.of(duration)
+            return (now, stop, interval)
+
+        gen = _PacedTicks() if self.paced else ImpulseSeqGenDoFn()
+        return (
+            pbegin
+            | "Impulse" >> beam.Impulse()
+            | "Bounds" >> beam.Map(bounds)
+            | "Generate" >> beam.ParDo(gen)
+        )
+
+
+class WatchReportFiles(beam.PTransform):
+    """Report files appearing under a glob, each read once -> record batches and dead letters (streaming).
+
+    :class:`Ticks` (``PeriodicImpulse``'s generator) tick every ``interval_s`` seconds from the moment the
+    job starts running (runner start-up does not eat into ``duration_s``); each tick matches the glob
+    (``fileio.MatchAll``), a stateful DoFn keyed by path lets through the paths never seen before, and
+    those files are read block-wise exactly like :class:`ReadReportFiles`. Outputs are those of
+    :class:`ReadReportFiles`; a batch carries the time of the tick that found its file (the source's
+    watermark follows the ticks, i.e. the wall clock), and the validator re-timestamps reports by their
+    event time.
+
+    ``paced``: sleep until each tick is due (:class:`_PacedTicks`; set it on the DirectRunner).
+    ``duration_s`` None watches forever; otherwise the ticks stop after ``duration_s`` seconds, the
+    watermark then moves to the end of time, every window closes and the job finishes by itself.
+
+    Files must appear *atomically* under a name the glob matches (write them elsewhere or under a
+    non-matching name, then rename): a file is read once, when a tick first sees it.
+
+    Built from ``PeriodicImpulse`` rather than ``fileio.MatchContinuously``: in apache-beam 2.77 the
+    latter is a splittable ``Watch`` DoFn that the Python DirectRunner does not run (the FnApiRunner
+    ends the job at once; the streaming BundleBasedDirectRunner rejects it).
+    """
+
+    def __init__(
+        self,
+        file_pattern: str,
+        interval_s: float = 10.0,
+        batch_size: int = 1 << 15,
+        task: Any = None,
+        duration_s: float | None = None,
+        paced: bool = False,
+    ) -> None:
+        super().__init__()
+        if not interval_s > 0:
+            raise ValueError(f"watch interval must be positive, got {interval_s}")
+        if duration_s is not None and not duration_s > 0:
+            raise ValueError(f"watch duration must be positive, got {duration_s}")
+        self.file_pattern = file_pattern
+        self.interval_s = float(interval_s)
+        self.batch_size = batch_size
+        self.task = task
+        self.duration_s = duration_s
+        self.paced = paced
+
+    def expand(self, pbegin):
+        pattern = self.file_pattern
+        return (
+            pbegin
+            | "Ticks" >> Ticks(self.interval_s, self.duration_s, self.paced)
+            | "Pattern" >> beam.Map(lambda _tick: pattern)
+            | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.ALLOW)
+            | "KeyByPath" >> beam.Map(lambda m: (m.path, m)).with_output_types(tuple[str, FileMetadata])
+            | "NewFiles" >> beam.ParDo(_FirstSightingOnly())
+            | "Open" >> fileio.ReadMatches()
+            | "ReadBlocks"
+            >> beam.ParDo(_ReadAvroBatches(self.batch_size, self.task)).with_outputs(
+                "dead_letter", "counts", main="records"
+            )
+        )
+
+
 class _DecodeMessage(beam.DoFn):
     def __init__(self, source: str, task: Any = None) -> None:
         self.source = source
@@ -205,7 +351,8 @@ class _JsonLine(beam.DoFn):
 class WriteEstimates(beam.PTransform):
     """Estimate records -> ``OUT/estimates-*.jsonl`` (JSON Lines) and ``OUT/estimates-*.avro``.
 
-    One file of each kind per window and pane (the ``fileio`` naming carries window and pane).
+    ``fileio`` names the files by window and shard, not pane (Beam 2.77): a later pane of a window
+    replaces the earlier file or is written as the next shard (Flink); every record carries its pane.
     """
 
     def __init__(self, output_dir: str, shards: int = 1) -> None:
