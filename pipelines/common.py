@@ -6,9 +6,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import glob
+import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
 
 from ldp.task import CollectionTask, TaskError, WindowConfig, load_task
 from transforms.records import PAYLOAD_FIELDS
@@ -227,3 +232,54 @@ def bad_report_variants(
     example = {"value": 1, "seed": 1, "bits": b"\x01", "items": [0], "reals": [0.5]}
     variant("invalid_payload", **{unused[0]: example[unused[0]]})
     return out
+
+
+def runs_on_fnapi_runner(options: PipelineOptions) -> bool:
+    """True when the job will run on Beam's in-process FnApiRunner: the DirectRunner (the default runner,
+    in any of its spellings and running modes) for a job without Pub/Sub, or the PortableRunner with
+    ``--job_endpoint=embed``."""
+    runner = options.view_as(StandardOptions).runner
+    name = "direct" if runner is None else runner if isinstance(runner, str) else type(runner).__name__
+    name = name.lower().removesuffix("runner")
+    if name in ("direct", "switchingdirect"):
+        return True
+    return name == "portable" and options.view_as(PortableOptions).job_endpoint == "embed"
+
+
+def directory_streaming_on_fnapi_runner(window: WindowConfig, opts: Any) -> WindowConfig:
+    """Adapts a directory-streaming job to the FnApiRunner (the DirectRunner's engine for it here).
+
+    The FnApiRunner has no processing-time triggers (early firings would crash it) and runs a streaming
+    job stage by stage: windows are emitted only once the watch has ended. So early firings are dropped
+    (with a warning) and a watch duration is required.
+    """
+    if opts.streaming_duration <= 0:
+        raise SystemExit(
+            "error: streaming from --input on the DirectRunner (FnApiRunner) emits estimates only when the "
+            "watch ends: give --streaming_duration SECONDS (or run on Flink, see docs/flink.md)"
+        )
+    if opts.output_topic:
+        raise SystemExit(
+            "error: --output_topic with streaming from --input is not supported on the DirectRunner "
+            "(its Pub/Sub sink needs the runner that cannot run the directory watch)"
+        )
+    if window.early_firing_s is not None:
+        print(
+            "warning: directory streaming on the DirectRunner (FnApiRunner) has no processing-time "
+            "triggers; ignoring early firings",
+            file=sys.stderr,
+        )
+        window = dataclasses.replace(window, early_firing_s=None)
+    return window
+
+
+def closed_window_counts(output: str) -> dict[str, int]:
+    """Sums ``OUT/counts/counts-*.jsonl`` (the count windows a streaming job has closed)."""
+    total: dict[str, int] = {"read": 0, "accepted": 0, "rejected": 0}
+    for path in glob.glob(os.path.join(output, "counts", "counts-*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                for k, v in json.loads(line).items():
+                    if not k.startswith("window_"):
+                        total[k] = total.get(k, 0) + int(v)
+    return total

@@ -24,7 +24,6 @@ Outputs: ``OUT/estimates-*.jsonl`` (one JSON object per window, pane and group),
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -33,10 +32,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ldp.task import POSTPROCESS_METHODS
-from pipelines.common import load_task_or_exit, parse_pipeline_args, shared_flags, window_from_flags
+from pipelines.common import (
+    closed_window_counts,
+    directory_streaming_on_fnapi_runner,
+    load_task_or_exit,
+    parse_pipeline_args,
+    runs_on_fnapi_runner,
+    shared_flags,
+    window_from_flags,
+)
 from transforms.combine import record_to_json
 from transforms.frequency import FrequencyAggregation, WindowedCounts, format_counts, job_counts
 from transforms.io import (
@@ -48,7 +55,7 @@ from transforms.io import (
     WriteEstimates,
 )
 
-__all__ = ["FrequencyOptions", "build", "run", "runs_on_fnapi_runner", "closed_window_counts"]
+__all__ = ["FrequencyOptions", "build", "run"]
 
 
 class FrequencyOptions(PipelineOptions):
@@ -164,20 +171,6 @@ def build(
     return {"estimates": agg["estimates"], "dead_letter": dead}
 
 
-def closed_window_counts(output: str) -> dict[str, int]:
-    """Sums ``OUT/counts/counts-*.jsonl`` (the count windows a streaming job has closed)."""
-    import glob
-
-    total: dict[str, int] = {"read": 0, "accepted": 0, "rejected": 0}
-    for path in glob.glob(os.path.join(output, "counts", "counts-*.jsonl")):
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                for k, v in json.loads(line).items():
-                    if not k.startswith("window_"):
-                        total[k] = total.get(k, 0) + int(v)
-    return total
-
-
 def _remove_empty_temp_dirs(output: str) -> None:
     """``fileio`` leaves its emptied ``.temp*`` directories behind; remove them (never non-empty ones)."""
     for parent in (output, os.path.join(output, "dead_letter"), os.path.join(output, "counts")):
@@ -186,45 +179,6 @@ def _remove_empty_temp_dirs(output: str) -> None:
                 path = os.path.join(parent, name)
                 if name.startswith(".temp") and os.path.isdir(path) and not os.listdir(path):
                     os.rmdir(path)
-
-
-def runs_on_fnapi_runner(options: PipelineOptions) -> bool:
-    """True when the job will run on Beam's in-process FnApiRunner: the DirectRunner (the default runner,
-    in any of its spellings and running modes) for a job without Pub/Sub, or the PortableRunner with
-    ``--job_endpoint=embed``."""
-    runner = options.view_as(StandardOptions).runner
-    name = "direct" if runner is None else runner if isinstance(runner, str) else type(runner).__name__
-    name = name.lower().removesuffix("runner")
-    if name in ("direct", "switchingdirect"):
-        return True
-    return name == "portable" and options.view_as(PortableOptions).job_endpoint == "embed"
-
-
-def _directory_streaming_on_fnapi_runner(window, opts):
-    """Adapts a directory-streaming job to the FnApiRunner (the DirectRunner's engine for it here).
-
-    The FnApiRunner has no processing-time triggers (early firings would crash it) and runs a streaming
-    job stage by stage: windows are emitted only once the watch has ended. So early firings are dropped
-    (with a warning) and a watch duration is required.
-    """
-    if opts.streaming_duration <= 0:
-        raise SystemExit(
-            "error: streaming from --input on the DirectRunner (FnApiRunner) emits estimates only when the "
-            "watch ends: give --streaming_duration SECONDS (or run on Flink, see docs/flink.md)"
-        )
-    if opts.output_topic:
-        raise SystemExit(
-            "error: --output_topic with streaming from --input is not supported on the DirectRunner "
-            "(its Pub/Sub sink needs the runner that cannot run the directory watch)"
-        )
-    if window.early_firing_s is not None:
-        print(
-            "warning: directory streaming on the DirectRunner (FnApiRunner) has no processing-time "
-            "triggers; ignoring early firings",
-            file=sys.stderr,
-        )
-        window = dataclasses.replace(window, early_firing_s=None)
-    return window
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -247,7 +201,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     directory_streaming = bool(streaming and opts.input)
     fnapi = runs_on_fnapi_runner(options)
     if directory_streaming and fnapi:
-        window = _directory_streaming_on_fnapi_runner(window, opts)
+        window = directory_streaming_on_fnapi_runner(window, opts)
     method = opts.postprocess or task.postprocess
     os.makedirs(opts.output, exist_ok=True)
 

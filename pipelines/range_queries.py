@@ -5,6 +5,17 @@ Batch job over Avro report logs (one global window unless ``--window_size``)::
     python -m pipelines.range_queries --task TASK.json --input 'DIR/*.avro' --queries Q.json --output OUT \
         [--window_size SECONDS [--window_period SECONDS]] [--runner ...]
 
+Streaming, from a directory that receives report files (each new file matching the glob is read once;
+on the DirectRunner the answers are written when the watch ends, so ``--streaming_duration`` is needed)::
+
+    python -m pipelines.range_queries --task TASK.json --streaming --input 'DIR/*.avro' --watch_interval 5 \
+        --queries Q.json --output OUT --window_size 60 [--allowed_lateness 30] [--accumulating] \
+        [--streaming_duration 600]
+
+or from Pub/Sub (``--input_subscription projects/P/subscriptions/S`` or ``--input_topic ...``; flags as
+``pipelines.frequency``, ``--early_firing`` too). Streaming answer and model files are named per window and
+pane; ``OUT/counts/`` holds the read/accepted/rejected counts per processing window.
+
 Answer new queries from the saved models, without the reports (prints JSON lines)::
 
     python -m pipelines.range_queries answer --model 'OUT/models/models-*.jsonl' --queries Q.json
@@ -25,6 +36,7 @@ import json
 import os
 import sys
 import time
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,9 +44,23 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.common import parse_pipeline_args, shared_flags
-from transforms.frequency import format_counts, job_counts
-from transforms.io import COUNTER_NAMESPACE, ReadReportFiles, WriteDeadLetters
+from pipelines.common import (
+    closed_window_counts,
+    directory_streaming_on_fnapi_runner,
+    parse_pipeline_args,
+    runs_on_fnapi_runner,
+    shared_flags,
+    window_from_flags,
+)
+from transforms.frequency import WindowedCounts, format_counts, job_counts
+from transforms.io import (
+    COUNTER_NAMESPACE,
+    DecodeReportMessages,
+    ReadReportFiles,
+    WatchReportFiles,
+    WriteCounts,
+    WriteDeadLetters,
+)
 from transforms.range_queries import (
     RangeQueryAggregation,
     WriteRangeAnswers,
@@ -48,7 +74,8 @@ from transforms.range_queries import (
 __all__ = ["RangeQueryOptions", "build", "run", "run_answer"]
 
 _DESCRIPTION = (
-    "Multi-dimensional range queries over LDP reports on Beam (batch, event-time windows). "
+    "Multi-dimensional range queries over LDP reports on Beam (batch or --streaming from a watched "
+    "directory or Pub/Sub; event-time windows). "
     "Sub-command: `answer --model OUT/models --queries Q.json` answers new queries from saved models."
 )
 
@@ -60,7 +87,24 @@ class RangeQueryOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         parser = shared_flags(parser)  # --task, --input, ... are also the frequency job's flags
         parser.add_argument("--task", help="multi-attribute task JSON file (required)")
-        parser.add_argument("--input", help="glob of Avro report files, e.g. 'DIR/*.avro' (required)")
+        parser.add_argument(
+            "--input",
+            help="glob of Avro report files, e.g. 'DIR/*.avro' (batch: read once; --streaming: watched for "
+            "new files)",
+        )
+        parser.add_argument(
+            "--watch_interval",
+            type=float,
+            default=10.0,
+            help="streaming from --input: seconds between matches of the glob (default 10)",
+        )
+        parser.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
+        parser.add_argument(
+            "--input_topic", help="Pub/Sub topic projects/P/topics/T (a temporary subscription)"
+        )
+        parser.add_argument(
+            "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
+        )
         parser.add_argument(
             "--queries", help="JSON list of queries {attribute: [lo, hi], ...}, inclusive 0-based (required)"
         )
@@ -69,43 +113,89 @@ class RangeQueryOptions(PipelineOptions):
         parser.add_argument("--window_period", type=float, help="sliding-window period in seconds")
         parser.add_argument("--allowed_lateness", type=float, help="seconds late reports still count")
         parser.add_argument(
+            "--early_firing", type=float, help="streaming: early panes every so many processing seconds"
+        )
+        parser.add_argument("--accumulating", action="store_true", help="cumulative panes (streaming)")
+        parser.add_argument(
             "--batch_size", type=int, default=1 << 15, help="records per batch read from files"
+        )
+        parser.add_argument(
+            "--counts_window",
+            type=float,
+            default=60.0,
+            help="streaming: seconds per OUT/counts/ line of read/accepted/rejected counts (default 60)",
+        )
+        parser.add_argument(
+            "--dead_letter_window",
+            type=float,
+            default=60.0,
+            help="streaming: seconds of dead letters per OUT/dead_letter/ file (default 60)",
+        )
+        parser.add_argument(
+            "--streaming_duration",
+            type=float,
+            default=0.0,
+            help="streaming: stop after this many seconds; 0 runs until interrupted. Pub/Sub: the job is "
+            "cancelled; --input: the watch stops, every window closes and the job finishes by itself",
         )
 
 
 def _window(spec, opts):
-    w = spec.window
-    changes = {}
-    for flag, field in (
-        ("window_size", "size_s"),
-        ("window_period", "period_s"),
-        ("allowed_lateness", "allowed_lateness_s"),
-    ):
-        v = getattr(opts, flag, None)
-        if v is not None:
-            if v < 0 or (v == 0 and field != "allowed_lateness_s"):
-                raise SystemExit(f"error: --{flag} must be positive, got {v}")
-            changes[field] = float(v)
-    w = dataclasses.replace(w, **changes)
-    if w.period_s is not None and (w.size_s is None or w.period_s > w.size_s):
-        raise SystemExit("error: --window_period needs --window_size >= the period")
-    return w
+    """The task's window defaults overridden by the window flags (``pipelines.common.window_from_flags``)."""
+    return window_from_flags(spec, opts)
 
 
-def build(p: beam.Pipeline, opts: RangeQueryOptions, spec, query_json, window) -> dict[str, Any]:
-    """Adds the range-query job to pipeline ``p``; returns its main PCollections."""
-    read = p | "Read" >> ReadReportFiles(opts.input, opts.batch_size, spec)
+def build(
+    p: beam.Pipeline,
+    opts: RangeQueryOptions,
+    spec,
+    query_json,
+    window,
+    streaming: bool = False,
+    paced_ticks: bool = False,
+) -> dict[str, Any]:
+    """Adds the range-query job to pipeline ``p``; returns its main PCollections.
+
+    The sources are the frequency job's (``pipelines.frequency.build``): files matched once, a watched
+    directory (``streaming``; ``paced_ticks`` for the FnApiRunner) or Pub/Sub. In streaming, answer and
+    model files are named per window and pane, and per-batch counts go to ``OUT/counts/``.
+    """
+    if opts.input and streaming:
+        duration = opts.streaming_duration if opts.streaming_duration > 0 else None
+        read = p | "Read" >> WatchReportFiles(
+            opts.input, opts.watch_interval, opts.batch_size, spec, duration_s=duration, paced=paced_ticks
+        )
+    elif opts.input:
+        read = p | "Read" >> ReadReportFiles(opts.input, opts.batch_size, spec)
+    else:
+        source = opts.input_subscription or opts.input_topic
+        messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(
+            subscription=opts.input_subscription,
+            topic=None if opts.input_subscription else opts.input_topic,
+            timestamp_attribute=opts.timestamp_attribute,
+        )
+        read = messages | "Read" >> DecodeReportMessages(source, spec)
     agg = read.records | "RangeQueries" >> RangeQueryAggregation(spec, query_json, window)
     dead = (read.dead_letter, agg["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
-    agg["answers"] | "WriteAnswers" >> WriteRangeAnswers(opts.output)
-    agg["models"] | "WriteModels" >> WriteRangeModels(opts.output)
-    dead | "WriteDeadLetters" >> WriteDeadLetters(opts.output)
+    agg["answers"] | "WriteAnswers" >> WriteRangeAnswers(opts.output, per_pane=streaming)
+    agg["models"] | "WriteModels" >> WriteRangeModels(opts.output, per_pane=streaming)
+    dead | "WriteDeadLetters" >> WriteDeadLetters(
+        opts.output, streaming=streaming, window_s=opts.dead_letter_window
+    )
+    if streaming:
+        (
+            (read.counts, agg["counts"])
+            | "AllCounts" >> beam.Flatten()
+            | "CountsPerWindow" >> WindowedCounts(opts.counts_window)
+            | "WriteCounts" >> WriteCounts(opts.output)
+        )
     return {"answers": agg["answers"], "models": agg["models"], "dead_letter": dead}
 
 
 def _remove_empty_temp_dirs(output: str) -> None:
     """``fileio`` leaves emptied ``.temp*`` directories behind; remove them (never non-empty ones)."""
-    for parent in (output, os.path.join(output, "dead_letter"), os.path.join(output, "models")):
+    subdirs = ("dead_letter", "models", "counts")
+    for parent in (output, *(os.path.join(output, d) for d in subdirs)):
         if os.path.isdir(parent):
             for name in os.listdir(parent):
                 path = os.path.join(parent, name)
@@ -133,35 +223,72 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if argv and argv[0] == "answer":
         return {"answers": run_answer(argv[1:])}
     options, opts = parse_pipeline_args(argv, RangeQueryOptions, _DESCRIPTION)
-    for flag in ("task", "input", "queries", "output"):
+    if any(a.split("=")[0] == "--output_topic" for a in argv):  # a frequency-job flag Beam would accept
+        raise SystemExit("error: --output_topic is not supported by the range-query job")
+    for flag in ("task", "queries", "output"):
         if not getattr(opts, flag):
             raise SystemExit(f"error: --{flag} is required")
-    if options.view_as(StandardOptions).streaming:
-        raise SystemExit("error: the range-query job runs in batch mode (windowed by event time)")
+    sources = [s for s in (opts.input, opts.input_subscription, opts.input_topic) if s]
+    if len(sources) != 1:
+        raise SystemExit("error: give exactly one of --input, --input_subscription, --input_topic")
+    streaming = bool(options.view_as(StandardOptions).streaming)
+    if not opts.input and not streaming:
+        raise SystemExit("error: Pub/Sub input needs --streaming")
+    if not opts.watch_interval > 0:
+        raise SystemExit(f"error: --watch_interval must be positive, got {opts.watch_interval}")
     try:
         spec = load_range_task(opts.task)
         _, query_json = load_queries(opts.queries, spec.task)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     window = _window(spec, opts)
+    directory_streaming = bool(streaming and opts.input)
+    fnapi = runs_on_fnapi_runner(options)
+    if directory_streaming and fnapi:
+        # the frequency job's DirectRunner (FnApiRunner) adaptations; this job has no --output_topic
+        flags = types.SimpleNamespace(streaming_duration=opts.streaming_duration, output_topic=None)
+        window = directory_streaming_on_fnapi_runner(window, flags)
     os.makedirs(opts.output, exist_ok=True)
 
     p = beam.Pipeline(options=options)
-    build(p, opts, spec, query_json, window)
+    build(p, opts, spec, query_json, window, streaming, paced_ticks=fnapi)
     t0 = time.perf_counter()
     result = p.run()
-    result.wait_until_finish()
+    if streaming and opts.streaming_duration > 0 and not directory_streaming:
+        deadline = time.time() + opts.streaming_duration
+        while time.time() < deadline:
+            time.sleep(0.5)
+        result.cancel()
+    else:
+        result.wait_until_finish()
     elapsed = time.perf_counter() - t0
-    counts = job_counts(result)
+    try:
+        counts = job_counts(result)
+    except RecursionError as exc:  # the FnApiRunner's metrics of a very long watch (many bundles)
+        print(f"warning: Beam counters unavailable ({exc}); using the count windows", file=sys.stderr)
+        counts = {"read": 0, "accepted": 0, "rejected": 0}
     n_models = counts.pop("range_models", 0)
     n_answers = counts.pop("range_answers", 0)
-    print(format_counts(counts), file=sys.stderr)
+    if streaming:
+        closed = closed_window_counts(opts.output)
+        print(f"closed count windows: {format_counts(closed)}", file=sys.stderr)
+        print(
+            f"Beam counters (incomplete on the DirectRunner with Pub/Sub): {format_counts(counts)}",
+            file=sys.stderr,
+        )
+        counts = closed
+    else:
+        print(format_counts(counts), file=sys.stderr)
     rate = counts["read"] / elapsed if elapsed > 0 else float("nan")
-    print(
-        f"{n_models} window model(s), {n_answers} answers in {elapsed:.1f} s ({rate:,.0f} reports/s)",
-        file=sys.stderr,
-    )
-    _remove_empty_temp_dirs(opts.output)
+    if streaming:  # the time is the watch's or the subscription's, not the work's: no rate
+        print(f"{n_models} window pane model(s), {n_answers} answers in {elapsed:.1f} s", file=sys.stderr)
+    else:
+        print(
+            f"{n_models} window model(s), {n_answers} answers in {elapsed:.1f} s ({rate:,.0f} reports/s)",
+            file=sys.stderr,
+        )
+    if not streaming or directory_streaming:
+        _remove_empty_temp_dirs(opts.output)
     summary = {
         "counts": counts,
         "output": opts.output,
@@ -176,9 +303,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "n_answers": n_answers,
         "window": dataclasses.asdict(window),
         "finalize": _finalize_ms(result),
+        "streaming": streaming,
     }
-    with open(os.path.join(opts.output, "counts.json"), "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=2)
+    if not streaming:
+        with open(os.path.join(opts.output, "counts.json"), "w", encoding="utf-8") as fh:
+            json.dump(summary, fh, indent=2)
     return summary
 
 

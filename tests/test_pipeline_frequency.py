@@ -27,7 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ldp.reports import Reports
 from ldp.task import parse_task
-from pipelines import frequency, simulate
+from pipelines import common, frequency, simulate
 from transforms.records import ReportValidator
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -337,12 +337,12 @@ def test_directory_streaming_argument_checks(tmp_path):
         frequency.run([*base, "--streaming_duration", "1", "--watch_interval", "0"])
     with pytest.raises(SystemExit, match="output_topic"):
         frequency.run([*base, "--streaming_duration", "1", "--output_topic", "projects/p/topics/t"])
-    assert frequency.runs_on_fnapi_runner(PipelineOptions([]))
-    assert frequency.runs_on_fnapi_runner(PipelineOptions(["--runner=DirectRunner"]))
-    assert frequency.runs_on_fnapi_runner(
+    assert common.runs_on_fnapi_runner(PipelineOptions([]))
+    assert common.runs_on_fnapi_runner(PipelineOptions(["--runner=DirectRunner"]))
+    assert common.runs_on_fnapi_runner(
         PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed"])
     )
-    assert not frequency.runs_on_fnapi_runner(PipelineOptions(["--runner=FlinkRunner"]))
-    assert not frequency.runs_on_fnapi_runner(
+    assert not common.runs_on_fnapi_runner(PipelineOptions(["--runner=FlinkRunner"]))
+    assert not common.runs_on_fnapi_runner(
         PipelineOptions(["--runner=PortableRunner", "--job_endpoint=h:1"])
     )

@@ -8,7 +8,9 @@
 * bad records (another task, unknown schema version, group out of range, payload outside the group
   oracle's domain, missing or foreign payload fields, an undecodable file) are dead-lettered with their
   reason and counted, read = accepted + rejected; bad queries stop the job before it starts, naming the
-  query.
+  query;
+* streaming from a watched directory (a file moved in while the job runs): the last pane of every window
+  equals the core over exactly its reports, and the closed count windows add up.
 """
 
 from __future__ import annotations
@@ -409,3 +411,140 @@ def test_vectorized_avro_blocks_equal_fastavro():
             assert encode_report_block(tid, rep, ev, np.full(n, 7), 1) == block.bytes_.getvalue()
     bits = Reports(bits=np.zeros((3, 2), np.uint8))
     assert encode_report_block("t", bits, np.full(3, T0), 0, 1) is None
+
+
+def test_streaming_from_a_watched_directory_equals_core(tmp_path):
+    """``--streaming --input DIR/*.avro`` (DirectRunner): one report file, the bad records and an undecodable
+    file are there when the job starts, the second report file is moved in while it runs. Reports carry
+    event times over 6 s from now (2 s windows, HDG's 6 groups); the watch stops 4 s after the job starts,
+    every window closes and the job finishes by itself. The last pane of every window (answers and model)
+    must equal ``mechanism.finalize`` over exactly the reports with event times in it, and the closed
+    count windows must add up: read = accepted + rejected, with every bad record's reason."""
+    import shutil
+    import threading
+    import time
+
+    from transforms.records import now_ms
+
+    task = _task(tmp_path, "hdg", 20_000, task_id="rq-stream")
+    stage, watched = tmp_path / "stage", tmp_path / "in"
+    watched.mkdir()
+    start = (now_ms() // 2000) * 2000
+    truth = simulate_range.simulate_range_files(
+        task, 20_000, "gaussian:0.5", stage, seed=17, files=2, start_ms=start, duration_s=6.0, inject_bad=1
+    )
+    queries = random_queries(task.domain_sizes, 8, 2, 0.5, rng=np.random.default_rng(SEEDS[0]))
+    queries.append(RangeQuery.from_mapping({0: (2, 9), 1: (0, 15), 2: (3, 3)}))
+    _write_queries(tmp_path, queries)
+    staged = sorted(glob.glob(str(stage / "reports-*.avro")))
+
+    def drop_in(src):  # atomically: copied under a name the glob does not match, then renamed
+        part = watched / ("." + os.path.basename(src) + ".part")
+        shutil.copy(src, part)
+        os.replace(part, watched / os.path.basename(src))
+
+    for f in [staged[0], str(stage / "bad-records.avro"), str(stage / "garbage.avro")]:
+        drop_in(f)
+    mover = threading.Thread(target=lambda: (time.sleep(2.5), drop_in(staged[1])), daemon=True)
+    mover.start()
+    summary = range_queries.run(
+        [
+            "--task", str(tmp_path / "task.json"), "--streaming", "--input", str(watched / "*.avro"),
+            "--queries", str(tmp_path / "q.json"), "--output", str(tmp_path / "out"),
+            "--watch_interval", "0.5", "--streaming_duration", "4", "--window_size", "2",
+            "--allowed_lateness", "60", "--accumulating", "--counts_window", "5",
+        ]
+    )  # fmt: skip
+    mover.join()
+    assert "DONE" in summary["state"]  # the watch ended and the job finished by itself
+    bad = truth["bad_records"]
+    c = summary["counts"]  # summed closed count windows (OUT/counts/)
+    assert c["read"] == 20_000 + sum(bad.values()) == c["accepted"] + c["rejected"]
+    assert c["accepted"] == 20_000
+    assert {k[len("rejected_") :]: v for k, v in c.items() if k.startswith("rejected_") and v} == bad
+    # every answer / model file holds one window's pane; the last pane of each window equals the core
+    for pattern in ("answers-*.jsonl", "models/models-*.jsonl"):
+        for f in glob.glob(str(tmp_path / "out" / pattern)):
+            with open(f) as fh:
+                recs = [json.loads(line) for line in fh if line.strip()]
+            assert len({(r["window_start"], r["pane_index"]) for r in recs}) == 1, f
+            assert f"pane{recs[0]['pane_index']:05d}" in os.path.basename(f)
+    rows = _jsonl(tmp_path / "out" / "answers-*.jsonl")
+    last = {}
+    for r in rows:
+        last[r["window_start"]] = max(last.get(r["window_start"], -1), r["pane_index"])
+    mech = task.make_mechanism()
+    groups, times, per_group = _core_reports(mech, stage)
+    want_starts = sorted({int(s) for s in (times // 2000) * 2000})
+    got_starts = sorted(last)
+    assert [_iso_ms(s) for s in got_starts] == want_starts
+    from_models = {
+        (m["window_start"], m["pane_index"], m["query_index"]): m["answer"] for m in range_queries.run_answer(
+            ["--model", str(tmp_path / "out" / "models"), "--queries", str(tmp_path / "q.json")]
+        )
+    }  # fmt: skip
+    total = 0
+    for ws in got_starts:
+        lo = _iso_ms(ws)
+        in_window = (times >= lo) & (times < lo + 2000)
+        keep = {g: np.flatnonzero(in_window[groups == g]) for g in per_group}
+        model = _core_model(mech, per_group, keep)
+        got = [r for r in rows if r["window_start"] == ws and r["pane_index"] == last[ws]]
+        assert [r["query_index"] for r in got] == list(range(len(queries)))
+        assert [r["answer"] for r in got] == model.answer(queries).tolist()
+        want_std = [None if np.isnan(s) else s for s in model.answer_std(queries).tolist()]
+        assert [r["std"] for r in got] == want_std
+        assert all(r["n_reports"] == model.n_users for r in got)
+        # the saved model of that pane answers the same
+        assert [from_models[(ws, last[ws], r["query_index"])] for r in got] == [r["answer"] for r in got]
+        total += model.n_users
+    assert total == 20_000
+    dl = []
+    for f in glob.glob(str(tmp_path / "out" / "dead_letter" / "*.avro")):
+        with open(f, "rb") as fh:
+            dl += list(fastavro.reader(fh))
+    assert sorted(r["reason"] for r in dl) == sorted(r for r, k in bad.items() for _ in range(k))
+
+
+def _iso_ms(iso):
+    import datetime as dt
+
+    return int(round(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000))
+
+
+def test_streaming_panes_gather_accumulators():
+    """``Gather`` in streaming: discarding panes add the per-group deltas; accumulating panes re-deliver
+    every earlier ``Combine`` pane of a group next to its latest, cumulative one, of which only the latest
+    counts (else reports would be counted twice)."""
+    from transforms.range_queries import _group_accumulators
+
+    class Adder:  # stands in for a mechanism: accumulators are integers
+        def merge(self, g, accs):
+            return sum(accs)
+
+    items = [(0, 5, 0, 5), (1, 7, 0, 7), (0, 9, 1, 4), None, (0, 12, 2, 3)]  # (group, acc, pane, n)
+    assert _group_accumulators(Adder(), items, accumulating=True) == {0: 12, 1: 7}
+    assert _group_accumulators(Adder(), items, accumulating=False) == {0: 26, 1: 7}
+    assert _group_accumulators(Adder(), [(0, 5), (0, 6)], accumulating=False) == {0: 11}  # batch items
+    # a runner without pane info (index 0 everywhere): the cumulative pane with the most reports
+    no_info = [(0, 9, 0, 9), (0, 5, 0, 5), (0, 9, 0, 9)]
+    assert _group_accumulators(Adder(), no_info, accumulating=True) == {0: 9}
+
+
+def test_streaming_argument_checks(tmp_path):
+    _task(tmp_path, "hdg", 1000)
+    _write_queries(tmp_path, [RangeQuery.from_mapping({0: (0, 3)})])
+    base = ["--task", str(tmp_path / "task.json"), "--queries", str(tmp_path / "q.json")]
+    base += ["--output", str(tmp_path / "out")]
+    watch = [*base, "--streaming", "--input", str(tmp_path / "in" / "*.avro")]
+    with pytest.raises(SystemExit, match="streaming_duration"):
+        range_queries.run(watch)  # the DirectRunner would never emit a window
+    with pytest.raises(SystemExit, match="watch_interval"):
+        range_queries.run([*watch, "--streaming_duration", "1", "--watch_interval", "0"])
+    with pytest.raises(SystemExit, match="needs --streaming"):
+        range_queries.run([*base, "--input_subscription", "projects/p/subscriptions/s"])
+    with pytest.raises(SystemExit, match="exactly one"):
+        range_queries.run([*watch, "--input_topic", "projects/p/topics/t"])
+    with pytest.raises(SystemExit, match="output_topic"):
+        range_queries.run([*watch, "--streaming_duration", "1", "--output_topic", "projects/p/topics/t"])
+    assert not (tmp_path / "out").exists()

@@ -422,10 +422,11 @@ class ValidateRangeReports(beam.PTransform):
 class RangeGroupCombineFn(beam.CombineFn):
     """``CombineFn`` over ``(group, Reports)`` batches of one key ``(task_id, group)``.
 
-    The accumulator is ``None`` (nothing yet) or ``(group, acc)`` with ``acc`` the mechanism's fixed-size
-    accumulator of that group (``RangeMechanism.create_accumulator / add / merge``); a CombineFn does not
-    see its key, so the group travels with the values. Merging an empty list (the DirectRunner does on
-    empty panes) gives ``None``, which :class:`FinalizeRangeWindow` skips.
+    The accumulator is ``None`` (nothing yet) or ``(group, acc, n)`` with ``acc`` the mechanism's
+    fixed-size accumulator of that group (``RangeMechanism.create_accumulator / add / merge``) and ``n`` the
+    number of reports in it; a CombineFn does not see its key, so the group travels with the values.
+    Merging an empty list (the DirectRunner does on empty panes) gives ``None``, which
+    :class:`FinalizeRangeWindow` skips.
     """
 
     def __init__(self, spec: RangeTaskSpec) -> None:
@@ -439,10 +440,10 @@ class RangeGroupCombineFn(beam.CombineFn):
         g, reports = element
         mech = self.spec.mechanism
         if accumulator is None:
-            accumulator = (g, mech.create_accumulator(g))
+            accumulator = (g, mech.create_accumulator(g), 0)
         elif accumulator[0] != g:
             raise ValueError(f"reports of group {g} combined under group {accumulator[0]}")
-        return (g, mech.add(g, accumulator[1], reports))
+        return (g, mech.add(g, accumulator[1], reports), accumulator[2] + len(reports))
 
     def add_inputs(self, accumulator: Any, elements: Iterable[tuple[int, Reports]]) -> Any:
         for e in elements:
@@ -458,7 +459,7 @@ class RangeGroupCombineFn(beam.CombineFn):
             raise ValueError(f"cannot merge accumulators of groups {sorted({a[0] for a in accs})}")
         if len(accs) == 1:
             return accs[0]
-        return (g, self.spec.mechanism.merge(g, [a[1] for a in accs]))
+        return (g, self.spec.mechanism.merge(g, [a[1] for a in accs]), sum(a[2] for a in accs))
 
     def extract_output(self, accumulator: Any) -> Any:
         return accumulator
@@ -606,16 +607,62 @@ def model_to_json(rec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _group_accumulators(mech: RangeMechanism, items: Iterable[Any], accumulating: bool) -> dict[int, Any]:
+    """``{group: acc}`` of one ``Gather`` pane from its ``(group, acc[, combine pane index, n reports])``
+    items.
+
+    In batch a window has one pane and one accumulator per group (merged anyway if several). In
+    streaming the per-group ``Combine`` fires once per pane and ``Gather`` (a second ``GroupByKey`` with
+    the continuation trigger and the same accumulation mode) collects those outputs: discarding panes
+    carry only new deltas, which add up; accumulating panes re-deliver every earlier ``Combine`` pane of
+    the group next to its latest, cumulative one, so only the latest counts: the highest pane index, then
+    (runners that do not carry pane info report index 0 for every pane) the most reports.
+    """
+    by_group: dict[int, Any] = {}
+    rank: dict[int, tuple[int, int]] = {}
+    for item in items:
+        if item is None:
+            continue
+        g, acc = item[0], item[1]
+        r = (int(item[2]) if len(item) > 2 else 0, int(item[3]) if len(item) > 3 else 0)
+        if g not in by_group:
+            by_group[g], rank[g] = acc, r
+        elif accumulating:
+            if r > rank[g]:  # equal rank: the same cumulative pane fired again; keep one
+                by_group[g], rank[g] = acc, r
+        else:
+            by_group[g] = mech.merge(g, [by_group[g], acc])
+    return by_group
+
+
+class _KeyByTask(beam.DoFn):
+    """``((task_id, group), (group, acc, n))`` -> ``(task_id, (group, acc, Combine pane index, n))``."""
+
+    def process(self, kv, pane=beam.DoFn.PaneInfoParam):
+        (task_id, _group), value = kv
+        g, acc = value[0], value[1]
+        n = int(value[2]) if len(value) > 2 else 0
+        yield task_id, (g, acc, 0 if pane is None else int(pane.index), n)
+
+
 class FinalizeRangeWindow(beam.DoFn):
-    """``(task_id, [(group, acc), ...])`` of one window and pane -> answer records (main) and one model
-    record (``models``): ``mechanism.finalize`` runs once here for all groups.
+    """``(task_id, [(group, acc[, combine pane index, n]), ...])`` of one window and pane -> answer records
+    (main) and one model record (``models``): ``mechanism.finalize`` runs once here for all groups.
 
     Groups without reports in the window are finalized as empty (each method's documented fallback).
+    ``accumulating``: the window's panes are cumulative (streaming ``--accumulating``); per group only the
+    latest ``Combine`` pane is used (see :func:`_group_accumulators`).
     """
 
-    def __init__(self, spec: RangeTaskSpec, query_json: Sequence[Mapping[str, Sequence[int]]]) -> None:
+    def __init__(
+        self,
+        spec: RangeTaskSpec,
+        query_json: Sequence[Mapping[str, Sequence[int]]],
+        accumulating: bool = False,
+    ) -> None:
         self.spec = spec
         self.query_json = [dict(q) for q in query_json]
+        self.accumulating = bool(accumulating)
         self._queries: list[RangeQuery] | None = None
         self.models = Metrics.counter(COUNTER_NAMESPACE, "range_models")
         self.n_answers = Metrics.counter(COUNTER_NAMESPACE, "range_answers")
@@ -632,12 +679,7 @@ class FinalizeRangeWindow(beam.DoFn):
             self.setup()
         _task_id, group_accs = element
         mech = self.spec.mechanism
-        by_group: dict[int, Any] = {}
-        for item in group_accs:
-            if item is None:
-                continue
-            g, acc = item
-            by_group[g] = acc if g not in by_group else mech.merge(g, [by_group[g], acc])
+        by_group = _group_accumulators(mech, group_accs, self.accumulating)
         if not by_group:
             return
         t0 = time.perf_counter()
@@ -678,12 +720,12 @@ class RangeQueryAggregation(beam.PTransform):
             | "Window" >> WindowReports(self.window)
             | "Combine" >> beam.CombinePerKey(RangeGroupCombineFn(self.spec))
             | "DropEmpty" >> beam.Filter(lambda kv: kv[1] is not None)
-            | "KeyByTask" >> beam.Map(lambda kv: (kv[0][0], kv[1]))
+            | "KeyByTask" >> beam.ParDo(_KeyByTask())
             | "Gather" >> beam.GroupByKey()
             | "Finalize"
-            >> beam.ParDo(FinalizeRangeWindow(self.spec, self.query_json)).with_outputs(
-                "models", main="answers"
-            )
+            >> beam.ParDo(
+                FinalizeRangeWindow(self.spec, self.query_json, accumulating=self.window.accumulating)
+            ).with_outputs("models", main="answers")
         )
         return {
             "answers": finalized.answers,
@@ -719,16 +761,64 @@ def _sink_fn(schema_name: str):
     return lambda _destination: _RangeAvroSink(schema_name)
 
 
+class _JsonLinesSink(fileio.TextSink):
+    """``fileio`` sink writing records as JSON lines (``to_json`` then strict JSON)."""
+
+    def __init__(self, to_json: Any) -> None:
+        self.to_json = to_json
+
+    def write(self, record) -> None:
+        super().write(_dumps(self.to_json(record)))
+
+
+def _pane_destination(rec: Mapping[str, Any]) -> str:
+    return f"pane{int(rec['pane_index']):05d}"
+
+
+def _pane_file_naming(prefix: str, suffix: str):
+    """``PREFIX-<start>-<end>-paneNNNNN-SSSSS-of-NNNNN<suffix>`` (no window part for the global window):
+    the destination is the record's pane (``fileio``'s own naming leaves the pane out in Beam 2.77)."""
+
+    def _inner(window, pane, shard_index, total_shards, compression, destination):
+        parts = [prefix]
+        if window is not None and not isinstance(window, bw.GlobalWindow):
+            parts += [window.start.to_utc_datetime().isoformat(), window.end.to_utc_datetime().isoformat()]
+        parts.append(str(destination))
+        parts.append(f"{int(shard_index or 0):05d}-of-{int(total_shards or 1):05d}")
+        return "-".join(parts) + suffix + (f".{compression}" if compression else "")
+
+    return _inner
+
+
 class _WriteJsonAndAvro(beam.PTransform):
-    def __init__(self, path: str, prefix: str, schema_name: str, to_json: Any) -> None:
+    def __init__(
+        self, path: str, prefix: str, schema_name: str, to_json: Any, per_pane: bool = False
+    ) -> None:
         super().__init__()
         self.path = path
         self.prefix = prefix
         self.schema_name = schema_name
         self.to_json = to_json
+        self.per_pane = per_pane
 
     def expand(self, records):
         to_json = self.to_json
+        if self.per_pane:
+            jsonl = records | "WriteJson" >> fileio.WriteToFiles(
+                path=self.path,
+                file_naming=_pane_file_naming(self.prefix, ".jsonl"),
+                destination=_pane_destination,
+                sink=lambda _dest: _JsonLinesSink(to_json),
+                shards=1,
+            )
+            avro = records | "WriteAvro" >> fileio.WriteToFiles(
+                path=self.path,
+                file_naming=_pane_file_naming(self.prefix, ".avro"),
+                destination=_pane_destination,
+                sink=_sink_fn(self.schema_name),
+                shards=1,
+            )
+            return {"jsonl": jsonl, "avro": avro}
         jsonl = (
             records
             | "ToJson" >> beam.Map(lambda r: _dumps(to_json(r)))
@@ -747,17 +837,24 @@ class _WriteJsonAndAvro(beam.PTransform):
 
 
 class WriteRangeAnswers(_WriteJsonAndAvro):
-    """Answer records -> ``OUT/answers-*.jsonl`` and ``OUT/answers-*.avro`` (a file each per window/pane)."""
+    """Answer records -> ``OUT/answers-*.jsonl`` and ``OUT/answers-*.avro`` (a file each per window).
 
-    def __init__(self, output_dir: str) -> None:
-        super().__init__(output_dir, "answers", "range_answer", answer_to_json)
+    ``per_pane`` (streaming): one file per window *and pane*, ``answers-<start>-<end>-paneNNNNN-...``,
+    so later panes never replace earlier ones.
+    """
+
+    def __init__(self, output_dir: str, per_pane: bool = False) -> None:
+        super().__init__(output_dir, "answers", "range_answer", answer_to_json, per_pane)
 
 
 class WriteRangeModels(_WriteJsonAndAvro):
-    """Model records -> ``OUT/models/models-*.jsonl`` and ``OUT/models/models-*.avro``."""
+    """Model records -> ``OUT/models/models-*.jsonl`` and ``OUT/models/models-*.avro`` (``per_pane``: as
+    :class:`WriteRangeAnswers`)."""
 
-    def __init__(self, output_dir: str) -> None:
-        super().__init__(os.path.join(output_dir, "models"), "models", "range_model", model_to_json)
+    def __init__(self, output_dir: str, per_pane: bool = False) -> None:
+        super().__init__(
+            os.path.join(output_dir, "models"), "models", "range_model", model_to_json, per_pane
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------
