@@ -24,6 +24,7 @@ __all__ = [
     "window_from_flags",
     "parse_iso8601_ms",
     "shared_flags",
+    "add_report_stream_flags",
     "PubSubEmulator",
 ]
 
@@ -41,6 +42,55 @@ def shared_flags(parser):
     for group in getattr(parser, "_action_groups", ()):  # argparse checks conflicts per argument group
         group.conflict_handler = "resolve"
     return parser
+
+
+def add_report_stream_flags(parser) -> None:
+    """The input, output, window and streaming flags every report-aggregating pipeline shares, declared
+    once so that the pipelines (whose options Beam merges into one parser) always agree on them."""
+    parser.add_argument(
+        "--input",
+        help="glob of Avro report files, e.g. 'DIR/*.avro' (batch: read once; --streaming: watched for "
+        "new files)",
+    )
+    parser.add_argument(
+        "--watch_interval",
+        type=float,
+        default=10.0,
+        help="streaming from --input: seconds between matches of the glob (default 10)",
+    )
+    parser.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
+    parser.add_argument("--input_topic", help="Pub/Sub topic projects/P/topics/T (a temporary subscription)")
+    parser.add_argument(
+        "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
+    )
+    parser.add_argument("--output", help="output directory (required)")
+    parser.add_argument("--window_size", type=float, help="event-time window length in seconds")
+    parser.add_argument("--window_period", type=float, help="sliding-window period in seconds")
+    parser.add_argument("--allowed_lateness", type=float, help="seconds late reports still count")
+    parser.add_argument(
+        "--early_firing", type=float, help="streaming: early panes every so many processing seconds"
+    )
+    parser.add_argument("--accumulating", action="store_true", help="cumulative panes")
+    parser.add_argument("--batch_size", type=int, default=1 << 15, help="records per batch read from files")
+    parser.add_argument(
+        "--counts_window",
+        type=float,
+        default=60.0,
+        help="streaming: seconds per OUT/counts/ line of read/accepted/rejected counts (default 60)",
+    )
+    parser.add_argument(
+        "--dead_letter_window",
+        type=float,
+        default=60.0,
+        help="streaming: seconds of dead letters per OUT/dead_letter/ file (default 60)",
+    )
+    parser.add_argument(
+        "--streaming_duration",
+        type=float,
+        default=0.0,
+        help="streaming: stop after this many seconds; 0 runs until interrupted. Pub/Sub: the job is "
+        "cancelled; --input: the watch stops, every window closes and the job finishes by itself",
+    )
 
 
 def parse_pipeline_args(

@@ -45,6 +45,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines.common import (
+    add_report_stream_flags,
     closed_window_counts,
     directory_streaming_on_fnapi_runner,
     parse_pipeline_args,
@@ -86,57 +87,10 @@ class RangeQueryOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser = shared_flags(parser)  # --task, --input, ... are also the frequency job's flags
-        parser.add_argument("--task", help="multi-attribute task JSON file (required)")
-        parser.add_argument(
-            "--input",
-            help="glob of Avro report files, e.g. 'DIR/*.avro' (batch: read once; --streaming: watched for "
-            "new files)",
-        )
-        parser.add_argument(
-            "--watch_interval",
-            type=float,
-            default=10.0,
-            help="streaming from --input: seconds between matches of the glob (default 10)",
-        )
-        parser.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
-        parser.add_argument(
-            "--input_topic", help="Pub/Sub topic projects/P/topics/T (a temporary subscription)"
-        )
-        parser.add_argument(
-            "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
-        )
+        parser.add_argument("--task", help="task JSON file (a multi-attribute task for this job; required)")
+        add_report_stream_flags(parser)
         parser.add_argument(
             "--queries", help="JSON list of queries {attribute: [lo, hi], ...}, inclusive 0-based (required)"
-        )
-        parser.add_argument("--output", help="output directory (required)")
-        parser.add_argument("--window_size", type=float, help="event-time window length in seconds")
-        parser.add_argument("--window_period", type=float, help="sliding-window period in seconds")
-        parser.add_argument("--allowed_lateness", type=float, help="seconds late reports still count")
-        parser.add_argument(
-            "--early_firing", type=float, help="streaming: early panes every so many processing seconds"
-        )
-        parser.add_argument("--accumulating", action="store_true", help="cumulative panes (streaming)")
-        parser.add_argument(
-            "--batch_size", type=int, default=1 << 15, help="records per batch read from files"
-        )
-        parser.add_argument(
-            "--counts_window",
-            type=float,
-            default=60.0,
-            help="streaming: seconds per OUT/counts/ line of read/accepted/rejected counts (default 60)",
-        )
-        parser.add_argument(
-            "--dead_letter_window",
-            type=float,
-            default=60.0,
-            help="streaming: seconds of dead letters per OUT/dead_letter/ file (default 60)",
-        )
-        parser.add_argument(
-            "--streaming_duration",
-            type=float,
-            default=0.0,
-            help="streaming: stop after this many seconds; 0 runs until interrupted. Pub/Sub: the job is "
-            "cancelled; --input: the watch stops, every window closes and the job finishes by itself",
         )
 
 
