@@ -13,9 +13,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
 
 from ldp.task import CollectionTask, TaskError, WindowConfig, load_task
+from transforms.io import DecodeReportMessages, ReadReportFiles, WatchReportFiles
 from transforms.records import PAYLOAD_FIELDS
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "parse_iso8601_ms",
     "shared_flags",
     "add_report_stream_flags",
+    "read_reports",
     "PubSubEmulator",
 ]
 
@@ -91,6 +94,27 @@ def add_report_stream_flags(parser) -> None:
         help="streaming: stop after this many seconds; 0 runs until interrupted. Pub/Sub: the job is "
         "cancelled; --input: the watch stops, every window closes and the job finishes by itself",
     )
+
+
+def read_reports(p: Any, opts: Any, task: Any, *, streaming: bool, paced_ticks: bool = False) -> Any:
+    """The report source of an aggregation pipeline, from the shared flags: ``--input`` files read once
+    (batch) or watched (``streaming``; ``paced_ticks`` for the FnApiRunner), else Pub/Sub
+    (``--input_subscription`` / ``--input_topic``). Returns the reader's outputs (``records``,
+    ``dead_letter``, ``counts``)."""
+    if opts.input and streaming:
+        duration = opts.streaming_duration if opts.streaming_duration > 0 else None
+        return p | "Read" >> WatchReportFiles(
+            opts.input, opts.watch_interval, opts.batch_size, task, duration_s=duration, paced=paced_ticks
+        )
+    if opts.input:
+        return p | "Read" >> ReadReportFiles(opts.input, opts.batch_size, task)
+    source = opts.input_subscription or opts.input_topic
+    messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(
+        subscription=opts.input_subscription,
+        topic=None if opts.input_subscription else opts.input_topic,
+        timestamp_attribute=opts.timestamp_attribute,
+    )
+    return messages | "Read" >> DecodeReportMessages(source, task)
 
 
 def parse_pipeline_args(

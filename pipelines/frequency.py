@@ -41,6 +41,7 @@ from pipelines.common import (
     directory_streaming_on_fnapi_runner,
     load_task_or_exit,
     parse_pipeline_args,
+    read_reports,
     runs_on_fnapi_runner,
     shared_flags,
     window_from_flags,
@@ -48,9 +49,6 @@ from pipelines.common import (
 from transforms.combine import record_to_json
 from transforms.frequency import FrequencyAggregation, WindowedCounts, format_counts, job_counts
 from transforms.io import (
-    DecodeReportMessages,
-    ReadReportFiles,
-    WatchReportFiles,
     WriteCounts,
     WriteDeadLetters,
     WriteEstimates,
@@ -89,21 +87,7 @@ def build(
     ``paced_ticks``: the directory watch sleeps until each tick is due (for the FnApiRunner, which
     ignores the delays a deferred splittable DoFn asks for; see :class:`transforms.io.Ticks`).
     """
-    if opts.input and streaming:
-        duration = opts.streaming_duration if opts.streaming_duration > 0 else None
-        read = p | "Read" >> WatchReportFiles(
-            opts.input, opts.watch_interval, opts.batch_size, task, duration_s=duration, paced=paced_ticks
-        )
-    elif opts.input:
-        read = p | "Read" >> ReadReportFiles(opts.input, opts.batch_size, task)
-    else:
-        source = opts.input_subscription or opts.input_topic
-        messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(
-            subscription=opts.input_subscription,
-            topic=None if opts.input_subscription else opts.input_topic,
-            timestamp_attribute=opts.timestamp_attribute,
-        )
-        read = messages | "Read" >> DecodeReportMessages(source, task)
+    read = read_reports(p, opts, task, streaming=streaming, paced_ticks=paced_ticks)
     agg = read.records | "Aggregate" >> FrequencyAggregation(task, window, method)
     dead = (read.dead_letter, agg["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
     agg["estimates"] | "Write" >> WriteEstimates(opts.output)

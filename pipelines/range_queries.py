@@ -49,6 +49,7 @@ from pipelines.common import (
     closed_window_counts,
     directory_streaming_on_fnapi_runner,
     parse_pipeline_args,
+    read_reports,
     runs_on_fnapi_runner,
     shared_flags,
     window_from_flags,
@@ -56,9 +57,6 @@ from pipelines.common import (
 from transforms.frequency import WindowedCounts, format_counts, job_counts
 from transforms.io import (
     COUNTER_NAMESPACE,
-    DecodeReportMessages,
-    ReadReportFiles,
-    WatchReportFiles,
     WriteCounts,
     WriteDeadLetters,
 )
@@ -114,21 +112,7 @@ def build(
     directory (``streaming``; ``paced_ticks`` for the FnApiRunner) or Pub/Sub. In streaming, answer and
     model files are named per window and pane, and per-batch counts go to ``OUT/counts/``.
     """
-    if opts.input and streaming:
-        duration = opts.streaming_duration if opts.streaming_duration > 0 else None
-        read = p | "Read" >> WatchReportFiles(
-            opts.input, opts.watch_interval, opts.batch_size, spec, duration_s=duration, paced=paced_ticks
-        )
-    elif opts.input:
-        read = p | "Read" >> ReadReportFiles(opts.input, opts.batch_size, spec)
-    else:
-        source = opts.input_subscription or opts.input_topic
-        messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(
-            subscription=opts.input_subscription,
-            topic=None if opts.input_subscription else opts.input_topic,
-            timestamp_attribute=opts.timestamp_attribute,
-        )
-        read = messages | "Read" >> DecodeReportMessages(source, spec)
+    read = read_reports(p, opts, spec, streaming=streaming, paced_ticks=paced_ticks)
     agg = read.records | "RangeQueries" >> RangeQueryAggregation(spec, query_json, window)
     dead = (read.dead_letter, agg["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
     agg["answers"] | "WriteAnswers" >> WriteRangeAnswers(opts.output, per_pane=streaming)
