@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
 
 from ldp.task import CollectionTask, TaskError, WindowConfig, load_task
+from transforms.frequency import format_counts, job_counts
 from transforms.io import DecodeReportMessages, ReadReportFiles, WatchReportFiles
 from transforms.records import PAYLOAD_FIELDS
 
@@ -28,6 +30,9 @@ __all__ = [
     "shared_flags",
     "add_report_stream_flags",
     "read_reports",
+    "run_job",
+    "collect_counts",
+    "remove_empty_temp_dirs",
     "PubSubEmulator",
 ]
 
@@ -115,6 +120,57 @@ def read_reports(p: Any, opts: Any, task: Any, *, streaming: bool, paced_ticks: 
         timestamp_attribute=opts.timestamp_attribute,
     )
     return messages | "Read" >> DecodeReportMessages(source, task)
+
+
+def run_job(p: Any, opts: Any, *, streaming: bool) -> tuple[Any, float]:
+    """Runs an aggregation pipeline: a Pub/Sub job with ``--streaming_duration`` is cancelled after that many
+    seconds; any other job (batch, directory watch) runs to its end. Returns ``(result, seconds)``."""
+    t0 = time.perf_counter()
+    result = p.run()
+    if streaming and opts.streaming_duration > 0 and not opts.input:
+        deadline = time.time() + opts.streaming_duration
+        while time.time() < deadline:
+            time.sleep(0.5)
+        result.cancel()
+    else:
+        result.wait_until_finish()
+    return result, time.perf_counter() - t0
+
+
+def collect_counts(
+    result: Any, output: str, *, streaming: bool, extra: Sequence[str] = ()
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Read / accepted / rejected counts of a finished job, printed to stderr, and the ``extra`` counters.
+
+    Batch: Beam's counters (exact on every runner). Streaming: the sum of the closed count windows under
+    ``OUT/counts/`` (the DirectRunner's streaming counters are incomplete), with Beam's printed beside it.
+    """
+    try:
+        counts = job_counts(result)
+    except RecursionError as exc:  # the FnApiRunner's metrics of a very long watch (many bundles)
+        print(f"warning: Beam counters unavailable ({exc}); using the count windows", file=sys.stderr)
+        counts = {"read": 0, "accepted": 0, "rejected": 0}
+    extras = {k: counts.pop(k, 0) for k in extra}
+    if streaming:
+        closed = closed_window_counts(output)
+        print(f"closed count windows: {format_counts(closed)}", file=sys.stderr)
+        print(
+            f"Beam counters (incomplete on the DirectRunner with Pub/Sub): {format_counts(counts)}",
+            file=sys.stderr,
+        )
+        return closed, extras
+    print(format_counts(counts), file=sys.stderr)
+    return counts, extras
+
+
+def remove_empty_temp_dirs(output: str, subdirs: Sequence[str] = ("dead_letter", "models", "counts")) -> None:
+    """``fileio`` leaves its emptied ``.temp*`` directories behind; remove them (never non-empty ones)."""
+    for parent in (output, *(os.path.join(output, d) for d in subdirs)):
+        if os.path.isdir(parent):
+            for name in os.listdir(parent):
+                path = os.path.join(parent, name)
+                if name.startswith(".temp") and os.path.isdir(path) and not os.listdir(path):
+                    os.rmdir(path)
 
 
 def parse_pipeline_args(

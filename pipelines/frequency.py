@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,17 +35,19 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from ldp.task import POSTPROCESS_METHODS
 from pipelines.common import (
     add_report_stream_flags,
-    closed_window_counts,
+    collect_counts,
     directory_streaming_on_fnapi_runner,
     load_task_or_exit,
     parse_pipeline_args,
     read_reports,
+    remove_empty_temp_dirs,
+    run_job,
     runs_on_fnapi_runner,
     shared_flags,
     window_from_flags,
 )
 from transforms.combine import record_to_json
-from transforms.frequency import FrequencyAggregation, WindowedCounts, format_counts, job_counts
+from transforms.frequency import FrequencyAggregation, WindowedCounts
 from transforms.io import (
     WriteCounts,
     WriteDeadLetters,
@@ -111,16 +111,6 @@ def build(
     return {"estimates": agg["estimates"], "dead_letter": dead}
 
 
-def _remove_empty_temp_dirs(output: str) -> None:
-    """``fileio`` leaves its emptied ``.temp*`` directories behind; remove them (never non-empty ones)."""
-    for parent in (output, os.path.join(output, "dead_letter"), os.path.join(output, "counts")):
-        if os.path.isdir(parent):
-            for name in os.listdir(parent):
-                path = os.path.join(parent, name)
-                if name.startswith(".temp") and os.path.isdir(path) and not os.listdir(path):
-                    os.rmdir(path)
-
-
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Runs the job; returns ``{"counts": {...}, "output": OUT, "state": ...}``."""
     options, opts = parse_pipeline_args(
@@ -147,31 +137,8 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     p = beam.Pipeline(options=options)
     build(p, opts, task, window, method, streaming, paced_ticks=fnapi)
-    t0 = time.perf_counter()
-    result = p.run()
-    if streaming and opts.streaming_duration > 0 and not directory_streaming:
-        deadline = time.time() + opts.streaming_duration
-        while time.time() < deadline:
-            time.sleep(0.5)
-        result.cancel()
-    else:
-        result.wait_until_finish()
-    elapsed = time.perf_counter() - t0
-    try:
-        counts = job_counts(result)
-    except RecursionError as exc:  # the FnApiRunner's metrics of a very long watch (many bundles)
-        print(f"warning: Beam counters unavailable ({exc}); using the count windows", file=sys.stderr)
-        counts = {"read": 0, "accepted": 0, "rejected": 0}
-    if streaming:
-        closed = closed_window_counts(opts.output)
-        print(f"closed count windows: {format_counts(closed)}", file=sys.stderr)
-        print(
-            f"Beam counters (incomplete on the DirectRunner with Pub/Sub): {format_counts(counts)}",
-            file=sys.stderr,
-        )
-        counts = closed
-    else:
-        print(format_counts(counts), file=sys.stderr)
+    result, elapsed = run_job(p, opts, streaming=streaming)
+    counts, _ = collect_counts(result, opts.output, streaming=streaming)
     summary = {
         "counts": counts,
         "output": opts.output,
@@ -182,7 +149,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "task_id": task.task_id,
     }
     if not streaming or directory_streaming:
-        _remove_empty_temp_dirs(opts.output)
+        remove_empty_temp_dirs(opts.output)
     if not streaming:
         with open(os.path.join(opts.output, "counts.json"), "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)

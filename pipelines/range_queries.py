@@ -35,7 +35,6 @@ import dataclasses
 import json
 import os
 import sys
-import time
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -46,15 +45,17 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines.common import (
     add_report_stream_flags,
-    closed_window_counts,
+    collect_counts,
     directory_streaming_on_fnapi_runner,
     parse_pipeline_args,
     read_reports,
+    remove_empty_temp_dirs,
+    run_job,
     runs_on_fnapi_runner,
     shared_flags,
     window_from_flags,
 )
-from transforms.frequency import WindowedCounts, format_counts, job_counts
+from transforms.frequency import WindowedCounts
 from transforms.io import (
     COUNTER_NAMESPACE,
     WriteCounts,
@@ -130,17 +131,6 @@ def build(
     return {"answers": agg["answers"], "models": agg["models"], "dead_letter": dead}
 
 
-def _remove_empty_temp_dirs(output: str) -> None:
-    """``fileio`` leaves emptied ``.temp*`` directories behind; remove them (never non-empty ones)."""
-    subdirs = ("dead_letter", "models", "counts")
-    for parent in (output, *(os.path.join(output, d) for d in subdirs)):
-        if os.path.isdir(parent):
-            for name in os.listdir(parent):
-                path = os.path.join(parent, name)
-                if name.startswith(".temp") and os.path.isdir(path) and not os.listdir(path):
-                    os.rmdir(path)
-
-
 def _finalize_ms(result: Any) -> dict[str, Any] | None:
     try:
         res = result.metrics().query(
@@ -190,33 +180,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     p = beam.Pipeline(options=options)
     build(p, opts, spec, query_json, window, streaming, paced_ticks=fnapi)
-    t0 = time.perf_counter()
-    result = p.run()
-    if streaming and opts.streaming_duration > 0 and not directory_streaming:
-        deadline = time.time() + opts.streaming_duration
-        while time.time() < deadline:
-            time.sleep(0.5)
-        result.cancel()
-    else:
-        result.wait_until_finish()
-    elapsed = time.perf_counter() - t0
-    try:
-        counts = job_counts(result)
-    except RecursionError as exc:  # the FnApiRunner's metrics of a very long watch (many bundles)
-        print(f"warning: Beam counters unavailable ({exc}); using the count windows", file=sys.stderr)
-        counts = {"read": 0, "accepted": 0, "rejected": 0}
-    n_models = counts.pop("range_models", 0)
-    n_answers = counts.pop("range_answers", 0)
-    if streaming:
-        closed = closed_window_counts(opts.output)
-        print(f"closed count windows: {format_counts(closed)}", file=sys.stderr)
-        print(
-            f"Beam counters (incomplete on the DirectRunner with Pub/Sub): {format_counts(counts)}",
-            file=sys.stderr,
-        )
-        counts = closed
-    else:
-        print(format_counts(counts), file=sys.stderr)
+    result, elapsed = run_job(p, opts, streaming=streaming)
+    counts, extras = collect_counts(
+        result, opts.output, streaming=streaming, extra=("range_models", "range_answers")
+    )
+    n_models, n_answers = extras["range_models"], extras["range_answers"]
     rate = counts["read"] / elapsed if elapsed > 0 else float("nan")
     if streaming:  # the time is the watch's or the subscription's, not the work's: no rate
         print(f"{n_models} window pane model(s), {n_answers} answers in {elapsed:.1f} s", file=sys.stderr)
@@ -226,7 +194,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             file=sys.stderr,
         )
     if not streaming or directory_streaming:
-        _remove_empty_temp_dirs(opts.output)
+        remove_empty_temp_dirs(opts.output)
     summary = {
         "counts": counts,
         "output": opts.output,
