@@ -31,6 +31,7 @@ __all__ = [
     "add_report_stream_flags",
     "read_reports",
     "run_job",
+    "JobRun",
     "collect_counts",
     "remove_empty_temp_dirs",
     "PubSubEmulator",
@@ -122,9 +123,24 @@ def read_reports(p: Any, opts: Any, task: Any, *, streaming: bool, paced_ticks: 
     return messages | "Read" >> DecodeReportMessages(source, task)
 
 
-def run_job(p: Any, opts: Any, *, streaming: bool) -> tuple[Any, float]:
+@dataclasses.dataclass
+class JobRun:
+    """A finished pipeline run: Beam's result, its wall time, and the count files that were already in
+    ``OUT/counts/`` before it started (an earlier run's; never added to this run's totals)."""
+
+    result: Any
+    seconds: float
+    stale_counts: frozenset[str] = frozenset()
+
+
+def _count_files(output: str) -> list[str]:
+    return glob.glob(os.path.join(output, "counts", "counts-*.jsonl"))
+
+
+def run_job(p: Any, opts: Any, *, streaming: bool) -> JobRun:
     """Runs an aggregation pipeline: a Pub/Sub job with ``--streaming_duration`` is cancelled after that many
-    seconds; any other job (batch, directory watch) runs to its end. Returns ``(result, seconds)``."""
+    seconds; any other job (batch, directory watch) runs to its end."""
+    stale = frozenset(_count_files(opts.output))
     t0 = time.perf_counter()
     result = p.run()
     if streaming and opts.streaming_duration > 0 and not opts.input:
@@ -134,11 +150,11 @@ def run_job(p: Any, opts: Any, *, streaming: bool) -> tuple[Any, float]:
         result.cancel()
     else:
         result.wait_until_finish()
-    return result, time.perf_counter() - t0
+    return JobRun(result, time.perf_counter() - t0, stale)
 
 
 def collect_counts(
-    result: Any, output: str, *, streaming: bool, extra: Sequence[str] = ()
+    run: JobRun, output: str, *, streaming: bool, extra: Sequence[str] = ()
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Read / accepted / rejected counts of a finished job, printed to stderr, and the ``extra`` counters.
 
@@ -146,13 +162,13 @@ def collect_counts(
     ``OUT/counts/`` (the DirectRunner's streaming counters are incomplete), with Beam's printed beside it.
     """
     try:
-        counts = job_counts(result)
+        counts = job_counts(run.result)
     except RecursionError as exc:  # the FnApiRunner's metrics of a very long watch (many bundles)
         print(f"warning: Beam counters unavailable ({exc}); using the count windows", file=sys.stderr)
         counts = {"read": 0, "accepted": 0, "rejected": 0}
     extras = {k: counts.pop(k, 0) for k in extra}
     if streaming:
-        closed = closed_window_counts(output)
+        closed = closed_window_counts(output, exclude=run.stale_counts)
         print(f"closed count windows: {format_counts(closed)}", file=sys.stderr)
         print(
             f"Beam counters (incomplete on the DirectRunner with Pub/Sub): {format_counts(counts)}",
@@ -403,10 +419,12 @@ def directory_streaming_on_fnapi_runner(window: WindowConfig, opts: Any) -> Wind
     return window
 
 
-def closed_window_counts(output: str) -> dict[str, int]:
-    """Sums ``OUT/counts/counts-*.jsonl`` (the count windows a streaming job has closed)."""
+def closed_window_counts(output: str, exclude: Sequence[str] | frozenset[str] = ()) -> dict[str, int]:
+    """Sums ``OUT/counts/counts-*.jsonl`` (the count windows a streaming job has closed), leaving out the
+    files in ``exclude`` (an earlier run's)."""
     total: dict[str, int] = {"read": 0, "accepted": 0, "rejected": 0}
-    for path in glob.glob(os.path.join(output, "counts", "counts-*.jsonl")):
+    skip = set(exclude)
+    for path in (f for f in _count_files(output) if f not in skip):
         with open(path, encoding="utf-8") as fh:
             for line in fh:
                 for k, v in json.loads(line).items():

@@ -137,8 +137,9 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     p = beam.Pipeline(options=options)
     build(p, opts, task, window, method, streaming, paced_ticks=fnapi)
-    result, elapsed = run_job(p, opts, streaming=streaming)
-    counts, _ = collect_counts(result, opts.output, streaming=streaming)
+    job = run_job(p, opts, streaming=streaming)
+    result, elapsed = job.result, job.seconds
+    counts, _ = collect_counts(job, opts.output, streaming=streaming)
     summary = {
         "counts": counts,
         "output": opts.output,

@@ -180,9 +180,10 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     p = beam.Pipeline(options=options)
     build(p, opts, spec, query_json, window, streaming, paced_ticks=fnapi)
-    result, elapsed = run_job(p, opts, streaming=streaming)
+    job = run_job(p, opts, streaming=streaming)
+    result, elapsed = job.result, job.seconds
     counts, extras = collect_counts(
-        result, opts.output, streaming=streaming, extra=("range_models", "range_answers")
+        job, opts.output, streaming=streaming, extra=("range_models", "range_answers")
     )
     n_models, n_answers = extras["range_models"], extras["range_answers"]
     rate = counts["read"] / elapsed if elapsed > 0 else float("nan")

@@ -346,3 +346,17 @@ def test_directory_streaming_argument_checks(tmp_path):
     assert not common.runs_on_fnapi_runner(
         PipelineOptions(["--runner=PortableRunner", "--job_endpoint=h:1"])
     )
+
+
+def test_streaming_counts_ignore_an_earlier_runs_files(tmp_path):
+    """A streaming job sums only its own closed count windows, not those an earlier run left in OUT/counts."""
+    counts_dir = tmp_path / "counts"
+    counts_dir.mkdir()
+    old = counts_dir / "counts-earlier-run.jsonl"
+    old.write_text(json.dumps({"window_start": "x", "read": 7, "accepted": 7, "rejected": 0}) + "\n")
+    stale = frozenset(common._count_files(str(tmp_path)))
+    new = counts_dir / "counts-this-run.jsonl"
+    new.write_text(json.dumps({"window_start": "y", "read": 5, "accepted": 4, "rejected": 1}) + "\n")
+    assert common.closed_window_counts(str(tmp_path)) == {"read": 12, "accepted": 11, "rejected": 1}
+    mine = common.closed_window_counts(str(tmp_path), exclude=stale)
+    assert mine == {"read": 5, "accepted": 4, "rejected": 1}
