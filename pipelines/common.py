@@ -18,8 +18,14 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
 
 from ldp.task import CollectionTask, TaskError, WindowConfig, load_task
-from transforms.frequency import format_counts, job_counts
-from transforms.io import DecodeReportMessages, ReadReportFiles, WatchReportFiles
+from transforms.frequency import WindowedCounts, format_counts, job_counts
+from transforms.io import (
+    DecodeReportMessages,
+    ReadReportFiles,
+    WatchReportFiles,
+    WriteCounts,
+    WriteDeadLetters,
+)
 from transforms.records import PAYLOAD_FIELDS
 
 __all__ = [
@@ -31,6 +37,7 @@ __all__ = [
     "add_report_stream_flags",
     "read_reports",
     "run_job",
+    "write_dead_letters_and_counts",
     "JobRun",
     "collect_counts",
     "remove_empty_temp_dirs",
@@ -135,6 +142,23 @@ class JobRun:
 
 def _count_files(output: str) -> list[str]:
     return glob.glob(os.path.join(output, "counts", "counts-*.jsonl"))
+
+
+def write_dead_letters_and_counts(read: Any, agg: Any, opts: Any, *, streaming: bool) -> Any:
+    """Writes the dead letters of the reader and the aggregation (``OUT/dead_letter/``) and, in streaming,
+    the per-window read/accepted/rejected counts (``OUT/counts/``). Returns the dead-letter PCollection."""
+    dead = (read.dead_letter, agg["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
+    dead | "WriteDeadLetters" >> WriteDeadLetters(
+        opts.output, streaming=streaming, window_s=opts.dead_letter_window
+    )
+    if streaming:
+        (
+            (read.counts, agg["counts"])
+            | "AllCounts" >> beam.Flatten()
+            | "CountsPerWindow" >> WindowedCounts(opts.counts_window)
+            | "WriteCounts" >> WriteCounts(opts.output)
+        )
+    return dead
 
 
 def run_job(p: Any, opts: Any, *, streaming: bool) -> JobRun:

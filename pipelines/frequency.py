@@ -45,12 +45,11 @@ from pipelines.common import (
     runs_on_fnapi_runner,
     shared_flags,
     window_from_flags,
+    write_dead_letters_and_counts,
 )
 from transforms.combine import record_to_json
-from transforms.frequency import FrequencyAggregation, WindowedCounts
+from transforms.frequency import FrequencyAggregation
 from transforms.io import (
-    WriteCounts,
-    WriteDeadLetters,
     WriteEstimates,
 )
 
@@ -89,18 +88,8 @@ def build(
     """
     read = read_reports(p, opts, task, streaming=streaming, paced_ticks=paced_ticks)
     agg = read.records | "Aggregate" >> FrequencyAggregation(task, window, method)
-    dead = (read.dead_letter, agg["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
     agg["estimates"] | "Write" >> WriteEstimates(opts.output)
-    dead | "WriteDeadLetters" >> WriteDeadLetters(
-        opts.output, streaming=streaming, window_s=opts.dead_letter_window
-    )
-    if streaming:
-        (
-            (read.counts, agg["counts"])
-            | "AllCounts" >> beam.Flatten()
-            | "CountsPerWindow" >> WindowedCounts(opts.counts_window)
-            | "WriteCounts" >> WriteCounts(opts.output)
-        )
+    dead = write_dead_letters_and_counts(read, agg, opts, streaming=streaming)
     if opts.output_topic:
         (
             agg["estimates"]

@@ -54,12 +54,10 @@ from pipelines.common import (
     runs_on_fnapi_runner,
     shared_flags,
     window_from_flags,
+    write_dead_letters_and_counts,
 )
-from transforms.frequency import WindowedCounts
 from transforms.io import (
     COUNTER_NAMESPACE,
-    WriteCounts,
-    WriteDeadLetters,
 )
 from transforms.range_queries import (
     RangeQueryAggregation,
@@ -115,19 +113,9 @@ def build(
     """
     read = read_reports(p, opts, spec, streaming=streaming, paced_ticks=paced_ticks)
     agg = read.records | "RangeQueries" >> RangeQueryAggregation(spec, query_json, window)
-    dead = (read.dead_letter, agg["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
     agg["answers"] | "WriteAnswers" >> WriteRangeAnswers(opts.output, per_pane=streaming)
     agg["models"] | "WriteModels" >> WriteRangeModels(opts.output, per_pane=streaming)
-    dead | "WriteDeadLetters" >> WriteDeadLetters(
-        opts.output, streaming=streaming, window_s=opts.dead_letter_window
-    )
-    if streaming:
-        (
-            (read.counts, agg["counts"])
-            | "AllCounts" >> beam.Flatten()
-            | "CountsPerWindow" >> WindowedCounts(opts.counts_window)
-            | "WriteCounts" >> WriteCounts(opts.output)
-        )
+    dead = write_dead_letters_and_counts(read, agg, opts, streaming=streaming)
     return {"answers": agg["answers"], "models": agg["models"], "dead_letter": dead}
 
 

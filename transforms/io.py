@@ -64,15 +64,11 @@ def _fast_params(task: Any) -> dict[str, Any]:
     return {"task_id": task.task_id, **fast_decode_params(task.make_oracle())}
 
 
-class _ReadAvroBatches(beam.DoFn):
-    """ReadableFile -> (path, batch) pairs; undecodable content -> dead letter.
+class _ReportSourceFn(beam.DoFn):
+    """Common state of the DoFns that turn bytes into report batches: the task's fast-decode parameters
+    (built in ``setup``) and the read / rejected / undecodable counters."""
 
-    A batch is a :class:`~transforms.avro_fast.ColumnBatch` (blocks decoded column-wise) or a list of
-    record dicts (blocks ``fastavro`` decoded); the validator takes either.
-    """
-
-    def __init__(self, batch_size: int, task: Any = None) -> None:
-        self.batch_size = batch_size
+    def __init__(self, task: Any = None) -> None:
         self.task = task
         self._params: dict[str, Any] | None = None
         self.read = Metrics.counter(COUNTER_NAMESPACE, "reports_read")
@@ -81,6 +77,18 @@ class _ReadAvroBatches(beam.DoFn):
 
     def setup(self) -> None:
         self._params = _fast_params(self.task)
+
+
+class _ReadAvroBatches(_ReportSourceFn):
+    """ReadableFile -> (path, batch) pairs; undecodable content -> dead letter.
+
+    A batch is a :class:`~transforms.avro_fast.ColumnBatch` (blocks decoded column-wise) or a list of
+    record dicts (blocks ``fastavro`` decoded); the validator takes either.
+    """
+
+    def __init__(self, batch_size: int, task: Any = None) -> None:
+        super().__init__(task)
+        self.batch_size = batch_size
 
     def process(self, readable_file):
         if self._params is None:
@@ -273,17 +281,12 @@ class WatchReportFiles(beam.PTransform):
         )
 
 
-class _DecodeMessage(beam.DoFn):
-    def __init__(self, source: str, task: Any = None) -> None:
-        self.source = source
-        self.task = task
-        self._params: dict[str, Any] | None = None
-        self.read = Metrics.counter(COUNTER_NAMESPACE, "reports_read")
-        self.rejected = Metrics.counter(COUNTER_NAMESPACE, "reports_rejected")
-        self.undecodable = Metrics.counter(COUNTER_NAMESPACE, "rejected_undecodable")
+class _DecodeMessage(_ReportSourceFn):
+    """Pub/Sub message (an Avro container of reports) -> (source, batch); undecodable -> dead letter."""
 
-    def setup(self) -> None:
-        self._params = _fast_params(self.task)
+    def __init__(self, source: str, task: Any = None) -> None:
+        super().__init__(task)
+        self.source = source
 
     def process(self, message):
         if self._params is None:
