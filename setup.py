@@ -12,6 +12,7 @@ RUNTIME = [
     "numpy>=1.26,<2.5",
     "scipy>=1.11,<1.19",
     "fastavro>=1.9,<2",
+    "threadpoolctl>=3.1,<4",
 ]
 
 EXTRAS = {

@@ -164,3 +164,33 @@ def test_parameter_validation():
         SquareWave(1.0, 8, em_resolution=0)
     with pytest.raises(ValueError):
         perturb_unit(np.array([1.5]), 1.0)
+
+
+def test_em_runs_with_one_blas_thread(monkeypatch):
+    """The EM iterations run under a BLAS thread limit of 1, and the caller's limits are restored."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import ldp.square_wave as sw
+
+    seen: list[list[int]] = []
+    real, real_batch = sw._em_estimate, sw._em_estimate_batch
+
+    def spy(*a, **k):
+        seen.append([i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"])
+        return real(*a, **k)
+
+    def spy_batch(*a, **k):
+        seen.append([i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"])
+        return real_batch(*a, **k)
+
+    monkeypatch.setattr(sw, "_em_estimate", spy)
+    monkeypatch.setattr(sw, "_em_estimate_batch", spy_batch)
+    before = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    mech = SquareWave(1.0, 16)
+    rng = np.random.default_rng(SEEDS[15])
+    acc = mech.add(mech.create_accumulator(), mech.encode(rng.integers(0, 16, 2000), rng=rng))
+    mech.estimate(acc)
+    mech.estimate_many([acc, acc])
+    assert len(seen) == 2
+    assert before, "numpy's BLAS is not visible to threadpoolctl"
+    assert all(threads == [1] * len(before) for threads in seen)
+    assert [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"] == before

@@ -32,7 +32,7 @@ class CALMMechanism(TDGMechanism):
     """
 
     name = "calm"
-    OPTIONS = frozenset({"oracle", "max_post_rounds", "wu_threshold", "wu_max_iter"})
+    OPTIONS = frozenset({"oracle", "max_post_rounds", "wu_threshold", "wu_max_iter", "clip"})
 
     def _granularities(self, options: Mapping[str, Any]) -> tuple[int, int]:
         c = max(self.padded_sizes)
@@ -51,6 +51,7 @@ class CALMMechanism(TDGMechanism):
             info=info,
             wu_threshold=m.wu_threshold,
             wu_max_iter=m.wu_max_iter,
+            clip=m.clip,
         )
 
 

@@ -43,6 +43,7 @@ import numpy as np
 from ldp.oracles import make_oracle
 from ldp.rangequery.base import PairwiseRangeModel, RangeMechanism, attribute_pairs, register_model
 from ldp.rangequery.consistency import Table, post_process
+from ldp.rangequery.queries import AnswerPostprocessing, clip_option
 from ldp.rangequery.weighted_update import response_matrices
 
 __all__ = [
@@ -122,7 +123,7 @@ class _GridMechanism(RangeMechanism):
     """Shared Phase 1/2 machinery of TDG, HDG and CALM."""
 
     OPTIONS = frozenset(
-        {"g1", "g2", "alpha1", "alpha2", "oracle", "max_post_rounds", "wu_threshold", "wu_max_iter"}
+        {"g1", "g2", "alpha1", "alpha2", "oracle", "max_post_rounds", "wu_threshold", "wu_max_iter", "clip"}
     )
     has_1d = False
 
@@ -142,6 +143,7 @@ class _GridMechanism(RangeMechanism):
             raise ValueError("max_post_rounds must be >= 1")
         self.wu_threshold = options.get("wu_threshold")
         self.wu_max_iter = int(options.get("wu_max_iter", 1000))
+        self.clip = clip_option(options)
         self.g1, self.g2 = self._granularities(options)
         self.specs: list[GridSpec] = []
         if self.has_1d:
@@ -271,6 +273,7 @@ class TDGMechanism(_GridMechanism):
             info={"epsilon": self.epsilon, "oracle": self.oracle_name, "g2": self.g2, "post_rounds": rounds},
             wu_threshold=self.wu_threshold,
             wu_max_iter=self.wu_max_iter,
+            clip=self.clip,
         )
 
 
@@ -340,6 +343,7 @@ class HDGMechanism(_GridMechanism):
             },
             wu_threshold=self.wu_threshold,
             wu_max_iter=self.wu_max_iter,
+            clip=self.clip,
         )
 
 
@@ -373,7 +377,7 @@ def _from_json_float(x: float | None) -> float:
     return math.inf if x is None else float(x)
 
 
-class GridModel(PairwiseRangeModel):
+class GridModel(AnswerPostprocessing, PairwiseRangeModel):
     """Answers from 2-D grids plus a value-level matrix per pair used inside partially covered cells.
 
     Args:
@@ -398,8 +402,10 @@ class GridModel(PairwiseRangeModel):
         info: Mapping[str, Any] | None = None,
         wu_threshold: float | None = None,
         wu_max_iter: int = 1000,
+        clip: bool = True,
     ) -> None:
         super().__init__(domain_sizes, n_users)
+        self.clip = bool(clip)
         self.pairs = [tuple(int(a) for a in p) for p in pairs]
         self.grids = [np.asarray(g, dtype=np.float64) for g in grids]
         self.var0 = [float(v) for v in var0]
@@ -516,6 +522,7 @@ class GridModel(PairwiseRangeModel):
             info=d.get("info", {}),
             wu_threshold=d.get("wu_threshold"),
             wu_max_iter=d.get("wu_max_iter", 1000),
+            clip=bool(d.get("clip", True)),
         )
 
 

@@ -46,7 +46,7 @@ import numpy as np
 from ldp.hashing import LinearHash, prime_power, random_seeds
 from ldp.oracles import default_olh_buckets, make_oracle
 from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
-from ldp.rangequery.queries import RangeQuery
+from ldp.rangequery.queries import AnswerPostprocessing, RangeQuery, clip_option
 from ldp.reports import Reports
 
 __all__ = [
@@ -400,13 +400,14 @@ class HIOMechanism(RangeMechanism):
     """
 
     name = "hio"
-    OPTIONS = frozenset({"branching", "oracle", "dense_limit"})
+    OPTIONS = frozenset({"branching", "oracle", "dense_limit", "clip"})
 
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)
         self.branching = _check_branching(options.get("branching", 5))
         self.oracle_name = str(options.get("oracle", "olh")).lower()
         self.dense_limit = int(options.get("dense_limit", 4096))
+        self.clip = clip_option(options)
         if self.dense_limit < 1:
             raise ValueError("dense_limit must be >= 1")
         self.hierarchies = tuple(Hierarchy(c, self.branching) for c in self.domain_sizes)
@@ -482,7 +483,7 @@ class HIOMechanism(RangeMechanism):
                 dense[g] = (est.frequencies, float(oracle.variance(acc.n)), int(acc.n))
             elif acc.n:
                 lazy[g] = acc
-        return HIOModel(
+        model = HIOModel(
             self.domain_sizes,
             n_total,
             epsilon=self.epsilon,
@@ -490,6 +491,8 @@ class HIOMechanism(RangeMechanism):
             dense=dense,
             lazy=lazy,
         )
+        model.clip = self.clip
+        return model
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -498,7 +501,7 @@ class HIOMechanism(RangeMechanism):
 
 
 @register_model("hio")
-class HIOModel(RangeModel):
+class HIOModel(AnswerPostprocessing, RangeModel):
     """Finalized HIO: per-group cell frequencies (dense groups) or reports (lazy groups).
 
     A group without reports contributes the uniform guess for its cells (their share of the domain), with
@@ -584,13 +587,11 @@ class HIOModel(RangeModel):
             var += v
         return total, var
 
-    def answer(self, queries: Sequence[RangeQuery]) -> np.ndarray:
-        queries = self.check_queries(queries)
+    def _raw_answer(self, queries: list[RangeQuery]) -> np.ndarray:
         return np.array([self._answer_one(q)[0] for q in queries], dtype=np.float64)
 
-    def answer_std(self, queries: Sequence[RangeQuery]) -> np.ndarray:
-        """Closed-form standard deviation: ``sqrt(sum over cells of the OLH variance of its group)``."""
-        queries = self.check_queries(queries)
+    def _raw_answer_std(self, queries: list[RangeQuery]) -> np.ndarray:
+        """Closed-form standard deviation: ``sqrt(sum over cells of the variance of its group's oracle)``."""
         return np.sqrt(np.array([self._answer_one(q)[1] for q in queries], dtype=np.float64))
 
     def _payload(self) -> dict[str, Any]:
@@ -616,5 +617,6 @@ class HIOModel(RangeModel):
             )
             for g, v in d["lazy"].items()
         }
-        return cls(d["domain_sizes"], d["n_users"], epsilon=d["epsilon"], branching=d["branching"],
-                   dense=dense, lazy=lazy)
+        model = cls(d["domain_sizes"], d["n_users"], epsilon=d["epsilon"], branching=d["branching"],
+                    dense=dense, lazy=lazy)
+        return model._restore_options(d)

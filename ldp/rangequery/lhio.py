@@ -47,6 +47,7 @@ from ldp.oracles import make_oracle
 from ldp.rangequery.base import PairwiseRangeModel, RangeMechanism, attribute_pairs, register_model
 from ldp.rangequery.consistency import Table, make_consistent, post_process
 from ldp.rangequery.hio import Hierarchy, _check_branching, tree_constrained_inference
+from ldp.rangequery.queries import AnswerPostprocessing, clip_option
 
 __all__ = ["LHIOMechanism", "LHIOModel", "hierarchy_2d_inference"]
 
@@ -88,7 +89,7 @@ class LHIOMechanism(RangeMechanism):
     """
 
     name = "lhio"
-    OPTIONS = frozenset({"branching", "oracle", "consistency", "norm_sub", "consistency_rounds"})
+    OPTIONS = frozenset({"branching", "oracle", "consistency", "norm_sub", "consistency_rounds", "clip"})
 
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)
@@ -97,6 +98,7 @@ class LHIOMechanism(RangeMechanism):
         self.branching = _check_branching(options.get("branching", 5))
         self.oracle_name = str(options.get("oracle", "olh")).lower()
         self.consistency = bool(options.get("consistency", True))
+        self.clip = clip_option(options)
         self.norm_sub = bool(options.get("norm_sub", False))
         self.consistency_rounds = int(options.get("consistency_rounds", 10))
         if self.consistency_rounds < 1:
@@ -176,11 +178,13 @@ class LHIOMechanism(RangeMechanism):
             post_process(tables, self.n_attributes, max_rounds=self.consistency_rounds)
         elif self.consistency:
             make_consistent(tables, self.n_attributes)
-        return LHIOModel(self.domain_sizes, n_total, {pair: t.values for pair, t in zip(self.pairs, tables)})
+        model = LHIOModel(self.domain_sizes, n_total, {pair: t.values for pair, t in zip(self.pairs, tables)})
+        model.clip = self.clip
+        return model
 
 
 @register_model("lhio")
-class LHIOModel(PairwiseRangeModel):
+class LHIOModel(AnswerPostprocessing, PairwiseRangeModel):
     """Consistent finest ``c_j x c_k`` table per attribute pair; 2-D answers by prefix sums."""
 
     def __init__(
@@ -208,4 +212,4 @@ class LHIOModel(PairwiseRangeModel):
     @classmethod
     def _from_dict(cls, d: Mapping[str, Any]) -> LHIOModel:
         tables = {tuple(e["pair"]): np.asarray(e["values"]) for e in d["tables"]}
-        return cls(d["domain_sizes"], d["n_users"], tables)
+        return cls(d["domain_sizes"], d["n_users"], tables)._restore_options(d)

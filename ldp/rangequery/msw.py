@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
-from ldp.rangequery.queries import RangeQuery
+from ldp.rangequery.queries import AnswerPostprocessing, RangeQuery, clip_option
 from ldp.square_wave import SquareWave
 
 __all__ = ["MSWMechanism", "MSWModel"]
@@ -34,10 +34,11 @@ class MSWMechanism(RangeMechanism):
     """
 
     name = "msw"
-    OPTIONS = frozenset(_SW_OPTIONS)
+    OPTIONS = frozenset((*_SW_OPTIONS, "clip"))
 
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)
+        self.clip = clip_option(options)
         sw_opts = {k: options[k] for k in _SW_OPTIONS if k in options}
         self._sw = tuple(SquareWave(self.epsilon, c, **sw_opts) for c in self.domain_sizes)
 
@@ -67,11 +68,13 @@ class MSWMechanism(RangeMechanism):
             ests = self._sw[attrs[0]].estimate_many([accumulators[a] for a in attrs])
             for a, est in zip(attrs, ests):
                 dists[a] = est.distribution
-        return MSWModel(self.domain_sizes, n_total, dists)
+        model = MSWModel(self.domain_sizes, n_total, dists)
+        model.clip = self.clip
+        return model
 
 
 @register_model("msw")
-class MSWModel(RangeModel):
+class MSWModel(AnswerPostprocessing, RangeModel):
     """Per-attribute estimated distributions; a query's answer is the product of its 1-D range sums."""
 
     def __init__(
@@ -86,8 +89,7 @@ class MSWModel(RangeModel):
                 raise ValueError(f"distribution of attribute {a} must have shape ({self.domain_sizes[a]},)")
         self._cum = [np.concatenate([[0.0], np.cumsum(f)]) for f in self.distributions]
 
-    def answer(self, queries: Sequence[RangeQuery]) -> np.ndarray:
-        queries = self.check_queries(queries)
+    def _raw_answer(self, queries: list[RangeQuery]) -> np.ndarray:
         out = np.ones(len(queries))
         for i, q in enumerate(queries):
             for a, lo, hi in q.intervals:
@@ -99,4 +101,4 @@ class MSWModel(RangeModel):
 
     @classmethod
     def _from_dict(cls, d: Mapping[str, Any]) -> MSWModel:
-        return cls(d["domain_sizes"], d["n_users"], d["distributions"])
+        return cls(d["domain_sizes"], d["n_users"], d["distributions"])._restore_options(d)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
-from ldp.rangequery.queries import RangeQuery
+from ldp.rangequery.queries import AnswerPostprocessing, RangeQuery, clip_option
 
 __all__ = ["UniMechanism", "UniModel"]
 
@@ -42,6 +42,11 @@ class UniMechanism(RangeMechanism):
     """Uniform guess: one (trivial) group whose reports carry no information."""
 
     name = "uni"
+    OPTIONS = frozenset({"clip"})
+
+    def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
+        super().__init__(epsilon, domain_sizes, n_users, **options)
+        self.clip = clip_option(options)
 
     @property
     def n_groups(self) -> int:
@@ -56,15 +61,16 @@ class UniMechanism(RangeMechanism):
 
     def finalize(self, accumulators: Mapping[int, Any]) -> UniModel:
         n = sum(int(a["n"]) for a in accumulators.values())
-        return UniModel(self.domain_sizes, n)
+        model = UniModel(self.domain_sizes, n)
+        model.clip = self.clip
+        return model
 
 
 @register_model("uni")
-class UniModel(RangeModel):
+class UniModel(AnswerPostprocessing, RangeModel):
     """Answers each query with its volume ``prod_t (r_t - l_t + 1) / c_t``."""
 
-    def answer(self, queries: Sequence[RangeQuery]) -> np.ndarray:
-        queries = self.check_queries(queries)
+    def _raw_answer(self, queries: list[RangeQuery]) -> np.ndarray:
         return np.array([q.volume(self.domain_sizes) for q in queries], dtype=np.float64)
 
     def _payload(self) -> dict[str, Any]:
@@ -72,4 +78,4 @@ class UniModel(RangeModel):
 
     @classmethod
     def _from_dict(cls, d: Mapping[str, Any]) -> UniModel:
-        return cls(d["domain_sizes"], d.get("n_users", 0))
+        return cls(d["domain_sizes"], d.get("n_users", 0))._restore_options(d)
