@@ -1,0 +1,449 @@
+"""The command-line convention every command follows, and the ``ldp-beam`` entry point.
+
+Every runnable module (``pipelines.*``, ``bench.*``, ``experiments.*``) builds its parser with
+:func:`job_parser` and parses with :func:`parse_job_args`, in the manner of Beam's ``leader_board``
+example: the job's own flags are parsed with ``parse_known_args``; whatever remains must be Apache Beam
+pipeline options and becomes the job's ``PipelineOptions``. A flag that neither the job nor Beam knows
+(``--window-size 600`` for ``--window_size 600``) is an error: one line on stderr, exit status 2, before
+anything runs. Required flags are required, defaults show in ``--help``, and ``--log_level`` sets up
+:mod:`logging`.
+
+Flag names are shared across commands (underscores, never dashes)::
+
+    --users N            number of simulated users
+    --domain_size D      size of a categorical domain
+    --seed S             the run's numpy SeedSequence entropy
+    --task TASK.json     the collection task file
+    --input GLOB         report files to read (an empty match is an error unless --allow_empty_input)
+    --output DIR         output directory (a non-empty one is refused unless --overwrite)
+    --input_topic T / --input_subscription S   Pub/Sub source of an aggregation job
+    --output_topic T     Pub/Sub topic a job publishes to (the simulator's reports, a job's estimates)
+    --log_level LEVEL    DEBUG, INFO, WARNING or ERROR
+
+``ldp-beam <command> [flags]`` (the console script installed with the package) runs the same commands as
+``python -m pipelines.<module> [flags]``; ``ldp-beam --help`` lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+__all__ = [
+    "COMMANDS",
+    "JobArgumentParser",
+    "OUTPUT_MARKER",
+    "add_input_flags",
+    "add_output_flags",
+    "add_population_flags",
+    "beam_option_parser",
+    "fail",
+    "job_parser",
+    "main",
+    "parse_job_args",
+    "prepare_output",
+    "require_inputs",
+    "setup_logging",
+]
+
+_LOG = logging.getLogger(__name__)
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+#: ``ldp-beam`` commands: name -> (module whose ``run(argv)`` is the command, one-line summary).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": (
+        "pipelines.simulate",
+        "simulate a population's LDP reports for any task (Avro files or Pub/Sub)",
+    ),
+    "frequency": ("pipelines.frequency", "frequency estimation over reports (batch or streaming)"),
+    "range-queries": ("pipelines.range_queries", "multi-dimensional range queries over reports"),
+    "demo": ("pipelines.demo_beam", "the end-to-end Beam demo (simulate + aggregate on the DirectRunner)"),
+    "demo-core": ("pipelines.demo", "the same demo through the numpy core only (no Beam)"),
+}
+
+#: Written into every output directory a job prepares; ``--overwrite`` only clears directories carrying it.
+OUTPUT_MARKER = ".ldp-beam-output.json"
+
+
+class UsageError(Exception):
+    """A command-line error, reported as one line and exit status 2."""
+
+
+def fail(message: str, code: int = 2, prog: str | None = None) -> NoReturn:
+    """Prints ``PROG: error: MESSAGE`` (one line) to stderr and exits with ``code``."""
+    prefix = f"{prog}: " if prog else ""
+    print(f"{prefix}error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: X)`` for flags that have a default; not for unset ones or off switches."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class JobArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``PROG: error: ... (see --help)``), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see {self.prog} --help)", 2, self.prog)
+
+
+def _default_prog() -> str | None:
+    """``ldp-beam CMD`` when run through the entry point (it sets ``sys.argv[0]``), ``python -m MODULE``
+    when run as a module, else argparse's default."""
+    if sys.argv and sys.argv[0].startswith("ldp-beam"):
+        return sys.argv[0]
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    if name:
+        return f"python -m {name.removesuffix('.__main__')}"
+    return None
+
+
+_BEAM_EPILOG = (
+    "Any Apache Beam pipeline option is accepted as well (anything else is an error), e.g. "
+    "--runner=DirectRunner, --direct_running_mode=multi_processing --direct_num_workers=2, "
+    "--runner=PortableRunner --job_endpoint=embed --environment_type=LOOPBACK, --runner=FlinkRunner, "
+    "--runner=DataflowRunner --setup_file=./setup.py, --streaming."
+)
+
+
+def job_parser(
+    description: str, *, prog: str | None = None, epilog: str | None = None, beam_options: bool = True
+) -> JobArgumentParser:
+    """A parser for one command: defaults shown in ``--help``, no abbreviated flags, one-line errors, and
+    ``--log_level``. ``beam_options`` says whether the command takes Beam pipeline options (the epilog
+    says so); a command that runs no pipeline passes False and parses with ``parse_job_args(...,
+    beam=False)``."""
+    text = epilog if epilog is not None else (_BEAM_EPILOG if beam_options else None)
+    parser = JobArgumentParser(
+        prog=prog or _default_prog(),
+        description=description,
+        epilog=text,
+        formatter_class=_HelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--log_level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level"
+    )
+    return parser
+
+
+def add_population_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    users: int | None = 100_000,
+    domain_size: int | None = None,
+    seed: int | None = 0,
+    domain_help: str = "size of the categorical domain",
+) -> None:
+    """``--users``, ``--domain_size`` and ``--seed``, the same names and meanings in every command. A
+    ``None`` default makes ``--users`` / ``--seed`` required and leaves ``--domain_size`` unset (e.g. to
+    take the task's)."""
+    parser.add_argument(
+        "--users", type=int, default=users, required=users is None, help="number of simulated users"
+    )
+    parser.add_argument("--domain_size", type=int, default=domain_size, help=domain_help)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=seed,
+        required=seed is None,
+        help="entropy of the run's numpy SeedSequence (reproducible simulation)",
+    )
+
+
+def add_input_flags(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """``--input GLOB`` and ``--allow_empty_input`` (see :func:`require_inputs`)."""
+    parser.add_argument(
+        "--input", required=required, help="glob of Avro report files, e.g. 'DIR/*.avro' (quote it)"
+    )
+    parser.add_argument(
+        "--allow_empty_input",
+        action="store_true",
+        help="accept an --input glob that matches no file (otherwise an error)",
+    )
+
+
+def add_output_flags(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """``--output DIR`` and ``--overwrite`` (see :func:`prepare_output`)."""
+    parser.add_argument("--output", required=required, help="output directory")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="clear an earlier run's non-empty --output directory first (otherwise refused)",
+    )
+
+
+def beam_option_parser() -> argparse.ArgumentParser:
+    """An argument parser that knows every option of every ``PipelineOptions`` subclass Apache Beam
+    defines (the standard, Google Cloud, worker, debug, setup, portable, Flink, Spark, Prism, direct, ...
+    options), and only those: the set Beam's own parsers accept. Options declared by other packages'
+    subclasses (a job's own ``PipelineOptions``) are not included, so a job's flags are never silently
+    taken for Beam's."""
+    from apache_beam.options import pipeline_options as po
+
+    parser = _beam_flag_parser_class()(allow_abbrev=False, add_help=False, conflict_handler="resolve")
+    seen: set[type] = set()
+    todo = list(po.PipelineOptions.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        if not cls.__module__.startswith("apache_beam.") or "_add_argparse_args" not in cls.__dict__:
+            continue
+        for group in getattr(parser, "_action_groups", ()):  # argparse checks conflicts per group
+            group.conflict_handler = "resolve"
+        cls._add_argparse_args(parser)
+    return parser
+
+
+_BEAM_FLAG_PARSER: type | None = None
+
+
+def _beam_flag_parser_class() -> type:
+    """Beam's parser class (it adds ``add_value_provider_argument``), raising :class:`UsageError` instead
+    of printing Beam's whole usage and exiting; built on first use so importing this module (and
+    ``ldp-beam --help``) does not import Beam."""
+    global _BEAM_FLAG_PARSER
+    if _BEAM_FLAG_PARSER is None:
+        from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+        class _BeamFlagParser(_BeamArgumentParser):
+            def error(self, message: str) -> NoReturn:
+                raise UsageError(message)
+
+        _BEAM_FLAG_PARSER = _BeamFlagParser
+    return _BEAM_FLAG_PARSER
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+
+
+def _suggestion(flag: str, known: Sequence[str]) -> str:
+    name = flag.split("=", 1)[0]
+    if not name.startswith("--"):
+        return ""
+    underscored = "--" + name[2:].replace("-", "_")
+    if underscored != name and underscored in known:
+        return f"; did you mean {underscored}?"
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def parse_job_args(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None = None,
+    *,
+    beam: bool = True,
+    setup_log: bool = True,
+) -> tuple[argparse.Namespace, Any]:
+    """Parses ``argv`` (default ``sys.argv[1:]``): the job's flags into a namespace, the rest into
+    ``PipelineOptions``. Anything that is neither the job's nor a Beam option is an error (one line, exit
+    2), with a suggestion for a near miss. A flag both the job and Beam declare (``--streaming``) is set in
+    both. ``beam=False``: the command runs no pipeline, every flag must be the job's and the second value
+    is None. Sets up logging from ``--log_level`` unless ``setup_log`` is False."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    ns, rest = parser.parse_known_args(args)
+    prog = parser.prog
+    if not beam:
+        if rest:
+            hint = _suggestion(rest[0], _option_strings(parser))
+            parser.error(f"unrecognized arguments: {' '.join(rest)}{hint}")
+        if setup_log:
+            setup_logging(getattr(ns, "log_level", "INFO"))
+        return ns, None
+    beam_parser = beam_option_parser()
+    try:
+        _, unknown = beam_parser.parse_known_args(rest)
+    except UsageError as exc:
+        fail(f"Beam pipeline option: {exc} (see {prog} --help)", 2, prog)
+    if unknown:
+        flags = [a for a in unknown if a.startswith("-")]
+        known = _option_strings(parser) + _option_strings(beam_parser)
+        hint = _suggestion(flags[0], known) if flags else ""
+        fail(
+            f"unrecognized arguments: {' '.join(unknown)} (neither a flag of this command nor an Apache "
+            f"Beam pipeline option){hint} (see {prog} --help)",
+            2,
+            prog,
+        )
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    beam_dests = {a.dest for a in beam_parser._actions}
+    overrides = {
+        a.dest: getattr(ns, a.dest)
+        for a in parser._actions
+        if a.dest in beam_dests and a.option_strings and hasattr(ns, a.dest)
+    }
+    if setup_log:
+        setup_logging(getattr(ns, "log_level", "INFO"))
+    return ns, PipelineOptions(rest, **overrides)
+
+
+_OUR_LOGGERS = ("ldp", "transforms", "pipelines", "bench", "experiments", "__main__")
+
+
+def setup_logging(level: str | int = "INFO") -> None:
+    """Logs ``LEVEL message`` lines with a timestamp to stderr. Our packages log at ``level``; Apache Beam
+    and its dependencies log warnings and errors only, unless ``level`` is DEBUG (their INFO lines are the
+    runner's internals, one per stage)."""
+    numeric = logging.getLevelName(level.upper()) if isinstance(level, str) else int(level)
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level!r}; choose one of {', '.join(LOG_LEVELS)}")
+    logging.basicConfig(
+        level=numeric,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+        force=True,
+    )
+    others = numeric if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
+    logging.getLogger().setLevel(others)
+    for name in _OUR_LOGGERS:
+        logging.getLogger(name).setLevel(numeric)
+
+
+def require_inputs(pattern: str | None, allow_empty: bool = False, *, flag: str = "--input") -> list[str]:
+    """The files ``pattern`` (a glob, local or any filesystem Beam knows, e.g. ``gs://``) matches, sorted.
+    No pattern, or a pattern matching nothing (unless ``allow_empty``), is an error: one line, exit 2."""
+    if not pattern:
+        fail(f"{flag} is required")
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        matched = FileSystems.match([pattern])[0].metadata_list
+    except Exception as exc:  # Beam raises BeamIOError for a bad scheme or an unreadable directory
+        fail(f"{flag} {pattern!r}: {exc}")
+    paths = sorted(m.path for m in matched)
+    if not paths and not allow_empty:
+        fail(f"{flag} {pattern!r} matches no file (check the path and quote the glob)")
+    _LOG.debug("%s %r matches %d file(s)", flag, pattern, len(paths))
+    return paths
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path
+
+
+def prepare_output(path: str | None, overwrite: bool = False, *, flag: str = "--output") -> str:
+    """Makes ``path`` ready for a job's output and returns it.
+
+    A missing directory is created; an empty one is used. A non-empty one is refused (one line, exit 2)
+    so that two runs never mix, unless ``overwrite``: then it is cleared first, but only when it carries
+    the marker file an earlier ldp-beam job left (:data:`OUTPUT_MARKER`), never an arbitrary directory.
+    The marker (command line, package version, time) is written into the prepared directory.
+    """
+    if not path:
+        fail(f"{flag} is required")
+    if not _is_local(path):
+        return _prepare_remote_output(path, overwrite, flag)
+    if os.path.exists(path) and not os.path.isdir(path):
+        fail(f"{flag} {path!r} exists and is not a directory")
+    entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    if entries:
+        if not overwrite:
+            fail(
+                f"{flag} {path!r} is not empty ({len(entries)} entries, e.g. {entries[0]!r}); choose a new "
+                f"directory or pass --overwrite to replace an earlier run's output"
+            )
+        if OUTPUT_MARKER not in entries:
+            fail(
+                f"{flag} {path!r} is not empty and was not written by an ldp-beam job (no {OUTPUT_MARKER}); "
+                f"refusing to delete it even with --overwrite"
+            )
+        _LOG.warning("--overwrite: clearing %d entries of %s", len(entries), path)
+        for name in entries:
+            target = os.path.join(path, name)
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)
+            else:
+                os.remove(target)
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, OUTPUT_MARKER), "w", encoding="utf-8") as fh:
+        json.dump(_marker(), fh)
+        fh.write("\n")
+    return path
+
+
+def _marker() -> dict[str, Any]:
+    from ldp import __version__
+
+    return {
+        "command": [os.path.basename(sys.argv[0]) if sys.argv else "", *sys.argv[1:]],
+        "version": __version__,
+        "created_unix_s": round(time.time(), 3),
+    }
+
+
+def _prepare_remote_output(path: str, overwrite: bool, flag: str) -> str:
+    from apache_beam.io.filesystems import FileSystems
+
+    base = path.rstrip("/")
+    existing = [m.path for m in FileSystems.match([base + "/**"])[0].metadata_list]
+    if existing:
+        if not overwrite:
+            fail(f"{flag} {path!r} is not empty ({len(existing)} files); choose a new path or --overwrite")
+        marker = FileSystems.join(base, OUTPUT_MARKER)
+        if marker not in existing:
+            fail(f"{flag} {path!r} was not written by an ldp-beam job (no {OUTPUT_MARKER}); not deleting it")
+        _LOG.warning("--overwrite: deleting %d files under %s", len(existing), path)
+        FileSystems.delete(existing)
+    with FileSystems.create(FileSystems.join(base, OUTPUT_MARKER)) as fh:
+        fh.write((json.dumps(_marker()) + "\n").encode())
+    return path
+
+
+def _usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = [
+        "usage: ldp-beam <command> [flags]     (ldp-beam <command> --help for a command's flags)",
+        "",
+        "Local differential privacy analytics on Apache Beam. Commands:",
+    ]
+    lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
+    lines += ["", "Each command is also `python -m <module>`: " + ", ".join(m for m, _ in COMMANDS.values())]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``ldp-beam`` console script: ``ldp-beam <command> [flags]`` runs ``<module>.run(flags)``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if args[0] == "--version":
+        from ldp import __version__
+
+        print(f"ldp-beam {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        fail(f"unknown command {name!r}{hint} (ldp-beam --help lists them)", 2, "ldp-beam")
+    module = importlib.import_module(COMMANDS[name][0])
+    sys.argv = [f"ldp-beam {name}", *rest]
+    result = module.run(rest)
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
