@@ -11,7 +11,7 @@ Gaussian data) it times, per method:
 and the answers' MAE against the exact answers as a sanity check. The floor is a plain-numpy pass that
 computes the exact answers of the same 2-D queries from the raw records.
 
-    python -m bench.range_queries --json OUT.json [--users N --attributes D --domain C --methods hdg,tdg]
+    python -m bench.range_queries --json OUT.json [--users N --attributes D --domain_size C --methods hdg,tdg]
 """
 
 from __future__ import annotations
@@ -99,32 +99,59 @@ def run(users: int, d: int, c: int, epsilon: float, methods: list[str], seed: in
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--users", type=int, default=1_000_000)
-    ap.add_argument("--attributes", type=int, default=6)
-    ap.add_argument("--domain", type=int, default=64)
-    ap.add_argument("--epsilon", type=float, default=1.0)
-    ap.add_argument("--methods", default="hdg,tdg,calm,uni")
-    ap.add_argument("--queries-2d", type=int, default=10_000)
-    ap.add_argument("--queries-4d", type=int, default=1_000)
-    ap.add_argument("--seed", type=int, default=2021)
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _positive_int(text: str) -> int:
+    x = int(text)
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return x
+
+
+def _epsilons(text: str) -> list[float]:
+    try:
+        vals = [float(e) for e in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if any(e <= 0 or e != e for e in vals):
+        raise argparse.ArgumentTypeError(f"epsilons must be positive, got {text!r}")
+    return vals
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.range_queries", description=__doc__,
+                                 formatter_class=_Formatter)
+    ap.add_argument("--users", type=_positive_int, default=1_000_000, help="n")
+    ap.add_argument("--attributes", type=_positive_int, default=6, help="d")
+    ap.add_argument("--domain_size", type=_positive_int, default=64, help="c, domain size of every attribute")
+    ap.add_argument("--epsilons", type=_epsilons, default=[1.0], help="comma-separated; one run per value")
+    ap.add_argument("--methods", default="hdg,tdg,calm,uni", help="comma-separated method names")
+    ap.add_argument("--queries_2d", type=_positive_int, default=10_000)
+    ap.add_argument("--queries_4d", type=_positive_int, default=1_000)
+    ap.add_argument("--trials", type=_positive_int, default=1, help="repetitions (fresh seeds) per epsilon")
+    ap.add_argument("--seed", type=int, default=2021, help="root of the numpy SeedSequence")
     ap.add_argument("--json", help="write the results here")
-    args = ap.parse_args(argv)
-    out = run(
-        args.users,
-        args.attributes,
-        args.domain,
-        args.epsilon,
-        [m.strip() for m in args.methods.split(",") if m.strip()],
-        args.seed,
-        args.queries_2d,
-        args.queries_4d,
-    )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    runs = []
+    seeds = np.random.SeedSequence(args.seed).generate_state(len(args.epsilons) * args.trials)
+    for i, eps in enumerate(args.epsilons):
+        for t in range(args.trials):
+            single = len(args.epsilons) == 1 and args.trials == 1
+            seed = args.seed if single else int(seeds[i * args.trials + t])
+            runs.append(run(args.users, args.attributes, args.domain_size, eps, methods, seed,
+                            args.queries_2d, args.queries_4d))
+    out = runs[0] if len(runs) == 1 else {"benchmark": "range_queries", "runs": runs}
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=2)
-    ok = all(r["within_targets"] for r in out["results"] if r["method"] in ("hdg", "tdg"))
+    ok = all(r["within_targets"] for rr in runs for r in rr["results"] if r["method"] in ("hdg", "tdg"))
     print("targets met (hdg, tdg):", ok)
     return 0
 

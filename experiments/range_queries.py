@@ -1,17 +1,22 @@
 """Reproduction of the range-query comparison of Yang et al. (VLDB 2021), Section 6.
 
-    .venv/bin/python -m experiments.range_queries --dataset gaussian --users 1000000 --attributes 6 \
-        --domain 64 --epsilons 0.2,0.4,0.6,0.8,1.0 --lambda 2 --volume 0.5 --queries 200 \
+    .venv/bin/python -m experiments.range_queries --dataset gaussian:0.8 --users 1000000 --attributes 6 \
+        --domain_size 64 --epsilons 0.2,0.6,1.0 --lambda 2 --omega 0.5 --queries 200 \
         --methods hdg,tdg,calm,lhio,hio,msw,uni --trials 3 --json OUT.json [--plot OUT.png]
 
 For every trial: draw a population from the dataset spec (``ldp.datasets_multi``), draw ``--queries`` random
-lambda-D range queries of volume ``--volume`` (``ldp.rangequery.queries.random_queries``), and for every
-method and epsilon run the whole mechanism (group assignment, client perturbation, accumulation,
-finalize) and record the mean absolute error (MAE) of its answers against the true answers. Writes a
-JSON list of records with ``method``, ``epsilon``, ``lambda``, ``dataset``, ``mae`` (mean over trials),
-``mae_se`` (standard error over trials) and the setup.
+lambda-D range queries (``ldp.rangequery.queries.random_queries``), and for every method and epsilon run the
+whole mechanism (group assignment, client perturbation, accumulation, finalize) and record the mean
+absolute error (MAE) of its answers against the true answers. Writes a JSON list of records with
+``method``, ``epsilon``, ``lambda``, ``dataset``, ``mae`` (mean over trials), ``mae_se`` (standard error
+over trials) and the setup.
 
-``--granularity-sweep`` instead runs HDG at epsilon values for every power-of-two pair (g1, g2) and
+The workload: ``--omega W`` gives each queried attribute an interval of ``W`` of its domain (the paper's
+dimensional query volume omega; a query covers ``W ** lambda`` of the domain); ``--volume V`` instead fixes
+the total volume (each attribute gets ``V ** (1 / lambda)`` of its domain). Give one of them; without
+either the paper's ``--omega 0.5`` is used.
+
+``--granularity_sweep`` instead runs HDG at epsilon values for every power-of-two pair (g1, g2) and
 reports, per epsilon, the guideline's MAE next to the best pair's (the paper's guideline check).
 """
 
@@ -65,7 +70,7 @@ def _trials(args, sizes):
         data_rng, query_rng, mech_seed = trial_seed.spawn(3)
         records = sample_records(args.dataset, args.users, sizes, rng=np.random.default_rng(data_rng))
         queries = random_queries(
-            sizes, args.queries, args.lam, args.volume, rng=np.random.default_rng(query_rng)
+            sizes, args.queries, args.lam, args.volume, omega=args.omega, rng=np.random.default_rng(query_rng)
         )
         yield t, records, queries, true_answers(records, queries), mech_seed
 
@@ -75,7 +80,7 @@ def _mae(model, queries, truth) -> float:
 
 
 def run_comparison(args) -> list[dict]:
-    sizes = [args.domain] * args.attributes
+    sizes = [args.domain_size] * args.attributes
     methods = [m.strip() for m in args.methods.split(";" if "@" in args.methods else ",") if m.strip()]
     epsilons = [float(e) for e in args.epsilons.split(",")]
     maes: dict[tuple[str, float], list[float]] = {}
@@ -105,8 +110,10 @@ def run_comparison(args) -> list[dict]:
                 "trials": len(vals),
                 "users": args.users,
                 "attributes": args.attributes,
-                "domain": args.domain,
+                "domain": args.domain_size,
                 "volume": args.volume,
+                "omega": args.omega,
+                "total_volume": args.volume if args.omega is None else args.omega**args.lam,
                 "queries": args.queries,
                 "seconds_per_trial": secs[(method, eps)] / len(vals),
             }
@@ -116,9 +123,9 @@ def run_comparison(args) -> list[dict]:
 
 def run_granularity_sweep(args) -> list[dict]:
     """HDG at every power-of-two (g1, g2) with g2 <= g1 <= c vs the guideline's choice."""
-    sizes = [args.domain] * args.attributes
+    sizes = [args.domain_size] * args.attributes
     epsilons = [float(e) for e in args.epsilons.split(",")]
-    pows = [2**k for k in range(1, int(math.log2(args.domain)) + 1)]
+    pows = [2**k for k in range(1, int(math.log2(args.domain_size)) + 1)]
     out = []
     for t, records, queries, truth, mech_seed in _trials(args, sizes):
         for j, eps in enumerate(epsilons):
@@ -194,35 +201,86 @@ def plot(records: list[dict], path: str, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _unit_interval(text: str) -> float:
+    x = float(text)
+    if not 0.0 < x <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return x
+
+
+def _positive_int(text: str) -> int:
+    x = int(text)
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return x
+
+
+def _epsilons(text: str) -> str:
+    try:
+        vals = [float(e) for e in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(not math.isfinite(e) or e <= 0 for e in vals):
+        raise argparse.ArgumentTypeError(f"epsilons must be positive, got {text!r}")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.range_queries", description=__doc__, formatter_class=_Formatter
+    )
     ap.add_argument("--dataset", default="gaussian", help="gaussian[:RHO], laplace[:RHO], uniform, csv:PATH")
-    ap.add_argument("--users", type=int, default=1_000_000)
-    ap.add_argument("--attributes", type=int, default=6)
-    ap.add_argument("--domain", type=int, default=64)
-    ap.add_argument("--epsilons", default="0.2,0.4,0.6,0.8,1.0")
-    ap.add_argument("--lambda", dest="lam", type=int, default=2)
-    ap.add_argument("--volume", type=float, default=0.5)
-    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--users", type=_positive_int, default=1_000_000, help="n, users per trial")
+    ap.add_argument("--attributes", type=_positive_int, default=6, help="d")
+    ap.add_argument("--domain_size", type=_positive_int, default=64, help="c, domain size of every attribute")
+    ap.add_argument("--epsilons", type=_epsilons, default="0.2,0.4,0.6,0.8,1.0", help="comma-separated")
+    ap.add_argument("--lambda", dest="lam", type=_positive_int, default=2, help="query dimension")
+    work = ap.add_mutually_exclusive_group()
+    work.add_argument("--omega", type=_unit_interval, default=None,
+                      help="dimensional query volume: each queried attribute spans this fraction of its "
+                      "domain (the paper's parameter; 0.5 when neither --omega nor --volume is given)")
+    work.add_argument("--volume", type=_unit_interval, default=None,
+                      help="total query volume (each attribute spans volume^(1/lambda) of its domain)")
+    ap.add_argument("--queries", type=_positive_int, default=200, help="queries per trial")
     ap.add_argument(
         "--methods",
         default=",".join(ALL_METHODS),
         help="comma-separated methods; variants as METHOD@KEY=VALUE[,KEY=VALUE] separated by ';' "
         "(e.g. 'hdg;msw@em_resolution=1')",
     )
-    ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--granularity-sweep", action="store_true", help="HDG (g1, g2) sweep vs the guideline")
-    ap.add_argument("--json", dest="json_out")
-    ap.add_argument("--plot")
-    args = ap.parse_args(argv)
+    ap.add_argument("--trials", type=_positive_int, default=3)
+    ap.add_argument("--seed", type=int, default=0, help="root of the run's numpy SeedSequence")
+    ap.add_argument("--granularity_sweep", action="store_true", help="HDG (g1, g2) sweep vs the guideline")
+    ap.add_argument("--json", dest="json_out", help="write the records to this JSON file")
+    ap.add_argument("--plot", help="write a PNG plot of MAE vs epsilon")
+    return ap
+
+
+def main(argv=None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    if args.omega is None and args.volume is None:
+        args.omega = 0.5
+    if args.lam > args.attributes:
+        build_parser().error(f"--lambda {args.lam} exceeds --attributes {args.attributes}")
+    for spec in (m for m in args.methods.split(";" if "@" in args.methods else ",") if m.strip()):
+        try:
+            name, options = parse_method_spec(spec)
+            make_mechanism(name, 1.0, [max(args.domain_size, 2)] * max(args.attributes, 2), args.users,
+                           **options)
+        except ValueError as exc:
+            build_parser().error(f"--methods {spec!r}: {exc}")
     records = run_granularity_sweep(args) if args.granularity_sweep else run_comparison(args)
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(records, indent=1) + "\n")
     if args.plot and not args.granularity_sweep:
-        plot(records, args.plot, f"{args.dataset}, n={args.users:,}, d={args.attributes}, c={args.domain}, "
-             f"lambda={args.lam}, vol={args.volume}")
+        work = f"omega={args.omega}" if args.omega is not None else f"volume={args.volume}"
+        plot(records, args.plot, f"{args.dataset}, n={args.users:,}, d={args.attributes}, "
+             f"c={args.domain_size}, lambda={args.lam}, {work}")
     return records
 
 

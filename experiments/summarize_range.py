@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 
@@ -21,14 +21,30 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(paths: list[str]) -> None:
-    for p in paths:
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m experiments.summarize_range", description=__doc__,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("paths", nargs="+", help="JSON files written by experiments.range_queries --json")
+    return ap
+
+
+def _workload(r: dict) -> str:
+    if r.get("omega") is not None:
+        return f"omega = {r['omega']:g} per attribute"
+    if r.get("volume") is not None:
+        return f"total volume {r['volume']:g}"
+    return "volume ?"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    for p in args.paths:
         recs = [r for r in json.loads(Path(p).read_text()) if "mae" in r and "g1" not in r]
         if not recs:
             continue
         r0 = recs[0]
         print(
-            f"**{Path(p).stem}**: dataset {r0['dataset']}, lambda = {r0['lambda']}, "
+            f"**{Path(p).stem}**: dataset {r0['dataset']}, lambda = {r0['lambda']}, {_workload(r0)}, "
             f"n = {r0.get('users', '?'):,}, MAE over {r0.get('queries', '?')} queries "
             f"x {r0.get('trials', '?')} trials\n"
         )
@@ -37,4 +53,4 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

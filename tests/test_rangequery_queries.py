@@ -92,3 +92,18 @@ def test_random_queries_shape_and_volume():
         random_queries(sizes, 5, 5, 0.5, rng=0)
     with pytest.raises(ValueError):
         random_queries(sizes, 5, 2, 0.0, rng=0)
+
+
+def test_random_queries_omega_is_per_attribute():
+    sizes = [64, 64, 64, 64]
+    qs = random_queries(sizes, 50, 4, omega=0.5, rng=1)
+    assert all(hi - lo + 1 == 32 for q in qs for _, lo, hi in q.intervals)
+    assert all(q.volume(sizes) == pytest.approx(0.5**4) for q in qs)
+    tot = random_queries(sizes, 50, 4, 0.5, rng=1)  # total volume: c * 0.5^(1/4) = 54 values each
+    assert all(hi - lo + 1 == 54 for q in tot for _, lo, hi in q.intervals)
+    with pytest.raises(ValueError, match="exactly one of volume"):
+        random_queries(sizes, 5, 2, 0.5, omega=0.5, rng=0)
+    with pytest.raises(ValueError, match="exactly one of volume"):
+        random_queries(sizes, 5, 2, rng=0)
+    with pytest.raises(ValueError, match="omega must be in"):
+        random_queries(sizes, 5, 2, omega=1.5, rng=0)

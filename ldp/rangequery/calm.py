@@ -11,6 +11,11 @@ maximum entropy, which the paper replaces by this faster equivalent).
 
 In this code base CALM is exactly TDG with ``g2`` equal to the (padded) domain size: every cell is one
 value, so no query ever covers a cell partially.
+
+Option ``norm_sub`` (default True, CALM's post-processing) set to False keeps only the overall consistency
+step (no Norm-Sub): on ``64 x 64`` marginals estimated from ``n / C(d, 2)`` users Norm-Sub keeps mostly the
+largest noise spikes and makes the answers close to the uniform guess, which this variant shows
+(``docs/range_baselines.md``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ldp.rangequery.base import register_model
+from ldp.rangequery.consistency import Table, make_consistent
 from ldp.rangequery.grids import TDGMechanism, TDGModel
 
 __all__ = ["CALMMechanism", "CALMModel"]
@@ -27,12 +33,27 @@ __all__ = ["CALMMechanism", "CALMModel"]
 class CALMMechanism(TDGMechanism):
     """Pairwise full-resolution marginals with consistency.
 
-    Options: ``oracle`` (default ``"olh"``), ``max_post_rounds`` (default 10), ``wu_threshold`` (default
-    1/n), ``wu_max_iter``, ``group_salt``.
+    Options: ``oracle`` (see :mod:`ldp.rangequery.grids`), ``norm_sub`` (default True; False = the
+    consistency step only), ``max_post_rounds`` (default 10), ``wu_threshold`` (default 1/n),
+    ``wu_max_iter``, ``clip``, ``group_salt``.
     """
 
     name = "calm"
-    OPTIONS = frozenset({"oracle", "max_post_rounds", "wu_threshold", "wu_max_iter", "clip"})
+    OPTIONS = frozenset({"oracle", "norm_sub", "max_post_rounds", "wu_threshold", "wu_max_iter", "clip"})
+
+    def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
+        super().__init__(epsilon, domain_sizes, n_users, **options)
+        norm_sub = options.get("norm_sub", True)
+        if not isinstance(norm_sub, bool):
+            raise ValueError(f"option norm_sub must be true or false, got {norm_sub!r}")
+        self.norm_sub = norm_sub
+
+    def postprocessed_tables(self, accumulators: Mapping[int, Any]) -> tuple[list[Table], int, int]:
+        if self.norm_sub:
+            return super().postprocessed_tables(accumulators)
+        tables, total = self._tables(accumulators)
+        make_consistent(tables, self.n_attributes)
+        return tables, total, 0
 
     def _granularities(self, options: Mapping[str, Any]) -> tuple[int, int]:
         c = max(self.padded_sizes)
@@ -42,6 +63,7 @@ class CALMMechanism(TDGMechanism):
         m = super().finalize(accumulators)
         info = dict(m.info)
         info.pop("g2", None)
+        info["norm_sub"] = self.norm_sub
         return CALMModel(
             m.domain_sizes,
             m.n_users,

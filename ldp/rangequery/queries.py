@@ -191,21 +191,28 @@ def random_queries(
     domain_sizes: Sequence[int],
     n_queries: int,
     lam: int,
-    volume: float,
+    volume: float | None = None,
     *,
+    omega: float | None = None,
     rng: np.random.Generator | int | None = None,
 ) -> list[RangeQuery]:
-    """The paper's random query workload (Section 6.1).
+    """Random query workload (Yang et al., Section 6.1).
 
     Each query picks ``lam`` distinct attributes uniformly at random; every chosen attribute gets an
-    interval of length ``round(c_t * volume ** (1 / lam))`` (at least 1, at most ``c_t``), so that the
-    query covers a fraction ``volume`` of the lambda-D domain, placed uniformly at random in the domain.
+    interval of length ``round(c_t * w)`` (at least 1, at most ``c_t``) placed uniformly at random in its
+    domain, where ``w`` is one of (exactly one must be given):
+
+    * ``omega``: the *dimensional* query volume, the paper's workload parameter: each queried attribute
+      spans a fraction ``omega`` of its domain (total volume ``omega ** lam``);
+    * ``volume``: the *total* volume: ``w = volume ** (1 / lam)``, so the query covers a fraction
+      ``volume`` of the lambda-D domain.
 
     Args:
         domain_sizes: domain size of each attribute.
         n_queries: number of queries.
         lam: query dimension lambda (1 <= lam <= d).
-        volume: query volume omega in (0, 1].
+        volume: total query volume in (0, 1].
+        omega: dimensional query volume in (0, 1].
         rng: generator or seed.
 
     Returns:
@@ -215,12 +222,15 @@ def random_queries(
     d = len(domain_sizes)
     if not 1 <= lam <= d:
         raise ValueError(f"lam must be in [1, {d}], got {lam}")
-    if not 0.0 < volume <= 1.0:
-        raise ValueError(f"volume must be in (0, 1], got {volume}")
+    if (volume is None) == (omega is None):
+        raise ValueError("give exactly one of volume (total) and omega (per attribute)")
+    w = omega if omega is not None else volume
+    if not 0.0 < w <= 1.0:  # type: ignore[operator]
+        raise ValueError(f"{'omega' if omega is not None else 'volume'} must be in (0, 1], got {w}")
     if n_queries < 0:
         raise ValueError("n_queries must be >= 0")
     sizes = np.asarray(domain_sizes, dtype=np.int64)
-    frac = volume ** (1.0 / lam)
+    frac = float(omega) if omega is not None else float(volume) ** (1.0 / lam)  # type: ignore[arg-type]
     lengths = np.clip(np.rint(sizes * frac).astype(np.int64), 1, sizes)
     # lam distinct attributes per query: argsort of uniform keys gives a random permutation per row.
     attrs = np.sort(np.argsort(rng.random((n_queries, d)), axis=1)[:, :lam], axis=1)
