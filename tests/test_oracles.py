@@ -32,6 +32,7 @@ from ldp.oracles import (
     choose_oracle,
     default_olh_buckets,
     make_oracle,
+    olh_buckets,
 )
 from ldp.reports import Reports
 
@@ -59,8 +60,8 @@ def test_exact_support_probabilities():
     assert GRR(eps, d).p == pytest.approx(e / (e + d - 1), rel=1e-15)
     assert GRR(eps, d).q == pytest.approx(1 / (e + d - 1), rel=1e-15)
     olh = OLH(eps, d)
-    assert olh.g == 5  # round(e^1.3 + 1) = round(4.67) = 5, a prime
-    assert olh.p == pytest.approx(e / (e + 4)) and olh.q == 0.2
+    assert olh.g == 4  # e^1.3 + 1 = 4.67: of the powers of two around it, 4 has the lower variance
+    assert olh.p == pytest.approx(e / (e + 3)) and olh.q == 0.25
     assert BLH(eps, d).g == 2 and BLH(eps, d).q == 0.5
     assert OUE(eps, d).p == 0.5 and OUE(eps, d).q == pytest.approx(1 / (e + 1))
     s = math.exp(eps / 2)
@@ -79,12 +80,21 @@ def test_exact_support_probabilities():
         assert o.p * (1 - o.q) / ((1 - o.p) * o.q) == pytest.approx(e)
 
 
-def test_default_olh_buckets_are_prime_powers_near_optimum():
-    assert default_olh_buckets(1.0) == 4  # round(3.72)
-    assert default_olh_buckets(0.5) == 3
-    assert default_olh_buckets(2.0) == 8
-    assert default_olh_buckets(3.0) == 23  # round(21.09) = 21 is not a prime power; 23 is closest
-    assert default_olh_buckets(4.0) == 53
+def test_olh_buckets_closed_form():
+    # gf2-affine: the power of two around e^eps + 1 with the lower variance, capped at floor(log2 d) bits
+    assert olh_buckets(1.0, 1024) == 4  # e + 1 = 3.72
+    assert olh_buckets(0.5, 1024) == 2  # 2.65: Var(2) = 16.7 < Var(4) = 17.1
+    assert olh_buckets(2.0, 1024) == 8
+    assert olh_buckets(3.0, 1024) == 16  # 21.1
+    assert olh_buckets(4.0, 1024) == 64  # 55.6
+    assert olh_buckets(8.0, 4096) == 4096
+    assert olh_buckets(20.0, 64) == 64 and olh_buckets(20.0, 100) == 64
+    # the legacy family keeps its former defaults, so old tasks decode with the g they used
+    assert olh_buckets(3.0, 1024, "linear-gf") == 23  # round(21.09) = 21 is not a prime power
+    assert olh_buckets(4.0, 1024, "linear-gf") == 53
+    assert olh_buckets(10.0, 6, "linear-gf") == 5
+    with pytest.warns(DeprecationWarning):
+        assert default_olh_buckets(3.0, 1024) == 16
 
 
 # ------------------------------------------------------------------------------------------------
@@ -208,7 +218,7 @@ def test_merge_shards_equals_one_pass_and_pickles(name):
 def test_olh_support_counts_exact(g, d):
     """The Fourier-domain accumulator returns exactly the brute-force support counts."""
     rng = _rng(6, g, d)
-    o = OLH(1.0, d, g=g)
+    o = OLH(1.0, d, g=g, family="gf2-affine" if g & (g - 1) == 0 else "linear-gf")
     r = o.encode(rng.integers(0, d, 400), rng=rng)
     counts = o.support_counts(o.add(o.create_accumulator(), r))
     brute = np.array([(o.hash.hash(r.seeds, np.full(len(r), v)) == r.values).sum() for v in range(d)])
@@ -276,8 +286,12 @@ def test_bad_domain_raises(d):
 def test_bad_names_and_params_raise():
     with pytest.raises(ValueError, match="unknown mechanism"):
         make_oracle("rappor2", 1.0, 8)
-    with pytest.raises(ValueError, match="prime power"):
+    with pytest.raises(ValueError, match="power of two"):
         OLH(1.0, 8, g=6)
+    with pytest.raises(ValueError, match="prime power"):
+        OLH(1.0, 8, g=6, family="linear-gf")
+    with pytest.raises(ValueError, match="unknown hash family"):
+        OLH(1.0, 8, family="md5")
     with pytest.raises(ValueError, match="k must be"):
         SubsetSelection(1.0, 8, k=8)
     with pytest.raises(ValueError, match="bad parameters"):
@@ -321,7 +335,8 @@ def test_report_bits():
 
 def test_olh_default_g_is_capped_by_the_domain():
     assert OLH(10.0, 4).g == 4
-    assert OLH(10.0, 6).g == 5
-    assert OLH(10.0, 1024).g == 1024  # 22027 would be pointless: capped at the largest prime power <= d
-    with pytest.raises(ValueError, match="accumulator"):
-        OLH(4.0, 10**6)  # g = 53 over a million values: refuse a 418M-cell table, suggest a power of two
+    assert OLH(10.0, 6).g == 4
+    assert OLH(10.0, 1024).g == 1024  # 22027 would be pointless: capped at the largest power of two <= d
+    assert OLH(4.0, 10**6).accumulator_cells == 2 * 2**20  # gf2-affine: 2 * 2^m cells whatever g
+    with pytest.raises(ValueError, match="MAX_ACCUMULATOR_CELLS"):
+        OLH(4.0, 10**6, family="linear-gf")  # g = 53 over a million values: a 418M-cell table
