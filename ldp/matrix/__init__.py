@@ -1,0 +1,27 @@
+"""Batch linear queries with the (eps, delta) matrix mechanism (Li & Miklau, "Efficient Batch Query
+Answering Under Differential Privacy").  Beam-free.
+
+Modules: ``workloads`` (Gram matrices in closed form), ``strategies`` (identity, H_b, Haar),
+``lsa`` (Level Selection Algorithm), ``opt`` (certified convex optimum), ``bounds`` (SVD bound,
+expected errors), ``mechanism`` (Gaussian / Laplace matrix mechanism), ``separation``.
+The mechanism here is *central* DP (a trusted aggregator sees exact counts); see docs/matrix_mechanism.md.
+"""
+
+from ldp.matrix.bounds import error_ratio, expected_error, per_query_error, svdb
+from ldp.matrix.strategies import Strategy, haar, hierarchical, identity, make_strategy
+from ldp.matrix.workloads import Workload, allrange, parse_workload
+
+__all__ = [
+    "Strategy",
+    "Workload",
+    "allrange",
+    "error_ratio",
+    "expected_error",
+    "haar",
+    "hierarchical",
+    "identity",
+    "make_strategy",
+    "parse_workload",
+    "per_query_error",
+    "svdb",
+]
