@@ -1,22 +1,24 @@
 """The collection task: the one configuration clients and the aggregator share.
 
 A task is a small JSON object with an id. Clients encode with it; the aggregator refuses (dead-letters)
-reports that carry another task id or values outside the task's domain. Changing any privacy-relevant
-parameter (mechanism, epsilon, domain, hash parameters) means a new ``task_id``.
+reports that carry another task id or values outside the task's domains. Changing any privacy-relevant
+parameter (mechanism, epsilon, domains, hash family) means a new ``task_id``. The JSON Schema of the file
+is ``schemas/task.schema.json`` (kept in step with this module by ``tests/test_schemas.py``).
 
-Format (keys not listed are an error, so typos do not pass silently)::
+Keys common to every kind of task (keys not listed are an error, so typos do not pass silently)::
 
     {
       "task_id": "fruit-2026-11",        # required: 1-128 chars of [A-Za-z0-9._-]
-      "mechanism": "olh",                # required: grr olh blh oue sue hr ss auto (1-D frequency oracles)
-      "epsilon": 1.0,                    # required: > 0
-      "domain_size": 1024,               # required for 1-D mechanisms: integer >= 2
+      "mechanism": "olh",                # required: names the kind of task (see below)
+      "epsilon": 1.0,                    # required: a number in (0, 50]
+      "kind": "frequency",               # optional: must agree with the mechanism ("frequency", "range")
       "description": "",                 # optional free text
-      "schema_version": 1,               # optional, default 1: report schema clients write
-      "n_groups": 1,                     # optional, default 1: users are split into this many groups
+      "schema_version": 2,               # optional, default 2: report schema version clients write
+      "n_groups": 1,                     # frequency: users split into this many groups (default 1);
+                                         #   range: optional, must equal the method's number of groups
       "postprocess": "base",             # optional, default "base": ldp.postprocess method name
-      "hash": {"g": null},               # optional: OLH bucket count g (prime power),
-                                         #   default round(e^eps + 1) moved to a prime power
+      "hash": {"family": "gf2-affine",   # optional: OLH hash family (ldp.hashing.HASH_FAMILIES; default
+               "g": null},               #   "gf2-affine", "linear-gf" for old tasks) and bucket count g
       "params": {},                      # optional: further mechanism parameters (e.g. {"k": 8} for ss)
       "window": {                        # optional, defaults shown; pipeline flags override
         "size_s": null,                  #   event-time window length; null = one global window
@@ -24,15 +26,23 @@ Format (keys not listed are an error, so typos do not pass silently)::
         "allowed_lateness_s": 0,         #   how long after a window closes late reports still count
         "early_firing_s": null,          #   processing-time period of early (speculative) panes
         "accumulating": false            #   panes report everything so far (true) or only new data
-      },
-      "attributes": []                   # multi-attribute tasks (range queries): [{"name", "domain_size"}]
+      }
     }
 
-Loading reports every problem at once (:class:`TaskError` lists them), not just the first.
+Kinds of task (the mechanism names come from the mechanism registries, never from a copy here):
 
-Extension for multi-attribute tasks: mechanisms ``hdg tdg calm hio lhio msw uni`` take an ``attributes``
-list instead of ``domain_size``. Their specific checks are registered with :func:`register_mechanism`
-by the modules that implement them; until then only the generic attribute checks run.
+* ``frequency`` (:class:`FrequencyTask`): a mechanism of ``ldp.oracles.MECHANISMS`` or ``auto``, plus
+  ``"domain_size": 1024`` (required, an integer in [2, 2^31]).
+* ``range`` (:class:`RangeTask`): a method of ``ldp.rangequery.registry.METHODS`` plus
+  ``"attributes": [{"name": "age", "domain_size": 64}, ...]`` (required, non-empty),
+  ``"expected_users": 1000000`` (required), optional ``"granularity": {"g1": 16, "g2": 4}`` (HDG / TDG) and
+  ``"options": {...}`` (method options; ``params`` is an alias).
+
+New kinds (sparse vectors, batch queries) register a :class:`TaskKind` in :data:`TASK_KINDS`: their own
+keys, mechanism names and section checker.
+
+:func:`parse_task` reports every problem at once (:class:`TaskError` lists them), not just the first:
+each section of the file has its own small checker that appends messages to one list.
 """
 
 from __future__ import annotations
@@ -41,52 +51,59 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
+
+import ldp.hashing as _hashing
+import ldp.oracles as _oracles
+import ldp.postprocess as _postprocess
+from ldp.rangequery import registry as _range_registry
 
 __all__ = [
+    "Task",
+    "FrequencyTask",
+    "RangeTask",
+    "AnyTask",
     "CollectionTask",
+    "HashConfig",
     "WindowConfig",
     "Attribute",
+    "TaskKind",
+    "TASK_KINDS",
     "TaskError",
     "load_task",
     "parse_task",
-    "register_mechanism",
     "ORACLE_MECHANISMS",
     "MULTI_ATTRIBUTE_MECHANISMS",
-    "SUPPORTED_SCHEMA_VERSIONS",
     "POSTPROCESS_METHODS",
+    "HASH_FAMILY_NAMES",
+    "DEFAULT_HASH_FAMILY",
+    "SUPPORTED_SCHEMA_VERSIONS",
+    "DEFAULT_SCHEMA_VERSION",
 ]
 
-#: 1-D frequency-oracle mechanisms (``ldp.oracles``); ``auto`` picks the lowest-variance one.
-ORACLE_MECHANISMS = ("grr", "olh", "blh", "oue", "sue", "hr", "ss", "auto")
-#: Multi-attribute (range-query) mechanisms; validated by validators registered later.
-MULTI_ATTRIBUTE_MECHANISMS = ("hdg", "tdg", "calm", "hio", "lhio", "msw", "uni")
-#: Report schema versions this code can read (kept here because ``ldp`` imports no other package).
-SUPPORTED_SCHEMA_VERSIONS = (1,)
+#: 1-D frequency-oracle mechanisms (``ldp.oracles.MECHANISMS``); ``auto`` picks the lowest-variance one.
+ORACLE_MECHANISMS: tuple[str, ...] = (*_oracles.MECHANISMS, "auto")
+#: Multi-attribute (range-query) methods (``ldp.rangequery.registry.METHODS``).
+MULTI_ATTRIBUTE_MECHANISMS: tuple[str, ...] = tuple(_range_registry.METHODS)
 #: Post-processing methods of ``ldp.postprocess`` (Wang et al., NDSS 2020).
-POSTPROCESS_METHODS = (
-    "base",
-    "base-pos",
-    "post-pos",
-    "base-cut",
-    "norm",
-    "norm-mul",
-    "norm-sub",
-    "norm-cut",
-    "cls",
-    "mle-apx",
-    "power",
-    "power-ns",
-)
+POSTPROCESS_METHODS: tuple[str, ...] = tuple(m.value for m in _postprocess.Method)
+#: OLH hash families (``ldp.hashing.HASH_FAMILIES``); ``linear-gf`` is kept for tasks made before v2.
+HASH_FAMILY_NAMES: tuple[str, ...] = tuple(getattr(_hashing, "HASH_FAMILIES", ("gf2-affine", "linear-gf")))
+DEFAULT_HASH_FAMILY: str = getattr(_hashing, "DEFAULT_HASH_FAMILY", "gf2-affine")
+#: Report schema versions this code reads. ``ldp`` imports no other package, so this mirrors
+#: ``schemas.SUPPORTED_SCHEMA_VERSIONS`` (a test keeps the two equal). Version 1 reports (the old OLH hash
+#: family, unsorted Subset Selection items) are refused, never mixed with version 2 ones.
+SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (2,)
+DEFAULT_SCHEMA_VERSION = 2
 
 _TASK_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-_TOP_KEYS = (
+_COMMON_KEYS = (
     "task_id",
     "mechanism",
     "epsilon",
-    "domain_size",
+    "kind",
     "description",
     "schema_version",
     "n_groups",
@@ -94,22 +111,27 @@ _TOP_KEYS = (
     "hash",
     "params",
     "window",
-    "attributes",
-    # multi-attribute (range-query) tasks; validated by ldp.rangequery.registry
-    "expected_users",
-    "granularity",
-    "options",
 )
+_REQUIRED = ("task_id", "mechanism", "epsilon")
 _MAX_GROUPS = 1 << 31
+_MAX_DOMAIN = 1 << 31
+
+Problems = list[str]
+JsonObject = Mapping[str, object]
 
 
 class TaskError(ValueError):
     """A task file or object with one or more problems; ``problems`` lists all of them."""
 
-    def __init__(self, problems: list[str], source: str = "task") -> None:
+    def __init__(self, problems: Sequence[str], source: str = "task") -> None:
         self.problems = list(problems)
+        self.source = source
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{source}: {len(self.problems)} problem(s):\n{lines}")
+
+    def one_line(self) -> str:
+        """The problems on one line (for command-line errors)."""
+        return f"{self.source}: " + "; ".join(self.problems)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +140,7 @@ class WindowConfig:
 
     Attributes:
         size_s: window length in seconds; ``None`` means one global window.
-        period_s: sliding period in seconds (``None``: fixed windows); must divide into ``size_s``.
+        period_s: sliding period in seconds (``None``: fixed windows); must not exceed ``size_s``.
         allowed_lateness_s: seconds after the end of a window during which late reports still update it.
         early_firing_s: processing-time period of early panes (dashboards); ``None``: no early panes.
         accumulating: each pane holds everything so far (cumulative view) instead of only new reports.
@@ -130,8 +152,23 @@ class WindowConfig:
     early_firing_s: float | None = None
     accumulating: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, float | bool | None]:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class HashConfig:
+    """The OLH hash of a task: the family (``ldp.hashing.HASH_FAMILIES``) and the bucket count ``g``."""
+
+    family: str = DEFAULT_HASH_FAMILY
+    g: int | None = None
+
+    def to_dict(self) -> dict[str, str | int | None]:
+        return {"family": self.family, "g": self.g}
+
+    def get(self, key: str, default: object = None) -> object:
+        """Mapping-style access kept for code written against the old ``hash`` dict."""
+        return getattr(self, key, default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,89 +179,48 @@ class Attribute:
     domain_size: int
 
 
-# mechanism -> validator(raw task dict, problems list); validators append messages, never raise.
-_VALIDATORS: dict[str, Callable[[Mapping[str, Any], list[str]], None]] = {}
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Task:
+    """Fields every kind of task has. Build tasks with :func:`parse_task` / :func:`load_task`.
 
-
-def register_mechanism(name: str, validator: Callable[[Mapping[str, Any], list[str]], None]) -> None:
-    """Registers (or replaces) the task checks of a mechanism.
-
-    Used by the modules of multi-attribute mechanisms (HDG, TDG, ...): ``validator(task_dict, problems)``
-    appends a message to ``problems`` for every problem it finds in the raw task dict.
-    """
-    _VALIDATORS[str(name).lower()] = validator
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-@dataclasses.dataclass(frozen=True)
-class CollectionTask:
-    """A validated collection task (see the module docstring for the JSON format).
-
-    Build one with :func:`parse_task` / :func:`load_task` (which check everything) rather than the
-    constructor. Frozen and hashable-free of numpy, so it pickles cheaply to Beam workers.
+    Frozen and free of numpy, so it pickles cheaply to Beam workers.
     """
 
+    kind: ClassVar[str] = ""
     task_id: str
     mechanism: str
     epsilon: float
-    domain_size: int | None = None
     description: str = ""
-    schema_version: int = 1
+    schema_version: int = DEFAULT_SCHEMA_VERSION
     n_groups: int = 1
     postprocess: str = "base"
-    hash: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    hash: HashConfig = dataclasses.field(default_factory=HashConfig)
+    params: Mapping[str, object] = dataclasses.field(default_factory=dict)
     window: WindowConfig = dataclasses.field(default_factory=WindowConfig)
-    attributes: tuple[Attribute, ...] = ()
 
     @property
     def is_multi_attribute(self) -> bool:
-        """True for range-query tasks (``attributes`` instead of ``domain_size``)."""
-        return self.mechanism in MULTI_ATTRIBUTE_MECHANISMS
+        """True for range-query tasks."""
+        return self.kind == RangeTask.kind
 
-    def oracle_params(self) -> dict[str, Any]:
-        """Keyword arguments for ``ldp.oracles.make_oracle`` beyond name, epsilon and domain."""
-        out = dict(self.params)
-        if self.hash.get("g") is not None:
-            out["g"] = self.hash["g"]
-        return out
-
-    def make_oracle(self) -> Any:
-        """The task's frequency oracle (``ldp.oracles.make_oracle``); ``auto`` resolves deterministically."""
-        from ldp.oracles import make_oracle
-
-        if self.is_multi_attribute:
-            raise ValueError(f"task {self.task_id!r}: mechanism {self.mechanism!r} is not a frequency oracle")
-        return make_oracle(self.mechanism, self.epsilon, self.domain_size, **self.oracle_params())
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict; ``parse_task(task.to_dict()) == task``."""
-        out: dict[str, Any] = {
+    def _common_dict(self) -> dict[str, object]:
+        return {
             "task_id": self.task_id,
+            "kind": self.kind,
             "mechanism": self.mechanism,
             "epsilon": self.epsilon,
+            "description": self.description,
+            "schema_version": self.schema_version,
+            "n_groups": self.n_groups,
+            "postprocess": self.postprocess,
+            "hash": self.hash.to_dict(),
+            "params": dict(self.params),
+            "window": self.window.to_dict(),
         }
-        if self.domain_size is not None:
-            out["domain_size"] = self.domain_size
-        out.update(
-            description=self.description,
-            schema_version=self.schema_version,
-            n_groups=self.n_groups,
-            postprocess=self.postprocess,
-            hash=dict(self.hash),
-            params=dict(self.params),
-            window=self.window.to_dict(),
-        )
-        if self.attributes:
-            out["attributes"] = [dataclasses.asdict(a) for a in self.attributes]
-        return out
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain JSON-ready dict; ``parse_task(task.to_dict()) == task``."""
+        return self._common_dict()
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
@@ -232,18 +228,240 @@ class CollectionTask:
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
 
+    def make_oracle(self) -> _oracles.FrequencyOracle:
+        raise ValueError(f"task {self.task_id!r}: mechanism {self.mechanism!r} is not a frequency oracle")
 
-def _check_window(raw: Any, problems: list[str]) -> WindowConfig:
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FrequencyTask(Task):
+    """A 1-D frequency-estimation task: one value in ``[0, domain_size)`` per user."""
+
+    kind: ClassVar[str] = "frequency"
+    domain_size: int
+
+    def oracle_params(self) -> dict[str, object]:
+        """Keyword arguments for ``ldp.oracles.make_oracle`` beyond name, epsilon and domain."""
+        out = dict(self.params)
+        if self.hash.g is not None:
+            out["g"] = self.hash.g
+        if self.mechanism == "olh" and _olh_takes_family():
+            out["family"] = self.hash.family
+        return out
+
+    def make_oracle(self) -> _oracles.FrequencyOracle:
+        """The task's frequency oracle (``ldp.oracles.make_oracle``); ``auto`` resolves deterministically."""
+        return _oracles.make_oracle(self.mechanism, self.epsilon, self.domain_size, **self.oracle_params())
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self._common_dict(), "domain_size": self.domain_size}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RangeTask(Task):
+    """A multi-dimensional range-query task (Yang et al., VLDB 2021): one record of ``attributes`` per user.
+
+    ``n_groups`` is the method's number of user groups (computed when the task is parsed).
+    """
+
+    kind: ClassVar[str] = "range"
+    attributes: tuple[Attribute, ...]
+    expected_users: int
+    granularity: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def attribute_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attributes)
+
+    @property
+    def domain_sizes(self) -> tuple[int, ...]:
+        return tuple(a.domain_size for a in self.attributes)
+
+    @property
+    def options(self) -> dict[str, object]:
+        """The method options: ``params`` (alias ``options`` in the file) plus ``granularity``."""
+        return {**self.params, **self.granularity}
+
+    def make_mechanism(self) -> _range_registry.RangeMechanism:
+        """The mechanism this task describes (``ldp.rangequery.registry.make_mechanism``)."""
+        return _range_registry.make_mechanism(
+            self.mechanism, self.epsilon, self.domain_sizes, self.expected_users, **self.options
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        out = self._common_dict()
+        out["attributes"] = [dataclasses.asdict(a) for a in self.attributes]
+        out["expected_users"] = self.expected_users
+        if self.granularity:
+            out["granularity"] = dict(self.granularity)
+        return out
+
+
+#: Any parsed task (the variants of :class:`Task`).
+AnyTask = FrequencyTask | RangeTask
+#: The name older code uses for a parsed task.
+CollectionTask = Task
+
+
+# ------------------------------------------------------------------------------------------------------------
+# small predicates
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _olh_takes_family() -> bool:
+    import inspect
+
+    return "family" in inspect.signature(_oracles.OLH.__init__).parameters
+
+
+def _as_object(raw: object, name: str, problems: Problems) -> JsonObject:
     if raw is None:
-        return WindowConfig()
+        return {}
     if not isinstance(raw, Mapping):
-        problems.append(f"window must be an object, got {type(raw).__name__}")
-        return WindowConfig()
-    known = {f.name for f in dataclasses.fields(WindowConfig)}
+        problems.append(f"{name} must be an object, got {type(raw).__name__}")
+        return {}
+    return raw
+
+
+# ------------------------------------------------------------------------------------------------------------
+# section checkers: each appends its problems and returns what it could parse
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _check_keys(obj: JsonObject, kind: TaskKind | None, problems: Problems) -> None:
+    every = tuple(k for t in TASK_KINDS.values() for k in t.keys)
+    known = _COMMON_KEYS + (kind.keys if kind else every)
+    for k in obj:
+        if k in known:
+            continue
+        owner = next((t.name for t in TASK_KINDS.values() if k in t.keys), None)
+        if owner is not None and kind is not None:
+            problems.append(
+                f"key {k!r} belongs to {owner} tasks; mechanism {obj.get('mechanism')!r} makes a {kind.name} "
+                f"task (its keys: {', '.join(kind.keys)})"
+            )
+        else:
+            problems.append(f"unknown key {k!r} (known: {', '.join(known)})")
+    for k in _REQUIRED:
+        if k not in obj:
+            problems.append(f"missing required key {k!r}")
+
+
+def _check_task_id(obj: JsonObject, problems: Problems) -> str:
+    task_id = obj.get("task_id")
+    if "task_id" in obj and not (isinstance(task_id, str) and _TASK_ID_RE.match(task_id)):
+        problems.append(
+            f"task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got {task_id!r}"
+        )
+    return task_id if isinstance(task_id, str) else ""
+
+
+def _check_mechanism(obj: JsonObject, problems: Problems) -> tuple[str | None, TaskKind | None]:
+    """The mechanism name (lower case) and its kind; ``kind`` in the file must agree."""
+    raw = obj.get("mechanism")
+    name = raw.lower() if isinstance(raw, str) else None
+    kinds = [k for k in TASK_KINDS.values() if name in k.mechanisms()]
+    if "mechanism" in obj and not kinds:
+        every = [m for k in TASK_KINDS.values() for m in k.mechanisms()]
+        problems.append(f"mechanism must be one of {', '.join(every)}, got {raw!r}")
+        name = None
+    declared = obj.get("kind")
+    if declared is not None and declared not in TASK_KINDS:
+        problems.append(f"kind must be one of {', '.join(TASK_KINDS)}, got {declared!r}")
+        return name, kinds[0] if len(kinds) == 1 else None
+    if declared is not None:
+        if name is not None and TASK_KINDS[declared] not in kinds:
+            problems.append(f"mechanism {name!r} is not a {declared} mechanism")
+        return name, TASK_KINDS[declared]
+    return name, kinds[0] if kinds else None
+
+
+def _check_epsilon(obj: JsonObject, problems: Problems) -> float:
+    eps = obj.get("epsilon")
+    if "epsilon" in obj and not (_is_num(eps) and 0 < eps <= 50):
+        problems.append(f"epsilon must be a number in (0, 50], got {eps!r}")
+        return 1.0
+    return float(eps) if _is_num(eps) else 1.0
+
+
+def _check_description(obj: JsonObject, problems: Problems) -> str:
+    desc = obj.get("description", "")
+    if not isinstance(desc, str):
+        problems.append(f"description must be a string, got {type(desc).__name__}")
+        return ""
+    return desc
+
+
+def _check_schema_version(obj: JsonObject, problems: Problems) -> int:
+    sv = obj.get("schema_version", DEFAULT_SCHEMA_VERSION)
+    if not _is_int(sv) or sv not in SUPPORTED_SCHEMA_VERSIONS:
+        problems.append(
+            f"schema_version must be one of {SUPPORTED_SCHEMA_VERSIONS}, got {sv!r} "
+            "(version 1 reports used the old OLH hash family: make a new task)"
+        )
+        return DEFAULT_SCHEMA_VERSION
+    return int(sv)
+
+
+def _check_n_groups(obj: JsonObject, problems: Problems) -> int:
+    ng = obj.get("n_groups", 1)
+    if not (_is_int(ng) and 1 <= ng <= _MAX_GROUPS):
+        problems.append(f"n_groups must be an integer in [1, 2^31], got {ng!r}")
+        return 1
+    return int(ng)
+
+
+def _check_postprocess(obj: JsonObject, problems: Problems) -> str:
+    pp = obj.get("postprocess", "base")
+    key = pp.strip().lower().replace("_", "-") if isinstance(pp, str) else pp
+    if key not in POSTPROCESS_METHODS:
+        problems.append(f"postprocess must be one of {', '.join(POSTPROCESS_METHODS)}, got {pp!r}")
+        return "base"
+    return str(key)
+
+
+def _check_hash(obj: JsonObject, mechanism: str | None, problems: Problems) -> HashConfig:
+    raw = _as_object(obj.get("hash"), "hash", problems)
+    for k in raw:
+        if k not in ("g", "family"):
+            problems.append(f"hash: unknown key {k!r} (known: family, g)")
+    family = raw.get("family")
+    family = DEFAULT_HASH_FAMILY if family is None else family
+    if family not in HASH_FAMILY_NAMES:
+        problems.append(f"hash.family must be one of {', '.join(HASH_FAMILY_NAMES)}, got {family!r}")
+        family = DEFAULT_HASH_FAMILY
+    g = raw.get("g")
+    if g is not None and not (_is_int(g) and g >= 2):
+        problems.append(f"hash.g must be an integer >= 2 or null, got {g!r}")
+        g = None
+    if g is not None and mechanism not in (None, "olh"):
+        problems.append(f"hash.g applies to mechanism 'olh' only, not {mechanism!r}")
+    fam = getattr(_hashing, "HASH_FAMILIES", {}).get(family)
+    if g is not None and fam is not None:
+        msg = fam.check(int(g))
+        if msg:
+            problems.append(f"hash.g: {msg}")
+    return HashConfig(family=str(family), g=None if g is None else int(g))
+
+
+def _check_params(obj: JsonObject, problems: Problems) -> dict[str, object]:
+    return dict(_as_object(obj.get("params"), "params", problems))
+
+
+def _check_window(raw: object, problems: Problems) -> WindowConfig:
+    raw = _as_object(raw, "window", problems)
+    known = [f.name for f in dataclasses.fields(WindowConfig)]
     for k in raw:
         if k not in known:
             problems.append(f"window: unknown key {k!r} (known: {', '.join(sorted(known))})")
-    vals: dict[str, Any] = {}
+    vals: dict[str, float | None] = {}
     for k in ("size_s", "period_s", "early_firing_s"):
         v = raw.get(k)
         if v is not None and not (_is_num(v) and v > 0):
@@ -268,13 +486,14 @@ def _check_window(raw: Any, problems: list[str]) -> WindowConfig:
     return WindowConfig(allowed_lateness_s=float(lat), accumulating=acc, **vals)
 
 
-def _check_attributes(raw: Any, problems: list[str]) -> tuple[Attribute, ...]:
-    if raw is None:
-        return ()
+def _check_attributes(raw: object, problems: Problems) -> tuple[Attribute, ...]:
     if not isinstance(raw, list):
         problems.append(f"attributes must be a list, got {type(raw).__name__}")
         return ()
-    out, seen = [], set()
+    if not raw:
+        problems.append("attributes must be a non-empty list")
+    out: list[Attribute] = []
+    seen: set[str] = set()
     for i, a in enumerate(raw):
         if not isinstance(a, Mapping):
             problems.append(f"attributes[{i}] must be an object with name and domain_size")
@@ -290,8 +509,8 @@ def _check_attributes(raw: Any, problems: list[str]) -> tuple[Attribute, ...]:
         elif name in seen:
             problems.append(f"attributes[{i}].name {name!r} is repeated")
             ok = False
-        if not (_is_int(d) and d >= 2):
-            problems.append(f"attributes[{i}].domain_size must be an integer >= 2, got {d!r}")
+        if not (_is_int(d) and 2 <= d <= _MAX_DOMAIN):
+            problems.append(f"attributes[{i}].domain_size must be an integer in [2, 2^31], got {d!r}")
             ok = False
         if ok:
             seen.add(name)
@@ -299,129 +518,139 @@ def _check_attributes(raw: Any, problems: list[str]) -> tuple[Attribute, ...]:
     return tuple(out)
 
 
-def _check_multi_attribute(raw: Mapping[str, Any], problems: list[str]) -> None:
-    """Generic checks of range-query tasks; mechanism specifics come from registered validators."""
-    if not raw.get("attributes"):
-        problems.append(f"mechanism {raw.get('mechanism')!r} needs a non-empty 'attributes' list")
+def _require(obj: JsonObject, keys: Sequence[str], mechanism: str, problems: Problems) -> bool:
+    missing = [k for k in keys if k not in obj]
+    for k in missing:
+        problems.append(f"missing {k!r} (required by mechanism {mechanism!r})")
+    return not missing
 
 
-def parse_task(obj: Any, *, source: str = "task") -> CollectionTask:
-    """Validates a task given as a dict (parsed JSON) and returns the :class:`CollectionTask`.
+# ------------------------------------------------------------------------------------------------------------
+# kinds
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _frequency_task(obj: JsonObject, common: dict[str, object], problems: Problems) -> FrequencyTask | None:
+    mech = str(common["mechanism"])
+    d = obj.get("domain_size")
+    _require(obj, ("domain_size",), mech, problems)
+    if "domain_size" in obj and not (_is_int(d) and 2 <= d <= _MAX_DOMAIN):
+        problems.append(f"domain_size must be an integer in [2, 2^31], got {d!r}")
+    common["n_groups"] = _check_n_groups(obj, problems)
+    if problems:
+        return None
+    task = FrequencyTask(domain_size=int(d), **common)
+    try:  # the oracle is the final judge of mechanism parameters (e.g. g not a prime power)
+        task.make_oracle()
+    except ValueError as exc:
+        problems.append(f"mechanism parameters rejected by ldp.oracles: {exc}")
+        return None
+    return task
+
+
+def _range_task(obj: JsonObject, common: dict[str, object], problems: Problems) -> RangeTask | None:
+    mech = str(common["mechanism"])
+    _require(obj, ("attributes", "expected_users"), mech, problems)
+    attributes = _check_attributes(obj["attributes"], problems) if "attributes" in obj else ()
+    n = obj.get("expected_users")
+    if "expected_users" in obj and not (_is_int(n) and n >= 1):
+        problems.append(f"expected_users must be a positive integer, got {n!r}")
+    options = _as_object(obj.get("options"), "options", problems)
+    common["params"] = {**dict(common["params"]), **options}  # type: ignore[arg-type]
+    gran = _as_object(obj.get("granularity"), "granularity", problems)
+    if gran and mech not in ("hdg", "tdg"):
+        problems.append(f"granularity applies to hdg/tdg only, not {mech}")
+    if not set(gran) <= {"g1", "g2"}:
+        problems.append(f"granularity must be an object with g1 and/or g2, got keys {sorted(gran)}")
+    if problems:
+        return None
+    probe = RangeTask(
+        attributes=attributes, expected_users=int(n), granularity=dict(gran), n_groups=1, **common
+    )
+    try:  # the method is the final judge of its options (e.g. a granularity that is not a power of two)
+        n_groups = probe.make_mechanism().n_groups
+    except ValueError as exc:
+        problems.append(f"mechanism options rejected by ldp.rangequery ({mech}): {exc}")
+        return None
+    if "n_groups" in obj and obj["n_groups"] != n_groups:
+        problems.append(f"n_groups {obj['n_groups']!r} does not match {mech}'s {n_groups} groups")
+        return None
+    return dataclasses.replace(probe, n_groups=n_groups)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskKind:
+    """One kind of task: its mechanism names, its own top-level keys and the checker of those keys.
+
+    ``build(raw, common, problems)`` receives the parsed common fields (``task_id``, ``mechanism``, ...),
+    appends its problems and returns the task (``None`` when there are problems).
+    """
+
+    name: str
+    mechanisms: Callable[[], tuple[str, ...]]
+    keys: tuple[str, ...]
+    build: Callable[[JsonObject, dict[str, object], Problems], Task | None]
+
+
+#: Kinds of task by name; a new kind (sparse vectors, batch queries) adds an entry.
+TASK_KINDS: dict[str, TaskKind] = {
+    "frequency": TaskKind("frequency", lambda: ORACLE_MECHANISMS, ("domain_size",), _frequency_task),
+    "range": TaskKind(
+        "range",
+        lambda: MULTI_ATTRIBUTE_MECHANISMS,
+        ("attributes", "expected_users", "granularity", "options"),
+        _range_task,
+    ),
+}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# entry points
+# ------------------------------------------------------------------------------------------------------------
+
+
+def parse_task(obj: object, *, source: str = "task", kind: str | None = None) -> AnyTask:
+    """Validates a task given as a dict (parsed JSON) and returns the parsed task.
+
+    Args:
+        obj: the task object.
+        source: what to call it in error messages (a file name).
+        kind: if given, the task must be of this kind (e.g. ``"range"`` for the range-query job).
 
     Raises:
         TaskError: listing every problem found.
     """
-    problems: list[str] = []
     if not isinstance(obj, Mapping):
         raise TaskError([f"a task must be a JSON object, got {type(obj).__name__}"], source)
-    for k in obj:
-        if k not in _TOP_KEYS:
-            problems.append(f"unknown key {k!r} (known: {', '.join(_TOP_KEYS)})")
-    for k in ("task_id", "mechanism", "epsilon"):
-        if k not in obj:
-            problems.append(f"missing required key {k!r}")
-
-    task_id = obj.get("task_id")
-    if "task_id" in obj and not (isinstance(task_id, str) and _TASK_ID_RE.match(task_id)):
-        problems.append(
-            f"task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got {task_id!r}"
+    problems: Problems = []
+    mechanism, task_kind = _check_mechanism(obj, problems)
+    _check_keys(obj, task_kind, problems)
+    common: dict[str, object] = {
+        "task_id": _check_task_id(obj, problems),
+        "mechanism": mechanism,
+        "epsilon": _check_epsilon(obj, problems),
+        "description": _check_description(obj, problems),
+        "schema_version": _check_schema_version(obj, problems),
+        "postprocess": _check_postprocess(obj, problems),
+        "hash": _check_hash(obj, mechanism, problems),
+        "params": _check_params(obj, problems),
+        "window": _check_window(obj.get("window"), problems),
+    }
+    task = None
+    if task_kind is not None and mechanism is not None:
+        task = task_kind.build(obj, common, problems)
+    if task is None or problems:
+        raise TaskError(problems or ["the task could not be parsed"], source)
+    if kind is not None and task.kind != kind:
+        raise TaskError(
+            [f"task {task.task_id!r} is a {task.kind} task ({task.mechanism!r}), not a {kind} task"],
+            source,
         )
-
-    mech_raw = obj.get("mechanism")
-    mechanism = mech_raw.lower() if isinstance(mech_raw, str) else None
-    if "mechanism" in obj and mechanism not in ORACLE_MECHANISMS + MULTI_ATTRIBUTE_MECHANISMS:
-        problems.append(
-            f"mechanism must be one of {', '.join(ORACLE_MECHANISMS + MULTI_ATTRIBUTE_MECHANISMS)}, "
-            f"got {mech_raw!r}"
-        )
-        mechanism = None
-    multi = mechanism in MULTI_ATTRIBUTE_MECHANISMS
-
-    eps = obj.get("epsilon")
-    if "epsilon" in obj and not (_is_num(eps) and 0 < eps <= 50):
-        problems.append(f"epsilon must be a number in (0, 50], got {eps!r}")
-
-    d = obj.get("domain_size")
-    if mechanism is not None and not multi and "domain_size" not in obj:
-        problems.append(f"missing required key 'domain_size' (mechanism {mechanism!r})")
-    if d is not None and not (_is_int(d) and 2 <= d <= 1 << 31):
-        problems.append(f"domain_size must be an integer in [2, 2^31], got {d!r}")
-
-    desc = obj.get("description", "")
-    if not isinstance(desc, str):
-        problems.append(f"description must be a string, got {type(desc).__name__}")
-    sv = obj.get("schema_version", 1)
-    if sv not in SUPPORTED_SCHEMA_VERSIONS or not _is_int(sv):
-        problems.append(f"schema_version must be one of {SUPPORTED_SCHEMA_VERSIONS}, got {sv!r}")
-    ng = obj.get("n_groups", 1)
-    if not (_is_int(ng) and 1 <= ng <= _MAX_GROUPS):
-        problems.append(f"n_groups must be an integer in [1, 2^31], got {ng!r}")
-    pp = obj.get("postprocess", "base")
-    pp_key = pp.strip().lower().replace("_", "-") if isinstance(pp, str) else pp
-    if pp_key not in POSTPROCESS_METHODS:
-        problems.append(f"postprocess must be one of {', '.join(POSTPROCESS_METHODS)}, got {pp!r}")
-
-    hsh = obj.get("hash", {}) or {}
-    if not isinstance(hsh, Mapping):
-        problems.append(f"hash must be an object, got {type(hsh).__name__}")
-        hsh = {}
-    for k in hsh:
-        if k not in ("g", "family"):
-            problems.append(f"hash: unknown key {k!r} (known: g, family)")
-    if hsh.get("family", "linear-gf") != "linear-gf":
-        problems.append(
-            f"hash.family must be 'linear-gf' (the only family of ldp.hashing), got {hsh.get('family')!r}"
-        )
-    g = hsh.get("g")
-    if g is not None and not (_is_int(g) and g >= 2):
-        problems.append(f"hash.g must be an integer >= 2 or null, got {g!r}")
-    if g is not None and mechanism not in (None, "olh"):
-        problems.append(f"hash.g applies to mechanism 'olh' only, not {mechanism!r}")
-    params = obj.get("params", {}) or {}
-    if not isinstance(params, Mapping):
-        problems.append(f"params must be an object, got {type(params).__name__}")
-        params = {}
-
-    window = _check_window(obj.get("window"), problems)
-    attributes = _check_attributes(obj.get("attributes"), problems)
-    if attributes and mechanism is not None and not multi:
-        problems.append(f"attributes are for multi-attribute mechanisms, not {mechanism!r}; use domain_size")
-
-    if multi:
-        _check_multi_attribute(obj, problems)
-        if mechanism not in _VALIDATORS:
-            import ldp.rangequery.registry  # noqa: F401  (registers the range-query task checks)
-        validator = _VALIDATORS.get(mechanism)
-        if validator is not None:
-            validator(obj, problems)
-
-    if not problems:
-        task = CollectionTask(
-            task_id=task_id,
-            mechanism=mechanism,
-            epsilon=float(eps),
-            domain_size=None if d is None else int(d),
-            description=desc,
-            schema_version=int(sv),
-            n_groups=int(ng),
-            postprocess=pp_key,
-            hash={k: v for k, v in hsh.items() if v is not None},
-            params=dict(params),
-            window=window,
-            attributes=attributes,
-        )
-        if not multi:
-            try:  # the oracle is the final judge of mechanism parameters (e.g. g not a prime power)
-                task.make_oracle()
-            except ValueError as exc:
-                problems.append(f"mechanism parameters rejected by ldp.oracles: {exc}")
-        if not problems:
-            return task
-    raise TaskError(problems, source)
+    return task
 
 
-def load_task(path: str | Path) -> CollectionTask:
-    """Reads and validates a task JSON file.
+def load_task(path: str | Path, *, kind: str | None = None) -> AnyTask:
+    """Reads and validates a task JSON file (``kind``: as :func:`parse_task`).
 
     Raises:
         TaskError: the file cannot be read, is not JSON, or the task has problems (all listed).
@@ -430,11 +659,11 @@ def load_task(path: str | Path) -> CollectionTask:
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise TaskError([f"cannot read task file: {exc}"], str(p)) from None
+        raise TaskError([f"cannot read task file: {exc.strerror or exc}"], str(p)) from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TaskError(
             [f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"], str(p)
         ) from None
-    return parse_task(obj, source=str(p))
+    return parse_task(obj, source=str(p), kind=kind)

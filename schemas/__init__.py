@@ -5,11 +5,24 @@ The ``.avsc`` files in this package are package data (``setup.py`` ships them to
 * ``report.avsc``: one LDP report (task id, schema version, event time, group / grid key and the
   mechanism's payload in the fields of :class:`ldp.reports.Reports`);
 * ``estimate.avsc``: the estimates of one task, group and window;
-* ``dead_letter.avsc``: a refused report or undecodable input with the reason.
+* ``dead_letter.avsc``: a refused report or undecodable input with the reason;
+* ``range_answer.avsc`` / ``range_model.avsc``: the range-query job's answers and window models;
+* ``task.schema.json``: the JSON Schema of the collection-task file (:func:`task_schema`; the reference
+  validator is ``ldp.task.parse_task``, which also runs the mechanisms' own parameter checks).
 
-All three live in the Avro namespace ``org.ldpbeam.v1``. A breaking change of a schema means a new
-``SCHEMA_VERSION`` and a new namespace; readers refuse reports whose ``schema_version`` they do not
-know (they are dead-lettered, not guessed at).
+The Avro schemas live in the namespace ``org.ldpbeam.v<SCHEMA_VERSION>``. A breaking change of the
+report wire format, of a schema or of what a payload means, is a new ``SCHEMA_VERSION`` and a new
+namespace; readers refuse reports whose ``schema_version`` is not in :data:`SUPPORTED_SCHEMA_VERSIONS`
+(they are dead-lettered as ``wrong_schema_version``, never guessed at or mixed with current ones).
+
+Versions:
+
+* 1: the first wire format (OLH hashed with the GF(p) linear family, Subset Selection items in the
+  order the client drew them).
+* 2 (current): OLH reports of tasks with ``hash.family`` ``"gf2-affine"`` (the default; ``"linear-gf"``
+  stays possible for old tasks), Subset Selection items sorted. The fields are those of version 1, but a
+  version 1 report decoded under version 2 rules would be counted wrongly, so version 1 reports are
+  refused (``wrong_schema_version``). Tasks must say ``"schema_version": 2`` or leave it out.
 """
 
 from __future__ import annotations
@@ -23,6 +36,9 @@ import fastavro
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SUPPORTED_SCHEMA_VERSIONS",
+    "TASK_SCHEMA_FILE",
+    "task_schema",
     "NAMESPACE",
     "SCHEMA_NAMES",
     "load_schema",
@@ -34,9 +50,12 @@ __all__ = [
     "validate_record",
 ]
 
-SCHEMA_VERSION = 1
-NAMESPACE = "org.ldpbeam.v1"
+SCHEMA_VERSION = 2
+#: Report schema versions the aggregator accepts (``ldp.task.SUPPORTED_SCHEMA_VERSIONS`` mirrors it).
+SUPPORTED_SCHEMA_VERSIONS = (2,)
+NAMESPACE = f"org.ldpbeam.v{SCHEMA_VERSION}"
 SCHEMA_NAMES = ("report", "estimate", "dead_letter")
+TASK_SCHEMA_FILE = "task.schema.json"
 
 
 def available_schemas() -> tuple[str, ...]:
@@ -89,3 +108,9 @@ def validate_record(name: str, record: dict[str, Any]) -> None:
         validate(record, parsed_schema(name), raise_errors=True)
     except Exception as exc:  # fastavro raises its own ValidationError
         raise ValueError(f"record does not match schema {name!r}: {exc}") from exc
+
+
+def task_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the collection-task file, as a fresh dict."""
+    text = resources.files(__name__).joinpath(TASK_SCHEMA_FILE).read_text(encoding="utf-8")
+    return json.loads(text)

@@ -406,9 +406,10 @@ def test_vectorized_avro_blocks_equal_fastavro():
             w.flush()
             buf.seek(0)
             block = next(fastavro.block_reader(buf))
-            assert encode_report_block(tid, rep, ev, 7, 1) == block.bytes_.getvalue()
+            sv = schemas.SCHEMA_VERSION
+            assert encode_report_block(tid, rep, ev, 7, sv) == block.bytes_.getvalue()
             # one group per report (the 1-D simulator's case) encodes the same
-            assert encode_report_block(tid, rep, ev, np.full(n, 7), 1) == block.bytes_.getvalue()
+            assert encode_report_block(tid, rep, ev, np.full(n, 7), sv) == block.bytes_.getvalue()
     bits = Reports(bits=np.zeros((3, 2), np.uint8))
     assert encode_report_block("t", bits, np.full(3, T0), 0, 1) is None
 

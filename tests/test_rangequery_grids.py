@@ -6,10 +6,11 @@ import math
 import numpy as np
 import pytest
 
-from ldp.rangequery import make_mechanism, model_from_dict, parse_task, random_queries, true_answers
+from ldp.rangequery import make_mechanism, model_from_dict, random_queries, true_answers
 from ldp.rangequery.base import attribute_pairs, hash_user_ids, next_power_of_two
 from ldp.rangequery.grids import HDGModel, TDGModel, closest_power_of_two, guideline_granularity
 from ldp.rangequery.queries import RangeQuery
+from ldp.task import parse_task
 
 SEED = np.random.SeedSequence(2021_0901)
 _SEEDS = iter(SEED.spawn(64))
@@ -312,13 +313,13 @@ def test_parse_task():
     )
     mech = task.make_mechanism()
     assert (mech.g1, mech.g2, mech.padded_sizes) == (16, 4, (64, 128))
-    assert parse_task(task.to_json()) == task
+    assert parse_task(task.to_dict()) == task
     with pytest.raises(ValueError, match="granularity applies"):
-        parse_task({**task.to_json(), "mechanism": "calm"})
+        parse_task({**task.to_dict(), "mechanism": "calm"})
     with pytest.raises(ValueError, match="missing 'expected_users'"):
-        parse_task({k: v for k, v in task.to_json().items() if k != "expected_users"})
+        parse_task({k: v for k, v in task.to_dict().items() if k != "expected_users"})
     with pytest.raises(ValueError, match="power of two"):
-        parse_task({**task.to_json(), "granularity": {"g1": 10}})
+        parse_task({**task.to_dict(), "granularity": {"g1": 10}})
     assert len(attribute_pairs(4)) == 6
 
 
@@ -340,7 +341,7 @@ def test_parse_task_accepts_collection_task_keys():
         "mechanism": "tdg",
         "epsilon": 0.5,
         "description": "x",
-        "schema_version": 1,
+        "schema_version": 2,
         "attributes": [{"name": "a", "domain_size": 16}, {"name": "b", "domain_size": 16}],
         "expected_users": 10_000,
         "params": {"oracle": "auto"},

@@ -1,18 +1,32 @@
-"""Tests of ldp.task: the collection-task format, defaults and all-problems-at-once validation."""
+"""Tests of ldp.task: one task model for every kind, defaults, and all-problems-at-once validation."""
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+import ldp.hashing
+import ldp.oracles
+import ldp.postprocess
 from ldp import task as T
+from ldp.rangequery import registry
+
+ROOT = Path(__file__).resolve().parents[1]
+ATTRS = [{"name": "age", "domain_size": 64}, {"name": "income", "domain_size": 64}]
+RANGE = {"task_id": "r", "mechanism": "hdg", "epsilon": 1.0, "attributes": ATTRS, "expected_users": 1000}
 
 
 def test_minimal_task_defaults_and_roundtrip(tmp_path):
     t = T.parse_task({"task_id": "a", "mechanism": "OLH", "epsilon": 1, "domain_size": 1024})
+    assert isinstance(t, T.FrequencyTask) and isinstance(t, T.CollectionTask) and t.kind == "frequency"
     assert (t.mechanism, t.epsilon, t.domain_size) == ("olh", 1.0, 1024)
-    assert t.schema_version == 1 and t.n_groups == 1 and t.postprocess == "base"
+    assert t.schema_version == 2 and t.n_groups == 1 and t.postprocess == "base"
+    assert t.hash == T.HashConfig("gf2-affine", None)
     assert t.window == T.WindowConfig() and t.window.size_s is None and not t.window.accumulating
     assert T.parse_task(t.to_dict()) == t
     p = tmp_path / "t.json"
@@ -44,6 +58,15 @@ def test_auto_and_params():
     assert t3.make_oracle().k == 5
 
 
+def test_name_lists_come_from_the_registries():
+    assert T.ORACLE_MECHANISMS == (*ldp.oracles.MECHANISMS, "auto")
+    assert T.MULTI_ATTRIBUTE_MECHANISMS == tuple(registry.METHODS)
+    assert T.POSTPROCESS_METHODS == tuple(m.value for m in ldp.postprocess.Method)
+    assert set(T.HASH_FAMILY_NAMES) == set(getattr(ldp.hashing, "HASH_FAMILIES", T.HASH_FAMILY_NAMES))
+    assert {"gf2-affine", "linear-gf"} <= set(T.HASH_FAMILY_NAMES)
+    assert set(T.TASK_KINDS) == {"frequency", "range"}
+
+
 def test_every_problem_reported_at_once():
     bad = {
         "task_id": "has space",
@@ -55,6 +78,7 @@ def test_every_problem_reported_at_once():
         "window": {"size_s": -5, "accumulating": "yes", "bogus": 1},
         "colour": "red",
         "schema_version": 9,
+        "hash": {"family": "md5"},
     }
     with pytest.raises(T.TaskError) as ei:
         T.parse_task(bad)
@@ -63,18 +87,23 @@ def test_every_problem_reported_at_once():
         "task_id",
         "mechanism",
         "epsilon",
-        "domain_size",
-        "n_groups",
         "postprocess",
         "window.size_s",
         "window.accumulating",
         "window: unknown key 'bogus'",
         "unknown key 'colour'",
         "schema_version",
+        "hash.family",
     ):
         assert needle in msgs, needle
-    assert len(ei.value.problems) >= 11
+    assert len(ei.value.problems) >= 10
     assert str(ei.value).count("\n  - ") == len(ei.value.problems)
+    # a known mechanism: the kind's own sections are checked in the same pass
+    with pytest.raises(T.TaskError) as ei:
+        T.parse_task({**bad, "mechanism": "grr"})
+    msgs = "\n".join(ei.value.problems)
+    for needle in ("domain_size must be", "n_groups must be", "task_id", "epsilon", "postprocess"):
+        assert needle in msgs, needle
 
 
 def test_missing_required_keys_and_oracle_parameters():
@@ -83,15 +112,46 @@ def test_missing_required_keys_and_oracle_parameters():
     assert sorted(p for p in ei.value.problems) == sorted(
         f"missing required key {k!r}" for k in ("task_id", "mechanism", "epsilon")
     )
-    with pytest.raises(T.TaskError, match="domain_size"):
+    with pytest.raises(T.TaskError, match="missing 'domain_size' \\(required by mechanism 'grr'\\)"):
         T.parse_task({"task_id": "a", "mechanism": "grr", "epsilon": 1.0})
     with pytest.raises(T.TaskError, match="prime power"):
+        T.parse_task(
+            {
+                "task_id": "a",
+                "mechanism": "olh",
+                "epsilon": 1.0,
+                "domain_size": 16,
+                "hash": {"family": "linear-gf", "g": 6},
+            }
+        )
+    with pytest.raises(T.TaskError, match="power of two"):
         T.parse_task(
             {"task_id": "a", "mechanism": "olh", "epsilon": 1.0, "domain_size": 16, "hash": {"g": 6}}
         )
     with pytest.raises(T.TaskError, match="'olh' only"):
         T.parse_task(
             {"task_id": "a", "mechanism": "grr", "epsilon": 1.0, "domain_size": 16, "hash": {"g": 4}}
+        )
+    with pytest.raises(T.TaskError, match="rejected by ldp.oracles"):
+        T.parse_task(
+            {"task_id": "a", "mechanism": "grr", "epsilon": 1.0, "domain_size": 16, "params": {"k": 2}}
+        )
+
+
+def test_hash_family_default_and_legacy():
+    base = {"task_id": "a", "mechanism": "olh", "epsilon": 1.0, "domain_size": 16}
+    assert T.parse_task(base).hash.family == "gf2-affine"
+    legacy = T.parse_task({**base, "hash": {"family": "linear-gf", "g": 3}})
+    assert legacy.hash == T.HashConfig("linear-gf", 3)
+    assert T.parse_task(legacy.to_dict()) == legacy
+    with pytest.raises(T.TaskError, match="hash.family must be one of gf2-affine, linear-gf"):
+        T.parse_task({**base, "hash": {"family": "sha1"}})
+
+
+def test_schema_version_1_is_refused():
+    with pytest.raises(T.TaskError, match=r"schema_version must be one of \(2,\), got 1"):
+        T.parse_task(
+            {"task_id": "a", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4, "schema_version": 1}
         )
 
 
@@ -104,56 +164,124 @@ def test_load_task_file_errors(tmp_path):
         T.load_task(p)
 
 
-def test_multi_attribute_extension_point():
-    base = {"task_id": "r", "mechanism": "hdg", "epsilon": 1.0}
-    with pytest.raises(T.TaskError, match="attributes"):
-        T.parse_task(base)
-    attrs = [{"name": "age", "domain_size": 64}, {"name": "income", "domain_size": 64}]
-    # the range-query registry checks the rest (expected_users is required for the granularity guideline)
-    with pytest.raises(T.TaskError, match="expected_users"):
-        T.parse_task({**base, "attributes": attrs})
-    t = T.parse_task({**base, "attributes": attrs, "params": {"g1": 8}, "expected_users": 1000})
-    assert t.is_multi_attribute and [a.name for a in t.attributes] == ["age", "income"]
+def test_range_task_variant():
+    t = T.parse_task({**RANGE, "granularity": {"g1": 8}, "options": {"oracle": "oue"}})
+    assert isinstance(t, T.RangeTask) and t.kind == "range" and t.is_multi_attribute
+    assert t.attribute_names == ("age", "income") and t.domain_sizes == (64, 64)
+    assert t.options == {"oracle": "oue", "g1": 8}
+    mech = t.make_mechanism()
+    assert t.n_groups == mech.n_groups == 3 and mech.g1 == 8
+    assert T.parse_task(t.to_dict()) == t
+    assert T.parse_task({**RANGE, "params": {"g1": 8}}).options == {"g1": 8}  # params: alias of options
     with pytest.raises(ValueError, match="not a frequency oracle"):
         t.make_oracle()
-    with pytest.raises(T.TaskError, match="repeated"):
-        T.parse_task({**base, "attributes": attrs + [{"name": "age", "domain_size": 4}]})
-    with pytest.raises(T.TaskError, match="multi-attribute"):
+
+
+def test_range_task_problems_all_at_once():
+    bad = {
+        "task_id": "rq demo!",
+        "mechanism": "calm",
+        "epsilon": 0,
+        "attributes": ATTRS + [{"name": "age", "domain_size": 1}],
+        "granularity": {"g1": 8},
+        "domain_size": 4,
+    }
+    with pytest.raises(T.TaskError) as ei:
+        T.parse_task(bad)
+    msgs = "\n".join(ei.value.problems)
+    for needle in (
+        "task_id must be",
+        "epsilon must be",
+        "attributes[2].name 'age' is repeated",
+        "attributes[2].domain_size",
+        "missing 'expected_users' (required by mechanism 'calm')",
+        "granularity applies to hdg/tdg only",
+        "key 'domain_size' belongs to frequency tasks",
+    ):
+        assert needle in msgs, needle
+    with pytest.raises(T.TaskError, match="n_groups 5 does not match hdg's 3 groups"):
+        T.parse_task({**RANGE, "n_groups": 5})
+    with pytest.raises(T.TaskError, match="power of two"):
+        T.parse_task({**RANGE, "granularity": {"g1": 10}})
+    with pytest.raises(T.TaskError, match="unknown option"):
+        T.parse_task({**RANGE, "options": {"bogus": 1}})
+    with pytest.raises(T.TaskError, match="key 'attributes' belongs to range tasks"):
         T.parse_task(
-            {"task_id": "x", "mechanism": "olh", "epsilon": 1.0, "domain_size": 4, "attributes": attrs}
+            {"task_id": "x", "mechanism": "olh", "epsilon": 1.0, "domain_size": 4, "attributes": ATTRS}
         )
 
-    def check(raw, problems):
-        if "g1" not in raw.get("params", {}):
-            problems.append("hdg needs params.g1")
 
-    old = T._VALIDATORS.get("hdg")
-    T.register_mechanism("hdg", check)
-    try:
-        with pytest.raises(T.TaskError, match="hdg needs params.g1"):
-            T.parse_task({**base, "attributes": attrs})
-        assert T.parse_task({**base, "attributes": attrs, "params": {"g1": 8}}).params == {"g1": 8}
-    finally:
-        T._VALIDATORS.pop("hdg", None)
-        if old is not None:
-            T._VALIDATORS["hdg"] = old
+def test_one_validator_for_both_kinds():
+    """The same task_id rule, with the same message, for frequency and range tasks."""
+    freq = {"task_id": "rq demo!", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4}
+    rng = {**RANGE, "task_id": "rq demo!"}
+    messages = []
+    for obj in (freq, rng):
+        with pytest.raises(T.TaskError) as ei:
+            T.parse_task(obj)
+        messages.append(ei.value.problems)
+    assert (
+        messages[0]
+        == messages[1]
+        == ["task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got 'rq demo!'"]
+    )
+
+
+def test_kind_is_checked(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(RANGE))
+    with pytest.raises(T.TaskError, match="'r' is a range task \\('hdg'\\), not a frequency task"):
+        T.load_task(p, kind="frequency")
+    assert T.load_task(p, kind="range").kind == "range"
+    with pytest.raises(T.TaskError, match="mechanism 'hdg' is not a frequency mechanism"):
+        T.parse_task({**RANGE, "kind": "frequency"})
+    with pytest.raises(T.TaskError, match="kind must be one of frequency, range"):
+        T.parse_task({**RANGE, "kind": "sparse"})
+    assert T.parse_task({**RANGE, "kind": "range"}).kind == "range"
+
+
+def test_task_error_one_line():
+    with pytest.raises(T.TaskError) as ei:
+        T.parse_task({"task_id": "a"}, source="t.json")
+    line = ei.value.one_line()
+    assert "\n" not in line and line.startswith("t.json: missing required key")
 
 
 def test_json_format_documented_keys_are_the_accepted_keys():
     doc = T.__doc__
-    for k in (
-        "task_id",
-        "mechanism",
-        "epsilon",
-        "domain_size",
-        "n_groups",
-        "postprocess",
-        "hash",
-        "params",
-        "window",
-        "attributes",
-        "schema_version",
-        "description",
-    ):
+    keys = set(T._COMMON_KEYS) | {k for kind in T.TASK_KINDS.values() for k in kind.keys}
+    for k in keys:
         assert f'"{k}"' in doc, k
     json.dumps(T.parse_task({"task_id": "a", "mechanism": "grr", "epsilon": 1, "domain_size": 3}).to_dict())
+    json.dumps(T.parse_task(RANGE).to_dict())
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_no_import_cycle_between_task_and_range_registry():
+    """ldp.task -> registry -> base, one way: neither base nor the registry import ldp.task, and base
+    does not import the registry (not even inside a function)."""
+    base = ROOT / "ldp" / "rangequery" / "base.py"
+    reg = ROOT / "ldp" / "rangequery" / "registry.py"
+    assert not any(m.startswith("ldp.task") for m in _module_level_imports(reg))
+    for path in (base,):
+        text = path.read_text(encoding="utf-8")
+        assert "ldp.task" not in text.replace("``ldp.task``", "")
+        assert "import registry" not in text and "rangequery.registry import" not in text
+    # importing the task model first, or the registry first, both work in a fresh interpreter
+    for first in ("ldp.task", "ldp.rangequery.registry", "ldp.rangequery.base"):
+        code = f"import {first}; import ldp.task as t; print(len(t.MULTI_ATTRIBUTE_MECHANISMS))"
+        out = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == "7"

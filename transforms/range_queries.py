@@ -48,9 +48,8 @@ from apache_beam.transforms import window as bw
 import schemas
 from ldp.rangequery.base import FORMAT_VERSION, RangeMechanism, RangeModel, model_from_dict
 from ldp.rangequery.queries import RangeQuery, parse_queries
-from ldp.rangequery.registry import RangeTask, parse_task
 from ldp.reports import Reports
-from ldp.task import WindowConfig
+from ldp.task import RangeTask, WindowConfig, load_task, parse_task
 from transforms.frequency import WindowReports
 from transforms.io import COUNTER_NAMESPACE
 from transforms.records import REASONS, ReportValidator, split_by_group_and_granule, window_granule_ms
@@ -163,28 +162,9 @@ class RangeTaskSpec:
 
 
 def load_range_task(path: str) -> RangeTaskSpec:
-    """Reads a range task file (``ldp.rangequery.registry.parse_task``; ValueError naming the problem).
-
-    The optional ``window`` object (keys of :class:`ldp.task.WindowConfig`) gives the window defaults.
-    """
-    with open(path, encoding="utf-8") as fh:
-        try:
-            raw = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not JSON: {exc}") from None
-    try:
-        task = parse_task(raw)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-    window = WindowConfig()
-    if isinstance(raw.get("window"), Mapping):
-        known = {f.name for f in dataclasses.fields(WindowConfig)}
-        extra = set(raw["window"]) - known
-        if extra:
-            raise ValueError(f"{path}: window: unknown key(s) {sorted(extra)} (known: {sorted(known)})")
-        window = WindowConfig(**raw["window"])
-    sv = raw.get("schema_version", schemas.SCHEMA_VERSION)
-    return RangeTaskSpec(task, window, sv)
+    """Reads a range task file (``ldp.task.load_task(path, kind="range")``)."""
+    task = load_task(path, kind="range")
+    return RangeTaskSpec(task, task.window, task.schema_version)
 
 
 def load_queries(path: str, task: RangeTask) -> tuple[list[RangeQuery], list[dict[str, list[int]]]]:
@@ -562,7 +542,7 @@ def model_record(
         "method": task.mechanism,
         "n_reports": int(model.n_users),
         "format_version": int(d.get("format_version", FORMAT_VERSION)),
-        "task_json": json.dumps(task.to_json(), sort_keys=True),
+        "task_json": json.dumps(task.to_dict(), sort_keys=True),
         "model_json": _dumps(d),
     }
 

@@ -5,21 +5,18 @@ Entry points: :func:`make_mechanism` (by method name), :class:`RangeQuery` and :
 :func:`model_from_dict` to reload a finalized model.
 """
 
-from ldp.rangequery.base import RangeMechanism, RangeModel, model_from_dict
+from ldp.rangequery.base import RangeMechanism, RangeModel
 from ldp.rangequery.queries import RangeQuery, parse_queries, random_queries, true_answers
-from ldp.rangequery.registry import METHODS, RangeTask, make_mechanism, mechanism_from_task, parse_task
+from ldp.rangequery.registry import METHODS, make_mechanism, model_from_dict
 
 __all__ = [
     "METHODS",
     "RangeMechanism",
     "RangeModel",
     "RangeQuery",
-    "RangeTask",
     "make_mechanism",
-    "mechanism_from_task",
     "model_from_dict",
     "parse_queries",
-    "parse_task",
     "random_queries",
     "true_answers",
 ]

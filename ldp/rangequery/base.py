@@ -349,7 +349,12 @@ def register_model(method: str):
 
 
 def model_from_dict(d: Mapping[str, Any]) -> RangeModel:
-    """Rebuilds any registered model from :meth:`RangeModel.to_dict` output."""
+    """Rebuilds a model of an already registered method from :meth:`RangeModel.to_dict` output.
+
+    A model class is registered when its mechanism's module is imported;
+    :func:`ldp.rangequery.registry.model_from_dict` imports it by method name first (this module imports no
+    method module, so that the registry can import it without a cycle).
+    """
     if not isinstance(d, Mapping):
         raise ValueError("a model must be a JSON object")
     version = d.get("format_version")
@@ -357,12 +362,10 @@ def model_from_dict(d: Mapping[str, Any]) -> RangeModel:
         raise ValueError(f"unsupported model format_version {version!r} (supported: {FORMAT_VERSION})")
     method = d.get("method")
     if method not in _MODEL_CLASSES:
-        # Importing the mechanism modules registers their model classes.
-        from ldp.rangequery import registry
-
-        registry.load_method(str(method))
-    if method not in _MODEL_CLASSES:
-        raise ValueError(f"unknown range-query model method {method!r}")
+        raise ValueError(
+            f"unknown range-query model method {method!r} (registered: {sorted(_MODEL_CLASSES)}; "
+            "ldp.rangequery.registry.model_from_dict loads any method)"
+        )
     return _MODEL_CLASSES[method]._from_dict(d)
 
 

@@ -1,33 +1,28 @@
-"""Method registry and the multi-attribute collection task.
+"""Method registry of the range-query mechanisms.
 
 ``make_mechanism(name, epsilon, domain_sizes, n_users, **options)`` builds any range-query mechanism by
 name. HDG, TDG, CALM and Uni live in this package's ``grids``, ``calm`` and ``uni`` modules; HIO, LHIO and
-MSW in ``hio``, ``lhio`` and ``msw`` (imported lazily, on first use).
+MSW in ``hio``, ``lhio`` and ``msw`` (imported lazily, on first use). :func:`model_from_dict` reloads a
+finalized model of any method.
 
-The task (see ``docs/range_queries.md``)::
+Imports go one way: ``ldp.task`` (the task model, which takes its method names from :data:`METHODS`)
+imports this module, this module imports ``base``, and the method modules import ``base``; ``base``
+imports neither this module nor ``ldp.task``. The range task itself is :class:`ldp.task.RangeTask`.
 
-    {"task_id": "t1", "mechanism": "hdg", "epsilon": 1.0,
-     "attributes": [{"name": "age", "domain_size": 64}, ...],
-     "expected_users": 1000000,
-     "granularity": {"g1": 16, "g2": 4},      # optional, HDG / TDG only
-     "options": {...}}                        # optional, method options (e.g. {"oracle": "auto"})
-
-The keys of the general collection task of ``ldp.task`` that do not affect the mechanism (``description``,
-``schema_version``, ``window``, ``postprocess``, ``hash``) are accepted and ignored, ``params`` is an alias
-of ``options`` and ``n_groups``, if present, must equal the method's number of groups.
+The task file of a range-query job is described in ``ldp.task`` and ``docs/range_queries.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from ldp.rangequery.base import RangeMechanism
+from ldp.rangequery import base
+from ldp.rangequery.base import RangeMechanism, RangeModel
 
-__all__ = ["METHODS", "load_method", "make_mechanism", "RangeTask", "parse_task", "mechanism_from_task"]
+__all__ = ["METHODS", "RangeMechanism", "load_method", "make_mechanism", "model_from_dict"]
 
 _METHODS: dict[str, tuple[str, str]] = {
     "hdg": ("ldp.rangequery.grids", "HDGMechanism"),
@@ -63,128 +58,22 @@ def make_mechanism(
     return load_method(name)(epsilon, domain_sizes, n_users, **options)
 
 
-@dataclass(frozen=True)
-class RangeTask:
-    """A validated multi-attribute collection task (what clients and the aggregator share)."""
-
-    task_id: str
-    mechanism: str
-    epsilon: float
-    attribute_names: tuple[str, ...]
-    domain_sizes: tuple[int, ...]
-    expected_users: int
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def make_mechanism(self) -> RangeMechanism:
-        """The mechanism this task describes."""
-        return make_mechanism(
-            self.mechanism, self.epsilon, self.domain_sizes, self.expected_users, **dict(self.options)
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """The task-file form."""
-        opts = dict(self.options)
-        out: dict[str, Any] = {
-            "task_id": self.task_id,
-            "mechanism": self.mechanism,
-            "epsilon": self.epsilon,
-            "attributes": [
-                {"name": n, "domain_size": c} for n, c in zip(self.attribute_names, self.domain_sizes)
-            ],
-            "expected_users": self.expected_users,
-        }
-        gran = {k: opts.pop(k) for k in ("g1", "g2") if k in opts}
-        if gran:
-            out["granularity"] = gran
-        if opts:
-            out["options"] = opts
-        return out
+def model_from_dict(d: Mapping[str, Any]) -> RangeModel:
+    """Rebuilds a finalized model of any method from :meth:`RangeModel.to_dict` output (imports the
+    method's module first, which registers its model class)."""
+    if isinstance(d, Mapping) and isinstance(d.get("method"), str) and d["method"] in _METHODS:
+        load_method(d["method"])
+    return base.model_from_dict(d)
 
 
-def parse_task(obj: Mapping[str, Any]) -> RangeTask:
-    """Validates a multi-attribute task dict (clear ValueError on any problem)."""
-    if not isinstance(obj, Mapping):
-        raise ValueError("a task must be a JSON object")
-    allowed = {"task_id", "mechanism", "epsilon", "attributes", "expected_users", "granularity", "options"}
-    # keys of the general collection task (ldp.task) that do not change the mechanism: accepted, unused here
-    allowed |= {"description", "schema_version", "window", "params", "n_groups", "postprocess", "hash"}
-    extra = set(obj) - allowed
-    if extra:
-        raise ValueError(f"unknown task field(s) {sorted(extra)}; allowed: {sorted(allowed)}")
-    for key in ("task_id", "mechanism", "epsilon", "attributes", "expected_users"):
-        if key not in obj:
-            raise ValueError(f"task is missing {key!r}")
-    task_id = obj["task_id"]
-    if not isinstance(task_id, str) or not task_id:
-        raise ValueError("task_id must be a non-empty string")
-    mech = str(obj["mechanism"]).lower()
-    if mech not in _METHODS:
-        raise ValueError(
-            f"task {task_id}: unknown mechanism {obj['mechanism']!r}; choose one of {list(METHODS)}"
-        )
-    eps = obj["epsilon"]
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-        raise ValueError(f"task {task_id}: epsilon must be a positive number, got {eps!r}")
-    attrs = obj["attributes"]
-    if not isinstance(attrs, list) or not attrs:
-        raise ValueError(f"task {task_id}: attributes must be a non-empty list")
-    names, sizes = [], []
-    for i, a in enumerate(attrs):
-        if not isinstance(a, Mapping) or set(a) != {"name", "domain_size"}:
-            raise ValueError(f"task {task_id}: attribute {i} must be {{'name', 'domain_size'}}, got {a!r}")
-        name, c = a["name"], a["domain_size"]
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"task {task_id}: attribute {i} needs a non-empty string name")
-        if isinstance(c, bool) or not isinstance(c, int) or c < 2:
-            raise ValueError(f"task {task_id}: attribute {name!r} domain_size must be an integer >= 2")
-        names.append(name)
-        sizes.append(c)
-    if len(set(names)) != len(names):
-        raise ValueError(f"task {task_id}: duplicate attribute names {names}")
-    n = obj["expected_users"]
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"task {task_id}: expected_users must be a positive integer")
-    options = dict(obj.get("params") or {})
-    options.update(obj.get("options") or {})
-    if "granularity" in obj:
-        gran = obj["granularity"]
-        if mech not in ("hdg", "tdg"):
-            raise ValueError(f"task {task_id}: granularity applies to hdg/tdg only, not {mech}")
-        if not isinstance(gran, Mapping) or not set(gran) <= {"g1", "g2"}:
-            raise ValueError(f"task {task_id}: granularity must be an object with g1 and/or g2")
-        options.update(gran)
-    task = RangeTask(task_id, mech, float(eps), tuple(names), tuple(sizes), n, options)
-    try:
-        mechanism = task.make_mechanism()  # validates the options against the method
-    except ValueError as exc:
-        raise ValueError(f"task {task_id}: {exc}") from None
-    if "n_groups" in obj and obj["n_groups"] != mechanism.n_groups:
-        raise ValueError(
-            f"task {task_id}: n_groups {obj['n_groups']!r} does not match "
-            f"{mech}'s {mechanism.n_groups} groups"
-        )
-    return task
+def __getattr__(name: str) -> Any:
+    """Transition only: the range task moved to :mod:`ldp.task` (``parse_task(obj, kind="range")``,
+    ``RangeTask``); this keeps ``registry.parse_task`` / ``registry.RangeTask`` importable for code not yet
+    moved, without an import of ``ldp.task`` at module level (``ldp.task`` imports this module)."""
+    if name in ("parse_task", "RangeTask"):
+        import ldp.task
 
-
-def mechanism_from_task(obj: Mapping[str, Any] | RangeTask) -> RangeMechanism:
-    """Parses a task (if needed) and builds its mechanism."""
-    task = obj if isinstance(obj, RangeTask) else parse_task(obj)
-    return task.make_mechanism()
-
-
-def _task_validator(obj: Mapping[str, Any], problems: list[str]) -> None:
-    """``ldp.task`` hook: a multi-attribute task is valid when :func:`parse_task` accepts it."""
-    try:
-        parse_task(obj)
-    except ValueError as exc:
-        problems.append(str(exc))
-
-
-def _register_task_checks() -> None:
-    from ldp.task import register_mechanism
-
-    for name in _METHODS:
-        register_mechanism(name, _task_validator)
-
-
-_register_task_checks()
+        if name == "RangeTask":
+            return ldp.task.RangeTask
+        return functools.partial(ldp.task.parse_task, kind="range")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
