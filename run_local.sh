@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's two entry points (see README "Quick start"):
 #   ./run_local.sh           run the main job (Beam, DirectRunner) end to end on an embedded default population
-#   ./run_local.sh test      run the whole test suite (what CI runs)
+#   ./run_local.sh test      run the whole test suite, fast tier then integration tier (what CI runs);
+#                            ./run_local.sh test PYTEST_ARGS... runs pytest once with those arguments
 # Also: ./run_local.sh streaming (Pub/Sub emulator demo), ./run_local.sh core (numpy-only demo).
 # Both create or refresh the virtual environment .venv first.
 set -euo pipefail
@@ -16,7 +17,17 @@ case "${1:-demo}" in
     if command -v java >/dev/null && command -v mvn >/dev/null; then
       bash tools/flink/get_job_server.sh >/dev/null || echo "[run_local] could not get the Flink job server" >&2
     fi
-    exec "$py" -m pytest -q "$@" tests
+    if [ $# -gt 0 ]; then
+      # pytest arguments given (e.g. -m "not integration", -k range, tests/test_cli.py): one run with them
+      exec "$py" -m pytest -q "$@"
+    fi
+    # Both tiers, the fast unit tests first (pyproject.toml / tests/conftest.py define the tiers).
+    status=0
+    echo "[run_local] fast tier: pytest -m 'not integration'" >&2
+    "$py" -m pytest -q -m "not integration" tests || status=$?
+    echo "[run_local] integration tier: pytest -m integration" >&2
+    "$py" -m pytest -q -m integration tests || status=$?
+    exit "$status"
     ;;
   demo)
     [ $# -gt 0 ] && shift

@@ -1,14 +1,28 @@
-"""Packaging for the LDP-on-Beam project.
+"""Packaging for ldp-beam: local differential privacy analytics on Apache Beam.
 
-Installs the four top-level packages (``ldp``, ``transforms``, ``pipelines``, ``schemas``) plus
-``bench`` and ``experiments`` so that remote Beam workers (Flink, Dataflow) get the same code:
-pass ``--setup_file ./setup.py`` to a pipeline launched on a remote runner.
+The wheel holds the four top-level packages ``ldp`` (the numpy core), ``transforms`` (Beam transforms),
+``pipelines`` (the runnable jobs and the ``ldp-beam`` command) and ``schemas`` (the Avro schemas and the
+task file's JSON Schema). ``bench``, ``experiments`` and ``tests`` stay in the source tree. Remote Beam
+workers (Flink, Dataflow) get the same code with ``--setup_file ./setup.py``.
+
+The version lives in one place, ``ldp/__init__.py`` (``ldp.__version__``). Apache Beam is pinned to the
+range the test suite ran on; ``constraints.txt`` holds the exact versions of the tested environment
+(``pip install -c constraints.txt -e .[test,pubsub]``, what ``tools/ensure_venv.sh`` and CI do).
 """
+
+import re
+from pathlib import Path
 
 from setuptools import find_packages, setup
 
+HERE = Path(__file__).resolve().parent
+VERSION = re.search(
+    r'^__version__\s*=\s*"([^"]+)"', (HERE / "ldp" / "__init__.py").read_text(encoding="utf-8"), re.M
+).group(1)
+
 RUNTIME = [
-    "apache-beam==2.77.0",
+    # Tested on 2.77 (the Flink job server jar is built for the 2.62 runner and runs this SDK).
+    "apache-beam>=2.77,<2.78",
     "numpy>=1.26,<2.5",
     "scipy>=1.11,<1.19",
     "fastavro>=1.9,<2",
@@ -18,19 +32,35 @@ RUNTIME = [
 EXTRAS = {
     "test": ["pytest>=8,<10", "ruff>=0.6", "matplotlib>=3.8,<4"],
     "bench": ["matplotlib>=3.8,<4"],
-    "pubsub": ["google-cloud-pubsub>=2.20,<3"],
+    # google-cloud-pubsub creates the google.cloud namespace, after which importing apache_beam tries
+    # its GCS filesystem and BigQuery clients and warns ("Failed to import GCSFileSystem", "apitools not
+    # found") on every command unless google-cloud-storage and google-apitools are present too; both are
+    # what Beam's own [gcp] extra pins, and Dataflow runs need them anyway.
+    "pubsub": [
+        "google-cloud-pubsub>=2.20,<3",
+        "google-cloud-storage>=2.18.2,<4",
+        "google-apitools>=0.5.31,<0.5.32",
+    ],
 }
 
 setup(
     name="ldp-beam",
-    version="0.1.0",
+    version=VERSION,
     description="Local differential privacy analytics on Apache Beam",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.11",
+        "Topic :: Security",
+    ],
     python_requires=">=3.10",
-    packages=find_packages(
-        include=["ldp*", "transforms*", "pipelines*", "schemas*", "bench*", "experiments*"]
-    ),
-    package_data={"schemas": ["*.avsc"]},
-    include_package_data=True,
+    packages=find_packages(include=["ldp", "ldp.*", "transforms", "transforms.*", "pipelines",
+                                    "pipelines.*", "schemas", "schemas.*"]),
+    package_data={"schemas": ["*.avsc", "*.json"]},
+    include_package_data=False,
     install_requires=RUNTIME,
     extras_require=EXTRAS,
+    entry_points={"console_scripts": ["ldp-beam = pipelines.cli:main"]},
 )

@@ -1,0 +1,213 @@
+"""Shared test configuration: the two test tiers and helpers every test module may use.
+
+Tiers. ``pytest -m "not integration"`` is the fast unit tier (under two minutes); ``pytest -m integration``
+holds the tests that start a service, a runner or a process. ``./run_local.sh test`` (and CI) runs both,
+fast tier first. The integration tests are marked here, at collection, by file and by test name, so test
+files need not carry the marker (a test may still mark itself with ``@pytest.mark.integration``):
+
+* whole files: :data:`INTEGRATION_FILES` (Flink mini-cluster, Pub/Sub emulator, README commands, wheel
+  build);
+* any test whose name contains one of :data:`INTEGRATION_WORDS` (``portable``, ``multi_processing``,
+  ``watched_directory``, ``subprocess``, ...);
+* the tests listed by node id in :data:`INTEGRATION_TESTS` whose names say none of that.
+
+Helpers (fixtures): ``repo_root``, ``seed_sequence`` / ``rng`` (one root ``numpy.random.SeedSequence``,
+a child per test, so a failure reproduces), ``write_json``, ``frequency_task_file``, ``range_task_file``
+and ``run_cli`` (runs a command in a subprocess with the repository's environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: Root entropy of every test's ``seed_sequence`` (the child is keyed by the test's node id).
+ROOT_SEED = 2026_12_01
+
+#: Test files that are integration tests as a whole.
+INTEGRATION_FILES = frozenset(
+    {
+        "test_flink_runner.py",  # Flink job server (Java) + mini-cluster
+        "test_pubsub_emulator.py",  # the Pub/Sub emulator (Java) and a streaming job in a subprocess
+        "test_readme.py",  # every README command, as written
+        "test_packaging.py",  # builds a wheel
+    }
+)
+
+#: A test whose name contains one of these (case-insensitive) is an integration test.
+INTEGRATION_WORDS = (
+    "flink",
+    "pubsub",
+    "emulator",
+    "portable",
+    "multi_processing",
+    "watched_directory",
+    "subprocess",
+    "readme",
+)
+
+#: Integration tests whose names do not say so: ``file::test`` (parameters ignored).
+INTEGRATION_TESTS = frozenset(
+    {
+        "test_pipeline_frequency.py::test_cli_help_and_bad_arguments",  # `python -m` in a subprocess
+    }
+)
+
+
+def is_integration(item: pytest.Item) -> bool:
+    """Whether a collected test belongs to the integration tier (see the module docstring)."""
+    if item.get_closest_marker("integration") is not None:
+        return True
+    path = Path(str(item.fspath))
+    if path.name in INTEGRATION_FILES:
+        return True
+    name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    if f"{path.name}::{name}" in INTEGRATION_TESTS:
+        return True
+    lowered = name.lower()
+    return any(word in lowered for word in INTEGRATION_WORDS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_integration(item) and item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.integration)
+
+
+#: Where these machines have the Pub/Sub emulator (``PUBSUB_EMULATOR_BIN`` overrides it).
+PUBSUB_EMULATOR_DEFAULT = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+
+
+def pubsub_emulator_binary() -> str | None:
+    """The Pub/Sub emulator's path when it is installed and executable, else None."""
+    path = os.environ.get("PUBSUB_EMULATOR_BIN", PUBSUB_EMULATOR_DEFAULT)
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``LDP_REQUIRE_PUBSUB=1`` (CI): a Pub/Sub emulator test fails instead of skipping when the emulator
+    is missing (``LDP_REQUIRE_FLINK=1`` does the same for Flink in tests/test_flink_runner.py)."""
+    if os.environ.get("LDP_REQUIRE_PUBSUB") != "1":
+        return
+    name = item.name.lower()
+    if ("pubsub" in Path(str(item.fspath)).name or "pubsub" in name or "emulator" in name) and (
+        pubsub_emulator_binary() is None
+    ):
+        pytest.fail(
+            "LDP_REQUIRE_PUBSUB=1 but no Pub/Sub emulator at "
+            f"{os.environ.get('PUBSUB_EMULATOR_BIN', PUBSUB_EMULATOR_DEFAULT)}"
+        )
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository's root directory."""
+    return REPO_ROOT
+
+
+@pytest.fixture
+def seed_sequence(request: pytest.FixtureRequest) -> np.random.SeedSequence:
+    """A ``SeedSequence`` for this test: the child of :data:`ROOT_SEED` keyed by the test's node id, so
+    each test has its own reproducible stream whatever runs before it."""
+    key = zlib.crc32(request.node.nodeid.encode("utf-8"))
+    return np.random.SeedSequence(ROOT_SEED, spawn_key=(key,))
+
+
+@pytest.fixture
+def rng(seed_sequence: np.random.SeedSequence) -> np.random.Generator:
+    """A ``numpy.random.Generator`` from :func:`seed_sequence` (never the global ``numpy.random``)."""
+    return np.random.default_rng(seed_sequence)
+
+
+@pytest.fixture
+def write_json(tmp_path: Path) -> Callable[[str, Any], Path]:
+    """``write_json(name, obj)`` writes ``obj`` as JSON to ``tmp_path / name`` and returns the path."""
+
+    def write(name: str, obj: Any) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(obj) + "\n", encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def frequency_task_file(write_json: Callable[[str, Any], Path]) -> Callable[..., Path]:
+    """``frequency_task_file(name="task.json", **fields)``: a frequency task file (OLH, epsilon 1,
+    d = 64 unless overridden)."""
+
+    def make(name: str = "task.json", **fields: Any) -> Path:
+        task = {"task_id": "test-freq", "mechanism": "olh", "epsilon": 1.0, "domain_size": 64, **fields}
+        return write_json(name, task)
+
+    return make
+
+
+@pytest.fixture
+def range_task_file(write_json: Callable[[str, Any], Path]) -> Callable[..., Path]:
+    """``range_task_file(name="range_task.json", **fields)``: a range-query task file (HDG, epsilon 1,
+    three attributes of domain 16 unless overridden)."""
+
+    def make(name: str = "range_task.json", **fields: Any) -> Path:
+        task = {
+            "task_id": "test-range",
+            "mechanism": "hdg",
+            "epsilon": 1.0,
+            "expected_users": 20_000,
+            "attributes": [{"name": n, "domain_size": 16} for n in ("age", "income", "score")],
+            **fields,
+        }
+        return write_json(name, task)
+
+    return make
+
+
+def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a subprocess: this interpreter's ``bin`` first on ``PATH`` (so ``python`` and
+    ``ldp-beam`` are the project's), the repository importable, plus ``extra``."""
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("PYTHONSTARTUP", None)
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture
+def run_cli() -> Callable[..., subprocess.CompletedProcess]:
+    """``run_cli(*args, cwd=None, env=None, timeout=300, module=None)`` runs a command in a subprocess
+    (``module``: ``python -m MODULE ARGS``; else ``ARGS`` as given, e.g. ``"ldp-beam", "simulate"``) with
+    :func:`venv_env`, captures text output and returns the ``CompletedProcess`` (any exit status)."""
+
+    def run(
+        *args: str,
+        cwd: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 300.0,
+        module: str | None = None,
+    ) -> subprocess.CompletedProcess:
+        cmd: Sequence[str] = [sys.executable, "-m", module, *args] if module else list(args)
+        return subprocess.run(
+            cmd,
+            cwd=str(cwd or REPO_ROOT),
+            env=venv_env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
