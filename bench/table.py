@@ -1,12 +1,14 @@
 """Renders a bench.oracles JSON file as the Markdown table used in the README.
 
-.venv/bin/python -m bench.table bench/results/oracles_n1e6_d1024_eps1.json
+    .venv/bin/python -m bench.table bench/results/oracles_n1e6_d1024_eps1.json
 """
 
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Sequence
+
+from pipelines.cli import fail, job_parser, parse_job_args
 
 
 def render(records: list[dict]) -> str:
@@ -29,5 +31,23 @@ def render(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = job_parser(__doc__.splitlines()[0], beam_options=False)
+    parser.add_argument("results", help="JSON file written by `python -m bench.oracles --json FILE`")
+    ns, _ = parse_job_args(parser, argv, beam=False)
+    try:
+        with open(ns.results, encoding="utf-8") as fh:
+            records = json.load(fh)
+    except (OSError, ValueError) as exc:
+        fail(f"cannot read {ns.results}: {exc}")
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        fail(f"{ns.results} is not a bench.oracles result (a JSON list of records)")
+    try:
+        print(render(records))
+    except KeyError as exc:
+        fail(f"{ns.results}: a record lacks the field {exc} (not a bench.oracles result?)")
+    return 0
+
+
 if __name__ == "__main__":
-    print(render(json.load(open(sys.argv[1]))))
+    raise SystemExit(main())

@@ -18,13 +18,12 @@ that mean over trials), ``n, d, trials, mechanism, zipf_s, k, rho, set_queries, 
 
 Usage::
 
-    .venv/bin/python -m experiments.consistency --n 1000000 --d 1024 --epsilons 0.2,0.5,1,2,4 \
+    .venv/bin/python -m experiments.consistency --users 1000000 --domain_size 1024 --epsilons 0.2,0.5,1,2,4 \
         --trials 50 --json experiments/results/consistency.json --plot experiments/results/consistency.png
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -36,6 +35,7 @@ from ldp import postprocess as pp
 from ldp.datasets import sample_population
 from ldp.oracles import make_oracle
 from ldp.postprocess import Method
+from pipelines.cli import job_parser, parse_job_args
 
 METRICS = ("full_domain_mse", "topk_mse", "set_query_mse")
 
@@ -190,21 +190,21 @@ def _table(records: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--d", type=int, default=1024)
-    ap.add_argument("--epsilons", default="0.2,0.5,1,2,4", help="comma-separated")
-    ap.add_argument("--trials", type=int, default=5)
+    ap = job_parser(__doc__.split("\n\n")[0], beam_options=False)
+    ap.add_argument("--users", type=int, default=1_000_000, help="number of simulated users per trial")
+    ap.add_argument("--domain_size", type=int, default=1024, help="size of the categorical domain")
+    ap.add_argument("--epsilons", default="0.2,0.5,1,2,4", help="comma-separated privacy budgets")
+    ap.add_argument("--trials", type=int, default=5, help="independent trials per epsilon")
     ap.add_argument("--json", required=True, help="output JSON path")
     ap.add_argument("--plot", default=None, help="output PNG path")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mechanism", default="olh")
-    ap.add_argument("--zipf-s", type=float, default=1.5, help="Zipf exponent")
+    ap.add_argument("--seed", type=int, default=0, help="entropy of the run's numpy SeedSequence")
+    ap.add_argument("--mechanism", default="olh", help="frequency oracle (ldp.oracles.make_oracle name)")
+    ap.add_argument("--zipf_exponent", type=float, default=1.5, help="Zipf exponent s of the population")
     ap.add_argument("--k", type=int, default=32, help="top-k size")
-    ap.add_argument("--rho", type=float, default=10.0, help="set size in percent of d")
-    ap.add_argument("--set-queries", type=int, default=200, help="random subsets per trial")
+    ap.add_argument("--rho", type=float, default=10.0, help="set size in percent of the domain")
+    ap.add_argument("--set_queries", type=int, default=200, help="random subsets per trial")
     ap.add_argument("--alpha", type=float, default=2.0, help="Base-Cut alpha")
-    args = ap.parse_args(argv)
+    args, _ = parse_job_args(ap, argv, beam=False)
     try:
         epsilons = [float(x) for x in args.epsilons.split(",") if x.strip()]
     except ValueError:
@@ -213,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--epsilons is empty")
     t0 = time.perf_counter()
     records = run(
-        n=args.n, d=args.d, epsilons=epsilons, trials=args.trials, mechanism=args.mechanism, seed=args.seed,
-        zipf_s=args.zipf_s, k=args.k, rho=args.rho, set_queries=args.set_queries, alpha=args.alpha,
+        n=args.users, d=args.domain_size, epsilons=epsilons, trials=args.trials, mechanism=args.mechanism,
+        seed=args.seed, zipf_s=args.zipf_exponent, k=args.k, rho=args.rho, set_queries=args.set_queries,
+        alpha=args.alpha,
     )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(records, indent=1) + "\n")

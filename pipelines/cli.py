@@ -79,8 +79,13 @@ class UsageError(Exception):
     """A command-line error, reported as one line and exit status 2."""
 
 
+_CURRENT_PROG: str | None = None  # the running command's name, set by parse_job_args
+
+
 def fail(message: str, code: int = 2, prog: str | None = None) -> NoReturn:
-    """Prints ``PROG: error: MESSAGE`` (one line) to stderr and exits with ``code``."""
+    """Prints ``PROG: error: MESSAGE`` (one line) to stderr and exits with ``code`` (``PROG``: the
+    command being run, once :func:`parse_job_args` has run)."""
+    prog = prog or _CURRENT_PROG
     prefix = f"{prog}: " if prog else ""
     print(f"{prefix}error: {message}", file=sys.stderr)
     raise SystemExit(code)
@@ -237,10 +242,22 @@ def _option_strings(parser: argparse.ArgumentParser) -> list[str]:
     return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
 
 
+#: Flags earlier versions used, and their names now (suggested when the new one exists in the command).
+RENAMED_FLAGS = {
+    "--n": "--users",
+    "--d": "--domain_size",
+    "--domain": "--domain_size",
+    "--pubsub_topic": "--output_topic",
+    "--zipf-s": "--zipf_exponent",
+}
+
+
 def _suggestion(flag: str, known: Sequence[str]) -> str:
     name = flag.split("=", 1)[0]
     if not name.startswith("--"):
         return ""
+    if RENAMED_FLAGS.get(name) in known:
+        return f"; did you mean {RENAMED_FLAGS[name]}?"
     underscored = "--" + name[2:].replace("-", "_")
     if underscored != name and underscored in known:
         return f"; did you mean {underscored}?"
@@ -256,13 +273,18 @@ def parse_job_args(
     setup_log: bool = True,
 ) -> tuple[argparse.Namespace, Any]:
     """Parses ``argv`` (default ``sys.argv[1:]``): the job's flags into a namespace, the rest into
-    ``PipelineOptions``. Anything that is neither the job's nor a Beam option is an error (one line, exit
-    2), with a suggestion for a near miss. A flag both the job and Beam declare (``--streaming``) is set in
-    both. ``beam=False``: the command runs no pipeline, every flag must be the job's and the second value
-    is None. Sets up logging from ``--log_level`` unless ``setup_log`` is False."""
+    ``PipelineOptions``.
+
+    Anything that is neither the job's nor a Beam option is an error (one line, exit 2), with a suggestion
+    for a near miss. A flag both the job and Beam declare (``--streaming``) is set in both.
+    ``namespace.beam_args`` keeps the Beam flags as given (to pass on to another command's ``run``).
+    ``beam=False``: the command runs no pipeline, every flag must be the job's and the second value is
+    None. Sets up logging from ``--log_level`` unless ``setup_log`` is False.
+    """
+    global _CURRENT_PROG
     args = list(sys.argv[1:] if argv is None else argv)
     ns, rest = parser.parse_known_args(args)
-    prog = parser.prog
+    prog = _CURRENT_PROG = parser.prog
     if not beam:
         if rest:
             hint = _suggestion(rest[0], _option_strings(parser))
@@ -293,6 +315,7 @@ def parse_job_args(
         for a in parser._actions
         if a.dest in beam_dests and a.option_strings and hasattr(ns, a.dest)
     }
+    ns.beam_args = list(rest)  # the Beam flags as given, for a command that passes them on to a job
     if setup_log:
         setup_logging(getattr(ns, "log_level", "INFO"))
     return ns, PipelineOptions(rest, **overrides)

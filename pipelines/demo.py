@@ -1,7 +1,9 @@
 """In-process demo of the frequency-oracle core (no Beam): simulate, perturb, aggregate, estimate.
 
-    python -m pipelines.demo [--users 1000000] [--domain 1024] [--epsilon 1] [--mechanism auto]
-                             [--dataset zipf:1.1] [--postprocess norm-sub] [--seed 7] [--top 20]
+    python -m pipelines.demo --users 1000000 --domain_size 1024 --epsilon 1 --mechanism auto \
+        --dataset zipf:1.1 --postprocess norm-sub --seed 7 --top 20     (every flag optional)
+
+(``ldp-beam demo-core`` is the same command.)
 
 Simulates a population, perturbs every user's value with the chosen oracle (``auto``: the lowest
 closed-form variance, see :func:`ldp.oracles.choose_oracle`), accumulates the reports, estimates, post-
@@ -12,33 +14,41 @@ is available.
 
 from __future__ import annotations
 
-import argparse
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
 from ldp.datasets import sample_population
-from ldp.oracles import make_oracle
-from ldp.postprocess import postprocess
+from ldp.oracles import MECHANISMS, make_oracle
+from ldp.postprocess import Method, postprocess
+from pipelines.cli import fail, job_parser, parse_job_args
 
 
-def run(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--users", type=int, default=1_000_000)
-    ap.add_argument("--domain", type=int, default=1024)
-    ap.add_argument("--epsilon", type=float, default=1.0)
-    ap.add_argument("--mechanism", default="auto")
-    ap.add_argument("--dataset", default="zipf")
-    ap.add_argument("--postprocess", default="norm-sub")
+def run(argv: Sequence[str] | None = None) -> dict:
+    ap = job_parser(__doc__.splitlines()[0], beam_options=False)
+    ap.add_argument("--users", type=int, default=1_000_000, help="number of simulated users")
+    ap.add_argument("--domain_size", type=int, default=1024, help="size of the categorical domain")
+    ap.add_argument("--epsilon", type=float, default=1.0, help="privacy budget per report")
+    ap.add_argument(
+        "--mechanism", default="auto", choices=["auto", *MECHANISMS], help="oracle (auto: lowest variance)"
+    )
+    ap.add_argument("--dataset", default="zipf", help="zipf[:EXPONENT], uniform or csv:PATH:COLUMN")
+    ap.add_argument(
+        "--postprocess", default="norm-sub", choices=[m.value for m in Method], help="post-processing method"
+    )
     ap.add_argument("--seed", type=int, default=7, help="simulation seed (clients would use OS entropy)")
-    ap.add_argument("--top", type=int, default=20)
-    args = ap.parse_args(argv)
+    ap.add_argument("--top", type=int, default=20, help="values printed, by true frequency")
+    args, _ = parse_job_args(ap, argv, beam=False)
 
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
-    values = sample_population(args.dataset, args.users, args.domain, rng=rng)
-    truth = np.bincount(values, minlength=args.domain) / len(values)
-    oracle = make_oracle(args.mechanism, args.epsilon, args.domain)
+    try:
+        oracle = make_oracle(args.mechanism, args.epsilon, args.domain_size)
+        values = sample_population(args.dataset, args.users, args.domain_size, rng=rng)
+    except ValueError as exc:
+        fail(str(exc))
+    truth = np.bincount(values, minlength=args.domain_size) / len(values)
     t1 = time.perf_counter()
     reports = oracle.encode(values, rng=rng)
     t2 = time.perf_counter()
@@ -52,7 +62,7 @@ def run(argv=None) -> dict:
         ranked = ", ".join(f"{r['mechanism']}={r['variance_factor']:.3f}" for r in oracle.choice)
         print(f"auto choice by n*Var (then report size within 2%): {ranked}")
     print(
-        f"{args.users:,} users, d={args.domain}, epsilon={args.epsilon}: simulate {t1 - t0:.2f}s, "
+        f"{args.users:,} users, d={args.domain_size}, epsilon={args.epsilon}: simulate {t1 - t0:.2f}s, "
         f"encode {t2 - t1:.2f}s, aggregate+estimate {t3 - t2:.2f}s"
     )
     lo, hi = est.ci(0.95)

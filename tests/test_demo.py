@@ -4,7 +4,8 @@ from pipelines import demo
 
 
 def test_demo_runs_and_matches_theory(capsys):
-    argv = ["--users", "200000", "--domain", "256", "--epsilon", "1", "--mechanism", "olh", "--seed", "3"]
+    argv = ["--users", "200000", "--domain_size", "256", "--epsilon", "1", "--mechanism", "olh"]
+    argv += ["--seed", "3"]
     out = demo.run(argv)
     text = capsys.readouterr().out
     assert "full-domain MSE" in text and "95% CI" in text
