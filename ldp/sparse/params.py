@@ -1,0 +1,445 @@
+"""Parameters of a sparse-vector round: neighbouring relation L, bins b, clip eta, sensitivity Delta,
+noise, discretisation. Shared by clients and the aggregator (they travel in the task).
+
+Neighbouring relations (Zhou et al., S&P 2022, Sec. 3; ``L`` bounds ``||v - v'||_1``):
+
+* ``"event"``: one coordinate of one user changes: ``L = 2`` for real values in [-1, 1], ``1`` binary.
+* ``"user"``: everything of one user changes: ``L = 2k`` for real *and* binary values (two disjoint
+  supports of k ones differ in 2k coordinates; the paper's "k-neighbouring" for binary is wrong under
+  its own definition, see the spec, A1).
+* an integer ``L``: ``||v - v'||_1 <= L``; capped at ``2k`` (no two valid inputs differ by more).
+
+Sensitivity of the bin vector ``C`` (Delta = the minimum of the rules that apply):
+
+* ``L``: ``|sum s(x)(v_x - v'_x)| <= sum |v_x - v'_x|`` for every hash: pure eps, any hash family.
+* clipping the bins to ``[-eta, eta]``: each of the ``b`` bins moves at most ``2 eta``: ``2 b eta``.
+* (eps, delta): ``3 sqrt(b L ln(2b/delta))`` when ``L / b >= ln(2b/delta)`` (Lemma 14); holds with
+  probability ``1 - delta`` over the hash choice, so it requires the keyed-PRF family ``"blake2b"``.
+
+Parameter rules:
+
+* ``"paper"`` (default): what the paper's experiments ran (``SVME::estimate_range`` of the released
+  code; epsilon never enters b): ``L < sqrt(k)``: ``b = min(floor(k / L^2), k)``, no clipping,
+  ``Delta = L``; otherwise ``b = 1``, ``eta = sqrt(k ln n) / 2.5`` (biased on purpose: a smaller clip
+  gives a better constant), ``Delta = min(2 eta, L)``. Noise is Duchi's one-bit mechanism on
+  ``C / eta`` when ``Delta / eps >= eta``, else Laplace(``Delta / eps``).
+* ``"theory"``: the three regimes of the analysis, each with its balancing b, and the one with the
+  smallest per-client second moment wins: A (``Delta = L``, ``b = k eps^2 / L^2``), B (the (eps,
+  delta) rule, ``b = eps sqrt(k / (18 L ln(2b/delta)))``, only when ``delta > 0`` and its condition
+  holds) and C (``b = 1``, ``eta = sqrt(2 k ln(2n/beta))`` so that no bin of any client is clipped
+  with probability ``1 - beta``: unbiased).
+
+Deviation from the paper's code: per-bin Duchi noise with the full epsilon is only private when one
+neighbouring change touches one bin (``b = 1`` or event-level); where the code would use it with
+``b > 1`` for an L-neighbouring relation we use Laplace instead.
+
+Discretisation (post-processing of the noisy bins, so privacy-free): Laplace bins are truncated to
+``[-R, R]``, ``R = eta_eff + (Delta/eps) ln(2 n b / beta_trunc)`` (``beta_trunc = 1e-6``: the chance
+that any bin of any of the ``n`` clients is truncated), then stochastically rounded to the grid
+``g`` (unbiased, adds variance about ``g^2 / 6`` per bin); the code is an integer of
+``w = ceil(log2(2R/g + 1))`` bits. Binary values with integer bins use discrete Laplace (two-sided
+geometric with parameter ``exp(-eps/Delta)``), no rounding. Duchi bins are one bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ldp.sparse.hashes import DEFAULT_SPARSE_HASH, SPARSE_HASHES, check_family
+
+__all__ = [
+    "SparseParams",
+    "choose_params",
+    "neighbour_L",
+    "RULES",
+    "NOISES",
+    "VALUE_KINDS",
+    "SEED_BITS",
+    "duchi_c",
+]
+
+RULES = ("paper", "theory")
+NOISES = ("laplace", "discrete-laplace", "duchi")
+VALUE_KINDS = ("real", "binary")
+SEED_BITS = 64
+DEFAULT_GRID = 0.25
+TRUNC_BETA = 1e-6
+DEFAULT_EXPECTED_USERS = 100_000
+THEORY_BETA = 0.05
+
+
+def duchi_c(epsilon: float) -> float:
+    """``c_eps = (e^eps + 1) / (e^eps - 1)``: Duchi's one-bit output magnitude for inputs in [-1, 1]."""
+    e = math.exp(epsilon)
+    return (e + 1.0) / (e - 1.0)
+
+
+def _check_eps(epsilon: float) -> float:
+    eps = float(epsilon)
+    if not math.isfinite(eps) or eps <= 0 or eps > 50:
+        raise ValueError(f"epsilon must be a positive number <= 50, got {epsilon!r}")
+    return eps
+
+
+def neighbour_L(privacy: str | int, k: int, values: str = "real") -> int:
+    """The L1 bound ``L`` of a neighbouring relation (see the module docstring)."""
+    if values not in VALUE_KINDS:
+        raise ValueError(f"values must be one of {VALUE_KINDS}, got {values!r}")
+    if privacy == "event":
+        return 2 if values == "real" else 1
+    if privacy == "user":
+        return 2 * k
+    if isinstance(privacy, bool):
+        raise ValueError("privacy must be 'event', 'user' or a positive integer L")
+    try:
+        L = int(privacy)
+    except (TypeError, ValueError):
+        msg = f"privacy must be 'event', 'user' or a positive integer L, got {privacy!r}"
+        raise ValueError(msg) from None
+    if L != privacy if not isinstance(privacy, str) else str(L) != privacy.strip():
+        raise ValueError(f"privacy L must be an integer, got {privacy!r}")
+    if L < 1:
+        raise ValueError(f"privacy L must be >= 1, got {L}")
+    return min(L, 2 * k)
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseParams:
+    """Everything a client and the aggregator of one sparse-vector round must agree on.
+
+    Attributes:
+        epsilon, delta: the privacy budget (``delta = 0``: pure epsilon-LDP).
+        domain_size: the item universe ``d`` (ids in ``[0, d)``, ``d <= 2**63``).
+        sparsity: ``k``, the most non-zeros a client sends (more are truncated by random sampling).
+        privacy: ``"event"``, ``"user"`` or the integer L as given.
+        values: ``"real"`` (in [-1, 1]) or ``"binary"`` ({0, 1}).
+        L: the L1 bound of the neighbouring relation.
+        bins: ``b``.
+        eta: the clip threshold of the bin sums; ``None`` = no clipping.
+        Delta: the L1 sensitivity the noise is calibrated to.
+        sensitivity_rule: which rule gave Delta: ``"L"``, ``"clip"`` or ``"delta"``.
+        noise: ``"laplace"``, ``"discrete-laplace"`` or ``"duchi"``.
+        grid: discretisation step of a Laplace bin (1 for discrete Laplace; Duchi codes are +-1).
+        trunc: ``R``, the bound noisy Laplace bins are truncated to (``None`` for Duchi).
+        hash_family: one of :data:`ldp.sparse.hashes.SPARSE_HASHES`.
+        rule: the parameter rule that chose b and eta (``"paper"``, ``"theory"`` or ``"manual"``).
+        expected_users: the ``n`` the rule used (``ln n`` in eta, ``n b`` in the truncation bound).
+        notes: why the rule chose what it chose (human-readable).
+    """
+
+    epsilon: float
+    domain_size: int
+    sparsity: int
+    privacy: str | int
+    values: str
+    L: int
+    bins: int
+    eta: float | None
+    Delta: float
+    sensitivity_rule: str
+    noise: str
+    grid: float
+    trunc: float | None
+    hash_family: str = DEFAULT_SPARSE_HASH
+    delta: float = 0.0
+    rule: str = "paper"
+    expected_users: int = DEFAULT_EXPECTED_USERS
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_eps(self.epsilon)
+        if self.values not in VALUE_KINDS:
+            raise ValueError(f"values must be one of {VALUE_KINDS}, got {self.values!r}")
+        if self.noise not in NOISES:
+            raise ValueError(f"noise must be one of {NOISES}, got {self.noise!r}")
+        if self.hash_family not in SPARSE_HASHES:
+            raise ValueError(f"hash_family must be one of {SPARSE_HASHES}, got {self.hash_family!r}")
+        check_family(self.hash_family, self.bins, self.domain_size)
+        if self.sparsity < 1:
+            raise ValueError(f"sparsity k must be >= 1, got {self.sparsity}")
+        if self.noise == "duchi" and self.eta is None:
+            raise ValueError("Duchi noise needs a clip threshold eta")
+        if self.noise == "duchi" and self.bins > 1 and self.L > (2 if self.values == "real" else 1):
+            raise ValueError(
+                "per-bin Duchi noise with the full epsilon is not L-private when one change can touch "
+                "several bins (b > 1 and L beyond event level); use Laplace"
+            )
+        if self.noise == "discrete-laplace" and (
+            self.values != "binary" or (self.eta is not None and self.eta != int(self.eta))
+        ):
+            raise ValueError("discrete Laplace needs integer bins: binary values and an integer eta")
+        if self.sensitivity_rule == "delta" and self.hash_family != "blake2b":
+            raise ValueError("the (eps, delta) sensitivity rule needs the keyed PRF hash family 'blake2b'")
+        # the sensitivity actually granted by the rules must cover Delta
+        valid = [float(self.L)]
+        if self.eta is not None:
+            valid.append(2.0 * self.bins * self.eta)
+        if self.delta > 0 and self.L / self.bins >= math.log(2 * self.bins / self.delta):
+            valid.append(3.0 * math.sqrt(self.bins * self.L * math.log(2 * self.bins / self.delta)))
+        if self.noise != "duchi" and self.Delta + 1e-12 < min(valid):
+            raise ValueError(f"Delta = {self.Delta} is below every valid sensitivity bound ({min(valid)})")
+
+    # -- derived quantities ------------------------------------------------------------------------
+    @property
+    def eta_eff(self) -> float:
+        """Largest possible |bin| after clipping: ``min(eta, k)``."""
+        return float(self.sparsity) if self.eta is None else min(self.eta, float(self.sparsity))
+
+    @property
+    def clips(self) -> bool:
+        """Whether clipping can bind (``eta < k``)."""
+        return self.eta is not None and self.eta < self.sparsity
+
+    @property
+    def scale(self) -> float:
+        """Laplace scale ``Delta / eps``."""
+        return self.Delta / self.epsilon
+
+    @property
+    def code_scale(self) -> float:
+        """Value of one code unit: ``grid`` (Laplace), 1 (discrete), ``eta c_eps`` (Duchi)."""
+        if self.noise == "duchi":
+            return float(self.eta) * duchi_c(self.epsilon)
+        return self.grid
+
+    @property
+    def max_code(self) -> int:
+        """Largest |code| a valid report may carry."""
+        if self.noise == "duchi":
+            return 1
+        return int(math.floor(self.trunc / self.grid))
+
+    @property
+    def bits_per_bin(self) -> int:
+        """``w``: bits per discretised bin."""
+        if self.noise == "duchi":
+            return 1
+        return max(1, math.ceil(math.log2(2 * self.max_code + 1)))
+
+    @property
+    def report_bits(self) -> int:
+        """Bits of one report: a 64-bit seed plus ``b`` codes."""
+        return SEED_BITS + self.bins * self.bits_per_bin
+
+    @property
+    def report_bytes(self) -> int:
+        """``ceil(report_bits / 8)``."""
+        return -(-self.report_bits // 8)
+
+    def bin_noise_variance(self) -> float:
+        """Variance a bin's noise and discretisation add (per bin, per client, in value units).
+
+        Laplace: ``2 (Delta/eps)^2`` plus ``g^2 / 6`` for stochastic rounding (exact when the noise scale
+        is large against ``g``, as it is here). Discrete Laplace: ``2 p / (1 - p)^2``,
+        ``p = exp(-eps/Delta)``. Duchi: not additive (see :meth:`duchi_second_moment`).
+        """
+        if self.noise == "laplace":
+            return 2.0 * self.scale**2 + self.grid**2 / 6.0
+        if self.noise == "discrete-laplace":
+            p = math.exp(-self.epsilon / self.Delta)
+            return 2.0 * p / (1.0 - p) ** 2
+        raise ValueError("Duchi noise is not additive; use duchi_second_moment()")
+
+    def duchi_second_moment(self) -> float:
+        """``(eta c_eps)^2``: the second moment of one Duchi bin."""
+        return self.code_scale**2
+
+    def client_second_moment(self, norm2: float | None = None) -> float:
+        """Per-client variance of a never-owned coordinate: ``norm2 / b + noise`` (``norm2``: default k)."""
+        if self.noise == "duchi":
+            return self.duchi_second_moment()
+        nv = float(self.sparsity) if norm2 is None else float(norm2)
+        return nv / self.bins + self.bin_noise_variance()
+
+    def describe(self) -> dict:
+        """JSON-ready description (what a task stores)."""
+        out = dataclasses.asdict(self)
+        out["notes"] = list(self.notes)
+        out["bits_per_bin"] = self.bits_per_bin
+        out["report_bits"] = self.report_bits
+        out["hash_version"] = f"{self.hash_family}/v1"
+        return out
+
+
+def _laplace_trunc(eta_eff: float, scale: float, n: int, b: int) -> float:
+    return eta_eff + scale * math.log(2.0 * n * b / TRUNC_BETA)
+
+
+def choose_params(
+    epsilon: float,
+    domain_size: int,
+    sparsity: int,
+    privacy: str | int = "user",
+    *,
+    values: str = "real",
+    delta: float = 0.0,
+    rule: str = "paper",
+    expected_users: int = DEFAULT_EXPECTED_USERS,
+    hash_family: str | None = None,
+    grid: float = DEFAULT_GRID,
+    bins: int | None = None,
+    eta: float | None = None,
+    noise: str | None = None,
+) -> SparseParams:
+    """Chooses b, eta, Delta and the noise for a round (see the module docstring).
+
+    Args:
+        epsilon: privacy budget per report.
+        domain_size: ``d``.
+        sparsity: ``k``.
+        privacy: ``"event"``, ``"user"`` or an integer L.
+        values: ``"real"`` or ``"binary"``.
+        delta: ``0`` for pure eps-LDP; ``> 0`` allows the (eps, delta) sensitivity rule where it applies.
+        rule: ``"paper"`` or ``"theory"``.
+        expected_users: ``n`` (the paper rule's clip ``sqrt(k ln n) / 2.5``; the truncation bound).
+        hash_family: default ``"gf2-affine"`` (``"blake2b"`` when the (eps, delta) rule is used).
+        grid: Laplace discretisation step.
+        bins, eta, noise: override the rule's choice (``rule`` becomes ``"manual"``; every
+            override is still checked for privacy).
+    """
+    eps = _check_eps(epsilon)
+    d, k = int(domain_size), int(sparsity)
+    if k < 1:
+        raise ValueError(f"sparsity k must be >= 1, got {sparsity}")
+    if d < 1 or d > 1 << 63:
+        raise ValueError(f"domain_size must lie in [1, 2**63], got {domain_size}")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if not 0 <= float(delta) < 1:
+        raise ValueError(f"delta must lie in [0, 1), got {delta}")
+    n = int(expected_users)
+    if n < 2:
+        raise ValueError(f"expected_users must be >= 2, got {expected_users}")
+    if not (grid > 0 and math.isfinite(grid)):
+        raise ValueError(f"grid must be a positive number, got {grid}")
+    L = neighbour_L(privacy, k, values)
+    fam = hash_family or DEFAULT_SPARSE_HASH
+    event_like = L <= (2 if values == "real" else 1)
+    notes: list[str] = []
+
+    def pow2_floor(x: int) -> int:
+        return 1 << (max(1, int(x)).bit_length() - 1)
+
+    def fit_bins(x: int) -> int:
+        x = max(1, min(int(x), k))
+        if fam == "gf2-affine" and x & (x - 1):
+            notes.append(f"b = {x} rounded down to {pow2_floor(x)} (gf2-affine needs a power of two)")
+            x = pow2_floor(x)
+        return x
+
+    delta_ok = lambda b_: delta > 0 and L / b_ >= math.log(2 * b_ / delta)  # noqa: E731
+    delta_rule = lambda b_: 3.0 * math.sqrt(b_ * L * math.log(2 * b_ / delta))  # noqa: E731
+
+    if rule == "paper":
+        if L < math.sqrt(k):
+            b, eta_, Delta, srule = fit_bins(k // (L * L)), None, float(L), "L"
+            notes.append("paper rule: L < sqrt(k): b = min(floor(k/L^2), k), no clipping, Delta = L")
+        else:
+            b = 1
+            eta_ = math.sqrt(k * math.log(n)) / 2.5
+            Delta, srule = (2 * eta_, "clip") if 2 * eta_ < L else (float(L), "L")
+            notes.append("paper rule: L >= sqrt(k): b = 1, eta = sqrt(k ln n)/2.5, Delta = min(2 eta, L)")
+        if delta_ok(b) and delta_rule(b) < Delta:
+            Delta, srule = delta_rule(b), "delta"
+            notes.append("(eps, delta) rule 3 sqrt(b L ln(2b/delta)) is smaller and its condition holds")
+        eta_duchi = eta_ if eta_ is not None else float(k)
+        if Delta / eps >= eta_duchi and (b == 1 or event_like):
+            chosen_noise = "duchi"
+            eta_ = eta_duchi
+        else:
+            if Delta / eps >= eta_duchi:
+                notes.append("paper code: per-bin Duchi here, not L-private with b > 1; Laplace used")
+            chosen_noise = "laplace"
+    else:
+        cands = []
+        bA = fit_bins(round(k * eps * eps / (L * L)))
+        cands.append(("A", bA, None, float(L), "L"))
+        if delta > 0:
+            bB = 1.0
+            for _ in range(50):
+                bB = eps * math.sqrt(k / (18.0 * L * math.log(2 * max(bB, 1.0) / delta)))
+            bB = fit_bins(math.floor(max(bB, 1.0)))
+            if delta_ok(bB):
+                dB = delta_rule(bB)
+                cands.append(("B", bB, None, min(float(L), dB), "delta" if dB < L else "L"))
+        etaC = math.sqrt(2.0 * k * math.log(2.0 * n / THEORY_BETA))
+        if etaC < k:
+            cands.append(("C", 1, etaC, min(float(L), 2 * etaC), "clip" if 2 * etaC < L else "L"))
+        best = None
+        for name, b_, e_, D_, r_ in cands:
+            lap = min(k, e_ or k) / b_ + 2 * (D_ / eps) ** 2
+            options = [(lap, "laplace")]
+            if b_ == 1 or event_like:
+                options.append(((e_ or k) ** 2 * duchi_c(eps) ** 2, "duchi"))
+            for m2, nz in options:
+                if best is None or m2 < best[0]:
+                    best = (m2, name, b_, e_, D_, r_, nz)
+        _, name, b, eta_, Delta, srule, chosen_noise = best
+        if chosen_noise == "duchi" and eta_ is None:
+            eta_ = float(k)
+        notes.append(f"theory rule: regime {name} has the smallest per-client second moment")
+
+    # overrides
+    if bins is not None or eta is not None or noise is not None:
+        rule = "manual"
+        if bins is not None:
+            b = int(bins)
+        if eta is not None:
+            eta_ = float(eta)
+        valid = [(float(L), "L")]
+        if eta_ is not None and eta_ < k:
+            valid.append((2.0 * b * eta_, "clip"))
+        if delta_ok(b):
+            valid.append((delta_rule(b), "delta"))
+        Delta, srule = min(valid)
+        if noise is not None:
+            chosen_noise = noise
+        elif chosen_noise == "duchi" and (eta_ is None or not (b == 1 or event_like)):
+            chosen_noise = "laplace"
+        elif chosen_noise != "duchi" and values == "binary":
+            chosen_noise = "laplace"  # re-decided below (discrete Laplace when bins stay integers)
+    if eta_ is not None and eta_ >= k and chosen_noise != "duchi":
+        eta_ = None  # cannot bind
+    if values == "binary" and chosen_noise == "laplace" and (eta_ is None or eta_ >= 1):
+        if eta_ is not None:
+            eta_ = float(math.floor(eta_))
+            if srule == "clip":
+                Delta = min(float(L), 2.0 * b * eta_)
+        chosen_noise = "discrete-laplace"
+        notes.append("binary values: integer bins, discrete Laplace")
+    if srule == "delta":
+        if hash_family not in (None, "blake2b"):
+            raise ValueError("the (eps, delta) sensitivity rule needs hash_family='blake2b' (a keyed PRF)")
+        fam = "blake2b"
+    if chosen_noise == "duchi":
+        g, R = 1.0, None
+    elif chosen_noise == "discrete-laplace":
+        p = math.exp(-eps / Delta)
+        g = 1.0
+        R = float(math.ceil(
+            (eta_ if eta_ is not None else k) + math.log(2.0 * n * b / TRUNC_BETA) / -math.log(p)
+        ))
+    else:
+        g = float(grid)
+        R = _laplace_trunc(min(eta_ if eta_ is not None else k, k), Delta / eps, n, b)
+    return SparseParams(
+        epsilon=eps,
+        domain_size=d,
+        sparsity=k,
+        privacy=privacy,
+        values=values,
+        L=L,
+        bins=b,
+        eta=eta_,
+        Delta=float(Delta),
+        sensitivity_rule=srule,
+        noise=chosen_noise,
+        grid=g,
+        trunc=R,
+        hash_family=fam,
+        delta=float(delta),
+        rule=rule,
+        expected_users=n,
+        notes=tuple(notes),
+    )
