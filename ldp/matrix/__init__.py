@@ -7,21 +7,34 @@ expected errors), ``mechanism`` (Gaussian / Laplace matrix mechanism), ``separat
 The mechanism here is *central* DP (a trusted aggregator sees exact counts); see docs/matrix_mechanism.md.
 """
 
-from ldp.matrix.bounds import error_ratio, expected_error, per_query_error, svdb
+from ldp.matrix.bounds import NotSupportedError, error_ratio, expected_error, per_query_error, svdb
+from ldp.matrix.lsa import lsa
+from ldp.matrix.mechanism import CALIBRATIONS, GaussianMatrixMechanism, LaplaceMatrixMechanism
+from ldp.matrix.opt import gram_root, opt
+from ldp.matrix.separation import marginal_parts, separate
 from ldp.matrix.strategies import Strategy, haar, hierarchical, identity, make_strategy
 from ldp.matrix.workloads import Workload, allrange, parse_workload
 
 __all__ = [
+    "CALIBRATIONS",
+    "GaussianMatrixMechanism",
+    "LaplaceMatrixMechanism",
+    "NotSupportedError",
     "Strategy",
     "Workload",
     "allrange",
     "error_ratio",
+    "gram_root",
     "expected_error",
     "haar",
     "hierarchical",
     "identity",
+    "lsa",
     "make_strategy",
+    "marginal_parts",
+    "opt",
     "parse_workload",
     "per_query_error",
+    "separate",
     "svdb",
 ]
