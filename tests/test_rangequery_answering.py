@@ -6,20 +6,25 @@ import numpy as np
 import pytest
 
 from ldp.datasets_multi import sample_records
-from ldp.rangequery.base import model_from_dict
 from ldp.rangequery.queries import RangeQuery, drop_full_domain, random_queries, true_answers
-from ldp.rangequery.registry import METHODS, make_mechanism
+from ldp.rangequery.registry import METHODS, make_mechanism, model_from_dict
 from ldp.rangequery.weighted_update import lambda_d_answers
 
 SS = np.random.SeedSequence(20260701)
 SEEDS = SS.spawn(8)
+
+
+def _rng(i: int) -> np.random.Generator:
+    """A fresh generator on child ``i`` of SS (a fresh SeedSequence each call: the oracles spawn children
+    from the generator's seed sequence, so reusing one object would not repeat the same draws)."""
+    return np.random.default_rng(np.random.SeedSequence(SS.entropy, spawn_key=SEEDS[i].spawn_key))
 SIZES = [16, 16, 12, 16]  # one non-power-of-two domain on purpose
 N = 20_000
 
 
 @pytest.fixture(scope="module")
 def records():
-    return sample_records("gaussian:0.8", N, SIZES, rng=np.random.default_rng(SEEDS[0]))
+    return sample_records("gaussian:0.8", N, SIZES, rng=_rng(0))
 
 
 def _with_full(queries, sizes, extra):
@@ -54,8 +59,8 @@ def test_weighted_update_is_biased_by_full_domain_attributes():
 @pytest.mark.parametrize("lam", [1, 2, 3])
 def test_full_domain_attributes_leave_answers_unchanged(records, method, lam):
     mech = make_mechanism(method, 1.0, SIZES, N)
-    model = mech.fit(records, rng=np.random.default_rng(SEEDS[1]))
-    queries = random_queries(SIZES, 30, lam, 0.3, rng=np.random.default_rng(SEEDS[2]))
+    model = mech.fit(records, rng=_rng(1))
+    queries = random_queries(SIZES, 30, lam, 0.3, rng=_rng(2))
     base = model.answer(queries)
     for extra in range(1, len(SIZES) - lam + 1):
         ext = _with_full(queries, SIZES, extra)
@@ -75,10 +80,10 @@ def test_full_domain_attributes_leave_answers_unchanged(records, method, lam):
 def test_clipping(records, method):
     """LHIO / HIO answers leave [0, 1] at small eps; clipping keeps them inside and never increases the
     absolute error of any answer (the truth is a fraction)."""
-    queries = random_queries(SIZES, 200, 2, 0.1, rng=np.random.default_rng(SEEDS[3]))
+    queries = random_queries(SIZES, 200, 2, 0.1, rng=_rng(3))
     truth = true_answers(records, queries)
     mech = make_mechanism(method, 0.2, SIZES, N)
-    model = mech.fit(records, rng=np.random.default_rng(SEEDS[4]))
+    model = mech.fit(records, rng=_rng(4))
     raw = model.answer(queries, clip=False)
     assert ((raw < 0) | (raw > 1)).any(), "expected raw answers outside [0, 1] at eps = 0.2, n = 2e4"
     clipped = model.answer(queries)
@@ -86,7 +91,7 @@ def test_clipping(records, method):
     np.testing.assert_array_equal(clipped, np.clip(raw, 0, 1))
     assert np.all(np.abs(clipped - truth) <= np.abs(raw - truth))
     # the option turns it off for good, and survives the JSON round trip
-    off = make_mechanism(method, 0.2, SIZES, N, clip=False).fit(records, rng=np.random.default_rng(SEEDS[4]))
+    off = make_mechanism(method, 0.2, SIZES, N, clip=False).fit(records, rng=_rng(4))
     np.testing.assert_array_equal(off.answer(queries), raw)
     again = model_from_dict(off.to_dict())
     assert again.clip is False

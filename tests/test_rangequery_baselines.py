@@ -204,15 +204,16 @@ def test_hio_answers_within_closed_form_std():
 
 @pytest.mark.parametrize("eps", [2.0, 0.7])
 def test_hio_lazy_path_equals_dense_path(eps):
-    # Same reports, every group dense vs every group lazy (support counts from the stored reports):
-    # the same unbiased estimator, so identical answers. eps = 2 gives OLH g = 8 (binary hash, p = 2),
-    # eps = 0.7 gives g = 3 (hash over GF(3)): both hash code paths.
+    # Same reports, every group dense (OLH, its transform table) vs every group lazy (support counts from the
+    # stored reports): the same unbiased estimator, so identical answers. Both use the GF(2) affine family
+    # (g = 8 at eps = 2, g = 2 at eps = 0.7).
     d, c, n = 3, 8, 20_000
     rng = np.random.default_rng(SEEDS[4])
     rec = _correlated(n, d, c, 0.5, rng)
-    dense = HIOMechanism(eps, [c] * d, n, branching=2, dense_limit=10**6)
+    dense = HIOMechanism(eps, [c] * d, n, branching=2, dense_limit=10**6, oracle="olh")
     lazy = HIOMechanism(eps, [c] * d, n, branching=2, dense_limit=1)
-    assert dense.group_oracle(dense.n_groups - 1).hash.p == (2 if eps == 2.0 else 3)
+    assert dense.group_oracle(dense.n_groups - 1).hash.p == 2
+    assert dense.group_oracle(dense.n_groups - 1).g == lazy.group_oracle(lazy.n_groups - 1).g
     groups = dense.assign_groups(n, rng=1, balanced=True)
     reports = dense.encode(rec, rng=2, groups=groups)
     m_dense = dense.finalize(dense.accumulate(reports))
@@ -302,13 +303,17 @@ def test_stored_reports_olh_matches_oracle_olh(eps):
     # The lazy-group encoder must be OLH: same p, q, g and hash as ldp.oracles.OLH on the same domain. Its
     # draws are made in the same order as OLH's, so with the same seed the reports are identical (if the core
     # OLH ever changes its draw order this comparison must become a distributional one).
-    from ldp.oracles import OLH
+    from ldp.oracles import OLH, olh_buckets
     from ldp.rangequery.hio import StoredReportsOLH
 
     lazy, ref = StoredReportsOLH(eps, 500), OLH(eps, 500)
     assert (lazy.g, lazy.p, lazy.q) == (ref.g, ref.p, ref.q)
-    for dom in (2, 3, 5, 6):  # small domains: both cap g at the largest prime power <= d
+    assert lazy.family.name == ref.family.name == "gf2-affine"
+    for dom in (2, 3, 5, 6):  # small domains: the same capped g
         assert StoredReportsOLH(eps, dom).g == OLH(eps, dom).g
+    # a domain whose OLH table would be refused is fine here (the accumulator is the reports)
+    big = StoredReportsOLH(eps, 64**6)
+    assert big.g == olh_buckets(eps, 64**6) and big.accumulator_cells == 0
     vals = np.random.default_rng(SEEDS[8]).integers(0, 500, 3000)
     a, b = lazy.encode(vals, rng=11), ref.encode(vals, rng=11)
     np.testing.assert_array_equal(a.seeds, b.seeds)
@@ -316,3 +321,19 @@ def test_stored_reports_olh_matches_oracle_olh(eps):
     ok, _ = lazy.validate(a)
     assert ok.all()
     assert lazy.variance(1000) == pytest.approx(ref.variance(1000))
+
+
+@pytest.mark.parametrize("p,k", [(2, 3), (3, 1), (5, 2)])
+def test_olh_support_matches_brute_force(p, k):
+    # Both code paths of olh_support (binary masks; digit dot products for legacy GF(p) hashes, p > 2) count
+    # the reports whose hash of the cell equals their bucket.
+    from ldp.hashing import LinearHash
+    from ldp.rangequery.hio import olh_support
+
+    rng = np.random.default_rng(SEEDS[9])
+    hsh = LinearHash(300, p, k)
+    seeds = rng.integers(0, 2**63, 400, dtype=np.uint64)
+    ys = rng.integers(0, hsh.g, 400)
+    cells = np.array([0, 1, 7, 150, 299])
+    want = [np.count_nonzero(hsh.hash(seeds, np.full(400, v)) == ys) for v in cells]
+    np.testing.assert_array_equal(olh_support(hsh, seeds, ys, cells), want)

@@ -1,8 +1,9 @@
 """CALM baseline for range queries (Zhang et al., CCS 2018, as used by Yang et al., VLDB 2021, Sec. 3.1).
 
 CALM collects all C(d, 2) pairwise marginals at full resolution: users are split into C(d, 2) groups, and a
-user of group (j, k) reports its value pair ``(v_j, v_k)`` (one of ``c_j x c_k`` values) with OLH (or the
-option ``oracle``) at the full epsilon. The noisy marginals go through CALM's post-processing, Norm-Sub and
+user of group (j, k) reports its value pair ``(v_j, v_k)`` (one of ``c_j x c_k`` values) with the oracle of
+option ``oracle`` (default ``"auto"``, see :mod:`ldp.rangequery.grids`; ``"olh"`` is the paper's) at the full
+epsilon. The noisy marginals go through CALM's post-processing, Norm-Sub and
 the overall consistency across marginals sharing an attribute with variance-optimal weights, alternated
 and ending with Norm-Sub (:mod:`ldp.rangequery.consistency`, shared with TDG/HDG). A 2-D range query is
 answered by summing the marginal's entries inside the query (one 2-D prefix sum per pair), and a lambda-D
@@ -74,6 +75,9 @@ class CALMMechanism(TDGMechanism):
             wu_threshold=m.wu_threshold,
             wu_max_iter=m.wu_max_iter,
             clip=m.clip,
+            epsilon=m.epsilon,
+            oracles=m.oracle_specs,
+            counts=m.counts,
         )
 
 

@@ -1,9 +1,16 @@
 """TDG and HDG: grid-based multi-dimensional range queries (Yang et al., VLDB 2021, Sections 4 and 5).
 
 Phase 1 (grids). TDG splits users into C(d, 2) groups, one per attribute pair (a_j, a_k); a user of that
-group reports, with a frequency oracle over the ``g2 x g2`` cells (OLH by default, as in the paper, or any
-``ldp.oracles`` name including ``auto``) at the full epsilon, the 2-D cell of grid G(j,k) its
-``(v_j, v_k)`` falls in. HDG adds d groups for 1-D grids G(j) of ``g1`` cells (d + C(d, 2) groups).
+group reports, with a frequency oracle over the ``g2 x g2`` cells at the full epsilon, the 2-D cell of grid
+G(j,k) its ``(v_j, v_k)`` falls in. HDG adds d groups for 1-D grids G(j) of ``g1`` cells (d + C(d, 2)
+groups).
+
+The oracle of each grid (option ``oracle``) is by default ``"auto"``: :func:`ldp.oracles.make_oracle`'s
+choice for that grid's number of cells (lowest closed-form variance, then smallest report), so small grids
+get GRR where it is better than OLH (a 4-cell grid at eps = 1: variance factor 1.6 against OLH's 3.7) and
+large ones OLH with the 3-wise independent GF(2) hash family. ``oracle="olh"`` is the paper-literal
+choice; any ``ldp.oracles`` name is accepted. Every variance the model reports uses the oracle each grid
+actually ran (:meth:`ldp.oracles.FrequencyOracle.variance_of_sum`, with that oracle's covariances).
 
 Granularities follow the paper's guideline (Section 5), with ``n/m`` users per group::
 
@@ -40,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ldp.oracles import make_oracle
+from ldp.oracles import MECHANISMS, make_oracle
 from ldp.rangequery.base import PairwiseRangeModel, RangeMechanism, attribute_pairs, register_model
 from ldp.rangequery.consistency import Table, post_process
 from ldp.rangequery.queries import AnswerPostprocessing, clip_option
@@ -57,6 +64,10 @@ __all__ = [
     "GridModel",
     "TDGModel",
     "HDGModel",
+    "check_oracle_name",
+    "oracle_spec",
+    "oracle_from_spec",
+    "weighted_sum_variance",
 ]
 
 ALPHA1 = 0.7
@@ -137,7 +148,7 @@ class _GridMechanism(RangeMechanism):
         self.alpha2 = float(options.get("alpha2", ALPHA2))
         if self.alpha1 <= 0 or self.alpha2 <= 0:
             raise ValueError("alpha1 and alpha2 must be positive")
-        self.oracle_name = str(options.get("oracle", "olh")).lower()
+        self.oracle_name = str(options.get("oracle", "auto")).lower()
         self.max_post_rounds = int(options.get("max_post_rounds", 10))
         if self.max_post_rounds < 1:
             raise ValueError("max_post_rounds must be >= 1")
@@ -156,7 +167,7 @@ class _GridMechanism(RangeMechanism):
                 GridSpec((j, k), (gj, gk), (self.padded_sizes[j] // gj, self.padded_sizes[k] // gk))
             )
         self._oracles: dict[int, Any] = {}
-        make_oracle(self.oracle_name, self.epsilon, 2)  # validates the oracle name early
+        check_oracle_name(self.oracle_name)
 
     # ---- parameters ----------------------------------------------------------------------------------------
 
@@ -223,10 +234,15 @@ class _GridMechanism(RangeMechanism):
 
     # ---- finalize ------------------------------------------------------------------------------------------
 
+    def grid_oracles(self) -> list[dict[str, Any]]:
+        """Per grid (in group order): the oracle it runs, as :func:`oracle_spec` data."""
+        return [oracle_spec(self.group_oracle(g)) for g in range(self.n_groups)]
+
     def _tables(self, accumulators: Mapping[int, Any]) -> tuple[list[Table], int]:
         """Estimates of every grid as consistency tables, and the total number of reports."""
         tables = []
         total = 0
+        self._last_counts = []
         for g, spec in enumerate(self.specs):
             oracle = self.group_oracle(g)
             acc = accumulators.get(g)
@@ -234,6 +250,7 @@ class _GridMechanism(RangeMechanism):
                 acc = oracle.create_accumulator()
             est = oracle.estimate(acc)
             total += int(est.n)
+            self._last_counts.append(int(est.n))
             valid = self.valid_mask(spec)
             if est.n == 0:
                 values = valid / valid.sum()
@@ -255,7 +272,8 @@ class _GridMechanism(RangeMechanism):
 class TDGMechanism(_GridMechanism):
     """Two-Dimensional Grid (Section 4): C(d, 2) 2-D grids of g2 x g2 cells; uniform guess in partial cells.
 
-    Options: ``g2`` (power of two, overrides the guideline), ``alpha2``, ``oracle`` (default ``"olh"``),
+    Options: ``g2`` (power of two, overrides the guideline), ``alpha2``, ``oracle`` (default ``"auto"``,
+    ``"olh"`` is the paper's),
     ``max_post_rounds`` (Norm-Sub/consistency rounds, default 10), ``wu_threshold`` (Algorithm 2, default
     1/n), ``wu_max_iter``, ``group_salt``. ``g1``/``alpha1`` are accepted and ignored (no 1-D grids).
     """
@@ -274,6 +292,9 @@ class TDGMechanism(_GridMechanism):
             wu_threshold=self.wu_threshold,
             wu_max_iter=self.wu_max_iter,
             clip=self.clip,
+            epsilon=self.epsilon,
+            oracles=self.grid_oracles(),
+            counts=list(self._last_counts),
         )
 
 
@@ -281,8 +302,8 @@ class HDGMechanism(_GridMechanism):
     """Hybrid-Dimensional Grid (Section 4): d 1-D grids (g1 cells) + C(d, 2) 2-D grids + response matrices.
 
     Options: ``g1``, ``g2`` (powers of two, override the guideline), ``alpha1``, ``alpha2``, ``oracle``
-    (default ``"olh"``), ``max_post_rounds`` (default 10), ``wu_threshold`` (Algorithms 1 and 2, default
-    1/n), ``wu_max_iter`` (default 1000 sweeps), ``group_salt``.
+    (default ``"auto"``, ``"olh"`` is the paper's), ``max_post_rounds`` (default 10), ``wu_threshold``
+    (Algorithms 1 and 2, default 1/n), ``wu_max_iter`` (default 1000 sweeps), ``clip``, ``group_salt``.
     """
 
     name = "hdg"
@@ -344,6 +365,9 @@ class HDGMechanism(_GridMechanism):
             wu_threshold=self.wu_threshold,
             wu_max_iter=self.wu_max_iter,
             clip=self.clip,
+            epsilon=self.epsilon,
+            oracles=self.grid_oracles()[d:],
+            counts=self._last_counts[d:],
         )
 
 
@@ -403,9 +427,21 @@ class GridModel(AnswerPostprocessing, PairwiseRangeModel):
         wu_threshold: float | None = None,
         wu_max_iter: int = 1000,
         clip: bool = True,
+        epsilon: float | None = None,
+        oracles: Sequence[Mapping[str, Any]] | None = None,
+        counts: Sequence[int] | None = None,
     ) -> None:
         super().__init__(domain_sizes, n_users)
         self.clip = bool(clip)
+        self.epsilon = None if epsilon is None else float(epsilon)
+        self.oracle_specs = None if oracles is None else [dict(o) for o in oracles]
+        self.counts = None if counts is None else [int(c) for c in counts]
+        if self.oracle_specs is not None and (
+            self.epsilon is None or self.counts is None or len(self.oracle_specs) != len(pairs)
+            or len(self.counts) != len(pairs)
+        ):
+            raise ValueError("oracles needs epsilon and counts, one entry per 2-D grid")
+        self._oracle_cache: dict[int, Any] = {}
         self.pairs = [tuple(int(a) for a in p) for p in pairs]
         self.grids = [np.asarray(g, dtype=np.float64) for g in grids]
         self.var0 = [float(v) for v in var0]
@@ -481,22 +517,52 @@ class GridModel(AnswerPostprocessing, PairwiseRangeModel):
         phi = np.divide(cover, real[None, :], out=np.zeros(cover.shape), where=real[None, :] > 0)
         return (phi**2).sum(axis=1)
 
-    def answer_2d_std(self, j, k, lo_j, hi_j, lo_k, hi_k):
-        """Noise std of the answer from the raw cell estimates: ``sqrt(var0 * sum_s phi_s^2)``.
+    @staticmethod
+    def _phi(lo: np.ndarray, hi: np.ndarray, b: int, c: int, g: int) -> np.ndarray:
+        """(Q, g): fraction of each cell's real values inside [lo, hi], per query."""
+        starts = np.arange(g) * b
+        real = np.clip(c - starts, 0, b)
+        ends = starts + real - 1
+        cover = np.clip(
+            np.minimum(hi[:, None], ends[None, :]) - np.maximum(lo[:, None], starts[None, :]) + 1, 0, None
+        )
+        return np.divide(cover, real[None, :], out=np.zeros(cover.shape), where=real[None, :] > 0)
 
-        ``phi_s`` is the fraction of cell ``s`` the query covers (1 for whole cells), so this is the exact
-        standard deviation of the uniform-guess answer computed from the unbiased (pre-Norm-Sub) cells
-        (Section 5, noise and sampling error). It ignores non-uniformity error, and is an approximation for
-        HDG's partial cells and for the post-processed answers.
+    def _grid_oracle(self, p: int) -> Any:
+        if p not in self._oracle_cache:
+            assert self.oracle_specs is not None and self.epsilon is not None
+            self._oracle_cache[p] = oracle_from_spec(self.oracle_specs[p], self.epsilon, self.grids[p].size)
+        return self._oracle_cache[p]
+
+    def answer_2d_std(self, j, k, lo_j, hi_j, lo_k, hi_k):
+        """Noise std of the uniform-guess answer from the raw (pre-post-processing) cell estimates.
+
+        The answer is ``sum_s phi_s f_s`` with ``phi_s`` the fraction of cell ``s`` the query covers (1 for
+        whole cells). Its variance is computed with the oracle the grid ran (covariances included, e.g.
+        GRR's negative ones; :func:`weighted_sum_variance`), at the grid's post-processed frequencies and
+        the grid's number of reports: the exact perturbation-noise standard deviation of the uniform-guess
+        answer computed from the unbiased cells (Section 5's noise error). It ignores the non-uniformity
+        error and is an approximation for HDG's partial cells and for post-processed answers. Models saved
+        without their grids' oracles (older JSON) use ``sqrt(var0 * sum_s phi_s^2)``.
         """
         p = self._pair(j, k)
         bj, bk = self._blocks[p]
         gj, gk = self.grids[p].shape
         lo_j, hi_j, lo_k, hi_k = (np.asarray(x, dtype=np.int64) for x in (lo_j, hi_j, lo_k, hi_k))
-        s = self._phi2(lo_j, hi_j, bj, self.domain_sizes[j], gj) * self._phi2(
-            lo_k, hi_k, bk, self.domain_sizes[k], gk
-        )
-        return np.sqrt(self.var0[p] * s)
+        if self.oracle_specs is None or not self.counts[p]:  # type: ignore[index]
+            s = self._phi2(lo_j, hi_j, bj, self.domain_sizes[j], gj) * self._phi2(
+                lo_k, hi_k, bk, self.domain_sizes[k], gk
+            )
+            return np.sqrt(self.var0[p] * s)
+        oracle = self._grid_oracle(p)
+        n = self.counts[p]  # type: ignore[index]
+        f = np.clip(self.grids[p].reshape(-1), 0.0, 1.0)
+        phj = self._phi(lo_j, hi_j, bj, self.domain_sizes[j], gj)
+        phk = self._phi(lo_k, hi_k, bk, self.domain_sizes[k], gk)
+        out = np.empty(len(lo_j))
+        for i in range(len(lo_j)):
+            out[i] = weighted_sum_variance(oracle, n, np.multiply.outer(phj[i], phk[i]).reshape(-1), f)
+        return np.sqrt(out)
 
     # ---- serialization -------------------------------------------------------------------------------------
 
@@ -510,6 +576,11 @@ class GridModel(AnswerPostprocessing, PairwiseRangeModel):
                 for p, g, v in zip(self.pairs, self.grids, self.var0)
             ],
         }
+        if self.oracle_specs is not None:
+            out["epsilon"] = self.epsilon
+            for e, spec, n in zip(out["grids_2d"], self.oracle_specs, self.counts):  # type: ignore[arg-type]
+                e["oracle"] = spec
+                e["n"] = n
         return out
 
     @classmethod
@@ -523,7 +594,58 @@ class GridModel(AnswerPostprocessing, PairwiseRangeModel):
             wu_threshold=d.get("wu_threshold"),
             wu_max_iter=d.get("wu_max_iter", 1000),
             clip=bool(d.get("clip", True)),
+            epsilon=d.get("epsilon"),
+            oracles=[e["oracle"] for e in g2] if all("oracle" in e for e in g2) and g2 else None,
+            counts=[e["n"] for e in g2] if all("n" in e for e in g2) and g2 else None,
         )
+
+
+def check_oracle_name(name: str) -> None:
+    """Raises ValueError unless ``name`` is ``auto`` or an ``ldp.oracles`` mechanism name."""
+    if name != "auto" and name not in MECHANISMS:
+        raise ValueError(f"unknown oracle {name!r}; choose one of {sorted(MECHANISMS) + ['auto']}")
+
+
+def oracle_spec(oracle: Any) -> dict[str, Any]:
+    """What rebuilds a group's oracle (with :func:`oracle_from_spec`): its name and non-default parameters
+    (OLH/BLH: ``g`` and the hash ``family``; SS: ``k``)."""
+    spec: dict[str, Any] = {"mechanism": oracle.name}
+    if oracle.name == "olh":
+        spec["g"] = int(oracle.g)
+    if oracle.name in ("olh", "blh") and hasattr(oracle, "family"):
+        spec["family"] = oracle.family.name
+    if oracle.name == "ss":
+        spec["k"] = int(oracle.k)
+    return spec
+
+
+def oracle_from_spec(spec: Mapping[str, Any], epsilon: float, domain_size: int) -> Any:
+    """The oracle an :func:`oracle_spec` describes."""
+    params = {k: v for k, v in spec.items() if k != "mechanism"}
+    return make_oracle(str(spec["mechanism"]), epsilon, domain_size, **params)
+
+
+def weighted_sum_variance(oracle: Any, n: int, weights: np.ndarray, f: np.ndarray | None = None) -> float:
+    """Variance of ``sum_v w_v f_hat_v`` for an oracle's estimates from ``n`` reports, covariances included.
+
+    The oracle gives the variance of *set* sums (:meth:`ldp.oracles.FrequencyOracle.variance_of_sum`). With
+    the weights taking the distinct non-zero values ``w_1 .. w_m`` on the disjoint sets ``S_1 .. S_m``,
+    ``Var = sum_i w_i^2 V(S_i) + sum_{i<j} w_i w_j (V(S_i u S_j) - V(S_i) - V(S_j))`` (each pair's
+    covariance from the variance of the union), exact for any oracle. A 2-D range query over a grid has at
+    most 9 distinct weights (1 inside, the fractions of the partially covered first and last row / column).
+    """
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    levels = np.unique(w[w != 0])
+    if levels.size == 0:
+        return 0.0
+    sets = [w == lv for lv in levels]
+    v = [oracle.variance_of_sum(n, s, f) for s in sets]
+    total = sum(lv * lv * vi for lv, vi in zip(levels, v))
+    for a in range(len(levels)):
+        for b in range(a + 1, len(levels)):
+            cov2 = oracle.variance_of_sum(n, sets[a] | sets[b], f) - v[a] - v[b]
+            total += levels[a] * levels[b] * cov2
+    return float(max(total, 0.0))
 
 
 def _next_pow2(c: int) -> int:

@@ -10,17 +10,22 @@ values would have zero frequency anyway and would only enlarge the oracles' doma
 
 d-dim hierarchy. A d-dim level is a tuple ``(l_1, ..., l_d)``; its cells are the products of one node per
 attribute, ``prod_a m_{a, l_a}`` of them. Users are split uniformly over the d-dim levels and report their
-cell of their level with OLH at the full epsilon. The all-root level ``(0, ..., 0)`` has a single cell whose
+cell of their level at the full epsilon, with the oracle of option ``oracle`` (default ``"auto"``: per group,
+:func:`ldp.oracles.make_oracle`'s choice for the group's number of cells, e.g. GRR on the small levels;
+``"olh"`` is the paper's). The all-root level ``(0, ..., 0)`` has a single cell whose
 frequency is 1 by definition, so no group collects it: there are ``prod_a (h_a + 1) - 1`` groups (the paper's
 ``(h + 1)^d`` less this one).
 
 Answering. Each queried interval is decomposed into the least number of hierarchy nodes (greedy: take the
 unaligned nodes at both ends of a level, go up one level); attributes the query does not constrain use the
 root. The answer is the sum of the estimated frequencies of all cells in the cross product of the
-per-attribute node sets (each cell belongs to one d-dim level, i.e. one group). The variance of the answer is
-the sum of the per-cell OLH variances ``4 e^eps / (n_L (e^eps - 1)^2)`` (approximately; cells of one group
-are uncorrelated up to ``O(f)`` terms because the linear hash family is pairwise independent), which
-:meth:`HIOModel.answer_std` reports.
+per-attribute node sets (each cell belongs to one d-dim level, i.e. one group). Groups are independent, so
+the variance of the answer is the sum over the groups it touches of the variance of the group's set sum,
+computed with the oracle that group ran, covariances included
+(:meth:`ldp.oracles.FrequencyOracle.variance_of_sum` at the group's estimated frequencies; GRR's cells are
+negatively correlated, OLH's uncorrelated under the 3-wise independent GF(2) family), which
+:meth:`HIOModel.answer_std` reports. Lazy groups use the OLH closed form with the ``O(f)`` terms dropped,
+``cells * q (1 - q) / (n (p - q)^2)``.
 
 Accumulators. A d-dim level with ``D`` cells needs an OLH statistic of about ``2 D`` integers; for ``d = 6``,
 ``c = 64`` the finest level has ``64^6`` cells, far beyond memory. Groups whose domain is at most
@@ -43,9 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from ldp.hashing import LinearHash, prime_power, random_seeds
-from ldp.oracles import default_olh_buckets, make_oracle
+from ldp.hashing import DEFAULT_HASH_FAMILY, LinearHash
+from ldp.oracles import OLH, make_oracle
 from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
+from ldp.rangequery.grids import check_oracle_name, oracle_from_spec, oracle_spec
 from ldp.rangequery.queries import AnswerPostprocessing, RangeQuery, clip_option
 from ldp.reports import Reports
 
@@ -281,80 +287,35 @@ class ReportStore:
         return ReportStore(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
 
 
-class StoredReportsOLH:
+class StoredReportsOLH(OLH):
     """OLH over a huge domain whose accumulator is the list of reports (:class:`ReportStore`).
 
-    The client side is exactly :class:`ldp.oracles.OLH`'s (same linear hash family for the domain, same
-    default ``g = default_olh_buckets(eps)`` capped at the largest prime power <= d, GRR on the bucket), as
-    are ``p = e^eps / (e^eps + g - 1)``, ``q = 1 / g`` and the variance; only the accumulator differs
-    (``OLH`` itself refuses domains whose Fourier table would not fit in memory). The generic per-group
-    accumulate code of :class:`~ldp.rangequery.base.RangeMechanism` (and Beam CombineFns over it) works
-    unchanged. Estimates are per chosen cells: :meth:`support`.
+    Everything but the accumulator is :class:`ldp.oracles.OLH`'s (this is a subclass): the client encoder,
+    the hash family (default ``gf2-affine``, 3-wise independent), the bucket count ``g`` (default
+    :func:`ldp.oracles.olh_buckets` for the domain), ``p``, ``q``, the validation, ``variance`` and
+    ``variance_of_sum``. Only the accumulator differs: ``OLH`` keeps a transform table of about ``2 d``
+    integers and refuses domains where it would exceed ``ldp.oracles.MAX_ACCUMULATOR_CELLS``, while this one
+    keeps the reports and computes the support counts of exactly the cells a query needs
+    (:meth:`support`). The generic per-group accumulate code of
+    :class:`~ldp.rangequery.base.RangeMechanism` (and Beam CombineFns over it) works unchanged.
     """
 
-    name = "olh"
-    report_fields = ("seeds", "values")
+    def __init__(
+        self, epsilon: float, domain_size: int, g: int | None = None, family: str = DEFAULT_HASH_FAMILY
+    ) -> None:
+        super().__init__(epsilon, domain_size, g=g, family=family)
 
-    def __init__(self, epsilon: float, domain_size: int) -> None:
-        self.epsilon = float(epsilon)
-        self.d = int(domain_size)
-        if self.d < 1:
-            raise ValueError(f"domain_size must be >= 1, got {domain_size}")
-        self.g = default_olh_buckets(self.epsilon)
-        if self.g > self.d:  # the same cap as ldp.oracles.OLH: the largest prime power <= d
-            self.g = max(x for x in range(2, self.d + 1) if prime_power(x)) if self.d >= 2 else 2
-        pk = prime_power(self.g)
-        assert pk is not None  # default_olh_buckets returns a prime power
-        self.hash = LinearHash(self.d, pk[0], pk[1])
-        e = math.exp(self.epsilon)
-        self.p = e / (e + self.g - 1)
-        self.q = 1.0 / self.g
+    def _check_size(self) -> None:
+        """No table to bound: the accumulator is the reports (a group has ``n / groups`` of them)."""
 
     @property
-    def report_bits(self) -> int:
-        return 64 + max(1, math.ceil(math.log2(self.g)))
+    def accumulator_cells(self) -> int:
+        return 0
 
-    def encode(self, values: Any, *, rng: np.random.Generator | int | None = None) -> Reports:
-        """``(seed, GRR_g(H_seed(v)))`` per value, as :class:`ldp.oracles.OLH`."""
-        rng = np.random.default_rng(rng)
-        vals = np.asarray(values)
-        if vals.ndim != 1 or (vals.size and vals.dtype.kind not in "iu"):
-            raise ValueError("values must be a 1-D integer array")
-        vals = vals.astype(np.int64)
-        if vals.size and (vals.min() < 0 or vals.max() >= self.d):
-            raise ValueError(f"values must lie in [0, {self.d})")
-        seeds = random_seeds(len(vals), rng=rng)
-        h = self.hash.hash(seeds, vals)
-        other = rng.integers(0, self.g - 1, size=len(vals))
-        other += other >= h
-        keep = rng.random(len(vals)) < self.p
-        return Reports(seeds=seeds, values=np.where(keep, h, other).astype(np.int64))
-
-    def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
-        """Server-side checks: seeds and values present, integer, bucket in ``[0, g)``."""
-        n = len(reports)
-        reasons = np.full(n, None, dtype=object)
-        if reports.seeds is None or reports.values is None:
-            reasons[:] = "missing field(s) seeds/values for olh"
-            return np.zeros(n, dtype=bool), reasons
-        seeds, vals = np.asarray(reports.seeds), np.asarray(reports.values)
-        if seeds.dtype.kind not in "iu" or vals.dtype.kind not in "iu":
-            reasons[:] = "seeds and values must be integers"
-            return np.zeros(n, dtype=bool), reasons
-        bad = (vals < 0) | (vals >= self.g)
-        reasons[bad] = f"bucket outside [0, {self.g})"
-        return ~bad, reasons
-
-    def variance(self, n: int, f: Any = None) -> Any:
-        """Closed-form variance of one cell's estimate (as :meth:`ldp.oracles.FrequencyOracle.variance`)."""
-        if n <= 0:
-            raise ValueError(f"n must be positive, got {n}")
-        p, q = self.p, self.q
-        base = q * (1 - q)
-        if f is None:
-            return base / (n * (p - q) ** 2)
-        f = np.asarray(f, dtype=np.float64)
-        return (base + f * (p - q) * (1 - p - q)) / (n * (p - q) ** 2)
+    def estimate(self, acc: Any) -> Any:
+        raise ValueError(
+            "StoredReportsOLH has no all-values estimate (the domain is too large); use support(acc, cells)"
+        )
 
     def create_accumulator(self) -> ReportStore:
         return ReportStore.empty()
@@ -394,9 +355,11 @@ class HIOMechanism(RangeMechanism):
 
     Options:
         branching: hierarchy fan-out ``b`` (default 5).
-        oracle: frequency oracle of the groups with a dense accumulator, ``"olh"`` (default, as the paper) or
-            any name of :func:`ldp.oracles.make_oracle` (e.g. ``"auto"``); lazy groups always use OLH.
+        oracle: frequency oracle of the groups with a dense accumulator, ``"auto"`` (default: per group) or
+            any name of :func:`ldp.oracles.make_oracle` (``"olh"`` is the paper's); lazy groups always use
+            OLH (:class:`StoredReportsOLH`).
         dense_limit: largest group domain (number of cells) with a dense accumulator (default 4096).
+        clip: clip answers to [0, 1] (default True, see :class:`ldp.rangequery.queries.AnswerPostprocessing`).
     """
 
     name = "hio"
@@ -405,7 +368,7 @@ class HIOMechanism(RangeMechanism):
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)
         self.branching = _check_branching(options.get("branching", 5))
-        self.oracle_name = str(options.get("oracle", "olh")).lower()
+        self.oracle_name = str(options.get("oracle", "auto")).lower()
         self.dense_limit = int(options.get("dense_limit", 4096))
         self.clip = clip_option(options)
         if self.dense_limit < 1:
@@ -419,7 +382,7 @@ class HIOMechanism(RangeMechanism):
         biggest = math.prod(h.sizes[-1] for h in self.hierarchies)
         if biggest >= 2**62:
             raise ValueError(f"HIO's finest level has {biggest} cells; more than 2^62 is not supported")
-        make_oracle(self.oracle_name, self.epsilon, 2)  # validates the oracle name early
+        check_oracle_name(self.oracle_name)
         self._oracles: dict[tuple[int, bool], Any] = {}
         levels = np.array(np.unravel_index(np.arange(1, total), self.level_counts)).T  # (groups, d)
         self._levels = [tuple(int(x) for x in row) for row in levels]
@@ -469,6 +432,7 @@ class HIOMechanism(RangeMechanism):
     def finalize(self, accumulators: Mapping[int, Any]) -> HIOModel:
         dense: dict[int, tuple[np.ndarray, float, int]] = {}
         lazy: dict[int, ReportStore] = {}
+        specs: dict[int, dict[str, Any]] = {}
         n_total = 0
         for g in range(self.n_groups):
             acc = accumulators.get(g)
@@ -481,8 +445,10 @@ class HIOMechanism(RangeMechanism):
                 oracle = self.group_oracle(g)
                 est = oracle.estimate(acc)
                 dense[g] = (est.frequencies, float(oracle.variance(acc.n)), int(acc.n))
+                specs[g] = oracle_spec(oracle)
             elif acc.n:
                 lazy[g] = acc
+                specs[g] = oracle_spec(self.group_oracle(g))
         model = HIOModel(
             self.domain_sizes,
             n_total,
@@ -490,6 +456,7 @@ class HIOMechanism(RangeMechanism):
             branching=self.branching,
             dense=dense,
             lazy=lazy,
+            oracles=specs,
         )
         model.clip = self.clip
         return model
@@ -517,6 +484,7 @@ class HIOModel(AnswerPostprocessing, RangeModel):
         branching: int,
         dense: Mapping[int, tuple[np.ndarray, float, int]],
         lazy: Mapping[int, ReportStore],
+        oracles: Mapping[int, Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__(domain_sizes, n_users)
         self.epsilon = float(epsilon)
@@ -527,7 +495,9 @@ class HIOModel(AnswerPostprocessing, RangeModel):
             int(g): (np.asarray(f, dtype=np.float64), float(v), int(n)) for g, (f, v, n) in dense.items()
         }
         self.lazy = {int(g): s for g, s in lazy.items()}
+        self.oracle_specs = {int(g): dict(s) for g, s in (oracles or {}).items()}
         self._olh: dict[int, StoredReportsOLH] = {}
+        self._dense_oracles: dict[int, Any] = {}
         self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _shape(self, levels: tuple[int, ...]) -> tuple[int, ...]:
@@ -549,14 +519,23 @@ class HIOModel(AnswerPostprocessing, RangeModel):
         cells = np.ravel_multi_index(mesh, shape).reshape(-1)
         n_cells = len(cells)
         if g in self.dense:
-            f, var0, _ = self.dense[g]
-            return float(f[cells].sum()), n_cells * var0
+            f, var0, n = self.dense[g]
+            spec = self.oracle_specs.get(g)
+            if spec is None:  # a model saved without its oracles: independent cells
+                return float(f[cells].sum()), n_cells * var0
+            if g not in self._dense_oracles:
+                self._dense_oracles[g] = oracle_from_spec(spec, self.epsilon, math.prod(shape))
+            var = self._dense_oracles[g].variance_of_sum(n, cells, np.clip(f, 0.0, 1.0))
+            return float(f[cells].sum()), float(var)
         if g in self.lazy:
             store = self.lazy[g]
             dom = math.prod(shape)
-            oracle = self._olh.get(dom)
+            oracle = self._olh.get(g)
             if oracle is None:
-                oracle = self._olh[dom] = StoredReportsOLH(self.epsilon, dom)
+                spec = self.oracle_specs.get(g, {})
+                oracle = self._olh[g] = StoredReportsOLH(
+                    self.epsilon, dom, g=spec.get("g"), family=spec.get("family", DEFAULT_HASH_FAMILY)
+                )
             if g not in self._rows:
                 self._rows[g] = oracle.hash.rows(store.seeds)
             sup = olh_support(oracle.hash, store.seeds, store.values, cells, rows=self._rows[g]).sum()
@@ -605,6 +584,7 @@ class HIOModel(AnswerPostprocessing, RangeModel):
                 str(g): {"seeds": [str(int(x)) for x in s.seeds], "values": s.values.tolist()}
                 for g, s in self.lazy.items()
             },
+            "oracles": {str(g): s for g, s in self.oracle_specs.items()},
         }
 
     @classmethod
@@ -617,6 +597,7 @@ class HIOModel(AnswerPostprocessing, RangeModel):
             )
             for g, v in d["lazy"].items()
         }
+        oracles = {int(g): s for g, s in d.get("oracles", {}).items()}
         model = cls(d["domain_sizes"], d["n_users"], epsilon=d["epsilon"], branching=d["branching"],
-                    dense=dense, lazy=lazy)
+                    dense=dense, lazy=lazy, oracles=oracles)
         return model._restore_options(d)

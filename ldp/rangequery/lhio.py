@@ -4,7 +4,9 @@ For every attribute pair ``(j, k)`` the aggregator runs HIO on the two attribute
 of pair ``(j, k)`` has the 2-dim levels ``(l_j, l_k)``, and users are split uniformly over all pairs and all
 their 2-dim levels (``C(d, 2) (h + 1)^2`` groups in the paper; the all-root level, whose single cell has
 frequency 1 by definition, is not collected here, see :mod:`ldp.rangequery.hio`). Each user reports its cell
-with OLH (or the ``oracle`` option) at the full epsilon.
+at the full epsilon with the oracle of option ``oracle``: ``"auto"`` (default) picks per level
+(:func:`ldp.oracles.make_oracle`; GRR on the small levels, OLH with the GF(2) family on the large ones),
+``"olh"`` is the paper's.
 
 Post-processing, as the paper describes it ("its details are omitted due to space limitation", so the
 following is our reading):
@@ -46,6 +48,7 @@ import numpy as np
 from ldp.oracles import make_oracle
 from ldp.rangequery.base import PairwiseRangeModel, RangeMechanism, attribute_pairs, register_model
 from ldp.rangequery.consistency import Table, make_consistent, post_process
+from ldp.rangequery.grids import check_oracle_name
 from ldp.rangequery.hio import Hierarchy, _check_branching, tree_constrained_inference
 from ldp.rangequery.queries import AnswerPostprocessing, clip_option
 
@@ -82,10 +85,12 @@ class LHIOMechanism(RangeMechanism):
 
     Options:
         branching: hierarchy fan-out ``b`` (default 5).
-        oracle: frequency oracle name for :func:`ldp.oracles.make_oracle` (default ``"olh"``, as the paper).
+        oracle: frequency oracle name for :func:`ldp.oracles.make_oracle`, or ``"auto"`` (default: per level);
+            ``"olh"`` is the paper's.
         consistency: run the cross-pair consistency step (default True).
         norm_sub: alternate it with Norm-Sub, CALM's full post-processing (default False, see above).
         consistency_rounds: maximal rounds of :func:`~ldp.rangequery.consistency.post_process` (default 10).
+        clip: clip answers to [0, 1] (default True, see :class:`ldp.rangequery.queries.AnswerPostprocessing`).
     """
 
     name = "lhio"
@@ -96,14 +101,14 @@ class LHIOMechanism(RangeMechanism):
         if self.n_attributes < 2:
             raise ValueError("LHIO needs at least two attributes")
         self.branching = _check_branching(options.get("branching", 5))
-        self.oracle_name = str(options.get("oracle", "olh")).lower()
+        self.oracle_name = str(options.get("oracle", "auto")).lower()
         self.consistency = bool(options.get("consistency", True))
         self.clip = clip_option(options)
         self.norm_sub = bool(options.get("norm_sub", False))
         self.consistency_rounds = int(options.get("consistency_rounds", 10))
         if self.consistency_rounds < 1:
             raise ValueError("consistency_rounds must be >= 1")
-        make_oracle(self.oracle_name, self.epsilon, 2)  # validates the name early
+        check_oracle_name(self.oracle_name)
         self.hierarchies = tuple(Hierarchy(c, self.branching) for c in self.domain_sizes)
         self.pairs = attribute_pairs(self.n_attributes)
         groups = []
