@@ -1,88 +1,294 @@
-"""Simulate a population of clients that perturb their values and send LDP reports.
+"""Simulate the clients of any collection task: their values, their LDP reports, written or published.
 
-Batch mode writes Avro report logs and the ground truth::
+Frequency tasks (one value per user) and range-query tasks (one record of several attributes per user)
+alike; the task file's kind decides. Batch mode writes Avro report logs and the ground truth::
 
-    python -m pipelines.simulate --task TASK.json --users 1000000 --dataset zipf:1.1 --seed 7 \
-        --output DIR [--files 4] [--start 2026-01-01T00:00:00Z --duration 3600]
+    python -m pipelines.simulate --task TASK.json --users 1000000 --dataset zipf:1.1 --seed 7 \\
+        --output DIR --files 4 --start 2026-01-01T00:00:00Z --duration 3600
 
--> ``DIR/reports-00000-of-00004.avro`` ... (event times spread uniformly over the duration, each file one
-time slice, sorted by event time) and ``DIR/truth.json`` = ``{"n_users": N, "frequencies": [...]}``
-(the empirical value distribution; the aggregator never reads it).
+-> ``DIR/reports-00000-of-00004.avro`` ... (one report per user in ``schemas/report.avsc``; event times
+spread uniformly over the duration, user ``i`` has the ``i``-th smallest, each file one time slice) and
+``DIR/truth.json`` (the aggregator never reads it):
 
-Streaming mode publishes to Pub/Sub instead (``PUBSUB_EMULATOR_HOST`` is honoured)::
+* frequency task: ``{"kind": "frequency", "n_users", "frequencies": [...], ...}`` (the empirical value
+  distribution);
+* range task: ``{"kind": "range", "n_users", "attributes", "group_sizes", "records_file", ...}`` plus
+  ``DIR/truth_records.npy``, the raw records (``(n_users, d)``, the smallest unsigned type holding the
+  domains; :func:`load_truth_records`).
 
-    python -m pipelines.simulate --task TASK.json --users 100000 \
-        --pubsub_topic projects/P/topics/T --rate 5000
+Streaming mode publishes to a Pub/Sub topic instead (``PUBSUB_EMULATOR_HOST`` is honoured); the
+aggregation jobs read it with ``--input_topic`` / ``--input_subscription``::
+
+    python -m pipelines.simulate --task TASK.json --users 100000 --output_topic projects/P/topics/T \\
+        --rate 5000
 
 Each message is an Avro object container of up to ``--message_size`` reports stamped with the current
-time (attribute ``event_time`` = milliseconds). ``--inject_bad K`` adds K records of every kind of bad
-report (and one undecodable file / message) so the dead-letter path can be demonstrated.
+time (attribute ``event_time`` = milliseconds).
 
-Generation is vectorized: values from :mod:`ldp.datasets`, reports from ``oracle.encode``, with one
-``numpy.random.SeedSequence`` (``--seed``) spawning independent generators for values, reports, times.
+``--dataset``: frequency tasks ``zipf[:EXPONENT]`` (default), ``uniform`` or ``csv:PATH:COLUMN``; range
+tasks ``gaussian[:RHO]`` (default), ``laplace[:RHO]``, ``uniform`` or ``csv:PATH`` (the header names the
+attributes). ``--assignment`` (range tasks): ``random`` (default) draws each user's group uniformly (what
+independent clients do), ``balanced`` deals equal-size groups (the papers' simulations), ``user_id`` hashes
+the user index with the task's ``group_salt``. Frequency tasks with ``n_groups > 1`` assign at random.
+
+``--inject_bad K`` adds K records of every kind of bad report (``bad-records.avro``: another task, an
+unknown schema version, a group out of range, missing or out-of-domain payloads, a field the oracle does not
+use; ``bad-records-other-schema.avro``: wrong payload types, no task id, bad event times) and one
+undecodable ``garbage.avro`` (one undecodable message when publishing), so the dead-letter path can be
+demonstrated; ``truth.json["bad_records"]`` counts them by the reason the aggregator must give.
+
+Generation is vectorized (values from :mod:`ldp.datasets` / :mod:`ldp.datasets_multi`, reports from the
+oracle's or mechanism's ``encode``, Avro blocks encoded with numpy by :mod:`transforms.avro_fast`), with
+one ``numpy.random.SeedSequence`` (``--seed``) spawning independent generators for values, groups,
+reports, event times and bad records: 1,000,000 users in about 1-2 s.
 """
 
 from __future__ import annotations
 
-import argparse
+import datetime as dt
 import json
-import os
+import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import fastavro
 import numpy as np
 
 import schemas
 from ldp.datasets import iter_population
-from ldp.task import CollectionTask
-from pipelines.common import bad_report_variants, load_task_or_exit, parse_iso8601_ms
+from ldp.datasets_multi import sample_records
+from ldp.reports import Reports
+from ldp.task import FrequencyTask, RangeTask, Task, TaskError, load_task
+from pipelines.cli import fail, job_parser, parse_job_args, prepare_output
 from transforms.avro_fast import write_reports
-from transforms.records import encode_report_container, reports_to_records, write_report_file
+from transforms.records import PAYLOAD_FIELDS, encode_report_container, reports_to_records, write_report_file
 
-__all__ = ["run", "simulate_files", "bad_records", "publish"]
+__all__ = [
+    "ASSIGNMENTS",
+    "DEFAULT_START",
+    "Chunk",
+    "Population",
+    "bad_records",
+    "bad_records_other_schema",
+    "bad_report_variants",
+    "load_truth_records",
+    "make_population",
+    "parse_iso8601_ms",
+    "publish",
+    "run",
+    "simulate_files",
+    "write_bad_files",
+]
+
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_START = "2026-01-01T00:00:00Z"
+ASSIGNMENTS = ("random", "balanced", "user_id")
+RECORDS_FILE = "truth_records.npy"
+BLOCK_RECORDS = 1 << 15  # reports per Avro block
+DEFAULT_DATASETS = {"frequency": "zipf", "range": "gaussian"}
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.simulate", description=__doc__.split("\n")[0])
-    p.add_argument("--task", required=True, help="collection task JSON file")
-    p.add_argument("--users", type=int, required=True, help="number of simulated users (one report each)")
-    p.add_argument(
-        "--dataset", default="zipf", help="zipf[:EXPONENT] (default 1.1), uniform or csv:PATH:COLUMN"
-    )
-    p.add_argument("--seed", type=int, default=None, help="seed of the simulation (default: OS entropy)")
-    p.add_argument("--output", help="directory for the Avro report files and truth.json (batch mode)")
-    p.add_argument("--files", type=int, default=4, help="number of Avro files (default 4)")
-    p.add_argument(
-        "--start", default=DEFAULT_START, help=f"first event time, ISO-8601 (default {DEFAULT_START})"
-    )
-    p.add_argument("--duration", type=float, default=3600.0, help="event times spread over this many seconds")
-    p.add_argument("--codec", default="null", choices=["null", "deflate"], help="Avro block codec")
-    p.add_argument("--batch_size", type=int, default=1 << 18, help="users generated per numpy batch")
-    p.add_argument(
-        "--inject_bad", type=int, default=0, help="add K bad records of every kind (dead-letter demo)"
-    )
-    p.add_argument(
-        "--pubsub_topic", help="publish to this topic (projects/P/topics/T) instead of writing files"
-    )
-    p.add_argument("--rate", type=float, default=1000.0, help="reports per second when publishing")
-    p.add_argument("--message_size", type=int, default=500, help="max reports per Pub/Sub message")
-    return p
+def parse_iso8601_ms(text: str) -> int:
+    """ISO-8601 time (``Z`` or offset; naive means UTC) -> milliseconds since the epoch."""
+    t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return int(round(t.timestamp() * 1000))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# populations: one per kind of task, all yielding the same chunks of reports
+# ------------------------------------------------------------------------------------------------------------
+
+
+class Chunk(NamedTuple):
+    """Reports of some users of one block (a file, a message): ``users`` indexes the population (a slice
+    or increasing indices; it selects the users' event times), ``groups`` is one group or one per user."""
+
+    users: slice | np.ndarray
+    reports: Reports
+    groups: int | np.ndarray
+
+
+class Population(Protocol):
+    """A simulated population of one task's clients (see :func:`make_population`)."""
+
+    task: Task
+    n_users: int
+    time_rng: np.random.Generator
+    bad_rng: np.random.Generator
+
+    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
+        """``(block k, chunk)`` for the users ``[bounds[k], bounds[k + 1])`` of every block, in user order."""
+        ...
+
+    def truth(self) -> dict[str, Any]:
+        """The ground truth (valid once :meth:`chunks` has been consumed)."""
+        ...
+
+    def write_truth_files(self, out: Path) -> dict[str, Any]:
+        """Writes any ground truth beyond ``truth.json``; returns the entries to add to it."""
+        ...
+
+
+class _FrequencyPopulation:
+    """Users of a frequency task, generated in numpy batches of ``batch_size`` (memory stays bounded)."""
+
+    def __init__(
+        self, task: FrequencyTask, users: int, dataset: str, ss: np.random.SeedSequence, batch_size: int
+    ) -> None:
+        self.task, self.n_users, self.dataset, self.batch_size = task, users, dataset, batch_size
+        self.oracle = task.make_oracle()
+        self.r_val, self.r_enc, self.time_rng, self.r_grp, self.bad_rng = (
+            np.random.default_rng(s) for s in ss.spawn(5)
+        )
+        self.counts = np.zeros(self.oracle.d, dtype=np.int64)
+
+    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
+        d, n_groups = self.oracle.d, self.task.n_groups
+        done = 0
+        batches = iter_population(self.dataset, self.n_users, d, batch_size=self.batch_size, rng=self.r_val)
+        for values in batches:
+            m = len(values)
+            self.counts += np.bincount(values, minlength=d)
+            reports = self.oracle.encode(values, rng=self.r_enc)
+            groups = self.r_grp.integers(0, n_groups, m) if n_groups > 1 else np.zeros(m, np.int64)
+            k = int(np.searchsorted(bounds, done, side="right")) - 1
+            while k < len(bounds) - 1 and bounds[k] < done + m:
+                lo, hi = max(int(bounds[k]), done), min(int(bounds[k + 1]), done + m)
+                if lo < hi:
+                    rows = slice(lo - done, hi - done)
+                    yield k, Chunk(slice(lo, hi), reports.take(rows), groups[rows])
+                k += 1
+            done += m
+
+    def truth(self) -> dict[str, Any]:
+        return {"mechanism": self.oracle.name, "frequencies": (self.counts / self.n_users).tolist()}
+
+    def write_truth_files(self, out: Path) -> dict[str, Any]:
+        return {}
+
+
+def _records_dtype(domain_sizes: Sequence[int]) -> np.dtype:
+    top = max(domain_sizes) - 1
+    for t in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
+
+
+class _RangePopulation:
+    """Users of a range-query task: all records, groups and per-group reports generated up front."""
+
+    def __init__(
+        self, task: RangeTask, users: int, dataset: str, ss: np.random.SeedSequence, assignment: str
+    ) -> None:
+        self.task, self.n_users, self.dataset, self.assignment = task, users, dataset, assignment
+        self.mech = mech = task.make_mechanism()
+        r_rec, r_grp, r_enc, self.time_rng, self.bad_rng = (np.random.default_rng(s) for s in ss.spawn(5))
+        names = task.attribute_names
+        records = sample_records(dataset, users, task.domain_sizes, attribute_names=names, rng=r_rec)
+        self.records = mech.check_records(records)
+        if assignment == "balanced":
+            self.groups = mech.assign_groups(users, rng=r_grp, balanced=True)
+        elif assignment == "user_id":
+            self.groups = mech.assign_groups(users, user_ids=np.arange(users, dtype=np.int64))
+        else:
+            self.groups = mech.assign_groups(users, rng=r_grp)
+        self.reports = mech.encode(self.records, rng=r_enc, groups=self.groups)
+        # row of each user inside its group's Reports (rows are in increasing user index per group)
+        order = np.argsort(self.groups, kind="stable")
+        starts = np.searchsorted(self.groups[order], np.arange(mech.n_groups + 1))
+        self.pos = np.empty(users, dtype=np.int64)
+        self.pos[order] = np.arange(users) - np.repeat(starts[:-1], np.diff(starts))
+
+    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
+        for k in range(len(bounds) - 1):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            gk = self.groups[lo:hi]
+            order = np.argsort(gk, kind="stable")  # one chunk (and Avro block run) per group
+            present, first = np.unique(gk[order], return_index=True)
+            for g, a, b in zip(present.tolist(), first.tolist(), [*first[1:].tolist(), hi - lo]):
+                u = lo + order[a:b]
+                yield k, Chunk(u, self.reports[g].take(self.pos[u]), g)
+
+    def truth(self) -> dict[str, Any]:
+        mech = self.mech
+        return {
+            "mechanism": self.task.mechanism,
+            "attributes": [{"name": a.name, "domain_size": a.domain_size} for a in self.task.attributes],
+            "assignment": self.assignment,
+            "n_groups": mech.n_groups,
+            "group_sizes": np.bincount(self.groups, minlength=mech.n_groups).tolist(),
+        }
+
+    def write_truth_files(self, out: Path) -> dict[str, Any]:
+        np.save(out / RECORDS_FILE, self.records.astype(_records_dtype(self.task.domain_sizes)))
+        return {"records_file": RECORDS_FILE}
+
+
+def make_population(
+    task: Task,
+    users: int,
+    dataset: str | None = None,
+    *,
+    seed: int | np.random.SeedSequence | None = None,
+    batch_size: int = 1 << 18,
+    assignment: str = "random",
+) -> Population:
+    """The simulated clients of ``task`` (any kind). ``dataset`` None: the kind's default (zipf for
+    frequency tasks, gaussian for range tasks). ``seed``: the run's SeedSequence entropy (None: OS)."""
+    if users < 1:
+        raise ValueError(f"users must be >= 1, got {users}")
+    if assignment not in ASSIGNMENTS:
+        raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    dataset = dataset or DEFAULT_DATASETS.get(task.kind, "uniform")
+    if isinstance(task, FrequencyTask):
+        if assignment != "random":
+            raise ValueError(f"assignment {assignment!r} applies to range tasks (frequency tasks: random)")
+        return _FrequencyPopulation(task, users, dataset, ss, batch_size)
+    if isinstance(task, RangeTask):
+        return _RangePopulation(task, users, dataset, ss, assignment)
+    raise ValueError(f"task {task.task_id!r}: no simulator for {task.kind!r} tasks")
+
+
+def load_truth_records(directory: str | Path) -> tuple[dict[str, Any], np.ndarray]:
+    """``(truth dict, records int64 array (n, d))`` of a range task's simulation directory."""
+    d = Path(directory)
+    truth = json.loads((d / "truth.json").read_text(encoding="utf-8"))
+    if "records_file" not in truth:
+        raise ValueError(f"{d}: not a range-task simulation (truth.json has no records_file)")
+    return truth, np.load(d / truth["records_file"]).astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# writing files, publishing
+# ------------------------------------------------------------------------------------------------------------
 
 
 def _event_times(rng: np.random.Generator, n: int, start_ms: int, duration_s: float) -> np.ndarray:
     return np.sort(start_ms + np.floor(rng.random(n) * duration_s * 1000).astype(np.int64))
 
 
+def _base_truth(task: Task, pop: Population, dataset: str | None, seed: Any) -> dict[str, Any]:
+    return {
+        "task_id": task.task_id,
+        "kind": task.kind,
+        "n_users": int(pop.n_users),
+        "dataset": getattr(pop, "dataset", dataset),
+        "seed": seed if not isinstance(seed, np.random.SeedSequence) else None,
+    }
+
+
 def simulate_files(
-    task: CollectionTask,
+    task: Task,
     users: int,
-    dataset: str,
+    dataset: str | None,
     output: str | Path,
     *,
     seed: int | None = None,
@@ -92,82 +298,191 @@ def simulate_files(
     codec: str = "null",
     batch_size: int = 1 << 18,
     inject_bad: int = 0,
+    assignment: str = "random",
 ) -> dict[str, Any]:
-    """Writes ``files`` Avro report logs and ``truth.json`` under ``output``; returns the truth dict."""
-    if users < 1 or files < 1:
-        raise ValueError("--users and --files must be >= 1")
+    """Writes ``files`` Avro report logs and the ground truth of ``users`` simulated clients of ``task``
+    (any kind) under ``output``; returns the truth dict (also ``output/truth.json``)."""
+    if files < 1:
+        raise ValueError(f"files must be >= 1, got {files}")
+    if duration_s < 0:
+        raise ValueError(f"duration must be >= 0 seconds, got {duration_s}")
+    if inject_bad < 0:
+        raise ValueError(f"inject_bad must be >= 0, got {inject_bad}")
+    pop = make_population(task, users, dataset, seed=seed, batch_size=batch_size, assignment=assignment)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    oracle = task.make_oracle()
-    d = oracle.d
-    ss = np.random.SeedSequence(seed)
-    r_val, r_enc, r_time, r_grp = (np.random.default_rng(s) for s in ss.spawn(4))
-    start_ms = parse_iso8601_ms(DEFAULT_START) if start_ms is None else start_ms
-    times = _event_times(r_time, users, start_ms, duration_s)
-    counts = np.zeros(d, dtype=np.int64)
+    start_ms = parse_iso8601_ms(DEFAULT_START) if start_ms is None else int(start_ms)
+    times = _event_times(pop.time_rng, users, start_ms, duration_s)
     bounds = np.linspace(0, users, files + 1).astype(np.int64)
-    writers, handles = [], []
-    for k in range(files):
-        fh = open(out / f"reports-{k:05d}-of-{files:05d}.avro", "wb")
-        handles.append(fh)
-        writers.append(fastavro.write.Writer(fh, schemas.report_schema(), codec=codec, sync_interval=1 << 20))
+    handles = [open(out / f"reports-{k:05d}-of-{files:05d}.avro", "wb") for k in range(files)]
     try:
-        done = 0
-        for values in iter_population(dataset, users, d, batch_size=batch_size, rng=r_val):
-            m = len(values)
-            counts += np.bincount(values, minlength=d)
-            reports = oracle.encode(values, rng=r_enc)
-            groups = r_grp.integers(0, task.n_groups, m) if task.n_groups > 1 else np.zeros(m, np.int64)
-            # users [done, done + m) go to the files whose slices they overlap
-            for k in range(files):
-                lo, hi = max(bounds[k], done), min(bounds[k + 1], done + m)
-                if lo < hi:
-                    rows = slice(lo - done, hi - done)
-                    write_reports(
-                        handles[k], writers[k], task.task_id, reports.take(rows), times[lo:hi], groups[rows],
-                        task.schema_version, codec,
-                    )
-            done += m
+        schema = schemas.report_schema()
+        writers = [fastavro.write.Writer(fh, schema, codec=codec, sync_interval=1 << 20) for fh in handles]
+        for k, chunk in pop.chunks(bounds):
+            write_reports(
+                handles[k], writers[k], task.task_id, chunk.reports, times[chunk.users], chunk.groups,
+                task.schema_version, codec, BLOCK_RECORDS,
+            )  # fmt: skip
         for w in writers:
             w.flush()
     finally:
         for fh in handles:
             fh.close()
-    truth = {
-        "task_id": task.task_id,
-        "mechanism": oracle.name,
-        "n_users": int(users),
-        "dataset": dataset,
-        "seed": seed,
-        "frequencies": (counts / users).tolist(),
-    }
+    truth = {**_base_truth(task, pop, dataset, seed), **pop.truth(), **pop.write_truth_files(out)}
+    truth.update({"start_ms": start_ms, "duration_s": float(duration_s), "files": files})
     if inject_bad:
-        truth["bad_records"] = write_bad_files(task, out, inject_bad, start_ms, seed=ss.spawn(1)[0])
+        truth["bad_records"] = write_bad_files(task, out, inject_bad, start_ms, seed=pop.bad_rng)
     (out / "truth.json").write_text(json.dumps(truth) + "\n", encoding="utf-8")
     return truth
 
 
-def bad_records(
-    task: CollectionTask, k: int, start_ms: int, *, seed: Any = None
+def publish(
+    task: Task,
+    users: int,
+    dataset: str | None,
+    topic: str,
+    *,
+    seed: int | None = None,
+    rate: float = 1000.0,
+    message_size: int = 500,
+    inject_bad: int = 0,
+    assignment: str = "random",
+    clock: Any = time,
+    heartbeat: Any = None,
+) -> dict[str, Any]:
+    """Publishes the reports of ``users`` simulated clients of ``task`` (any kind) to ``topic`` at about
+    ``rate`` reports/s, event time = publish time; returns the truth dict.
+
+    Creates the topic when it does not exist (useful with the emulator). Afterwards, while the callable
+    ``heartbeat()`` returns true, publishes an empty report container every second: it carries no report
+    but lets a DirectRunner streaming job, whose Pub/Sub watermark moves only when a pull returns, close
+    its last windows.
+    """
+    if rate <= 0 or message_size < 1:
+        raise ValueError("rate must be > 0 and message_size >= 1")
+    from google.api_core import exceptions as gexc
+    from google.cloud import pubsub_v1
+
+    pop = make_population(task, users, dataset, seed=seed, assignment=assignment)
+    publisher = pubsub_v1.PublisherClient()
+    try:
+        publisher.get_topic(request={"topic": topic})
+    except gexc.NotFound:
+        publisher.create_topic(request={"name": topic})
+    step = max(1, min(message_size, int(rate)))
+    bounds = np.append(np.arange(0, users, step, dtype=np.int64), users)
+    futures = []
+    t0 = clock.time()
+    pending: list[dict[str, Any]] = []
+    current = 0
+
+    def send(recs: list[dict[str, Any]], when_ms: int) -> None:
+        futures.append(publisher.publish(topic, encode_report_container(recs), event_time=str(when_ms)))
+
+    now = int(clock.time() * 1000)
+    for k, chunk in pop.chunks(bounds):
+        if k != current:  # block ``current`` is complete: publish it as one message
+            send(pending, now)
+            pending, current = [], k
+        if not pending:  # pace the first chunk of every message
+            delay = t0 + int(bounds[k]) / rate - clock.time()
+            if delay > 0:
+                clock.sleep(delay)
+            now = int(clock.time() * 1000)
+        n = len(chunk.reports)
+        pending += reports_to_records(
+            task.task_id, chunk.reports, np.full(n, now), chunk.groups, schema_version=task.schema_version
+        )
+    if pending:
+        send(pending, now)
+    if inject_bad:
+        now = int(clock.time() * 1000)
+        for recs in bad_records(task, inject_bad, now, seed=pop.bad_rng).values():
+            send(recs, now)
+        futures.append(publisher.publish(topic, b"not avro", event_time=str(now)))
+    for f in futures:
+        f.result(timeout=60)
+    while heartbeat is not None and heartbeat():
+        empty = encode_report_container([])
+        publisher.publish(topic, empty, event_time=str(int(clock.time() * 1000))).result()
+        clock.sleep(1.0)
+    return {**_base_truth(task, pop, dataset, seed), **pop.truth(), "messages": len(futures)}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# bad reports (the dead-letter demonstration)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _sample_group(task: Task) -> tuple[Any, int, Any]:
+    """``(oracle, group, encode(k, rng) -> Reports)`` of one group of the task, for bad-record templates:
+    a frequency task's oracle and group 0, a range task's last group."""
+    if isinstance(task, RangeTask):
+        mech = task.make_mechanism()
+        g = mech.n_groups - 1
+        oracle = mech.group_oracle(g)
+
+        def encode(k: int, rng: np.random.Generator) -> Reports:
+            return oracle.encode(mech.project(g, np.zeros((k, mech.n_attributes), np.int64)), rng=rng)
+
+        return oracle, g, encode
+    oracle = task.make_oracle()
+    return oracle, 0, lambda k, rng: oracle.encode(rng.integers(0, oracle.d, k), rng=rng)
+
+
+def bad_report_variants(
+    good: Sequence[dict[str, Any]], *, task_id: str, schema_version: int, n_groups: int, oracle: Any
 ) -> dict[str, list[dict[str, Any]]]:
+    """Every kind of bad report the report schema can carry, made from valid records ``good`` of one
+    group, keyed by the dead-letter reason the aggregator must give.
+
+    Kinds: another task, an unknown schema version, a group outside ``[0, n_groups)``, each payload field
+    the oracle uses missing, payloads outside the oracle's output domain, and a payload field the oracle
+    does not use.
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+
+    def variant(reason: str, **changes: Any) -> None:
+        out.setdefault(reason, []).extend({**r, **changes} for r in good)
+
+    variant("wrong_task", task_id=task_id + "-other")
+    variant("wrong_schema_version", schema_version=schema_version + 1)
+    variant("invalid_group", group=n_groups)
+    used = tuple(getattr(oracle, "report_fields", ("values",)))
+    for field in used:
+        variant("missing_field", **{PAYLOAD_FIELDS[field]: None})
+    if "values" in used:
+        top = getattr(oracle, "g", None) or getattr(oracle, "K", None) or getattr(oracle, "d", None) or 1
+        variant("out_of_domain", value=int(top))
+    if "bits" in used:
+        variant("invalid_payload", bits=bytes(int(getattr(oracle, "nbytes", 1)) + 1))  # one byte too long
+    if "items" in used:
+        variant("out_of_domain", items=[oracle.d] * int(getattr(oracle, "k", 1)))
+    if "reals" in used:
+        variant("out_of_domain", reals=[1.0e6])
+    unused = [name for field, name in PAYLOAD_FIELDS.items() if field not in used]
+    example = {"value": 1, "seed": 1, "bits": b"\x01", "items": [0], "reals": [0.5]}
+    variant("invalid_payload", **{unused[0]: example[unused[0]]})
+    return out
+
+
+def bad_records(task: Task, k: int, start_ms: int, *, seed: Any = None) -> dict[str, list[dict[str, Any]]]:
     """``k`` records of every kind of bad report that the report schema can carry, by expected reason.
 
     Records that need a different writer schema (wrong types, absent fields) are in
     :func:`bad_records_other_schema`.
     """
-    oracle = task.make_oracle()
     rng = np.random.default_rng(seed)
+    oracle, group, encode = _sample_group(task)
     good = reports_to_records(
-        task.task_id, oracle.encode(rng.integers(0, oracle.d, k), rng=rng), np.full(k, start_ms), 0
+        task.task_id, encode(k, rng), np.full(k, start_ms), group, schema_version=task.schema_version
     )
     return bad_report_variants(
         good, task_id=task.task_id, schema_version=task.schema_version, n_groups=task.n_groups, oracle=oracle
     )
 
 
-def bad_records_other_schema(
-    task: CollectionTask, k: int, start_ms: int
-) -> tuple[dict, dict[str, list[dict]]]:
+def bad_records_other_schema(task: Task, k: int, start_ms: int) -> tuple[dict, dict[str, list[dict]]]:
     """A writer schema where payload types are wrong and ``task_id`` is optional, with records that
     exercise ``invalid_seed``, ``invalid_payload``, ``missing_field`` (absent) and ``invalid_event_time``."""
     schema = {
@@ -193,7 +508,7 @@ def bad_records_other_schema(
         "missing_field": [{**base, "task_id": None} for _ in range(k)],
         "invalid_event_time": [{**base, "event_time": "yesterday"} for _ in range(k)],
     }
-    oracle = task.make_oracle()
+    oracle, _, _ = _sample_group(task)
     if "seeds" in oracle.report_fields:
         out["invalid_seed"] = [{**base, "seed": "0xdeadbeef"} for _ in range(k)]
     if "values" in oracle.report_fields:
@@ -201,9 +516,7 @@ def bad_records_other_schema(
     return schema, out
 
 
-def write_bad_files(
-    task: CollectionTask, out: Path, k: int, start_ms: int, *, seed: Any = None
-) -> dict[str, int]:
+def write_bad_files(task: Task, out: Path, k: int, start_ms: int, *, seed: Any = None) -> dict[str, int]:
     """Writes ``bad-records.avro``, ``bad-records-other-schema.avro`` and an undecodable ``garbage.avro``.
 
     Returns the number of bad records per expected reason (the garbage file counts as one
@@ -224,118 +537,75 @@ def write_bad_files(
     return counts
 
 
-def publish(
-    task: CollectionTask,
-    users: int,
-    dataset: str,
-    topic: str,
-    *,
-    seed: int | None = None,
-    rate: float = 1000.0,
-    message_size: int = 500,
-    inject_bad: int = 0,
-    clock: Any = time,
-    heartbeat: Any = None,
-) -> dict[str, Any]:
-    """Publishes ``users`` reports to ``topic`` at about ``rate`` reports/s, event time = publish time.
+# ------------------------------------------------------------------------------------------------------------
+# command line
+# ------------------------------------------------------------------------------------------------------------
 
-    Creates the topic when it does not exist (useful with the emulator). Afterwards, while the callable
-    ``heartbeat()`` returns true, publishes an empty report container every second: it carries no report
-    but lets a DirectRunner streaming job, whose Pub/Sub watermark moves only when a pull returns, close
-    its last windows. Returns the truth dict.
-    """
-    from google.api_core import exceptions as gexc
-    from google.cloud import pubsub_v1
 
-    publisher = pubsub_v1.PublisherClient()
-    try:
-        publisher.get_topic(request={"topic": topic})
-    except gexc.NotFound:
-        publisher.create_topic(request={"name": topic})
-    oracle = task.make_oracle()
-    ss = np.random.SeedSequence(seed)
-    r_val, r_enc, r_grp = (np.random.default_rng(s) for s in ss.spawn(3))
-    values = np.concatenate(list(iter_population(dataset, users, oracle.d, rng=r_val)))
-    reports = oracle.encode(values, rng=r_enc)
-    groups = r_grp.integers(0, task.n_groups, users) if task.n_groups > 1 else np.zeros(users, np.int64)
-    futures = []
-    t0 = clock.time()
-    step = max(1, min(message_size, int(rate)))
-    for lo in range(0, users, step):
-        hi = min(users, lo + step)
-        due = t0 + lo / rate
-        delay = due - clock.time()
-        if delay > 0:
-            clock.sleep(delay)
-        now = int(clock.time() * 1000)
-        recs = reports_to_records(
-            task.task_id, reports.take(slice(lo, hi)), np.full(hi - lo, now), groups[lo:hi]
-        )
-        futures.append(publisher.publish(topic, encode_report_container(recs), event_time=str(now)))
-    if inject_bad:
-        now = int(clock.time() * 1000)
-        for recs in bad_records(task, inject_bad, now, seed=ss.spawn(1)[0]).values():
-            futures.append(publisher.publish(topic, encode_report_container(recs), event_time=str(now)))
-        futures.append(publisher.publish(topic, b"not avro", event_time=str(now)))
-    for f in futures:
-        f.result(timeout=60)
-    while heartbeat is not None and heartbeat():
-        publisher.publish(
-            topic, encode_report_container([]), event_time=str(int(clock.time() * 1000))
-        ).result()
-        clock.sleep(1.0)
-    counts = np.bincount(values, minlength=oracle.d)
-    return {
-        "task_id": task.task_id,
-        "mechanism": oracle.name,
-        "n_users": int(users),
-        "dataset": dataset,
-        "seed": seed,
-        "frequencies": (counts / users).tolist(),
-        "messages": len(futures),
-    }
+def _parser():
+    p = job_parser(__doc__.splitlines()[0], beam_options=False)
+    p.add_argument("--task", required=True, help="collection task JSON file (any kind)")
+    p.add_argument("--users", type=int, required=True, help="number of simulated users (one report each)")
+    p.add_argument(
+        "--dataset",
+        help="population (default: zipf for frequency tasks, gaussian for range tasks): zipf[:EXPONENT], "
+        "uniform, csv:PATH:COLUMN | gaussian[:RHO], laplace[:RHO], uniform, csv:PATH",
+    )
+    p.add_argument("--seed", type=int, help="entropy of the simulation's SeedSequence (default: OS entropy)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--output", help="directory for the Avro report files and truth.json")
+    where.add_argument("--output_topic", help="publish to this Pub/Sub topic (projects/P/topics/T) instead")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier simulation in --output")
+    p.add_argument("--files", type=int, default=4, help="number of Avro files")
+    p.add_argument("--start", default=DEFAULT_START, help="first event time, ISO-8601")
+    p.add_argument("--duration", type=float, default=3600.0, help="event times spread over this many seconds")
+    p.add_argument("--assignment", choices=ASSIGNMENTS, default="random", help="range tasks: user groups")
+    p.add_argument("--codec", default="null", choices=["null", "deflate"], help="Avro block codec")
+    p.add_argument("--batch_size", type=int, default=1 << 18, help="frequency tasks: users per numpy batch")
+    p.add_argument("--inject_bad", type=int, default=0, help="add K bad records of every kind (dead letters)")
+    p.add_argument("--rate", type=float, default=1000.0, help="--output_topic: reports per second")
+    p.add_argument("--message_size", type=int, default=500, help="--output_topic: max reports per message")
+    return p
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Command-line entry point; returns the truth dict."""
-    ns = _parser().parse_args(argv)
-    task = load_task_or_exit(ns.task)
+    ns, _ = parse_job_args(_parser(), argv, beam=False)
+    try:
+        task = load_task(ns.task)
+    except TaskError as exc:
+        fail(exc.one_line())
+    if ns.users < 1:
+        fail(f"--users must be >= 1, got {ns.users}")
+    try:
+        start_ms = parse_iso8601_ms(ns.start)
+    except ValueError:
+        fail(f"--start {ns.start!r} is not an ISO-8601 time (e.g. {DEFAULT_START})")
     t0 = time.perf_counter()
-    if ns.pubsub_topic:
-        truth = publish(
-            task,
-            ns.users,
-            ns.dataset,
-            ns.pubsub_topic,
-            seed=ns.seed,
-            rate=ns.rate,
-            message_size=ns.message_size,
-            inject_bad=ns.inject_bad,
-        )
-        print(
-            f"published {ns.users} reports in {truth['messages']} messages to {ns.pubsub_topic} "
-            f"in {time.perf_counter() - t0:.1f} s",
-            file=sys.stderr,
-        )
-        return truth
-    if not ns.output:
-        raise SystemExit("error: --output DIR is required without --pubsub_topic")
-    truth = simulate_files(
-        task,
-        ns.users,
-        ns.dataset,
-        ns.output,
-        seed=ns.seed,
-        files=ns.files,
-        start_ms=parse_iso8601_ms(ns.start),
-        duration_s=ns.duration,
-        codec=ns.codec,
-        batch_size=ns.batch_size,
-        inject_bad=ns.inject_bad,
-    )
+    try:
+        if ns.output_topic:
+            truth = publish(
+                task, ns.users, ns.dataset, ns.output_topic, seed=ns.seed, rate=ns.rate,
+                message_size=ns.message_size, inject_bad=ns.inject_bad, assignment=ns.assignment,
+            )  # fmt: skip
+            print(
+                f"published {ns.users:,} {task.kind} reports ({task.mechanism}) in {truth['messages']} "
+                f"messages to {ns.output_topic} in {time.perf_counter() - t0:.1f} s",
+                file=sys.stderr,
+            )
+            return truth
+        prepare_output(ns.output, ns.overwrite)
+        truth = simulate_files(
+            task, ns.users, ns.dataset, ns.output, seed=ns.seed, files=ns.files, start_ms=start_ms,
+            duration_s=ns.duration, codec=ns.codec, batch_size=ns.batch_size, inject_bad=ns.inject_bad,
+            assignment=ns.assignment,
+        )  # fmt: skip
+    except ValueError as exc:  # a bad dataset spec, CSV or parameter: one line, no traceback
+        fail(str(exc))
+    groups = f", {truth['n_groups']} groups" if "n_groups" in truth else ""
     print(
-        f"wrote {ns.users} {truth['mechanism']} reports in {ns.files} file(s) to {os.fspath(ns.output)} "
-        f"in {time.perf_counter() - t0:.1f} s",
+        f"wrote {ns.users:,} {task.kind} reports ({truth['mechanism']}{groups}) in {ns.files} file(s) to "
+        f"{ns.output} (truth in {Path(ns.output) / 'truth.json'}) in {time.perf_counter() - t0:.1f} s",
         file=sys.stderr,
     )
     return truth

@@ -1,11 +1,10 @@
-"""Tests of the simulator (pipelines.simulate) and the populations (ldp.datasets)."""
+"""Tests of the simulator (pipelines.simulate, every kind of task) and the populations (ldp.datasets)."""
 
 from __future__ import annotations
 
 import glob
+import io
 import json
-import subprocess
-import sys
 
 import fastavro
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 
 from ldp import datasets as D
 from ldp.task import parse_task
-from pipelines import simulate
+from pipelines import simulate, simulate_range
 
 SEEDS = np.random.SeedSequence(7_2026)
 
@@ -101,34 +100,26 @@ def test_dataset_specs_and_csv(tmp_path):
         D.sample_population(f"csv:{p}:fruit", 2, 4)
 
 
-def test_cli_help_and_csv_run(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "pipelines.simulate", "--help"], capture_output=True, text=True, check=True
-    )
-    assert "--dataset" in out.stdout and "--pubsub_topic" in out.stdout
-    (tmp_path / "task.json").write_text(_task().to_json())
+def test_help_lists_the_shared_flags(capsys):
+    with pytest.raises(SystemExit) as exc:
+        simulate.run(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--task", "--users", "--seed", "--dataset", "--output", "--output_topic", "--log_level"):
+        assert flag in text
+    assert "(default: 4)" in text  # defaults are shown
+    assert "--pubsub_topic" not in text  # the old name is gone (a hint points to --output_topic)
+
+
+def test_cli_csv_run_and_bad_files(tmp_path, frequency_task_file):
+    task = frequency_task_file(domain_size=64)
     (tmp_path / "d.csv").write_text("v\n" + "\n".join(str(i % 64) for i in range(640)) + "\n")
-    truth = simulate.run(
-        [
-            "--task",
-            str(tmp_path / "task.json"),
-            "--users",
-            "640",
-            "--dataset",
-            f"csv:{tmp_path / 'd.csv'}:v",
-            "--seed",
-            "1",
-            "--output",
-            str(tmp_path / "o"),
-            "--files",
-            "2",
-            "--inject_bad",
-            "2",
-        ]
-    )
-    assert truth["frequencies"] == [1 / 64] * 64
+    argv = ["--task", str(task), "--users", "640", "--dataset", f"csv:{tmp_path / 'd.csv'}:v", "--seed", "1"]
+    truth = simulate.run([*argv, "--output", str(tmp_path / "o"), "--files", "2", "--inject_bad", "2"])
+    assert truth["kind"] == "frequency" and truth["frequencies"] == [1 / 64] * 64
     assert truth["bad_records"]["undecodable"] == 1
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+        ".ldp-beam-output.json",
         "bad-records-other-schema.avro",
         "bad-records.avro",
         "garbage.avro",
@@ -136,3 +127,166 @@ def test_cli_help_and_csv_run(tmp_path):
         "reports-00001-of-00002.avro",
         "truth.json",
     ]
+
+
+def _range_task(**kw):
+    obj = {
+        "task_id": "sim-range",
+        "mechanism": "hdg",
+        "epsilon": 1.0,
+        "expected_users": 6000,
+        "attributes": [{"name": n, "domain_size": 8} for n in ("a", "b", "c")],
+        **kw,
+    }
+    return parse_task(obj)
+
+
+def test_range_task_files_truth_records_and_reproducibility(tmp_path):
+    task = _range_task()
+    t0 = 1_767_225_600_000
+    kw = dict(seed=5, files=3, start_ms=t0, duration_s=60.0, assignment="balanced")
+    truth = simulate.simulate_files(task, 6000, "gaussian:0.5", tmp_path / "a", **kw)
+    assert truth["kind"] == "range" and truth["n_users"] == 6000 and truth["dataset"] == "gaussian:0.5"
+    sizes = truth["group_sizes"]
+    assert len(sizes) == task.n_groups and sum(sizes) == 6000 and max(sizes) - min(sizes) <= 1  # balanced
+    files = sorted(glob.glob(str(tmp_path / "a" / "reports-*.avro")))
+    recs = [_read(f) for f in files]
+    assert [len(r) for r in recs] == [2000, 2000, 2000]
+    groups = np.array([r["group"] for rs in recs for r in rs])
+    assert np.bincount(groups, minlength=task.n_groups).tolist() == sizes
+    times = np.array([int(r["event_time"].timestamp() * 1000) for rs in recs for r in rs])
+    assert times.min() >= t0 and times.max() < t0 + 60_000
+    # each file is one time slice: file k's times all precede file k+1's
+    per_file = [np.array([int(r["event_time"].timestamp() * 1000) for r in rs]) for rs in recs]
+    assert all(a.max() <= b.min() for a, b in zip(per_file, per_file[1:]))
+    truth2, records = simulate.load_truth_records(tmp_path / "a")
+    assert truth2 == truth and records.shape == (6000, 3) and records.max() < 8
+    again = simulate_range.simulate_range_files(task, 6000, "gaussian:0.5", tmp_path / "b", **kw)  # the alias
+    assert again == truth
+    assert [_read(f) for f in sorted(glob.glob(str(tmp_path / "b" / "reports-*.avro")))] == recs
+    assert np.array_equal(simulate.load_truth_records(tmp_path / "b")[1], records)
+
+
+def test_range_task_through_the_one_cli(tmp_path, range_task_file):
+    task = range_task_file(expected_users=3000)
+    out = tmp_path / "rin"
+    truth = simulate.run(
+        ["--task", str(task), "--users", "3000", "--seed", "2", "--output", str(out), "--inject_bad", "1"]
+    )
+    assert truth["kind"] == "range" and truth["dataset"] == "gaussian"  # the kind's default dataset
+    assert set(truth["bad_records"]) >= {"wrong_task", "invalid_group", "missing_field", "undecodable"}
+    assert (out / "truth_records.npy").is_file() and (out / "bad-records-other-schema.avro").is_file()
+    assert sum(len(_read(f)) for f in glob.glob(str(out / "reports-*.avro"))) == 3000
+
+
+@pytest.mark.parametrize(
+    ("extra", "pattern"),
+    [
+        (["--assignment", "balanced"], "applies to range tasks"),
+        (["--dataset", "gauss"], "dataset"),
+        (["--start", "yesterday"], "ISO-8601"),
+        (["--users", "0"], "--users must be >= 1"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(tmp_path, frequency_task_file, capsys, extra, pattern):
+    argv = ["--task", str(frequency_task_file()), "--users", "100", "--output", str(tmp_path / "o"), *extra]
+    with pytest.raises(SystemExit) as exc:
+        simulate.run(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "error:" in err and pattern in err, err
+
+
+def test_invalid_task_missing_destination_and_unknown_flags(tmp_path, write_json, capsys):
+    bad = write_json("bad.json", {"task_id": "rq demo!", "mechanism": "zzz", "epsilon": 0})
+    with pytest.raises(SystemExit, match="2"):
+        simulate.run(["--task", str(bad), "--users", "10", "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "task_id" in err and "mechanism" in err  # every problem
+    good = write_json("t.json", {"task_id": "t", "mechanism": "grr", "epsilon": 1, "domain_size": 4})
+    with pytest.raises(SystemExit, match="2"):
+        simulate.run(["--task", str(good), "--users", "10"])
+    assert "one of the arguments --output --output_topic is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        base = ["--task", str(good), "--users", "9", "--output", str(tmp_path / "o")]
+        simulate.run([*base, "--pubsub_topic", "projects/p/topics/t"])
+    assert "did you mean --output_topic?" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing was written
+
+
+def test_non_empty_output_is_refused_unless_overwrite(tmp_path, frequency_task_file, capsys):
+    argv = ["--task", str(frequency_task_file()), "--users", "200", "--seed", "3"]
+    argv += ["--output", str(tmp_path / "o")]
+    simulate.run([*argv, "--files", "4"])
+    with pytest.raises(SystemExit, match="2"):
+        simulate.run([*argv, "--files", "2"])
+    assert "is not empty" in capsys.readouterr().err
+    simulate.run([*argv, "--files", "2", "--overwrite"])
+    assert sorted(p.name for p in (tmp_path / "o").glob("reports-*.avro")) == [
+        "reports-00000-of-00002.avro",
+        "reports-00001-of-00002.avro",
+    ]  # no file of the first run is left to mix in
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(SystemExit, match="2"):
+        simulate.run([*argv[:-1], str(tmp_path / "mine"), "--overwrite"])
+    assert "not written by an ldp-beam job" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+class _FakeFuture:
+    def result(self, timeout=None):
+        return "id"
+
+
+class _FakePublisher:
+    """Stands in for ``pubsub_v1.PublisherClient``: keeps the published messages."""
+
+    messages: list = []
+
+    def __init__(self):
+        type(self).messages = []
+
+    def get_topic(self, request):
+        return request
+
+    def publish(self, topic, data, **attrs):
+        type(self).messages.append((topic, data, attrs))
+        return _FakeFuture()
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 1_767_225_600.0
+
+    def time(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+@pytest.mark.parametrize("kind", ["frequency", "range"])
+def test_publish_any_task_kind_in_paced_messages(monkeypatch, kind):
+    from google.cloud import pubsub_v1
+
+    monkeypatch.setattr(pubsub_v1, "PublisherClient", _FakePublisher)
+    task = _task(n_groups=2) if kind == "frequency" else _range_task()
+    clock = _Clock()
+    truth = simulate.publish(
+        task, 2500, None, "projects/p/topics/t", seed=4, rate=1000.0, message_size=400, clock=clock,
+        inject_bad=1,
+    )  # fmt: skip
+    msgs = _FakePublisher.messages
+    report_msgs = msgs[: len(msgs) - len(simulate.bad_records(task, 1, 0)) - 1]  # then the bad ones
+    decoded = [list(fastavro.reader(io.BytesIO(data))) for _, data, _ in report_msgs]
+    assert [len(m) for m in decoded] == [400] * 6 + [100]  # messages of at most --message_size reports
+    assert all(r["task_id"] == task.task_id for m in decoded for r in m)
+    stamps = [int(a["event_time"]) for _, _, a in report_msgs]
+    # paced at --rate: message j (users 400 j ...) is sent 0.4 j s after the first
+    assert [s - stamps[0] for s in stamps] == [400 * j for j in range(7)]
+    assert all(r["event_time"].timestamp() * 1000 == s for m, s in zip(decoded, stamps) for r in m)
+    assert msgs[-1][1] == b"not avro" and truth["messages"] == len(msgs) and truth["kind"] == kind
+    if kind == "range":
+        groups = np.array([r["group"] for m in decoded for r in m])
+        assert np.bincount(groups, minlength=task.n_groups).tolist() == truth["group_sizes"]
