@@ -109,8 +109,15 @@ def _l1(p, seeds, v1, v2):
 def test_sensitivity_random_pairs(family, privacy):
     r = rng()
     k, d, n = 16, 1 << 20, 10_000
-    p = choose_params(1.0, d, k, privacy, hash_family=family, bins=4 if privacy == "event" else 1,
-                      eta=None if privacy != "user" else 3.0)
+    p = choose_params(
+        1.0,
+        d,
+        k,
+        privacy,
+        hash_family=family,
+        bins=4 if privacy == "event" else 1,
+        eta=None if privacy != "user" else 3.0,
+    )
     seeds = r.integers(0, 2**63, n, dtype=np.uint64)
     a = r.integers(0, d, (n, k)).astype(np.uint64)
     va = r.uniform(-1, 1, (n, k))
@@ -123,6 +130,7 @@ def test_sensitivity_random_pairs(family, privacy):
         b_items = a.copy()
         w = r.dirichlet(np.ones(k), n) * privacy
         vb = np.clip(va + np.sign(r.standard_normal((n, k))) * w, -1, 1)
+
     def distinct(it):
         srt = np.sort(it, axis=1)
         return ~np.any(srt[:, 1:] == srt[:, :-1], axis=1)

@@ -51,6 +51,9 @@ __all__ = [
     "walsh_hadamard",
     "MAX_TABLE_BITS",
     "linf_bound",
+    "add_query_sums",
+    "add_table_sums",
+    "table_sums",
 ]
 
 #: largest whole-vector table: 2**27 int64 cells (1 GiB)
@@ -181,6 +184,55 @@ class SparseEstimate:
         return SparseEstimate(self.items[idx], self.mean[idx], self.variance[idx], self.n, self.mean_norm2)
 
 
+def add_query_sums(
+    acc: QueryAccumulator, seeds: np.ndarray, codes: np.ndarray, family: str, b: int, d: int
+) -> None:
+    """``acc.sums[x] += sum_i s_i(x) codes[i, h_i(x)]`` for the query items (chunked, vectorised)."""
+    q = acc.items.size
+    if q == 0 or len(seeds) == 0:
+        return
+    step = max(1, _CELLS_PER_CHUNK // q)
+    items = acc.items[None, :]
+    for lo in range(0, len(seeds), step):
+        sd, cd = seeds[lo : lo + step], codes[lo : lo + step]
+        h, s = bins_signs(family, sd, items, b, d)
+        contrib = s * cd[:, :1] if b == 1 else s * np.take_along_axis(cd, h, axis=1)
+        acc.sums += contrib.sum(axis=0, dtype=np.int64)
+
+
+def add_table_sums(acc: TableAccumulator, seeds: np.ndarray, codes: np.ndarray) -> None:
+    """Adds gf2-affine reports to the Walsh table: ``O(b log b)`` per report (module docstring)."""
+    b = codes.shape[1]
+    r = b.bit_length() - 1
+    u = np.arange(b, dtype=np.uint64)
+    step = max(1, (1 << 16) // b)
+    for lo in range(0, len(seeds), step):
+        sd, cd = seeds[lo : lo + step], codes[lo : lo + step]
+        rows, a, c, e = gf2_params(sd, r, acc.m)
+        bhat = walsh_hadamard(cd, axis=1) if b > 1 else cd.astype(np.int64, copy=True)
+        # (-1)^(<u, c> + e): the offset c permutes the bins, e flips the sign
+        par = (np.bitwise_count(u[None, :] & c.astype(np.uint64)[:, None]) & np.uint8(1)).astype(np.int64)
+        bhat *= 1 - 2 * (par ^ e[:, None])
+        idx = a[:, None]
+        for j in range(r):
+            idx = np.concatenate((idx, idx ^ rows[:, j : j + 1]), axis=1)
+        # float64 bincount is exact here: every partial sum is an integer far below 2**53
+        acc.table += np.rint(
+            np.bincount(idx.ravel().astype(np.int64), weights=bhat.ravel(), minlength=acc.table.size)
+        ).astype(np.int64)
+
+
+def table_sums(acc: TableAccumulator, b: int, d: int, items: np.ndarray | None = None):
+    """``(items, sum_i s_i(x) code_i[h_i(x)])`` from a Walsh table (one transform, exact integers)."""
+    full = walsh_hadamard(acc.table)
+    if b > 1:
+        full = full // b  # exact: every entry is b times an integer
+    if items is None:
+        return np.arange(d, dtype=np.uint64), full[:d]
+    items = np.asarray(items, dtype=np.uint64)
+    return items, full[items.astype(np.int64)]
+
+
 class SVME:
     """Sparse vector mean estimation (Zhou et al., S&P 2022): client, accumulators, estimator.
 
@@ -277,39 +329,10 @@ class SVME:
 
     def _add_query(self, acc: QueryAccumulator, reports: SparseReports) -> None:
         p = self.params
-        q = acc.items.size
-        if q == 0:
-            return
-        step = max(1, _CELLS_PER_CHUNK // q)
-        items = acc.items[None, :]
-        for lo in range(0, len(reports), step):
-            part = reports.take(slice(lo, lo + step))
-            h, s = bins_signs(p.hash_family, part.seeds, items, p.bins, p.domain_size)
-            if p.bins == 1:
-                contrib = s * part.codes[:, :1]
-            else:
-                contrib = s * np.take_along_axis(part.codes, h, axis=1)
-            acc.sums += contrib.sum(axis=0, dtype=np.int64)
+        add_query_sums(acc, reports.seeds, reports.codes, p.hash_family, p.bins, p.domain_size)
 
     def _add_table(self, acc: TableAccumulator, reports: SparseReports) -> None:
-        p = self.params
-        b = p.bins
-        r = b.bit_length() - 1
-        u = np.arange(b, dtype=np.uint64)
-        step = max(1, (1 << 16) // b)
-        for lo in range(0, len(reports), step):
-            part = reports.take(slice(lo, lo + step))
-            rows, a, c, e = gf2_params(part.seeds, r, acc.m)
-            bhat = walsh_hadamard(part.codes, axis=1) if b > 1 else part.codes.copy()
-            # (-1)^(<u, c> + e): the offset c permutes the bins, e flips the sign
-            par = (np.bitwise_count(u[None, :] & c.astype(np.uint64)[:, None]) & np.uint8(1)).astype(np.int64)
-            bhat *= 1 - 2 * (par ^ e[:, None])
-            idx = a[:, None]
-            for j in range(r):
-                idx = np.concatenate((idx, idx ^ rows[:, j : j + 1]), axis=1)
-            acc.table += np.rint(
-                np.bincount(idx.ravel().astype(np.int64), weights=bhat.ravel(), minlength=acc.table.size)
-            ).astype(np.int64)
+        add_table_sums(acc, reports.seeds, reports.codes)
 
     def merge(self, accumulators: Sequence):
         """Elementwise sum of accumulators of the same kind and query set (a new object)."""
@@ -337,15 +360,7 @@ class SVME:
         """``(items, sum_i s_i(x) code_i[h_i(x)])`` from an accumulator (exact integers)."""
         if isinstance(acc, QueryAccumulator):
             return acc.items, acc.sums.copy()
-        full = walsh_hadamard(acc.table)
-        b = self.params.bins
-        if b > 1:
-            full = full // b  # exact: every entry is b times an integer
-        d = self.params.domain_size
-        if items is None:
-            return np.arange(d, dtype=np.uint64), full[:d]
-        items = np.asarray(items, dtype=np.uint64)
-        return items, full[items.astype(np.int64)]
+        return table_sums(acc, self.params.bins, self.params.domain_size, items)
 
     def mean_norm2(self, n: int, sumsq: int) -> float | None:
         """Unbiased estimate of the clients' mean squared bin-vector norm (None for Duchi)."""

@@ -417,9 +417,9 @@ def choose_params(
     elif chosen_noise == "discrete-laplace":
         p = math.exp(-eps / Delta)
         g = 1.0
-        R = float(math.ceil(
-            (eta_ if eta_ is not None else k) + math.log(2.0 * n * b / TRUNC_BETA) / -math.log(p)
-        ))
+        R = float(
+            math.ceil((eta_ if eta_ is not None else k) + math.log(2.0 * n * b / TRUNC_BETA) / -math.log(p))
+        )
     else:
         g = float(grid)
         R = _laplace_trunc(min(eta_ if eta_ is not None else k, k), Delta / eps, n, b)
