@@ -1,6 +1,7 @@
 """Frequency-oracle benchmark: our oracles vs a plain-numpy floor and vs peer libraries, in one run.
 
-    .venv/bin/python -m bench.oracles --n 1000000 --d 1024 --epsilon 1 --json OUT.json [--peers]
+    .venv/bin/python -m bench.oracles --users 1000000 --domain_size 1024 --epsilon 1 --json OUT.json [--peers]
+        [--olh_sweep 0.5,1,2,4,8]
 
 Records (a JSON list), one per (library, mechanism):
 
@@ -16,13 +17,20 @@ Records (a JSON list), one per (library, mechanism):
 With ``--peers`` the same inputs go to pure-ldp 1.2.0 and multi-freq-ldpy 0.2.5 (GRR and OLH) in a
 separate virtual environment (``.cache/peers-venv``, created on first use: the peers need ``xxhash<4``,
 scikit-learn and statsmodels, which we keep out of our dependencies). They run per-report Python, so
-they get the first ``--peer-n`` values of the same population; their rates are per second as ours.
+they get the first ``--peer_n`` values of the same population; their rates are per second as ours.
+
+With ``--olh_sweep EPS,...`` OLH is also measured at each of those epsilons with its default ``g``
+(``ldp.oracles.olh_buckets``, the 3-wise independent ``gf2-affine`` family), on the same users and domain:
+records with ``library = "ours-olh-sweep"`` holding the rates, ``g``, and ``variance_cost`` = the per-value
+variance of the chosen power of two over the variance at the real-valued optimum ``g* = e^eps + 1``, minus 1
+(closed form, Eq. 6). A final ``library = "olh-variance-cost"`` record gives the largest such cost over
+epsilon ranges (closed form, uncapped domain).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -33,7 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from ldp.datasets import sample_population
-from ldp.oracles import MECHANISMS, make_oracle
+from ldp.oracles import MECHANISMS, OLH, make_oracle, olh_buckets, olh_variance_factor
+from pipelines.cli import add_population_flags, fail, job_parser, parse_job_args
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_VENV = ROOT / ".cache" / "peers-venv"
@@ -130,6 +139,64 @@ def bench_ours(values: np.ndarray, d: int, epsilon: float, mechanisms, seed: int
     return records
 
 
+def _olh_cost(epsilon: float, g: int) -> float:
+    """Per-value variance of OLH with ``g`` buckets over the real-valued optimum's, minus 1."""
+    best = 4 * math.exp(epsilon) / math.expm1(epsilon) ** 2
+    return olh_variance_factor(epsilon, g) / best - 1
+
+
+def bench_olh_sweep(values: np.ndarray, d: int, epsilons, seed: int, repeat: int) -> list[dict]:
+    """OLH with its default g at each epsilon (the same users): throughput, g and variance cost."""
+    n = len(values)
+    truth = np.bincount(values, minlength=d) / n
+    records = []
+    for i, eps in enumerate(epsilons):
+        o = OLH(eps, d)
+        rng = np.random.default_rng([seed, 100 + i])
+        t_enc, reports = _timed(lambda o=o, r=rng: o.encode(values, rng=r))
+
+        def aggregate(o=o, reps=reports):
+            return o.estimate(o.add(o.create_accumulator(), reps))
+
+        t_agg, est = _timed(aggregate, repeat)
+        rec = {
+            "library": "ours-olh-sweep",
+            "mechanism": "olh",
+            "n": n,
+            "d": d,
+            "epsilon": eps,
+            "g": o.g,
+            "hash": o.family.name,
+            "g_real_optimum": math.exp(eps) + 1,
+            "variance_cost": _olh_cost(eps, o.g),
+            "aggregate_reports_per_s": n / t_agg,
+            "encode_reports_per_s": n / t_enc,
+            "mse": float(np.mean((est.frequencies - truth) ** 2)),
+            "theory_variance": float(np.mean(o.variance(n, truth))),
+            "accumulator_bytes": o.accumulator_bytes,
+        }
+        rec["mse_over_theory"] = rec["mse"] / rec["theory_variance"]
+        records.append(rec)
+        print(
+            f"  olh eps={eps:g} g={o.g} agg/s={rec['aggregate_reports_per_s']:,.0f} "
+            f"enc/s={rec['encode_reports_per_s']:,.0f} variance cost={100 * rec['variance_cost']:.2f}% "
+            f"mse/theory={rec['mse_over_theory']:.3f}",
+            flush=True,
+        )
+    ranges = [(0.1, 0.5), (0.5, 1.3), (1.3, 20.0), (2.0, 20.0)]
+    worst = {}
+    for lo, hi in ranges:
+        grid = np.arange(lo, hi, 0.0005)
+        costs = np.array([_olh_cost(e, olh_buckets(e, 1 << 62)) for e in grid])
+        j = int(np.argmax(costs))
+        worst[f"{lo:g}-{hi:g}"] = {"max_variance_cost": float(costs[j]), "at_epsilon": float(grid[j])}
+    records.append({"library": "olh-variance-cost", "mechanism": "olh", "worst_by_epsilon_range": worst})
+    for k, v in worst.items():
+        print(f"  olh variance cost, eps in [{k}]: max {100 * v['max_variance_cost']:.2f}% "
+              f"at eps = {v['at_epsilon']:.4f}")
+    return records
+
+
 def ensure_peer_venv() -> Path:
     """Creates ``.cache/peers-venv`` with the peer libraries on first use; returns its python."""
     py = PEER_VENV / "bin" / "python"
@@ -177,22 +244,40 @@ def _fmt(rec: dict) -> str:
     )
 
 
+def _epsilons(text: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        fail(f"--olh_sweep must be comma-separated numbers, got {text!r}")
+    if not out or any(not (e > 0) for e in out):
+        fail(f"--olh_sweep needs positive epsilons, got {text!r}")
+    return out
+
+
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--d", type=int, default=1024)
-    ap.add_argument("--epsilon", type=float, default=1.0)
-    ap.add_argument("--mechanisms", default=",".join(MECHANISMS), help="comma-separated (default: all)")
+    ap = job_parser(__doc__.splitlines()[0], beam_options=False)
+    add_population_flags(ap, users=1_000_000, domain_size=1024, seed=1)
+    ap.add_argument("--epsilon", type=float, default=1.0, help="privacy budget of the main comparison")
+    ap.add_argument("--mechanisms", default=",".join(MECHANISMS), help="comma-separated mechanisms")
     ap.add_argument("--zipf", type=float, default=1.5, help="Zipf exponent of the population")
-    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3, help="aggregation timings: best of this many")
     ap.add_argument("--json", dest="json_out", help="write the records here")
     ap.add_argument("--peers", action="store_true", help="also measure pure-ldp and multi-freq-ldpy")
-    ap.add_argument("--peer-n", type=int, default=5000, help="reports given to each peer")
-    args = ap.parse_args(argv)
+    ap.add_argument("--peer_n", type=int, default=5000, help="reports given to each peer")
+    ap.add_argument("--olh_sweep", default="", help="also run OLH at these comma-separated epsilons")
+    args, _ = parse_job_args(ap, argv, beam=False)
+    args.n, args.d = args.users, args.domain_size
+    if args.n < 1 or args.d < 2:
+        fail(f"need --users >= 1 and --domain_size >= 2, got {args.n} and {args.d}")
+    unknown = sorted({m.strip() for m in args.mechanisms.split(",") if m.strip()} - set(MECHANISMS))
+    if unknown:
+        fail(f"unknown mechanisms {unknown}; choose from {sorted(MECHANISMS)}")
+    sweep = _epsilons(args.olh_sweep) if args.olh_sweep else []
     values = sample_population(f"zipf:{args.zipf}", args.n, args.d, rng=np.random.default_rng(args.seed))
     mechs = [m.strip() for m in args.mechanisms.split(",") if m.strip()]
     records = bench_ours(values, args.d, args.epsilon, mechs, args.seed, args.repeat)
+    if sweep:
+        records += bench_olh_sweep(values, args.d, sweep, args.seed, args.repeat)
     if args.peers:
         records += bench_peers(values, args.d, args.epsilon, args.peer_n)
         ours = {r["mechanism"]: r for r in records if r["library"] == "ours"}

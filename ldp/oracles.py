@@ -743,6 +743,11 @@ class OLH(FrequencyOracle):
             raise ValueError(msg)
         self.g = int(g)
         self.hash: LinearHash = self.family.make(self.d, self.g)
+        # p = 2 and many buckets: a report's support set {x : M x = y xor b} has about 2^m / g values,
+        # fewer than the g Fourier cells it would touch: count in the value domain instead
+        # (measured cost model: the Fourier path costs ~g per report, this one ~2 size/g + 8 k)
+        self.direct = (self.hash.p == 2 and self.hash.k > 1
+                       and 2 * (self.hash.size // self.g) + 8 * self.hash.k < self.g)
         self._check_size()
         self._set_probabilities()
         pp, k = self.hash.p, self.hash.k
@@ -790,17 +795,23 @@ class OLH(FrequencyOracle):
         return self._encode_with(values, rng)
 
     def _statistic_shape(self):
+        if self.direct:
+            return (self.hash.size,)  # support counts of every x in GF(2)^m
         if self.hash.k == 1:
             return (self.hash.size, self.hash.p)  # H[a, t]
         return (self.hash.p, self.hash.size)  # T[r, u]
 
     @property
     def add_cells_per_report(self) -> int:
+        if self.direct:
+            return max(1, self.hash.size // self.g)
         return 1 if self.hash.k == 1 else self.g
 
     @property
     def finalize_ops(self) -> int:
         size = self.hash.size
+        if self.direct:
+            return size
         return size * max(1, size.bit_length() - 1) * (1 if self.hash.p == 2 else 4 * self.hash.p)
 
     def _add(self, counts, reports):
@@ -808,10 +819,76 @@ class OLH(FrequencyOracle):
         ys = np.asarray(reports.values, dtype=np.int64)
         flat = counts.reshape(-1)
         per = self.add_cells_per_report
-        step = max(1, (_CHUNK_BYTES // 24) // per)  # three (rows x g) 8-byte arrays per chunk
-        index = self._row_index if self.hash.k == 1 else self._table_index
+        if self.direct:  # 2k elimination words and 2 solution arrays of 8 bytes per report
+            step = max(1, _CHUNK_BYTES // (8 * (2 * self.hash.k + 2 * per + 8)))
+        else:  # three (rows x g) 8-byte arrays per chunk
+            step = max(1, (_CHUNK_BYTES // 24) // per)
+        if self.direct:
+            index = self._support_sets
+        else:
+            index = self._row_index if self.hash.k == 1 else self._table_index
         for start in range(0, len(ys), step):
             _scatter_add(flat, index(seeds[start : start + step], ys[start : start + step]))
+
+    def _support_sets(self, seeds: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        """Value-domain path (``p = 2``): every ``x`` with ``M x = y xor b``, for each report, flattened.
+
+        Gaussian elimination over GF(2), vectorized over the reports (rows are ``m``-bit masks): reduced
+        row echelon form with one pivot bit per independent row; a zero row with target 1 makes the system
+        inconsistent (the report supports nothing). The solutions are ``x0 xor span(null basis)``: ``x0``
+        sets each pivot bit to its row's target, and each free bit ``f`` gives the basis vector
+        ``f | {pivot_i : row i has bit f}``. Reports are grouped by rank, since a group with rank ``r``
+        has ``2^(m - r)`` solutions each (``2^m / g`` for the usual full rank).
+        """
+        hsh = self.hash
+        m, k = hsh.m, hsh.k
+        rows, b = hsh.rows(seeds)
+        z = (b ^ ys).astype(np.uint64)
+        # augmented rows: the m-bit mask with the target bit at position m
+        A = [rows[:, j] | (((z >> np.uint64(j)) & np.uint64(1)) << np.uint64(m)) for j in range(k)]
+        piv = [None] * k
+        zero, one = np.uint64(0), np.uint64(1)
+        low = np.uint64((1 << m) - 1)
+        for j in range(k):
+            a = A[j]
+            for i in range(j):  # clear earlier pivots from row j
+                a ^= A[i] * ((a & piv[i]) != zero)
+            r = a & low
+            p = r & (~r + one)  # lowest set bit (0 for a zero row)
+            for i in range(j):  # clear the new pivot from earlier rows (reduced form)
+                A[i] ^= a * ((A[i] & p) != zero)
+            A[j], piv[j] = a, p
+        pivots = np.zeros(len(ys), dtype=np.uint64)
+        x0 = np.zeros(len(ys), dtype=np.uint64)
+        rank = np.zeros(len(ys), dtype=np.int64)
+        bad = np.zeros(len(ys), dtype=bool)
+        top = np.uint64(m)
+        for j in range(k):
+            pivots |= piv[j]
+            x0 |= piv[j] * (A[j] >> top)  # pivot bit set to the row's target
+            rank += piv[j] != zero
+            bad |= A[j] == (one << top)  # 0 = 1: inconsistent
+        full = np.uint64((1 << m) - 1)
+        out = []
+        for rk in np.unique(rank[~bad]):
+            sel = np.flatnonzero((rank == rk) & ~bad)
+            if len(sel) == len(ys):
+                sel = slice(None)
+            free = full & ~pivots[sel]
+            As = [A[j][sel] for j in range(k)]
+            ps = [piv[j][sel] for j in range(k)]
+            sols = x0[sel][:, None]
+            for _ in range(m - int(rk)):
+                f = free & (~free + one)
+                free ^= f
+                vec = f.copy()
+                for j in range(k):
+                    vec |= ps[j] * ((As[j] & f) != zero)
+                sols = np.concatenate([sols, sols ^ vec[:, None]], axis=1)
+            out.append(sols.reshape(-1))
+        if not out:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate(out).astype(np.int64)
 
     def _row_index(self, seeds: np.ndarray, ys: np.ndarray) -> np.ndarray:
         """``k = 1``: flat index ``a * p + t`` of the one histogram cell each report adds to: ``(n,)``."""
@@ -827,16 +904,16 @@ class OLH(FrequencyOracle):
         size = hsh.size
         n = len(ys)
         if hsh.p == 2:
-            # s runs over GF(2)^k; u = M^T s and r = <s, b xor y> are built by doubling over the bits of s
+            # s runs over GF(2)^k; u = M^T s and r = <s, b xor y> are both XOR-linear in s, so the index
+            # r * 2^m + u = u | r << m is the XOR of w_j = row_j | z_j << m over the bits j of s (doubling)
             rows, b = hsh.rows(seeds)
             z = b ^ ys
-            u = np.zeros((n, self.g), dtype=np.uint64)
-            r = np.zeros((n, self.g), dtype=np.int64)
+            idx = np.zeros((n, self.g), dtype=np.int64)
             for j in range(hsh.k):
                 h = 1 << j
-                u[:, h : 2 * h] = u[:, :h] ^ rows[:, j, None]
-                r[:, h : 2 * h] = r[:, :h] ^ ((z >> j) & 1)[:, None]
-            return r * size + u.astype(np.int64)
+                w = rows[:, j].astype(np.int64) | (((z >> j) & 1) << hsh.m)
+                np.bitwise_xor(idx[:, :h], w[:, None], out=idx[:, h : 2 * h])
+            return idx
         M, b = hsh.rows(seeds)
         p, k, S = hsh.p, hsh.k, self._s
         ydig = (ys[:, None] // self._ypow[None, :]) % p
@@ -856,6 +933,8 @@ class OLH(FrequencyOracle):
     def support_counts(self, acc):
         hsh = self.hash
         T = acc.counts
+        if self.direct:
+            return T[: self.d].astype(np.float64)
         if hsh.p == 2:
             if hsh.k == 1:
                 c = (acc.n + _fwht(T[:, 0] - T[:, 1])) // 2
