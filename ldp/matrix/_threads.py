@@ -8,17 +8,43 @@ BLAS pools at ``LDP_MATRIX_BLAS_THREADS`` threads (default 1) and restores them 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 __all__ = ["blas_limit", "limited"]
 
+_controller: ThreadpoolController | None = None
+_state = threading.local()
 
+
+@contextlib.contextmanager
 def blas_limit():
-    """Context manager capping BLAS threads at $LDP_MATRIX_BLAS_THREADS (default 1)."""
-    return threadpool_limits(limits=int(os.environ.get("LDP_MATRIX_BLAS_THREADS", "1")), user_api="blas")
+    """Context manager capping BLAS threads at $LDP_MATRIX_BLAS_THREADS (default 1).
+
+    The library discovery of threadpoolctl costs ~10 ms, so one controller is kept per process and
+    nested uses are free.
+    """
+    global _controller
+    depth = getattr(_state, "depth", 0)
+    if depth:
+        _state.depth = depth + 1
+        try:
+            yield
+        finally:
+            _state.depth -= 1
+        return
+    if _controller is None:
+        _controller = ThreadpoolController()
+    with _controller.limit(limits=int(os.environ.get("LDP_MATRIX_BLAS_THREADS", "1")), user_api="blas"):
+        _state.depth = 1
+        try:
+            yield
+        finally:
+            _state.depth = 0
 
 
 def limited(fn):

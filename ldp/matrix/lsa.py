@@ -85,62 +85,107 @@ class LsaState:
     # ---------------------------------------------------------------------------------- candidates
     def _empty_candidates(self):
         d = len(self.dims)
-        self.c_box = np.zeros(0, np.int64)
-        self.c_axis = np.zeros(0, np.int64)
-        self.c_t = np.zeros(0, np.int64)
-        self.c_lo1 = np.zeros((0, d), np.int64)
-        self.c_hi1 = np.zeros((0, d), np.int64)
-        self.c_lo2 = np.zeros((0, d), np.int64)
-        self.c_hi2 = np.zeros((0, d), np.int64)
+        # integer columns: box id, axis, cut, lo1, hi1, lo2, hi2 (d each); S1 = [lo1, hi1), S2 = [lo2, hi2)
+        self.c_int = np.zeros((0, 3 + 4 * d), np.int64)
         self.c_stats = np.zeros((0, 6))  # pB, qB, rB, pY, qY, rY
 
-    def _cells(self, lo, hi) -> np.ndarray:
-        inside = np.all((self.coords >= lo[:, None]) & (self.coords < hi[:, None]), axis=0)
-        return np.flatnonzero(inside)
+    @property
+    def c_box(self) -> np.ndarray:
+        return self.c_int[:, 0]
+
+    @property
+    def c_axis(self) -> np.ndarray:
+        return self.c_int[:, 1]
+
+    @property
+    def c_t(self) -> np.ndarray:
+        return self.c_int[:, 2]
+
+    def _corners(self):
+        d = len(self.dims)
+        c = self.c_int[:, 3:]
+        return c[:, :d], c[:, d : 2 * d], c[:, 2 * d : 3 * d], c[:, 3 * d :]
+
+    def _cells(self, lo, hi):
+        """Flat indices of a box, row-major (a slice in 1-D)."""
+        if len(self.dims) == 1:
+            return slice(int(lo[0]), int(hi[0]))
+        grids = np.meshgrid(*[np.arange(a, b) for a, b in zip(lo, hi)], indexing="ij")
+        return np.ravel_multi_index(grids, self.dims).ravel()
+
+    def _block(self, mat: np.ndarray, idx) -> np.ndarray:
+        return mat[idx, idx] if isinstance(idx, slice) else mat[np.ix_(idx, idx)]
+
+    def _fresh_1d(self, box_id: int):
+        """1-D fast path of :meth:`_fresh_box` (fewer array operations; same numbers)."""
+        lo, hi = self.boxes[box_id]
+        a, b = int(lo[0]), int(hi[0])
+        e = b - a
+        if e < 2:
+            return [], []
+        p = np.stack((self.b[a:b, a:b], self.y[a:b, a:b])).cumsum(1).cumsum(2)  # inclusive prefix sums
+        d = np.arange(e - 1)
+        pp = p[:, d, d]
+        row = p[:, d, e - 1]
+        col = p[:, e - 1, d]
+        q = row - pp
+        r = p[:, e - 1, e - 1][:, None] - row - col + pp
+        t = a + 1 + d
+        ints = np.empty((e - 1, 7), np.int64)
+        ints[:, 0] = box_id
+        ints[:, 1] = 0
+        ints[:, 2] = t
+        ints[:, 3] = a
+        ints[:, 4] = t
+        ints[:, 5] = t
+        ints[:, 6] = b
+        return [ints], [np.stack((pp[0], q[0], r[0], pp[1], q[1], r[1]), 1)]
 
     def _fresh_box(self, box_id: int):
         """Candidate cuts of one box with their sub-box sums, from the current B and Y (O(D |S|^2))."""
+        if len(self.dims) == 1:
+            return self._fresh_1d(box_id)
         lo, hi = self.boxes[box_id]
         sh = tuple(int(e) for e in hi - lo)
         d = len(sh)
         idx = self._cells(lo, hi)
-        out = []
-        mats = [self.b[np.ix_(idx, idx)].reshape(sh + sh), self.y[np.ix_(idx, idx)].reshape(sh + sh)]
+        both = np.stack([self._block(self.b, idx), self._block(self.y, idx)]).reshape((2,) + sh + sh)
+        ints, stats = [], []
         for j in range(d):
             e = sh[j]
             if e < 2:
                 continue
-            others = tuple(k for k in range(d) if k != j) + tuple(d + k for k in range(d) if k != j)
-            stats = []
-            for mat in mats:
-                t2 = mat.sum(axis=others) if others else mat
-                p = np.zeros((e + 1, e + 1))
-                p[1:, 1:] = t2.cumsum(0).cumsum(1)
-                c = np.arange(1, e)
-                pp = p[c, c]
-                q = p[c, e] - pp
-                r = p[e, e] - p[c, e] - p[e, c] + pp
-                stats += [pp, q, r]
-            t_abs = lo[j] + np.arange(1, e)
-            lo1 = np.repeat(lo[None, :], e - 1, 0)
-            hi1 = np.repeat(hi[None, :], e - 1, 0)
-            hi1[:, j] = t_abs
-            lo2 = np.repeat(lo[None, :], e - 1, 0)
-            lo2[:, j] = t_abs
-            hi2 = np.repeat(hi[None, :], e - 1, 0)
-            out.append((np.full(e - 1, j), t_abs, lo1, hi1, lo2, hi2, np.stack(stats, 1)))
-        return out
+            others = tuple(1 + k for k in range(d) if k != j) + tuple(1 + d + k for k in range(d) if k != j)
+            t2 = both.sum(axis=others) if others else both  # (2, e, e)
+            p = np.zeros((2, e + 1, e + 1))
+            p[:, 1:, 1:] = t2.cumsum(1).cumsum(2)
+            c = np.arange(1, e)
+            pp = p[:, c, c]
+            q = p[:, c, e] - pp
+            r = p[:, e, e][:, None] - p[:, c, e] - p[:, e, c] + pp
+            stats.append(np.stack([pp[0], q[0], r[0], pp[1], q[1], r[1]], 1))
+            t_abs = lo[j] + c
+            block = np.empty((e - 1, 3 + 4 * d), np.int64)
+            block[:, 0] = box_id
+            block[:, 1] = j
+            block[:, 2] = t_abs
+            block[:, 3 : 3 + d] = lo
+            block[:, 3 + d : 3 + 2 * d] = hi
+            block[:, 3 + d + j] = t_abs
+            block[:, 3 + 2 * d : 3 + 3 * d] = lo
+            block[:, 3 + 2 * d + j] = t_abs
+            block[:, 3 + 3 * d :] = hi
+            ints.append(block)
+        return ints, stats
 
-    def _add_box_candidates(self, box_id: int):
-        for axis, t, lo1, hi1, lo2, hi2, st in self._fresh_box(box_id):
-            self.c_box = np.concatenate([self.c_box, np.full(t.size, box_id)])
-            self.c_axis = np.concatenate([self.c_axis, axis])
-            self.c_t = np.concatenate([self.c_t, t])
-            self.c_lo1 = np.concatenate([self.c_lo1, lo1])
-            self.c_hi1 = np.concatenate([self.c_hi1, hi1])
-            self.c_lo2 = np.concatenate([self.c_lo2, lo2])
-            self.c_hi2 = np.concatenate([self.c_hi2, hi2])
-            self.c_stats = np.concatenate([self.c_stats, st])
+    def _add_box_candidates(self, *box_ids: int):
+        ints, stats = [self.c_int], [self.c_stats]
+        for box_id in box_ids:
+            i, st = self._fresh_box(box_id)
+            ints += i
+            stats += st
+        self.c_int = np.concatenate(ints)
+        self.c_stats = np.concatenate(stats)
 
     def gains(self) -> np.ndarray:
         pb, qb, rb, py, qy, ry = self.c_stats.T
@@ -172,17 +217,21 @@ class LsaState:
     def split(self, c: int) -> float:
         """Apply candidate c (split its box); returns the exact gain used."""
         box_id = int(self.c_box[c])
-        lo1, hi1, lo2, hi2 = self.c_lo1[c], self.c_hi1[c], self.c_lo2[c], self.c_hi2[c]
+        lo1, hi1, lo2, hi2 = (a[c] for a in self._corners())
         i1, i2 = self._cells(lo1, hi1), self._cells(lo2, hi2)
-        z = np.stack([self.b[i1].sum(0), self.b[i2].sum(0)], 1)  # B U  (B symmetric)
-        yu = np.stack([self.y[i1].sum(0), self.y[i2].sum(0)], 1)
-        utbu = np.array([[z[i1, 0].sum(), z[i2, 0].sum()], [z[i1, 1].sum(), z[i2, 1].sum()]])
-        utyu = np.array([[yu[i1, 0].sum(), yu[i2, 0].sum()], [yu[i1, 1].sum(), yu[i2, 1].sum()]])
+        u = np.zeros((2, self.n))
+        u[0, i1] = 1.0
+        u[1, i2] = 1.0
+        z = (u @ self.b).T  # B U, (n, 2) (B symmetric)
+        yu = (u @ self.y).T
+        utbu = u @ z
+        utyu = u @ yu
         utbu = (utbu + utbu.T) / 2
         utyu = (utyu + utyu.T) / 2
-        k = utbu + np.array([[0.0, -1.0], [-1.0, 0.0]])
-        kinv = np.linalg.inv(k)
-        gain = float(np.trace(kinv @ utyu))
+        k00, k01, k11 = utbu[0, 0], utbu[0, 1] - 1.0, utbu[1, 1]
+        det = k00 * k11 - k01 * k01
+        kinv = np.array([[k11, -k01], [-k01, k00]]) / det
+        gain = float((kinv * utyu).sum())
         # rank-2 update of B and rank-4 update of Y
         zk = z @ kinv
         self.b -= zk @ z.T
@@ -195,8 +244,8 @@ class LsaState:
         self.f -= gain
         # bookkeeping of boxes
         keep = self.c_box != box_id
-        for name in ("c_box", "c_axis", "c_t", "c_lo1", "c_hi1", "c_lo2", "c_hi2", "c_stats"):
-            setattr(self, name, getattr(self, name)[keep])
+        self.c_int = self.c_int[keep]
+        self.c_stats = self.c_stats[keep]
         del self.boxes[box_id]
         id1, id2 = self.next_id, self.next_id + 1
         self.next_id += 2
@@ -207,8 +256,9 @@ class LsaState:
         # rank-k corrections of the other candidates' sums
         if self.c_box.size:
             sat = self._sat(v)
-            uv = self._box_sums(sat, self.c_lo1, self.c_hi1)  # (nc, 4): u^T [YU, Z]
-            vv = self._box_sums(sat, self.c_lo2, self.c_hi2)
+            c_lo1, c_hi1, c_lo2, c_hi2 = self._corners()
+            uv = self._box_sums(sat, c_lo1, c_hi1)  # (nc, 4): u^T [YU, Z]
+            vv = self._box_sums(sat, c_lo2, c_hi2)
             uz, vz = uv[:, 2:], vv[:, 2:]
             st = self.c_stats
             st[:, 0] -= np.einsum("ci,ij,cj->c", uz, kinv, uz)
@@ -217,8 +267,7 @@ class LsaState:
             st[:, 3] -= np.einsum("ci,ij,cj->c", uv, q, uv)
             st[:, 4] -= np.einsum("ci,ij,cj->c", uv, q, vv)
             st[:, 5] -= np.einsum("ci,ij,cj->c", vv, q, vv)
-        self._add_box_candidates(id1)
-        self._add_box_candidates(id2)
+        self._add_box_candidates(id1, id2)
         self.splits += 1
         return gain
 
@@ -236,8 +285,7 @@ class LsaState:
             raise RuntimeError(f"LSA incremental inverse drifted by {drift:.3g} (relative); this is a bug")
         self.f = f_exact
         self._empty_candidates()
-        for box_id in sorted(self.boxes):
-            self._add_box_candidates(box_id)
+        self._add_box_candidates(*sorted(self.boxes))
         return drift
 
 

@@ -72,10 +72,12 @@ def marginal_parts(dims, subsets, *, gram_fn: Callable[[int], np.ndarray] = allr
 
 
 @limited
-def joint_error(gram: np.ndarray, a: np.ndarray, *, rtol: float = 1e-10) -> float:
+def joint_error(gram: np.ndarray, a: np.ndarray) -> float:
     """Delta_2(A)^2 tr(G (A^T A)^+) through an orthonormal basis of rowspace(A) (A is p x n, p small)."""
-    _, s, vt = np.linalg.svd(a, full_matrices=False)
-    q = vt[s > rtol * s.max()].T  # (n, r)
+    # rowspace basis from the small p x p Gram A A^T = U S^2 U^T: V = A^T U / S
+    lam, u = linalg.eigh(a @ a.T, check_finite=False)
+    keep = lam > 1e-10 * lam.max()  # structural rank deficiency only; eigenvalues are s^2
+    q = (a.T @ u[:, keep]) / np.sqrt(lam[keep])  # (n, r), orthonormal columns
     gr = q.T @ gram @ q
     outside = np.trace(gram) - np.trace(gr)
     if outside > 1e-8 * max(np.trace(gram), 1e-300):
@@ -86,6 +88,7 @@ def joint_error(gram: np.ndarray, a: np.ndarray, *, rtol: float = 1e-10) -> floa
     return float(sens2 * np.trace(linalg.cho_solve(c, gr, check_finite=False)))
 
 
+@limited
 def separate(parts: Sequence[Part], optimizer: Callable, *, full_gram: np.ndarray | None = None
              ) -> SeparationResult:
     """Workload separation.
@@ -103,12 +106,16 @@ def separate(parts: Sequence[Part], optimizer: Callable, *, full_gram: np.ndarra
         raise ValueError("no parts")
     n = parts[0].aggregation.shape[1]
     strategies, errors = [], []
+    cache: dict[tuple, tuple[Strategy, float]] = {}  # parts with equal Grams share one optimisation
     for p in parts:
         if p.aggregation.shape != (p.gram.shape[0], n):
             raise ValueError(f"part {p.name!r}: aggregation must be ({p.gram.shape[0]}, {n})")
-        s = optimizer(p.gram, p.dims)
-        strategies.append(s)
-        errors.append(expected_error(p.gram, s))
+        key = (p.dims, p.gram.tobytes())
+        if key not in cache:
+            s = optimizer(p.gram, p.dims)
+            cache[key] = (s, expected_error(p.gram, s))
+        strategies.append(cache[key][0])
+        errors.append(cache[key][1])
     e = np.asarray(errors)
     w = e**0.25
     w /= np.sqrt(np.sum(w**2))
