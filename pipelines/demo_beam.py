@@ -2,9 +2,13 @@
 
 Batch (default; what ``run_local.sh`` runs)::
 
-    python -m pipelines.demo_beam [--users 1000000] [--mechanism auto] [--epsilon 1] [--domain 1024]
-        [--dataset zipf] [--seed 2026] [--workdir out/beam-demo] [--top 20] [--inject_bad 2]
-        [-- BEAM ARGS, e.g. --direct_running_mode=multi_processing --direct_num_workers=2]
+    python -m pipelines.demo_beam --users 1000000 --mechanism auto --epsilon 1 --domain_size 1024 \
+        --dataset zipf --seed 2026 --workdir out/beam-demo --top 20 --inject_bad 2
+
+(every flag optional; ``ldp-beam demo`` is the same command). Beam options are passed on to the pipeline,
+e.g. ``--direct_running_mode=multi_processing --direct_num_workers=2``.
+
+The demo owns ``WORKDIR``: its ``task.json``, ``reports/`` and ``out-*/`` are replaced on every run.
 
 1. writes the collection task ``WORKDIR/task.json`` (``auto`` resolves to the lowest-variance oracle);
 2. simulates the users into ``WORKDIR/reports/*.avro`` (plus a few bad records of every kind and one
@@ -25,41 +29,56 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ldp.task import parse_task
+from ldp.task import TaskError, parse_task
+from pipelines.cli import fail, job_parser, parse_job_args
 
 __all__ = ["run"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pipelines.demo_beam", description=__doc__.split("\n")[0])
-    ap.add_argument("--users", type=int, default=1_000_000)
-    ap.add_argument("--mechanism", default="auto")
-    ap.add_argument("--epsilon", type=float, default=1.0)
-    ap.add_argument("--domain", type=int, default=1024)
-    ap.add_argument("--dataset", default="zipf")
+    ap = job_parser(__doc__.splitlines()[0])
+    ap.add_argument("--users", type=int, default=1_000_000, help="number of simulated users")
+    ap.add_argument("--mechanism", default="auto", help="frequency oracle (auto: the lowest variance)")
+    ap.add_argument("--epsilon", type=float, default=1.0, help="privacy budget per report")
+    ap.add_argument("--domain_size", type=int, default=1024, help="size of the categorical domain")
+    ap.add_argument("--dataset", default="zipf", help="zipf[:EXPONENT], uniform or csv:PATH:COLUMN")
     ap.add_argument("--seed", type=int, default=2026, help="simulation seed (real clients use OS entropy)")
-    ap.add_argument("--workdir", default="out/beam-demo")
-    ap.add_argument("--top", type=int, default=20)
-    ap.add_argument("--files", type=int, default=4)
-    ap.add_argument(
-        "--inject_bad", type=int, default=2, help="bad records of every kind mixed into the input"
-    )
-    ap.add_argument(
-        "--compare", default="norm-sub", help="second post-processing method to run ('none': skip)"
-    )
-    ap.add_argument("--streaming", action="store_true", help="streaming demo on the Pub/Sub emulator")
+    ap.add_argument("--workdir", default="out/beam-demo", help="the demo's scratch directory")
+    ap.add_argument("--top", type=int, default=20, help="values printed, by true frequency")
+    ap.add_argument("--files", type=int, default=4, help="number of Avro report files")
+    ap.add_argument("--inject_bad", type=int, default=2, help="bad records of every kind in the input")
+    ap.add_argument("--compare", default="norm-sub", help="second post-processing method ('none': skip)")
+    ap.add_argument("--streaming", action="store_true", help="the streaming demo on the Pub/Sub emulator")
     ap.add_argument("--rate", type=float, default=10_000.0, help="streaming: reports per second")
     ap.add_argument("--window_size", type=float, default=5.0, help="streaming: window length in seconds")
     return ap
+
+
+def _fresh(path: Path) -> Path:
+    """Removes one of the demo's own subdirectories of ``--workdir`` (an earlier demo run's)."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    return path
+
+
+def _task(ns: argparse.Namespace, task_id: str):
+    obj = {"task_id": task_id, "mechanism": ns.mechanism, "epsilon": ns.epsilon}
+    obj["domain_size"] = ns.domain_size
+    try:
+        return parse_task(obj, source="demo task", kind="frequency")
+    except TaskError as exc:
+        fail(exc.one_line())
 
 
 def _read_estimates(out: Path) -> list[dict[str, Any]]:
@@ -75,25 +94,27 @@ def run_batch(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
 
     work = Path(ns.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    task = parse_task(
-        {"task_id": "beam-demo", "mechanism": ns.mechanism, "epsilon": ns.epsilon, "domain_size": ns.domain}
-    )
+    task = _task(ns, "beam-demo")
     task.save(work / "task.json")
     oracle = task.make_oracle()
     print(
         f"task {work / 'task.json'}: mechanism {ns.mechanism} -> {oracle!r}, {oracle.report_bits} bits/report"
     )
     t0 = time.perf_counter()
-    truth = simulate.simulate_files(
-        task, ns.users, ns.dataset, work / "reports", seed=ns.seed, files=ns.files, inject_bad=ns.inject_bad
-    )
+    try:
+        truth = simulate.simulate_files(
+            task, ns.users, ns.dataset, _fresh(work / "reports"), seed=ns.seed, files=ns.files,
+            inject_bad=ns.inject_bad,
+        )  # fmt: skip
+    except ValueError as exc:
+        fail(str(exc))
     t1 = time.perf_counter()
     print(f"simulated {ns.users:,} users ({ns.dataset}) into {ns.files} Avro files in {t1 - t0:.1f} s")
     f_true = np.asarray(truth["frequencies"])
     results = {}
     methods = ["base"] + ([ns.compare] if ns.compare and ns.compare not in ("none", "base") else [])
     for method in methods:
-        out = work / f"out-{method}"
+        out = _fresh(work / f"out-{method}")
         argv = [
             "--task",
             str(work / "task.json"),
@@ -156,19 +177,12 @@ def run_batch(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
 def run_streaming(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
     from google.cloud import pubsub_v1
 
-    from pipelines.common import PubSubEmulator
+    from pipelines.pubsub_emulator import PubSubEmulator
     from pipelines.simulate import publish
 
     work = Path(ns.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    task = parse_task(
-        {
-            "task_id": "beam-demo-stream",
-            "mechanism": ns.mechanism,
-            "epsilon": ns.epsilon,
-            "domain_size": ns.domain,
-        }
-    )
+    task = _task(ns, "beam-demo-stream")
     task.save(work / "stream-task.json")
     if not PubSubEmulator.available():
         raise SystemExit(
@@ -198,7 +212,7 @@ def run_streaming(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any
             "--input_subscription",
             in_sub,
             "--output",
-            str(work / "stream-out"),
+            str(_fresh(work / "stream-out")),
             "--output_topic",
             out_topic,
             "--window_size",
@@ -259,14 +273,9 @@ def run_streaming(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any
     return {"returncode": proc.returncode}
 
 
-def run(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    beam_args: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, beam_args = argv[:i], argv[i + 1 :]
-    ns = _parser().parse_args(argv)
-    return run_streaming(ns, beam_args) if ns.streaming else run_batch(ns, beam_args)
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    ns, _ = parse_job_args(_parser(), argv)
+    return run_streaming(ns, ns.beam_args) if ns.streaming else run_batch(ns, ns.beam_args)
 
 
 if __name__ == "__main__":

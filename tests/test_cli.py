@@ -1,0 +1,221 @@
+"""Tests of the command-line convention (pipelines.cli) and the ``ldp-beam`` entry point."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+
+import ldp
+from pipelines import cli
+
+
+def _parser():
+    p = cli.job_parser("a test job")
+    cli.add_population_flags(p, users=1000)
+    cli.add_input_flags(p)
+    cli.add_output_flags(p, required=False)
+    p.add_argument("--window_size", type=float, help="window length in seconds")
+    p.add_argument("--mode", required=True, choices=["a", "b"], help="a required flag")
+    return p
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err  # one line, no usage dump, no traceback
+    return err
+
+
+def test_help_shows_defaults_required_flags_and_the_beam_pointer(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_job_args(_parser(), ["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "--users USERS" in text and "(default: 1000)" in text and "(default: INFO)" in text
+    assert "--mode {a,b}" in text and "[--mode" not in text  # a required flag is shown as required
+    assert "(default: None)" not in text and "(default: False)" not in text  # unset flags: no noise
+    assert "Apache Beam pipeline option" in text
+
+
+def test_job_flags_and_beam_options_are_split():
+    ns, options = cli.parse_job_args(
+        _parser(),
+        ["--mode", "a", "--users", "5", "--runner=DirectRunner", "--direct_num_workers", "2", "--streaming"],
+        setup_log=False,
+    )
+    assert ns.users == 5 and ns.mode == "a" and ns.seed == 0 and ns.domain_size is None
+    assert options.view_as(StandardOptions).runner == "DirectRunner"
+    assert options.view_as(StandardOptions).streaming is True
+    assert options.view_as(DirectOptions).direct_num_workers == 2
+    assert ns.beam_args == ["--runner=DirectRunner", "--direct_num_workers", "2", "--streaming"]
+
+
+def test_a_flag_both_declare_reaches_both():
+    p = cli.job_parser("x")
+    p.add_argument("--streaming", action="store_true", help="streaming mode")
+    ns, options = cli.parse_job_args(p, ["--streaming"], setup_log=False)
+    assert ns.streaming is True and options.view_as(StandardOptions).streaming is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "pattern"),
+    [
+        (["--mode", "a", "--window-size", "600"], "--window-size 600 .*did you mean --window_size"),
+        (["--mode", "a", "--usrs", "3"], "unrecognized arguments: --usrs 3.*did you mean --users"),
+        (["--mode", "a", "--n", "3"], "did you mean --users"),
+        (["--mode", "a", "--runer=DirectRunner"], "unrecognized arguments: --runer=DirectRunner.*--runner"),
+        (["--mode", "a", "stray"], "unrecognized arguments: stray"),
+        (["--users", "3"], "the following arguments are required: --mode"),
+        (["--mode", "c"], "invalid choice: 'c'"),
+        (["--mode", "a", "--users", "x"], "argument --users: invalid int value: 'x'"),
+        (["--mode", "a", "--direct_num_workers", "x"], "Beam pipeline option: argument --direct_num_workers"),
+    ],
+)
+def test_bad_flags_are_one_line_errors_with_exit_2(capsys, argv, pattern):
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_job_args(_parser(), argv, setup_log=False)
+    assert exc.value.code == 2
+    err = _error_line(capsys)
+    assert re.search(pattern, err), err
+    assert "error:" in err and "--help" in err
+
+
+def test_commands_without_a_pipeline_refuse_beam_flags(capsys):
+    p = cli.job_parser("no pipeline", beam_options=False)
+    p.add_argument("--users", type=int, default=1, help="users")
+    ns, options = cli.parse_job_args(p, ["--users", "4"], beam=False, setup_log=False)
+    assert ns.users == 4 and options is None
+    with pytest.raises(SystemExit, match="2"):
+        cli.parse_job_args(p, ["--runner=DirectRunner"], beam=False, setup_log=False)
+    assert "unrecognized arguments: --runner=DirectRunner" in _error_line(capsys)
+
+
+def test_beam_option_parser_knows_beams_flags_only():
+    flags = {s for a in cli.beam_option_parser()._actions for s in a.option_strings}
+    for flag in ("--runner", "--streaming", "--direct_running_mode", "--job_endpoint", "--flink_master",
+                 "--environment_type", "--setup_file", "--project", "--temp_location", "--experiments"):
+        assert flag in flags, flag  # fmt: skip
+    assert "--task" not in flags and "--window_size" not in flags  # nothing of ours
+
+
+def test_require_inputs(tmp_path, capsys):
+    (tmp_path / "b.avro").write_bytes(b"x")
+    (tmp_path / "a.avro").write_bytes(b"x")
+    assert [Path(p).name for p in cli.require_inputs(str(tmp_path / "*.avro"))] == ["a.avro", "b.avro"]
+    assert cli.require_inputs(str(tmp_path / "none-*.avro"), allow_empty=True) == []
+    with pytest.raises(SystemExit) as exc:
+        cli.require_inputs(str(tmp_path / "none-*.avro"))
+    assert exc.value.code == 2 and "matches no file" in _error_line(capsys)
+    with pytest.raises(SystemExit, match="2"):
+        cli.require_inputs(None)
+    assert "--input is required" in _error_line(capsys)
+
+
+def test_prepare_output(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.prepare_output(str(out)) == str(out) and (out / cli.OUTPUT_MARKER).is_file()
+    (out / "estimates-0.jsonl").write_text("{}\n")
+    with pytest.raises(SystemExit, match="2"):
+        cli.prepare_output(str(out))
+    assert "is not empty" in _error_line(capsys) and (out / "estimates-0.jsonl").exists()
+    (out / "sub").mkdir()
+    cli.prepare_output(str(out), overwrite=True)  # an earlier job's output: cleared
+    assert sorted(os.listdir(out)) == [cli.OUTPUT_MARKER]
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "cat.jpg").write_bytes(b"\xff")
+    with pytest.raises(SystemExit, match="2"):
+        cli.prepare_output(str(other), overwrite=True)
+    assert "not written by an ldp-beam job" in _error_line(capsys) and (other / "cat.jpg").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit, match="2"):
+        cli.prepare_output(str(tmp_path / "file"))
+    assert "not a directory" in _error_line(capsys)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cli.prepare_output(str(empty))  # an existing empty directory is fine
+
+
+def test_setup_logging_levels():
+    try:
+        cli.setup_logging("debug")
+        assert logging.getLogger("pipelines").level == logging.DEBUG
+        assert logging.getLogger().level == logging.DEBUG
+        cli.setup_logging("INFO")
+        assert logging.getLogger("pipelines").getEffectiveLevel() == logging.INFO
+        assert logging.getLogger("transforms.io").getEffectiveLevel() == logging.INFO
+        assert logging.getLogger("apache_beam.runners").getEffectiveLevel() == logging.WARNING  # quiet Beam
+        with pytest.raises(ValueError, match="unknown log level"):
+            cli.setup_logging("LOUD")
+    finally:
+        cli.setup_logging("WARNING")
+
+
+def test_every_command_module_has_run():
+    for name, (module, summary) in cli.COMMANDS.items():
+        assert callable(importlib.import_module(module).run), name
+        assert summary
+
+
+def test_main_dispatch_in_process(capsys):
+    assert cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert all(name in text for name in cli.COMMANDS)
+    assert cli.main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"ldp-beam {ldp.__version__}"
+    with pytest.raises(SystemExit, match="2"):
+        cli.main(["simulat"])
+    assert "unknown command 'simulat'; did you mean simulate?" in _error_line(capsys)
+
+
+# ---- through real processes (integration tier: the names say "subprocess") ---------------------------------
+
+
+def _ldp_beam() -> str:
+    exe = Path(sys.executable).parent / "ldp-beam"
+    if not exe.exists():
+        pytest.fail(f"{exe} missing: the package is not installed (bash tools/ensure_venv.sh)")
+    return str(exe)
+
+
+def test_entry_point_lists_and_runs_commands_subprocess(run_cli, tmp_path, range_task_file):
+    out = run_cli(_ldp_beam(), "--help")
+    assert out.returncode == 0 and all(name in out.stdout for name in cli.COMMANDS), out
+    for name in cli.COMMANDS:
+        sub = run_cli(_ldp_beam(), name, "--help")
+        assert sub.returncode == 0 and f"usage: ldp-beam {name}" in sub.stdout, (name, sub.stderr)
+        assert sub.stderr == "", (name, sub.stderr)  # no import-time warnings, nothing else
+    task = range_task_file(expected_users=2000)
+    sim = [_ldp_beam(), "simulate", "--task", str(task)]
+    ran = run_cli(*sim, "--users", "2000", "--output", str(tmp_path / "r"))
+    assert ran.returncode == 0, ran.stderr
+    assert "wrote 2,000 range reports" in ran.stderr and (tmp_path / "r" / "truth_records.npy").is_file()
+    bad = run_cli(*sim, "--users", "5", "--output", str(tmp_path / "x"), "--window-size", "600")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert bad.stderr.startswith("ldp-beam simulate: error: unrecognized arguments: --window-size 600")
+
+
+def test_python_m_modules_subprocess(run_cli):
+    for module in [m for m, _ in cli.COMMANDS.values()] + ["pipelines.simulate_range", "bench.table",
+                                                          "bench.pipeline", "experiments.consistency"]:
+        out = run_cli("--help", module=module)
+        assert out.returncode == 0 and f"usage: python -m {module}" in out.stdout, (module, out.stderr)
+        assert out.stderr == "", (module, out.stderr)  # fmt: skip
+
+
+def test_no_import_time_warnings_subprocess(run_cli):
+    out = run_cli(sys.executable, "-c", "import apache_beam, apache_beam.io.gcp.pubsub; import pipelines.cli")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+
+
+def test_installed_version_is_ldp_version():
+    if shutil.which("ldp-beam", path=str(Path(sys.executable).parent)) is None:
+        pytest.fail("ldp-beam is not installed in this environment (bash tools/ensure_venv.sh)")
+    assert importlib.metadata.version("ldp-beam") == ldp.__version__
