@@ -1,7 +1,9 @@
 """Benchmark of the batch frequency pipeline against in-process floors (not part of the test suite).
 
-    .venv/bin/python -m bench.pipeline --n 1000000 --d 1024 --json OUT.json [--streaming_latency]
-        [-- BEAM ARGS e.g. --direct_running_mode=multi_processing --direct_num_workers=2]
+    .venv/bin/python -m bench.pipeline --users 1000000 --domain_size 1024 --json OUT.json --streaming_latency
+
+Beam options are passed on to the measured pipeline run, e.g. ``--direct_running_mode=multi_processing
+--direct_num_workers=2``.
 
 Measures, on the same simulated reports (one task, ``--mechanism`` default ``auto``, epsilon 1):
 
@@ -22,11 +24,11 @@ delay from the end of each window to the arrival of its first estimate on the ou
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -35,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from pipelines.cli import job_parser, parse_job_args
 
 __all__ = ["main", "measure_batch", "measure_streaming_latency"]
 
@@ -157,7 +161,7 @@ def measure_streaming_latency(
     from google.cloud import pubsub_v1
 
     from ldp.task import parse_task
-    from pipelines.common import PubSubEmulator
+    from pipelines.pubsub_emulator import PubSubEmulator
     from transforms.records import encode_report_container, reports_to_records
 
     task = parse_task({"task_id": "latency", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024})
@@ -243,21 +247,18 @@ def measure_streaming_latency(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    beam_args: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, beam_args = argv[:i], argv[i + 1 :]
-    ap = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--d", type=int, default=1024)
-    ap.add_argument("--epsilon", type=float, default=1.0)
-    ap.add_argument("--mechanism", default="auto")
-    ap.add_argument("--files", type=int, default=4)
+    ap = job_parser(__doc__.splitlines()[0])
+    ap.add_argument("--users", type=int, default=1_000_000, help="number of simulated users (reports)")
+    ap.add_argument("--domain_size", type=int, default=1024, help="size of the categorical domain")
+    ap.add_argument("--epsilon", type=float, default=1.0, help="privacy budget per report")
+    ap.add_argument("--mechanism", default="auto", help="frequency oracle (auto: the lowest variance)")
+    ap.add_argument("--files", type=int, default=4, help="number of Avro report files")
+    ap.add_argument("--seed", type=int, default=1, help="simulation seed")
     ap.add_argument("--workdir", help="keep inputs and outputs here (default: a temporary directory)")
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--streaming_latency", action="store_true", help="also measure latency on the emulator")
-    ns = ap.parse_args(argv)
+    ns, _ = parse_job_args(ap, argv)
+    beam_args = ns.beam_args
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         work = Path(ns.workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -268,7 +269,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "load_avg_1m": os.getloadavg()[0],
             }
         }
-        res.update(measure_batch(ns.n, ns.d, ns.epsilon, ns.mechanism, ns.files, work, beam_args))
+        if ns.workdir:  # the benchmark's own subdirectories of --workdir, from an earlier run
+            for sub in ("in", "out"):
+                shutil.rmtree(work / sub, ignore_errors=True)
+        batch = measure_batch(
+            ns.users, ns.domain_size, ns.epsilon, ns.mechanism, ns.files, work, beam_args, ns.seed
+        )
+        res.update(batch)
         if ns.streaming_latency:
             res["streaming"] = measure_streaming_latency(work)
     lines = [
