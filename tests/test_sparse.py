@@ -28,7 +28,7 @@ def rng() -> np.random.Generator:
 
 def g0(n: int, k: int, r: np.random.Generator, support: int = 1000) -> SparseVectors:
     """Spec generator G0: k distinct ids from [0, support), +1 on even ids, -1 on odd ones."""
-    items = np.argsort(r.random((n, support)), axis=1)[:, :k]
+    items = np.argpartition(r.random((n, support)), k, axis=1)[:, :k]  # a uniform k-subset
     vals = np.where(items % 2 == 0, 1.0, -1.0)
     return SparseVectors(np.arange(n + 1) * k, items.ravel().astype(np.uint64), vals.ravel())
 
@@ -155,7 +155,7 @@ def test_sensitivity_adversarial_pairs(family):
     p = choose_params(1.0, d, k, 2 * k, hash_family=family, bins=4, eta=k)  # eta = k: no clip; Delta = L
     assert p.Delta == 2 * k
     seeds = r.integers(0, 2**63, n, dtype=np.uint64)
-    cand = np.arange(4096, dtype=np.uint64)
+    cand = np.arange(512, dtype=np.uint64)
     h, s = bins_signs(family, seeds, cand[None, :], 4, d)
     items_a = np.empty((n, k), np.uint64)
     items_b = np.empty((n, k), np.uint64)
@@ -379,6 +379,14 @@ def test_gf2_signs_are_not_4wise_independent():
 # ---------------------------------------------------------------------------------------------
 # unbiasedness and MSE against the closed form (spec acceptance 6 and 7)
 # ---------------------------------------------------------------------------------------------
+def _estimate(m, rep, items):
+    """gf2-affine: the whole-vector table (fast), read at ``items``; otherwise the query-set accumulator."""
+    if m.params.hash_family == "gf2-affine" and m.params.domain_size <= 1 << 20:
+        acc = m.add(m.create_accumulator(), rep)
+        return m.estimate(acc, items)
+    return m.estimate_reports(rep, items)
+
+
 def _check_groups(m, vec, n, null_ids, owned_ids, r, rel=0.10, reps=4):
     """Pooled over ``reps`` independent runs: the mean error of each group within 4 s.e. and its MSE
     within ``rel`` of the closed form, ``rel`` being at least 4 standard errors of a mean of
@@ -387,7 +395,7 @@ def _check_groups(m, vec, n, null_ids, owned_ids, r, rel=0.10, reps=4):
     errs, est = [], None
     for _ in range(reps):
         rep, _ = m.encode(vec, rng=r)
-        est = m.estimate_reports(rep, items)
+        est = _estimate(m, rep, items)
         errs.append(est.mean - vec.mean_at(items))
     err = np.stack(errs)
     theory = m.variance(vec, items)
@@ -404,45 +412,48 @@ def _check_groups(m, vec, n, null_ids, owned_ids, r, rel=0.10, reps=4):
 
 @pytest.mark.parametrize("family", ["gf2-affine", "mix64"])
 def test_event_level_unbiased_and_mse(family):
+    """The spec's G0 at n = 5000 (the relative tolerance does not depend on n)."""
     r = rng()
-    n, k = 20_000, 16
+    n, k = 5000, 16
     vec = g0(n, k, r)
     m = SVME(choose_params(1.0, 1 << 20, k, "event", bins=4, hash_family=family, expected_users=n))
     null = (10_000 + r.choice(1 << 19, 2000, replace=False)).astype(np.uint64)
+    if family == "gf2-affine":  # the table gives every null id at no extra cost: use 20000 of them
+        null = (10_000 + r.choice(1 << 19, 20_000, replace=False)).astype(np.uint64)
     _, theory = _check_groups(m, vec, n, null, np.arange(1000, dtype=np.uint64), r)
     assert theory[-1] * n == pytest.approx(k / 4 + 8 + 0.25**2 / 6)
 
 
 def test_duchi_user_level_unbiased_and_mse():
     r = rng()
-    n, k = 20_000, 16
+    n, k = 5000, 16
     vec = g0(n, k, r)
     p = choose_params(1.0, 1 << 20, k, "user", expected_users=n)
     assert p.noise == "duchi" and p.bins == 1
     m = SVME(p)
-    null = (10_000 + r.choice(1 << 19, 2000, replace=False)).astype(np.uint64)
+    null = (10_000 + r.choice(1 << 19, 20_000, replace=False)).astype(np.uint64)
     rep, _ = m.encode(vec, rng=r)
-    est = m.estimate_reports(rep, null)
+    est = _estimate(m, rep, null)
     ratio = (est.mean**2).mean() * n / p.duchi_second_moment()
-    assert abs(ratio - 1) < 0.10
+    assert abs(ratio - 1) < 0.10  # 20000 null ids: s.e. 1%
 
 
 @pytest.mark.parametrize("k", [4, 16, 64, 256])
 def test_event_level_flat_in_k(k):
     """Spec 7: event level (L = 2, b = k/4): null-id MSE * n = 8 + k/b = 12 (+ rounding)."""
     r = rng()
-    n = 20_000
+    n = 5000
     vec = g0(n, k, r, support=max(1000, 2 * k))
     m = SVME(choose_params(1.0, 1 << 20, k, "event", bins=k // 4, expected_users=n))
-    null = (100_000 + r.choice(1 << 19, 2000, replace=False)).astype(np.uint64)
+    null = (100_000 + r.choice(1 << 19, 20_000, replace=False)).astype(np.uint64)  # s.e. 1%
     rep, _ = m.encode(vec, rng=r)
-    est = m.estimate_reports(rep, null)
+    est = _estimate(m, rep, null)
     assert abs((est.mean**2).mean() * n / (12 + 0.25**2 / 6) - 1) < 0.10
 
 
 def test_user_level_binary_discrete_laplace():
     r = rng()
-    n, k = 20_000, 8
+    n, k = 5000, 8
     items = np.argsort(r.random((n, 200)), axis=1)[:, :k]
     vec = SparseVectors(np.arange(n + 1) * k, items.ravel().astype(np.uint64), np.ones(n * k))
     p = choose_params(2.0, 1 << 16, k, "event", values="binary", expected_users=n)

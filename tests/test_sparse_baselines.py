@@ -55,15 +55,15 @@ CLASSES = {"kfold": KFold, "sampling": Sampling, "harmony": Harmony, "pckv": PCK
 @pytest.mark.parametrize("name,privacy,kw", CASES)
 def test_baseline_mse_matches_closed_form(name, privacy, kw):
     r = rng()
-    n, d, k = 20_000, 4096, 8
+    n, d, k = 5000, 4096, 8  # the relative MSE tolerance depends on the number of ids, not on n
     vec = population(n, k, r)
     mech = CLASSES[name](1.0, d, k, privacy, **kw)
     items = np.arange(d, dtype=np.uint64)
     if name == "gaussian":
         # the real dense client, chunked (n * d cells), against the closed form
         acc = mech.create_accumulator(items)
-        for lo in range(0, n, 2000):
-            rep, _ = mech.encode(vec.take(slice(lo, lo + 2000)), rng=r)
+        for lo in range(0, n, 1000):
+            rep, _ = mech.encode(vec.take(slice(lo, lo + 1000)), rng=r)
             mech.add(acc, rep)
         est = mech.estimate(acc)
     else:
