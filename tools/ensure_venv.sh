@@ -22,7 +22,7 @@ if [ "${1:-}" = "--update-constraints" ]; then
     echo "# Exact versions of the environment the test suite passed in (Python $("$venv/bin/python" -c 'import sys; print(".".join(map(str, sys.version_info[:3])))'))."
     echo "# Used as: pip install -c constraints.txt -e .[test,pubsub]   (tools/ensure_venv.sh, CI)."
     echo "# Regenerate after a tested dependency change: bash tools/ensure_venv.sh --update-constraints"
-    "$venv/bin/python" -m pip freeze --exclude-editable --all | grep -v -E '^(pip|setuptools|wheel)==' | sort -f
+    "$venv/bin/python" -m pip freeze --exclude-editable --all | grep -v -E '^(pip|setuptools)==' | sort -f
   } > "$constraints.tmp"
   mv "$constraints.tmp" "$constraints"
   echo "[ensure_venv] wrote $constraints" >&2
