@@ -822,7 +822,7 @@ class OLH(FrequencyOracle):
         if self.direct:  # 2k elimination words and 2 solution arrays of 8 bytes per report
             step = max(1, _CHUNK_BYTES // (8 * (2 * self.hash.k + 2 * per + 8)))
         else:  # three (rows x g) 8-byte arrays per chunk
-            step = max(1, (_CHUNK_BYTES // 24) // per)
+            step = max(1, min(1 << 16, (_CHUNK_BYTES // 24) // per))
         if self.direct:
             index = self._support_sets
         else:
