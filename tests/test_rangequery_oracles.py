@@ -9,7 +9,7 @@ import pytest
 
 from ldp.datasets_multi import sample_records
 from ldp.oracles import make_oracle, olh_buckets
-from ldp.rangequery.grids import weighted_sum_variance
+from ldp.rangequery.grids import group_oracle_for, weighted_sum_variance
 from ldp.rangequery.queries import RangeQuery, random_queries, true_answers
 from ldp.rangequery.registry import make_mechanism
 
@@ -27,7 +27,7 @@ def test_grids_choose_oracle_per_grid():
     mech = make_mechanism("hdg", 1.0, [64] * 4, 20_000)
     assert (mech.g1, mech.g2) == (8, 2)
     for g, spec in enumerate(mech.specs):
-        want = make_oracle("auto", 1.0, spec.n_cells)
+        want = group_oracle_for("auto", 1.0, spec.n_cells)
         assert mech.group_oracle(g).name == want.name
     four = mech.group_oracle(mech.n_groups - 1)
     olh4 = make_oracle("olh", 1.0, 4)
@@ -49,7 +49,7 @@ def test_hierarchies_choose_oracle_per_level(method):
         if method == "hio" and not mech.is_dense(g):
             assert mech.group_oracle(g).name == "olh"
         else:
-            assert mech.group_oracle(g).name == make_oracle("auto", 1.0, dom).name
+            assert mech.group_oracle(g).name == group_oracle_for("auto", 1.0, dom).name
     names = {mech.group_oracle(g).name for g in range(mech.n_groups)}
     assert "grr" in names  # the 2- and 4-cell levels
 
@@ -138,3 +138,18 @@ def test_large_epsilon_on_64_value_attributes(method, oracle):
     truth = true_answers(rec, qs)
     uni = np.array([q.volume(sizes) for q in qs])
     assert np.mean(np.abs(ans - truth)) < np.mean(np.abs(uni - truth))
+
+
+def test_range_auto_keeps_reports_small_and_skips_hadamard():
+    # at eps = 0.4 the plain auto takes OUE (4096-bit reports) for a 64 x 64 marginal; range auto takes OLH
+    assert make_oracle("auto", 0.4, 4096).name == "oue"
+    o = group_oracle_for("auto", 0.4, 4096)
+    assert o.name == "olh" and o.report_bits <= 256
+    assert make_oracle("auto", 0.2, 4096).name == "hr"
+    assert group_oracle_for("auto", 0.2, 4096).name == "olh"
+    # a bigger budget lets OUE through; explicit names are taken as they are
+    assert group_oracle_for("auto", 0.4, 4096, max_report_bits=1 << 13).name == "oue"
+    assert group_oracle_for("hr", 0.2, 4096).name == "hr"
+    assert group_oracle_for("auto", 1.0, 4).name == "grr"
+    with pytest.raises(ValueError, match="max_report_bits"):
+        make_mechanism("calm", 1.0, [16, 16], 1000, max_report_bits=0)

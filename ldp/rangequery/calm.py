@@ -40,7 +40,9 @@ class CALMMechanism(TDGMechanism):
     """
 
     name = "calm"
-    OPTIONS = frozenset({"oracle", "norm_sub", "max_post_rounds", "wu_threshold", "wu_max_iter", "clip"})
+    OPTIONS = frozenset(
+        {"oracle", "max_report_bits", "norm_sub", "max_post_rounds", "wu_threshold", "wu_max_iter", "clip"}
+    )
 
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)

@@ -49,9 +49,15 @@ from typing import Any
 import numpy as np
 
 from ldp.hashing import DEFAULT_HASH_FAMILY, LinearHash
-from ldp.oracles import OLH, make_oracle
+from ldp.oracles import OLH
 from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
-from ldp.rangequery.grids import check_oracle_name, oracle_from_spec, oracle_spec
+from ldp.rangequery.grids import (
+    check_max_report_bits,
+    check_oracle_name,
+    group_oracle_for,
+    oracle_from_spec,
+    oracle_spec,
+)
 from ldp.rangequery.queries import AnswerPostprocessing, RangeQuery, clip_option
 from ldp.reports import Reports
 
@@ -355,6 +361,7 @@ class HIOMechanism(RangeMechanism):
 
     Options:
         branching: hierarchy fan-out ``b`` (default 5).
+        max_report_bits: report budget of ``auto`` (default 256).
         oracle: frequency oracle of the groups with a dense accumulator, ``"auto"`` (default: per group) or
             any name of :func:`ldp.oracles.make_oracle` (``"olh"`` is the paper's); lazy groups always use
             OLH (:class:`StoredReportsOLH`).
@@ -363,12 +370,13 @@ class HIOMechanism(RangeMechanism):
     """
 
     name = "hio"
-    OPTIONS = frozenset({"branching", "oracle", "dense_limit", "clip"})
+    OPTIONS = frozenset({"branching", "oracle", "max_report_bits", "dense_limit", "clip"})
 
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)
         self.branching = _check_branching(options.get("branching", 5))
         self.oracle_name = str(options.get("oracle", "auto")).lower()
+        self.max_report_bits = check_max_report_bits(options)
         self.dense_limit = int(options.get("dense_limit", 4096))
         self.clip = clip_option(options)
         if self.dense_limit < 1:
@@ -417,7 +425,9 @@ class HIOMechanism(RangeMechanism):
         key = (dom, dense)
         if key not in self._oracles:
             if dense:
-                self._oracles[key] = make_oracle(self.oracle_name, self.epsilon, dom)
+                self._oracles[key] = group_oracle_for(
+                    self.oracle_name, self.epsilon, dom, max_report_bits=self.max_report_bits
+                )
             else:
                 self._oracles[key] = StoredReportsOLH(self.epsilon, dom)
         return self._oracles[key]

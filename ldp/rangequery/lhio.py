@@ -45,10 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from ldp.oracles import make_oracle
 from ldp.rangequery.base import PairwiseRangeModel, RangeMechanism, attribute_pairs, register_model
 from ldp.rangequery.consistency import Table, make_consistent, post_process
-from ldp.rangequery.grids import check_oracle_name
+from ldp.rangequery.grids import check_max_report_bits, check_oracle_name, group_oracle_for
 from ldp.rangequery.hio import Hierarchy, _check_branching, tree_constrained_inference
 from ldp.rangequery.queries import AnswerPostprocessing, clip_option
 
@@ -85,8 +84,9 @@ class LHIOMechanism(RangeMechanism):
 
     Options:
         branching: hierarchy fan-out ``b`` (default 5).
-        oracle: frequency oracle name for :func:`ldp.oracles.make_oracle`, or ``"auto"`` (default: per level);
-            ``"olh"`` is the paper's.
+        oracle: frequency oracle name for :func:`ldp.oracles.make_oracle`, or ``"auto"`` (default: per level,
+            :func:`ldp.rangequery.grids.group_oracle_for`); ``"olh"`` is the paper's.
+        max_report_bits: report budget of ``auto`` (default 256).
         consistency: run the cross-pair consistency step (default True).
         norm_sub: alternate it with Norm-Sub, CALM's full post-processing (default False, see above).
         consistency_rounds: maximal rounds of :func:`~ldp.rangequery.consistency.post_process` (default 10).
@@ -94,7 +94,9 @@ class LHIOMechanism(RangeMechanism):
     """
 
     name = "lhio"
-    OPTIONS = frozenset({"branching", "oracle", "consistency", "norm_sub", "consistency_rounds", "clip"})
+    OPTIONS = frozenset(
+        {"branching", "oracle", "max_report_bits", "consistency", "norm_sub", "consistency_rounds", "clip"}
+    )
 
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)
@@ -102,6 +104,7 @@ class LHIOMechanism(RangeMechanism):
             raise ValueError("LHIO needs at least two attributes")
         self.branching = _check_branching(options.get("branching", 5))
         self.oracle_name = str(options.get("oracle", "auto")).lower()
+        self.max_report_bits = check_max_report_bits(options)
         self.consistency = bool(options.get("consistency", True))
         self.clip = clip_option(options)
         self.norm_sub = bool(options.get("norm_sub", False))
@@ -143,7 +146,9 @@ class LHIOMechanism(RangeMechanism):
     def group_oracle(self, group: int) -> Any:
         dom = math.prod(self.group_shape(group))
         if dom not in self._oracles:
-            self._oracles[dom] = make_oracle(self.oracle_name, self.epsilon, dom)
+            self._oracles[dom] = group_oracle_for(
+                self.oracle_name, self.epsilon, dom, max_report_bits=self.max_report_bits
+            )
         return self._oracles[dom]
 
     def project(self, group: int, records: np.ndarray) -> np.ndarray:
