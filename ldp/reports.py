@@ -9,7 +9,7 @@ field      dtype / shape               used by
 values     int64 ``(n,)``              GRR, OLH, BLH (perturbed bucket), HR (output index)
 seeds      uint64 ``(n,)``             OLH, BLH (the per-report hash seed)
 bits       uint8 ``(n, ceil(d / 8))``  OUE, SUE (bit vector, ``np.packbits(..., bitorder="little")``)
-items      unsigned int ``(n, k)``     Subset Selection (the reported subset)
+items      unsigned int ``(n, k)``     Subset Selection (the reported subset, sorted ascending)
 reals      float64 ``(n,)``            numeric mechanisms (Square Wave)
 =========  ==========================  =========================================================
 """
