@@ -15,7 +15,9 @@ Two accumulators, both integer (reports are integer codes), so merges are exact 
 
   i.e. ``b`` Walsh functions of ``x``. A report adds ``(-1)^e Bhat_u`` to cell ``a ^ M^T u`` of a
   ``2**m`` table (``m = ceil(log2 d)``), ``O(b log b)`` work; one Walsh-Hadamard transform of the table
-  at finalize gives ``b * sum_i s_i(x) code_i[h_i(x)]`` for every ``x`` at once (exact integers).
+  at finalize gives ``b * sum_i s_i(x) code_i[h_i(x)]`` for every ``x`` at once (exact integers), at
+  position ``pi(x)`` (``x`` above stands for the permuted id ``pi(x)``, see
+  :func:`ldp.sparse.hashes.item_bits`).
 
 Besides the bin sums both keep ``n`` and ``sum_i sum_j code_ij^2``: since ``E[sum_j C_j^2] = ||v||^2``
 (cross terms have random signs), ``(1/n) sum_ij B_ij^2 - b * noise variance`` is an unbiased estimate
@@ -39,7 +41,7 @@ from statistics import NormalDist
 import numpy as np
 
 from ldp.sparse.encode import EncodeStats, SparseReports, encode
-from ldp.sparse.hashes import bins_signs, domain_bits, gf2_params
+from ldp.sparse.hashes import bins_signs, domain_bits, gf2_params, item_bits
 from ldp.sparse.params import SparseParams
 from ldp.sparse.vectors import SparseVectors
 
@@ -228,9 +230,9 @@ def table_sums(acc: TableAccumulator, b: int, d: int, items: np.ndarray | None =
     if b > 1:
         full = full // b  # exact: every entry is b times an integer
     if items is None:
-        return np.arange(d, dtype=np.uint64), full[:d]
+        items = np.arange(d, dtype=np.uint64)
     items = np.asarray(items, dtype=np.uint64)
-    return items, full[items.astype(np.int64)]
+    return items, full[item_bits(items, acc.m).astype(np.int64)]
 
 
 class SVME:

@@ -511,9 +511,15 @@ class PCKV(_ItemBit):
         return acc
 
     def estimate(self, acc) -> SparseEstimate:
-        if self.estimator == "unbiased" or acc.n == 0:
+        if acc.n == 0:
             return self._estimate(acc.items, acc.sums, acc.n)
         n = acc.n
+        if self.estimator == "unbiased":
+            # plug-in std: the holders' fraction from the key counts (n1 + n2), clipped to [0, 1]
+            count = 2 * acc.pos - acc.sums
+            owners = np.clip((count / n - self.bq) / (self.a - self.bq) * self.ell, 0.0, 1.0)
+            var = np.maximum(self.predicted_variance(n, 0.0, owners), 0.0)
+            return SparseEstimate(acc.items, self.unit * acc.sums / n, var, n)
         n1 = acc.pos.astype(float)
         n2 = n1 - acc.sums  # sums = n1 - n2
         a, p, bq, ell = self.a, self.p, self.bq, self.ell
