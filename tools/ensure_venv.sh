@@ -32,6 +32,12 @@ fi
 inputs=("$root/setup.py" "$root/ldp/__init__.py")
 [ -f "$constraints" ] && inputs+=("$constraints")
 want="$(cat "${inputs[@]}" | sha256sum | cut -d' ' -f1)"
+if [ -L "$venv" ]; then
+  # a link to another checkout's environment (tests/test_readme.py runs the README in a copy of the tree):
+  # rebuilding through it would point that environment's editable install at this copy
+  [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] || echo "[ensure_venv] $venv is a link; not rebuilding it here" >&2
+  exit 0
+fi
 if [ ! -x "$venv/bin/python" ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[ensure_venv] building $venv (missing or stale)" >&2
   python3 -m venv "$venv"
