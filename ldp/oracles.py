@@ -1271,13 +1271,35 @@ class SubsetSelection(FrequencyOracle):
     def _encode(self, values, rng):
         n, k, d = len(values), self.k, self.d
         out = np.empty((n, k), dtype=self._dtype)
-        step = n if 4 * k * k <= d else max(1, _CHUNK_BYTES // (16 * d))
+        small = 4 * k * k <= d
+        step = max(1, (1 << 20) // k) if small else max(1, _CHUNK_BYTES // (10 * d))
         for start in range(0, n, step):
             v = values[start : start + step]
-            include = rng.random(len(v)) < self.p
-            items = self._others(v, k, rng)
-            items[include, k - 1] = v[include]  # any slot: the row is sorted below
-            out[start : start + len(v)] = np.sort(items, axis=1)
+            m = len(v)
+            include = rng.random(m) < self.p
+            if small:
+                items = self._others(v, k, rng)
+                items[include, k - 1] = v[include]  # any slot: the row is sorted below
+                out[start : start + m] = np.sort(items, axis=1)
+                continue
+            # uniform random keys; the value's key is excluded; a row keeps its k (or, with the value,
+            # k - 1) smallest keys. Reading the kept columns of the boolean mask row by row gives each
+            # row's items already sorted ascending.
+            keys = rng.random((m, d))
+            rows = np.arange(m)
+            keys[rows, v] = 2.0
+            kth = [k - 2, k - 1] if k >= 2 else [k - 1]
+            part = np.partition(keys, kth, axis=1)
+            lower = part[:, k - 2] if k >= 2 else np.full(m, -1.0)
+            thr = np.where(include, lower, part[:, k - 1])
+            mask = keys <= thr[:, None]
+            mask[rows[include], v[include]] = True
+            if not np.all(mask.sum(axis=1) == k):  # tied keys (probability ~ d^2 2^-53): redraw the chunk
+                items = self._others(v, k, rng)
+                items[include, k - 1] = v[include]
+                out[start : start + m] = np.sort(items, axis=1)
+                continue
+            out[start : start + m] = np.nonzero(mask)[1].reshape(m, k)
         return Reports(items=out)
 
     def _statistic_shape(self):
