@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ldp.reports import Reports
 from ldp.task import parse_task
-from pipelines import common, frequency, simulate
+from pipelines import frequency, job, simulate
 from transforms.records import ReportValidator
+from transforms.runners import runs_on_fnapi_runner
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -60,6 +62,16 @@ def _args(tmp_path, out, *extra):
         str(tmp_path / out),
         *extra,
     ]
+
+
+def _fails(capsys, argv, pattern):
+    """``frequency.run(argv)`` exits with status 2 and one stderr line matching ``pattern``."""
+    with pytest.raises(SystemExit) as ei:
+        frequency.run(argv)
+    assert ei.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(err) == 1 and re.search(pattern, err[0]), err
+    return err[0]
 
 
 def _estimates(out_dir):
@@ -167,29 +179,92 @@ def test_statistics_base_matches_closed_form_and_norm_sub_is_better(tmp_path):
     assert mse["base"] / mse["norm-sub"] > 3, mse
 
 
-def test_cli_help_and_bad_arguments(tmp_path):
+def test_cli_help_and_bad_arguments(tmp_path, capsys):
     out = subprocess.run(
         [sys.executable, "-m", "pipelines.frequency", "--help"], capture_output=True, text=True, check=True
     )
     for flag in ("--task", "--input_subscription", "--window_size", "--early_firing", "--postprocess"):
         assert flag in out.stdout
+    assert "(default: 10.0)" in out.stdout  # defaults are shown
     (tmp_path / "bad.json").write_text('{"task_id": "x", "mechanism": "zzz", "epsilon": 0}')
-    with pytest.raises(SystemExit):
-        frequency.run(["--task", str(tmp_path / "bad.json"), "--input", "x", "--output", str(tmp_path)])
+    line = _fails(
+        capsys,
+        ["--task", str(tmp_path / "bad.json"), "--input", "x", "--output", str(tmp_path / "o")],
+        "mechanism must be one of .*; epsilon must be",
+    )
+    assert "bad.json" in line  # every problem, on one line, naming the file
     (tmp_path / "ok.json").write_text('{"task_id": "x", "mechanism": "grr", "epsilon": 1, "domain_size": 4}')
-    with pytest.raises(SystemExit):
-        frequency.run(["--task", str(tmp_path / "ok.json"), "--output", str(tmp_path)])
-    with pytest.raises(SystemExit):
-        frequency.run(
-            [
-                "--task",
-                str(tmp_path / "ok.json"),
-                "--input_topic",
-                "projects/p/topics/t",
-                "--output",
-                str(tmp_path),
-            ]
-        )
+    ok = ["--task", str(tmp_path / "ok.json")]
+    _fails(capsys, [*ok, "--output", str(tmp_path / "o")], "exactly one of --input")
+    _fails(
+        capsys,
+        [*ok, "--input_topic", "projects/p/topics/t", "--output", str(tmp_path / "o")],
+        "needs --streaming",
+    )
+    _fails(
+        capsys,
+        ["--input", "x", "--output", str(tmp_path / "o")],
+        "the following arguments are required: --task",
+    )
+
+
+def test_unknown_flag_is_an_error_before_anything_runs(tmp_path):
+    """``--window-size 600`` (a dash for an underscore) is refused, not dropped: exit 2, one line."""
+    (tmp_path / "ok.json").write_text('{"task_id": "x", "mechanism": "grr", "epsilon": 1, "domain_size": 4}')
+    cmd = [sys.executable, "-m", "pipelines.frequency", "--task", str(tmp_path / "ok.json")]
+    cmd += ["--input", str(tmp_path / "*.avro"), "--output", str(tmp_path / "o"), "--window-size", "600"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 2
+    errors = [line for line in res.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "--window-size" in errors[0] and "did you mean --window_size" in errors[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_range_task_refused_in_one_line_before_the_pipeline(tmp_path, capsys):
+    task = {
+        "task_id": "rq-demo",
+        "mechanism": "hdg",
+        "epsilon": 1.0,
+        "attributes": [{"name": "a", "domain_size": 8}, {"name": "b", "domain_size": 8}],
+        "expected_users": 100,
+    }
+    (tmp_path / "range.json").write_text(json.dumps(task))
+    argv = ["--task", str(tmp_path / "range.json"), "--input", str(tmp_path / "*.avro")]
+    _fails(
+        capsys, [*argv, "--output", str(tmp_path / "o")], "'rq-demo' is a range task .*not a frequency task"
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_empty_input_glob_is_an_error_unless_allowed(tmp_path, capsys):
+    (tmp_path / "ok.json").write_text('{"task_id": "x", "mechanism": "grr", "epsilon": 1, "domain_size": 4}')
+    argv = ["--task", str(tmp_path / "ok.json"), "--input", str(tmp_path / "nothing" / "*.avro")]
+    _fails(capsys, [*argv, "--output", str(tmp_path / "o")], "matches no file")
+    summary = frequency.run([*argv, "--output", str(tmp_path / "o"), "--allow_empty_input"])
+    assert summary["counts"]["read"] == 0 and summary["panes_written"] == {"estimates": 0}
+
+
+def test_rerun_into_the_same_output_is_refused_unless_overwrite(tmp_path, capsys):
+    """A second run into OUT would mix its windows with the first's: refused; --overwrite replaces them."""
+    _setup(tmp_path, users=3_000, d=16, inject_bad=0, duration=600.0)
+    first = frequency.run(_args(tmp_path, "out", "--window_size", "300"))
+    assert first["panes_written"] == {"estimates": 2}
+    err = capsys.readouterr().err
+    assert f"output: {tmp_path / 'out'}" in err and "estimates: 2 window(s), 2 pane(s)" in err
+    _fails(capsys, _args(tmp_path, "out"), "is not empty .*--overwrite")
+    again = frequency.run(_args(tmp_path, "out", "--overwrite"))  # one global window now
+    assert again["panes_written"] == {"estimates": 1}
+    assert [r["window_start"] for r in _estimates(tmp_path / "out")] == [None]
+
+
+def test_log_level(tmp_path):
+    _setup(tmp_path, users=500, d=8, inject_bad=0)
+    base = [sys.executable, "-m", "pipelines.frequency", *_args(tmp_path, "a")]
+    res = subprocess.run(base, capture_output=True, text=True, check=True)
+    assert "INFO pipelines.job: frequency job: task e2e-olh" in res.stderr
+    quiet = [sys.executable, "-m", "pipelines.frequency", *_args(tmp_path, "b"), "--log_level", "WARNING"]
+    res = subprocess.run(quiet, capture_output=True, text=True, check=True)
+    assert "INFO" not in res.stderr and "reports read=500" in res.stderr
 
 
 def test_demo_beam_runs(tmp_path, capsys):
@@ -199,7 +274,7 @@ def test_demo_beam_runs(tmp_path, capsys):
         [
             "--users",
             "20000",
-            "--domain",
+            "--domain_size",
             "64",
             "--workdir",
             str(tmp_path),
@@ -327,36 +402,38 @@ def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     assert_windows_equal_core(task, stage, tmp_path / "out", 2000, 20_000)
 
 
-def test_directory_streaming_argument_checks(tmp_path):
+def test_directory_streaming_argument_checks(tmp_path, capsys):
     (tmp_path / "ok.json").write_text('{"task_id": "x", "mechanism": "grr", "epsilon": 1, "domain_size": 4}')
     base = ["--task", str(tmp_path / "ok.json"), "--streaming", "--input", str(tmp_path / "*.avro")]
     base += ["--output", str(tmp_path / "out")]
-    with pytest.raises(SystemExit, match="streaming_duration"):
-        frequency.run(base)  # the DirectRunner would never emit a window
-    with pytest.raises(SystemExit, match="watch_interval"):
-        frequency.run([*base, "--streaming_duration", "1", "--watch_interval", "0"])
-    with pytest.raises(SystemExit, match="output_topic"):
-        frequency.run([*base, "--streaming_duration", "1", "--output_topic", "projects/p/topics/t"])
-    assert common.runs_on_fnapi_runner(PipelineOptions([]))
-    assert common.runs_on_fnapi_runner(PipelineOptions(["--runner=DirectRunner"]))
-    assert common.runs_on_fnapi_runner(
-        PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed"])
+    _fails(capsys, base, "give --streaming_duration")  # the DirectRunner would never emit a window
+    _fails(
+        capsys,
+        [*base, "--streaming_duration", "1", "--watch_interval", "0"],
+        "--watch_interval must be positive",
     )
-    assert not common.runs_on_fnapi_runner(PipelineOptions(["--runner=FlinkRunner"]))
-    assert not common.runs_on_fnapi_runner(
-        PipelineOptions(["--runner=PortableRunner", "--job_endpoint=h:1"])
+    _fails(
+        capsys,
+        [*base, "--streaming_duration", "1", "--output_topic", "projects/p/topics/t"],
+        "--output_topic",
     )
+    assert runs_on_fnapi_runner(PipelineOptions([]))
+    assert runs_on_fnapi_runner(PipelineOptions(["--runner=DirectRunner"]))
+    assert runs_on_fnapi_runner(PipelineOptions(["--runner=PortableRunner", "--job_endpoint=embed"]))
+    assert not runs_on_fnapi_runner(PipelineOptions(["--runner=FlinkRunner"]))
+    assert not runs_on_fnapi_runner(PipelineOptions(["--runner=PortableRunner", "--job_endpoint=h:1"]))
 
 
-def test_streaming_counts_ignore_an_earlier_runs_files(tmp_path):
-    """A streaming job sums only its own closed count windows, not those an earlier run left in OUT/counts."""
+def test_closed_window_counts_can_leave_out_files(tmp_path):
+    """The closed count windows are summed per file (jobs refuse a non-empty output, so a job's OUT/counts
+    holds only its own; ``exclude`` leaves out files the caller names)."""
     counts_dir = tmp_path / "counts"
     counts_dir.mkdir()
     old = counts_dir / "counts-earlier-run.jsonl"
     old.write_text(json.dumps({"window_start": "x", "read": 7, "accepted": 7, "rejected": 0}) + "\n")
-    stale = frozenset(common._count_files(str(tmp_path)))
+    stale = frozenset(job._count_files(str(tmp_path)))
     new = counts_dir / "counts-this-run.jsonl"
     new.write_text(json.dumps({"window_start": "y", "read": 5, "accepted": 4, "rejected": 1}) + "\n")
-    assert common.closed_window_counts(str(tmp_path)) == {"read": 12, "accepted": 11, "rejected": 1}
-    mine = common.closed_window_counts(str(tmp_path), exclude=stale)
+    assert job.closed_window_counts(str(tmp_path)) == {"read": 12, "accepted": 11, "rejected": 1}
+    mine = job.closed_window_counts(str(tmp_path), exclude=stale)
     assert mine == {"read": 5, "accepted": 4, "rejected": 1}

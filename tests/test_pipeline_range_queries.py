@@ -18,17 +18,20 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 import fastavro
 import numpy as np
 import pytest
 
+from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
+from ldp.aggregate.range import RangeAggregator
 from ldp.rangequery.queries import RangeQuery, parse_queries, random_queries, true_answers
-from ldp.rangequery.registry import parse_task
 from ldp.reports import Reports
+from ldp.task import parse_task
 from pipelines import range_queries, simulate_range
+from transforms.aggregate import GroupReports, TaskCombineFn
 from transforms.avro_fast import encode_report_block
-from transforms.range_queries import RangeGroupCombineFn, RangeTaskSpec
 from transforms.records import PAYLOAD_FIELDS
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -68,6 +71,15 @@ def _args(tmp_path, out, queries="q.json", *extra):
         str(tmp_path / out),
         *extra,
     ]
+
+
+def _fails(capsys, fn, argv, pattern):
+    """``fn(argv)`` exits with status 2 and one stderr line matching ``pattern``."""
+    with pytest.raises(SystemExit) as ei:
+        fn(argv)
+    assert ei.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(err) == 1 and re.search(pattern, err[0]), err
 
 
 def _jsonl(pattern):
@@ -185,7 +197,7 @@ def test_hdg_counts_and_dead_letters(hdg_run):
     assert reasons == bad
     assert all(r["detail"] for r in dl)
     saved = json.loads((hdg_run["tmp"] / "out" / "counts.json").read_text())
-    assert saved["counts"] == c and saved["n_models"] == 1
+    assert saved["counts"] == c and saved["rows"]["models"] == 1 and saved["panes_written"]["models"] == 1
     assert not [p for p in os.listdir(hdg_run["tmp"] / "out") if p.startswith(".temp")]
 
 
@@ -259,8 +271,8 @@ def test_hdg_models_answer_new_queries(hdg_run, capsys):
     assert [r["answer"] for r in got] == _core_model(hdg_run["mech"], per_group).answer(new).tolist()
     # a bad query for the answer sub-command names it
     (tmp / "bad.json").write_text(json.dumps([{"age": [0, 3]}, {"height": [0, 1]}]))
-    with pytest.raises(SystemExit, match=r"query 1 .*height"):
-        range_queries.run_answer(["--model", str(tmp / "out" / "models"), "--queries", str(tmp / "bad.json")])
+    answer = ["--model", str(tmp / "out" / "models"), "--queries", str(tmp / "bad.json")]
+    _fails(capsys, range_queries.run_answer, answer, r"query 1 .*height")
 
 
 @pytest.mark.parametrize(
@@ -272,11 +284,12 @@ def test_hdg_models_answer_new_queries(hdg_run, capsys):
         ([{}], r"query 0 .*constrains no attribute"),
     ],
 )
-def test_bad_queries_stop_before_the_job(tmp_path, bad, pattern):
+def test_bad_queries_stop_before_the_job(tmp_path, capsys, bad, pattern):
     _task(tmp_path, "hdg", 1000)
     (tmp_path / "q.json").write_text(json.dumps(bad))
-    with pytest.raises(SystemExit, match=pattern):
-        range_queries.run(_args(tmp_path, "out"))
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "r.avro").write_bytes(b"")
+    _fails(capsys, range_queries.run, _args(tmp_path, "out"), pattern)
     assert not (tmp_path / "out").exists()
 
 
@@ -302,7 +315,7 @@ def test_windowed_tdg_equals_core_per_window(tmp_path):
     _write_queries(tmp_path, queries)
     summary = range_queries.run(_args(tmp_path, "out", "q.json", "--window_size", "600"))
     assert summary["counts"]["read"] == summary["counts"]["accepted"] == 20_000
-    assert summary["n_models"] == 2
+    assert summary["rows"]["models"] == 2 == summary["panes_written"]["models"]
     rows = _jsonl(tmp_path / "out" / "answers-*.jsonl")
     mech = task.make_mechanism()
     groups, times, per_group = _core_reports(mech, tmp_path / "in")
@@ -325,7 +338,7 @@ def test_windowed_tdg_equals_core_per_window(tmp_path):
 
 
 def test_combine_fn_shard_merge_equals_one_pass():
-    """The CombineFn adapter: shards merged in any order == one pass; empty merges give None."""
+    """The task CombineFn: shards of several groups merged in any order == one pass, per group."""
     task = parse_task(
         {
             "task_id": "cf",
@@ -335,28 +348,155 @@ def test_combine_fn_shard_merge_equals_one_pass():
             "expected_users": 5000,
         }
     )
-    spec = RangeTaskSpec(task)
-    mech = spec.mechanism
+    agg = RangeAggregator(task)
+    mech = agg.mechanism
     rng = np.random.default_rng(SEEDS[0])
     records = rng.integers(0, 16, size=(5000, 3))
     reports = mech.encode(records, rng=rng, groups=mech.assign_groups(5000, rng=rng, balanced=True))
-    fn = RangeGroupCombineFn(spec)
-    g = 3
-    rep = reports[g]
-    shards = [rep.take(slice(i, None, 3)) for i in range(3)]
-    accs = [fn.add_inputs(fn.create_accumulator(), [(g, s)]) for s in shards]
-    merged = fn.merge_accumulators([accs[2], None, accs[0], accs[1]])
-    one = fn.add_input(fn.create_accumulator(), (g, rep))
-    assert merged[0] == one[0] == g and merged[1] == one[1]
-    assert fn.merge_accumulators([]) is None and fn.merge_accumulators([None]) is None
-    with pytest.raises(ValueError, match="group"):
-        fn.add_input(one, (g + 1, rep))
-    # pickled (as Beam ships it) the adapter rebuilds the mechanism lazily
+    fn = TaskCombineFn(agg)
+    shards = []
+    for i in range(3):
+        acc = fn.create_accumulator()
+        for g in (1, 3, 5):
+            acc = fn.add_input(acc, GroupReports(g, reports[g].take(slice(i, None, 3))))
+        shards.append(acc)
+    merged = fn.merge_accumulators([shards[2], GroupAccumulators(), shards[0], shards[1]])
+    for g in (1, 3, 5):
+        one = mech.add(g, mech.create_accumulator(g), reports[g])
+        assert merged.accs[g] == one and merged.counts[g] == len(reports[g])
+    assert set(merged.accs) == {1, 3, 5} and fn.merge_accumulators([]) == GroupAccumulators()
+    # pickled (as Beam ships it) the aggregator rebuilds the mechanism lazily
     import pickle
 
     fn2 = pickle.loads(pickle.dumps(fn))
-    assert fn2.add_input(None, (g, rep))[1] == one[1]
+    assert fn2.aggregator._mech is None
+    again = fn2.add_input(fn2.create_accumulator(), GroupReports(3, reports[3]))
+    assert again.accs[3] == mech.add(3, mech.create_accumulator(3), reports[3])
     assert parse_queries([{"age": [0, 1]}], NAMES, [16] * 3)[0].dimension == 1
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the range composite on literal reports (TestPipeline / TestStream), like the frequency composite's tests
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _literal_setup(mech_name="hdg", n=600, seed=3):
+    task = parse_task(
+        {
+            "task_id": f"lit-{mech_name}",
+            "mechanism": mech_name,
+            "epsilon": 1.0,
+            "attributes": [{"name": n_, "domain_size": 8} for n_ in NAMES],
+            "expected_users": n,
+        }
+    )
+    queries = parse_queries(
+        [
+            {"age": [0, 3]},
+            {"age": [2, 7], "income": [1, 4]},
+            {"age": [0, 7], "income": [3, 3], "score": [0, 5]},
+        ],
+        NAMES,
+        [8] * 3,
+    )
+    agg = RangeAggregator(task, queries)
+    rng = np.random.default_rng(SEEDS[3].spawn(seed + 1)[seed])
+    return task, agg, rng
+
+
+def _literal_message(task, agg, rng, n, event_s):
+    """An Avro container of ``n`` users' reports (all groups) at ``event_s``; and ``{group: Reports}``."""
+    from transforms.records import encode_report_container, reports_to_records
+
+    mech = agg.mechanism
+    records = rng.integers(0, 8, size=(n, 3))
+    groups = mech.assign_groups(n, rng=rng)
+    per_group = mech.encode(records, rng=rng, groups=groups)
+    recs = []
+    for g, rep in per_group.items():
+        recs += reports_to_records(task.task_id, rep, np.full(len(rep), int(event_s * 1000)), g)
+    return encode_report_container(recs), per_group
+
+
+def _core_rows(agg, parts, window):
+    """``finalize_window`` in memory over the union of ``parts`` (lists of ``{group: Reports}``)."""
+    accs = GroupAccumulators()
+    for per_group in parts:
+        for g, rep in sorted(per_group.items()):
+            accumulate(agg, accs, g, rep)
+    return finalize_window(agg, accs, window)
+
+
+def _answer_key(row):
+    return (row.window_start, row.pane_timing, row.query_index, row.n_reports, row.answer, row.std)
+
+
+def test_range_composite_equals_core_global_window():
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from transforms.aggregate import Aggregate
+    from transforms.io import DecodeReportMessages
+
+    task, agg, rng = _literal_setup()
+    m1, p1 = _literal_message(task, agg, rng, 400, 100)
+    m2, p2 = _literal_message(task, agg, rng, 300, 200)
+    want = _core_rows(agg, [p1, p2], WindowInfo(pane_timing="ON_TIME"))
+    want_answers = [_answer_key(r) for r in want if r.output == "answers"]
+    want_models = [r.model_json for r in want if r.output == "models"]
+    assert len(want_answers) == 3 and len(want_models) == 1
+    with TestPipeline() as p:
+        dec = p | beam.Create([m1, m2]) | DecodeReportMessages("mem", agg)
+        out = dec.records | Aggregate(agg)
+        assert_that(out["answers"] | beam.Map(_answer_key), equal_to(want_answers), label="answers")
+        assert_that(out["models"] | beam.Map(lambda r: r.model_json), equal_to(want_models), label="models")
+        assert_that(out["dead_letter"], equal_to([]), label="no dead letters")
+
+
+@pytest.mark.parametrize("accumulating", [True, False])
+def test_range_teststream_windows_late_pane_exact(accumulating):
+    """Fixed windows of 10 s, a late batch within the allowed lateness: the on-time pane is finalize over
+    the on-time reports; the late pane over all of them (accumulating) or over the late ones only
+    (discarding). One combine per task and window holds every group, so no pane is guessed at."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.transforms.window import TimestampedValue
+
+    from ldp.task import WindowConfig
+    from transforms.aggregate import Aggregate
+    from transforms.io import DecodeReportMessages
+
+    task, agg, rng = _literal_setup("tdg", seed=4)
+    a, pa = _literal_message(task, agg, rng, 300, 2)
+    b, pb = _literal_message(task, agg, rng, 200, 14)
+    late, pl = _literal_message(task, agg, rng, 100, 5)
+    stream = (
+        TestStream()
+        .advance_watermark_to(0)
+        .add_elements([TimestampedValue(a, 2), TimestampedValue(b, 14)])
+        .advance_watermark_to(30)
+        .add_elements([TimestampedValue(late, 5)])
+        .advance_watermark_to_infinity()
+    )
+    w = WindowConfig(size_s=10, allowed_lateness_s=60, accumulating=accumulating)
+    want = []
+    for start, timing, parts in (
+        (0, "ON_TIME", [pa]),
+        (10_000, "ON_TIME", [pb]),
+        (0, "LATE", [pa, pl] if accumulating else [pl]),
+    ):
+        rows = _core_rows(agg, parts, WindowInfo(start, start + 10_000, timing))
+        want += [_answer_key(r) for r in rows if r.output == "answers"]
+    opts = PipelineOptions()
+    opts.view_as(StandardOptions).streaming = True
+    with TestPipeline(options=opts) as p:
+        dec = p | stream | DecodeReportMessages("stream", agg)
+        out = dec.records | Aggregate(agg, w)
+        assert_that(out["answers"] | beam.Map(_answer_key), equal_to(want))
 
 
 @pytest.mark.parametrize(
@@ -444,7 +584,7 @@ def test_streaming_from_a_watched_directory_equals_core(tmp_path):
         shutil.copy(src, part)
         os.replace(part, watched / os.path.basename(src))
 
-    for f in [staged[0], str(stage / "bad-records.avro"), str(stage / "garbage.avro")]:
+    for f in [staged[0], *glob.glob(str(stage / "bad-*.avro")), str(stage / "garbage.avro")]:
         drop_in(f)
     mover = threading.Thread(target=lambda: (time.sleep(2.5), drop_in(staged[1])), daemon=True)
     mover.start()
@@ -513,39 +653,40 @@ def _iso_ms(iso):
     return int(round(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000))
 
 
-def test_streaming_panes_gather_accumulators():
-    """``Gather`` in streaming: discarding panes add the per-group deltas; accumulating panes re-deliver
-    every earlier ``Combine`` pane of a group next to its latest, cumulative one, of which only the latest
-    counts (else reports would be counted twice)."""
-    from transforms.range_queries import _group_accumulators
-
-    class Adder:  # stands in for a mechanism: accumulators are integers
-        def merge(self, g, accs):
-            return sum(accs)
-
-    items = [(0, 5, 0, 5), (1, 7, 0, 7), (0, 9, 1, 4), None, (0, 12, 2, 3)]  # (group, acc, pane, n)
-    assert _group_accumulators(Adder(), items, accumulating=True) == {0: 12, 1: 7}
-    assert _group_accumulators(Adder(), items, accumulating=False) == {0: 26, 1: 7}
-    assert _group_accumulators(Adder(), [(0, 5), (0, 6)], accumulating=False) == {0: 11}  # batch items
-    # a runner without pane info (index 0 everywhere): the cumulative pane with the most reports
-    no_info = [(0, 9, 0, 9), (0, 5, 0, 5), (0, 9, 0, 9)]
-    assert _group_accumulators(Adder(), no_info, accumulating=True) == {0: 9}
-
-
-def test_streaming_argument_checks(tmp_path):
+def test_streaming_argument_checks(tmp_path, capsys):
     _task(tmp_path, "hdg", 1000)
     _write_queries(tmp_path, [RangeQuery.from_mapping({0: (0, 3)})])
     base = ["--task", str(tmp_path / "task.json"), "--queries", str(tmp_path / "q.json")]
     base += ["--output", str(tmp_path / "out")]
     watch = [*base, "--streaming", "--input", str(tmp_path / "in" / "*.avro")]
-    with pytest.raises(SystemExit, match="streaming_duration"):
-        range_queries.run(watch)  # the DirectRunner would never emit a window
-    with pytest.raises(SystemExit, match="watch_interval"):
-        range_queries.run([*watch, "--streaming_duration", "1", "--watch_interval", "0"])
-    with pytest.raises(SystemExit, match="needs --streaming"):
-        range_queries.run([*base, "--input_subscription", "projects/p/subscriptions/s"])
-    with pytest.raises(SystemExit, match="exactly one"):
-        range_queries.run([*watch, "--input_topic", "projects/p/topics/t"])
-    with pytest.raises(SystemExit, match="output_topic"):
-        range_queries.run([*watch, "--streaming_duration", "1", "--output_topic", "projects/p/topics/t"])
+    run = range_queries.run
+    _fails(capsys, run, watch, "give --streaming_duration")  # the DirectRunner would never emit a window
+    _fails(capsys, run, [*watch, "--streaming_duration", "1", "--watch_interval", "0"], "--watch_interval")
+    _fails(capsys, run, [*base, "--input_subscription", "projects/p/subscriptions/s"], "needs --streaming")
+    _fails(capsys, run, [*watch, "--input_topic", "projects/p/topics/t"], "exactly one")
+    out_topic = [*watch, "--streaming_duration", "1", "--output_topic", "projects/p/topics/t"]
+    _fails(capsys, run, out_topic, "unrecognized arguments: --output_topic")  # a frequency-job flag
+    assert not (tmp_path / "out").exists()
+
+
+def test_task_errors_and_wrong_kind_in_one_line(tmp_path, capsys):
+    """The range job uses the one strict task validator: "rq demo!" fails with the frequency job's
+    message; a frequency task is refused before the pipeline starts."""
+    obj = {
+        "task_id": "rq demo!",
+        "mechanism": "hdg",
+        "epsilon": 1.0,
+        "attributes": [{"name": n, "domain_size": 16} for n in NAMES],
+        "expected_users": 100,
+    }
+    (tmp_path / "task.json").write_text(json.dumps(obj))
+    _write_queries(tmp_path, [RangeQuery.from_mapping({0: (0, 3)})])
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "r.avro").write_bytes(b"")
+    msg = "task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got 'rq demo!'"
+    _fails(capsys, range_queries.run, _args(tmp_path, "out"), re.escape(msg))
+    (tmp_path / "task.json").write_text(
+        json.dumps({"task_id": "f", "mechanism": "grr", "epsilon": 1, "domain_size": 4})
+    )
+    _fails(capsys, range_queries.run, _args(tmp_path, "out"), "'f' is a frequency task .*not a range task")
     assert not (tmp_path / "out").exists()

@@ -27,7 +27,7 @@ import pytest
 
 from ldp.reports import Reports
 from ldp.task import parse_task
-from pipelines.common import PubSubEmulator
+from pipelines.pubsub_emulator import PubSubEmulator
 from transforms.records import encode_report_container, reports_to_records
 
 pytestmark = pytest.mark.skipif(

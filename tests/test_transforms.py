@@ -20,11 +20,12 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
+from ldp.aggregate import GroupAccumulators, WindowInfo, json_record
+from ldp.aggregate.frequency import EstimateRow, FrequencyAggregator
 from ldp.reports import Reports
 from ldp.task import WindowConfig, parse_task
 from pipelines.simulate import bad_records, bad_records_other_schema
-from transforms.combine import OracleCombineFn, estimate_record, record_to_json
-from transforms.frequency import FrequencyAggregation
+from transforms.aggregate import Aggregate, GroupReports, TaskCombineFn, WindowReports
 from transforms.io import DecodeReportMessages
 from transforms.records import (
     REASONS,
@@ -134,28 +135,37 @@ def test_granules_and_split():
 # ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mech", MECHS)
 def test_combinefn_shard_merge_equals_one_pass(mech):
-    task = _task(mech, d=33)
-    oracle = task.make_oracle()
+    task = _task(mech, d=33, n_groups=2)
+    agg = FrequencyAggregator(task)
+    oracle = agg.oracle
     rng = _rng(3)
     reports = oracle.encode(rng.integers(0, 33, 1000), rng=rng)
-    fn = OracleCombineFn(task)
+    fn = TaskCombineFn(agg)
     cuts = [0, 1, 170, 500, 501, 1000]
     shards = []
-    for a, b in zip(cuts[:-1], cuts[1:]):
+    for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         acc = fn.create_accumulator()
-        acc = fn.add_input(acc, reports.take(slice(a, b)))
+        acc = fn.add_input(acc, GroupReports(i % 2, reports.take(slice(a, b))))
         shards.append(acc)
     merged = fn.merge_accumulators(
         [fn.merge_accumulators(shards[:2]), fn.merge_accumulators(shards[2:]), fn.merge_accumulators([])]
     )
-    one = oracle.add(oracle.create_accumulator(), reports)
-    assert fn.extract_output(merged) == one
-    assert fn.merge_accumulators([]) == oracle.create_accumulator()
+    out = fn.extract_output(merged)
+    rows0 = np.concatenate(
+        [np.arange(a, b) for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])) if i % 2 == 0]
+    )
+    rows1 = np.setdiff1d(np.arange(1000), rows0)
+    for g, rows in ((0, rows0), (1, rows1)):
+        assert out.accs[g] == oracle.add(oracle.create_accumulator(), reports.take(rows))
+        assert out.counts[g] == len(rows)
+    assert fn.merge_accumulators([]) == GroupAccumulators()
     # the fn pickles without its cached oracle and still works
     import pickle
 
     fn2 = pickle.loads(pickle.dumps(fn))
-    assert fn2.add_inputs(fn2.create_accumulator(), [reports]) == one
+    assert fn2.aggregator._oracle is None
+    one = fn2.add_inputs(fn2.create_accumulator(), [GroupReports(0, reports)])
+    assert one.accs[0] == oracle.add(oracle.create_accumulator(), reports) and one.counts == {0: 1000}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -167,13 +177,16 @@ def _message(task, oracle, rng, n, event_s, group=0):
     return encode_report_container(recs), reports
 
 
-def _expected(task, oracle, batches, method="base", window=None, pane=None, group=0):
+def _expected(task, oracle, batches, method="base", group=0):
+    """The in-memory core's row for these reports: oracle.add, then the aggregator's finalize."""
+    agg = FrequencyAggregator(task, method)
     acc = oracle.add(oracle.create_accumulator(), Reports.concat(batches))
-    return estimate_record(task, oracle, group, acc, method, window, pane)
+    (row,) = agg.finalize({group: acc}, WindowInfo())
+    return row
 
 
-def _key(r):
-    return (r["group"], r["window_start"], r["pane_timing"], r["n_reports"], tuple(r["frequencies"]))
+def _key(r: EstimateRow):
+    return (r.group, r.window_start, r.pane_timing, r.n_reports, tuple(r.frequencies))
 
 
 def test_pipeline_equals_core_global_window_two_groups():
@@ -189,7 +202,7 @@ def test_pipeline_equals_core_global_window_two_groups():
     ]
     with TestPipeline() as p:
         dec = p | beam.Create([m1, m2, m3]) | DecodeReportMessages("mem")
-        out = dec.records | FrequencyAggregation(task, WindowConfig(), "norm-sub")
+        out = dec.records | Aggregate(FrequencyAggregator(task, "norm-sub"), WindowConfig())
         want_keys = [(g, ws, "ON_TIME", n, f) for g, ws, _, n, f in map(_key, want)]
         assert_that(out["estimates"] | beam.Map(_key), equal_to(want_keys))
         assert_that(out["dead_letter"], equal_to([]), label="no dead letters")
@@ -224,13 +237,14 @@ def test_teststream_fixed_windows_late_data_early_firings_empty_panes():
     )
     w = WindowConfig(size_s=10, allowed_lateness_s=20, early_firing_s=5, accumulating=False)
     want = [
-        (0, 0, "EARLY", 50, tuple(_expected(task, oracle, [ra])["frequencies"])),
-        (0, 10_000, "EARLY", 30, tuple(_expected(task, oracle, [rb])["frequencies"])),
-        (0, 0, "LATE", 7, tuple(_expected(task, oracle, [rl])["frequencies"])),
+        (0, 0, "EARLY", 50, tuple(_expected(task, oracle, [ra]).frequencies)),
+        (0, 10_000, "EARLY", 30, tuple(_expected(task, oracle, [rb]).frequencies)),
+        (0, 0, "LATE", 7, tuple(_expected(task, oracle, [rl]).frequencies)),
     ]
+    agg = FrequencyAggregator(task)
     with TestPipeline(options=_streaming_options()) as p:
-        dec = p | stream | DecodeReportMessages("stream", task)
-        out = dec.records | FrequencyAggregation(task, w, "base")
+        dec = p | stream | DecodeReportMessages("stream", agg)
+        out = dec.records | Aggregate(agg, w)
         assert_that(out["estimates"] | beam.Map(_key), equal_to(want))
 
 
@@ -252,19 +266,21 @@ def test_teststream_accumulating_sliding_windows():
     w = WindowConfig(size_s=10, period_s=5, allowed_lateness_s=30, accumulating=True)
     want = []
     for start in (0, 5_000):
-        want.append((0, start, "ON_TIME", 40, tuple(_expected(task, oracle, [ra])["frequencies"])))
-        want.append((0, start, "LATE", 45, tuple(_expected(task, oracle, [ra, rl])["frequencies"])))
+        want.append((0, start, "ON_TIME", 40, tuple(_expected(task, oracle, [ra]).frequencies)))
+        want.append((0, start, "LATE", 45, tuple(_expected(task, oracle, [ra, rl]).frequencies)))
     with TestPipeline(options=_streaming_options()) as p:
         dec = p | stream | DecodeReportMessages("stream")
-        out = dec.records | FrequencyAggregation(task, w, "base")
+        out = dec.records | Aggregate(FrequencyAggregator(task), w)
         assert_that(out["estimates"] | beam.Map(_key), equal_to(want))
 
 
-def test_record_to_json_is_strict_json():
+def test_record_json_form_is_strict_json():
     task = _task("grr", d=4)
     oracle = task.make_oracle()
-    rec = _expected(task, oracle, [oracle.encode(np.array([0, 1, 2, 3]), rng=0)])
-    js = record_to_json(rec)
+    rec = _expected(task, oracle, [oracle.encode(np.array([0, 1, 2, 3]), rng=0)])._asdict()
+    rec["std"][0] = float("nan")
+    js = json_record(rec)
+    assert js["std"][0] is None
     assert js["window_start"] is None and len(js["frequencies"]) == 4 == len(js["std"])
     import json
 
@@ -392,7 +408,9 @@ def test_read_report_files_truncated_file_keeps_earlier_blocks(tmp_path):
     (tmp_path / "a.avro").write_bytes(data[:cut])
     (tmp_path / "b.avro").write_bytes(b"PK\x03\x04 not avro at all")
     with TestPipeline() as p:
-        out = p | ReadReportFiles(str(tmp_path / "*.avro"), batch_size=1 << 20, task=task)
+        out = p | ReadReportFiles(
+            str(tmp_path / "*.avro"), batch_size=1 << 20, aggregator=FrequencyAggregator(task)
+        )
         assert_that(
             out.records | beam.Map(lambda e: len(e[1])) | beam.CombineGlobally(sum),
             equal_to([first_two]),
@@ -407,13 +425,6 @@ def test_read_report_files_truncated_file_keeps_earlier_blocks(tmp_path):
 
 def test_batch_job_ignores_early_firings(tmp_path):
     """A task's early_firing_s is a streaming feature: a bounded (batch) job must run, with final panes."""
-    import apache_beam as beam
-    from apache_beam.testing.test_pipeline import TestPipeline
-    from apache_beam.testing.util import assert_that, equal_to
-
-    from ldp.task import WindowConfig
-    from transforms.frequency import WindowReports
-
     cfg = WindowConfig(size_s=60.0, early_firing_s=10.0, allowed_lateness_s=30.0)
     with TestPipeline() as p:
         out = (

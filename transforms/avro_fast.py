@@ -13,7 +13,7 @@ decoded column-wise instead:
    block, the number of records equals the block header's count, every varint terminates and every union
    index and length is the expected one. A pattern occurrence inside another field would break the chain.
 
-Any block that fails a check (another task's reports, unexpected lengths, a foreign writer schema, ...)
+A block that fails a check (another task's reports, unexpected lengths, a foreign writer schema, ...)
 returns ``None`` and is decoded by ``fastavro`` record by record instead, which also produces the dead
 letters. Nothing is guessed: the fast path either reproduces the sequential decode or declines.
 """
@@ -24,8 +24,10 @@ import dataclasses
 import functools
 import re
 import zlib
-from typing import Any
+from collections.abc import Iterator
+from typing import BinaryIO
 
+import fastavro.write
 import numpy as np
 from fastavro.schema import to_parsing_canonical_form
 
@@ -54,7 +56,7 @@ def _report_canonical() -> str:
     return to_parsing_canonical_form(schemas.report_schema())
 
 
-def is_report_schema(writer_schema: Any) -> bool:
+def is_report_schema(writer_schema: object) -> bool:
     """True when a block's writer schema is (canonically) ``schemas/report.avsc``."""
     try:
         return to_parsing_canonical_form(writer_schema) == _report_canonical()
@@ -115,9 +117,9 @@ class ColumnBatch:
             {k: np.concatenate([b.payload[k] for b in batches]) for k in b0.payload},
         )
 
-    def record(self, i: int) -> dict[str, Any]:
+    def record(self, i: int) -> dict[str, object]:
         """Row ``i`` as the dict ``fastavro`` would have produced (event_time as integer ms)."""
-        rec: dict[str, Any] = {
+        rec: dict[str, object] = {
             "task_id": self.task_id,
             "schema_version": int(self.schema_version[i]),
             "event_time": int(self.event_ms[i]),
@@ -266,13 +268,13 @@ def decode_block(
 
 
 def iter_report_batches(
-    fo: Any,
+    fo: BinaryIO,
     batch_size: int = 1 << 15,
     *,
     task_id: str | None = None,
     bits_len: int | None = None,
     items_len: int | None = None,
-) -> Any:
+) -> Iterator[ColumnBatch | list[object]]:
     """Yields the reports of an Avro container as :class:`ColumnBatch` (fast path) or lists of record dicts.
 
     Blocks are decoded column-wise when the writer schema is the report schema and ``task_id`` is given
@@ -283,7 +285,7 @@ def iter_report_batches(
     import fastavro
 
     cols: list[ColumnBatch] = []
-    recs: list[Any] = []
+    recs: list[object] = []
     n_cols = 0
     fast: bool | None = None
     error: Exception | None = None
@@ -331,7 +333,6 @@ def iter_report_batches(
 # ------------------------------------------------------------------------------------------------------------
 # Encoding: the inverse, for simulators (fastavro's per-record write costs ~7 us a report)
 # ------------------------------------------------------------------------------------------------------------
-
 
 
 def _zigzag(x: np.ndarray) -> np.ndarray:
@@ -411,7 +412,7 @@ def encode_report_block(
     return _assemble(pieces)
 
 
-def append_block(fh: Any, writer: Any, data: bytes, count: int, codec: str) -> None:
+def append_block(fh: BinaryIO, writer: fastavro.write.Writer, data: bytes, count: int, codec: str) -> None:
     """Appends one block (count, size, data, sync marker) after ``writer``'s header."""
     if codec == "deflate":
         c = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
@@ -420,10 +421,9 @@ def append_block(fh: Any, writer: Any, data: bytes, count: int, codec: str) -> N
     fh.write(bytes(m[0, : ln[0]]) + bytes(m[1, : ln[1]]) + data + writer.sync_marker)
 
 
-
 def write_reports(
-    fh: Any,
-    writer: Any,
+    fh: BinaryIO,
+    writer: fastavro.write.Writer,
     task_id: str,
     reports: Reports,
     event_ms: np.ndarray,

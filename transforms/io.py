@@ -1,36 +1,44 @@
-"""Sources and sinks: Avro report files, Pub/Sub messages, estimate and dead-letter outputs.
+"""Sources and sinks: Avro report files, Pub/Sub messages; result rows, dead letters and counts.
 
-Reports travel as *record batches*: ``(source, [record, ...])`` pairs, where a record is the dict
+Reports travel as *record batches* (:class:`~transforms.records.RecordBatch`): ``(source, records)``,
+where ``records`` is a column-wise :class:`~transforms.avro_fast.ColumnBatch` or a list of the dicts
 ``fastavro`` decodes from ``schemas/report.avsc``. A file yields one batch per group of Avro blocks
 (about ``batch_size`` records); a Pub/Sub message body is one Avro object container (one or many
 reports) and yields one batch. Files come from a glob matched once (:class:`ReadReportFiles`, batch) or
 from a directory watched for new files (:class:`WatchReportFiles`, streaming). Inputs that cannot be
 decoded become dead letters with reason ``undecodable`` and count as one read, one rejected record.
+
+Every kind of result row is written by :class:`WriteResults` from its :class:`~ldp.aggregate.OutputSpec`:
+JSON Lines and Avro, one file per window *and pane* (``OUT/<subdir>/<prefix>-<start>-<end>-paneNNNNN-
+SSSSS-of-NNNNN.jsonl``; no window part for the global window), so no pane ever replaces another.
 """
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 import os
-import time
-from typing import Any
+from collections.abc import Callable
 
 import apache_beam as beam
 import fastavro
 from apache_beam.coders import BooleanCoder
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import FileMetadata
-from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.periodicsequence import ImpulseSeqGenDoFn, ImpulseSeqGenRestrictionProvider
+from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
+from apache_beam.transforms.periodicsequence import ImpulseSeqGenDoFn
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Duration, Timestamp
 
 import schemas
+from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
+from ldp.aggregate.range import MODEL_FILE_VERSION, model_json
 from transforms.avro_fast import iter_report_batches
-from transforms.combine import record_to_json
-from transforms.records import fast_decode_params, make_dead_letter
+from transforms.counts import COUNTER_NAMESPACE
+from transforms.records import RecordBatch, decode_params, make_dead_letter
+from transforms.runners import PacedTicks, pane_file_naming
 
 __all__ = [
     "COUNTER_NAMESPACE",
@@ -39,44 +47,38 @@ __all__ = [
     "Ticks",
     "DecodeReportMessages",
     "AvroRecordSink",
-    "WriteEstimates",
+    "WriteResults",
     "WriteDeadLetters",
     "WriteCounts",
+    "read_model_records",
 ]
-
-COUNTER_NAMESPACE = "ldp"
 
 
 UNDECODABLE_COUNTS = {"read": 1, "accepted": 0, "rejected": 1, "rejected_undecodable": 1}
 
 
-def count_undecodable(read, rejected, undecodable) -> beam.pvalue.TaggedOutput:
-    """Increments the counters for one undecodable input; returns the matching ``counts`` output."""
-    read.inc()
-    rejected.inc()
-    undecodable.inc()
-    return beam.pvalue.TaggedOutput("counts", dict(UNDECODABLE_COUNTS))
-
-
-def _fast_params(task: Any) -> dict[str, Any]:
-    if task is None:
-        return {}
-    return {"task_id": task.task_id, **fast_decode_params(task.make_oracle())}
-
-
 class _ReportSourceFn(beam.DoFn):
     """Common state of the DoFns that turn bytes into report batches: the task's fast-decode parameters
-    (built in ``setup``) and the read / rejected / undecodable counters."""
+    (built in ``setup`` from its aggregator; none: fastavro decodes everything) and the read / rejected /
+    undecodable counters."""
 
-    def __init__(self, task: Any = None) -> None:
-        self.task = task
-        self._params: dict[str, Any] | None = None
+    def __init__(self, aggregator: Aggregator | None = None) -> None:
+        self.aggregator = aggregator
+        self._params: dict[str, object] | None = None
         self.read = Metrics.counter(COUNTER_NAMESPACE, "reports_read")
         self.rejected = Metrics.counter(COUNTER_NAMESPACE, "reports_rejected")
         self.undecodable = Metrics.counter(COUNTER_NAMESPACE, "rejected_undecodable")
 
     def setup(self) -> None:
-        self._params = _fast_params(self.task)
+        self._params = decode_params(self.aggregator)
+
+    def undecodable_input(self, source: str, detail: str, raw: bytes) -> list[TaggedOutput]:
+        """Counts one undecodable input; its ``counts`` and ``dead_letter`` outputs."""
+        self.read.inc()
+        self.rejected.inc()
+        self.undecodable.inc()
+        dead = make_dead_letter("undecodable", source, detail=detail, raw_bytes=raw)
+        return [TaggedOutput("counts", dict(UNDECODABLE_COUNTS)), TaggedOutput("dead_letter", dead)]
 
 
 class _ReadAvroBatches(_ReportSourceFn):
@@ -86,11 +88,11 @@ class _ReadAvroBatches(_ReportSourceFn):
     record dicts (blocks ``fastavro`` decoded); the validator takes either.
     """
 
-    def __init__(self, batch_size: int, task: Any = None) -> None:
-        super().__init__(task)
+    def __init__(self, batch_size: int, aggregator: Aggregator | None = None) -> None:
+        super().__init__(aggregator)
         self.batch_size = batch_size
 
-    def process(self, readable_file):
+    def process(self, readable_file: fileio.ReadableFile):
         if self._params is None:
             self.setup()
         path = readable_file.metadata.path
@@ -99,24 +101,15 @@ class _ReadAvroBatches(_ReportSourceFn):
             with readable_file.open() as fh:
                 for batch in iter_report_batches(fh, self.batch_size, **self._params):
                     n_done += len(batch)
-                    yield (path, batch)
+                    yield RecordBatch(path, batch)
         except Exception as exc:  # noqa: BLE001 - any decoding failure is a dead letter, never a crash
-            yield count_undecodable(self.read, self.rejected, self.undecodable)
             try:
                 with readable_file.open() as fh:
                     head = fh.read(64 * 1024)
             except Exception:  # noqa: BLE001
                 head = b""
-            yield beam.pvalue.TaggedOutput(
-                "dead_letter",
-                make_dead_letter(
-                    "undecodable",
-                    path,
-                    detail=f"not a readable Avro report file after {n_done} records: "
-                    f"{type(exc).__name__}: {exc}",
-                    raw_bytes=head,
-                ),
-            )
+            detail = f"not a readable Avro report file after {n_done} records: {type(exc).__name__}: {exc}"
+            yield from self.undecodable_input(path, detail, head)
 
 
 class ReadReportFiles(beam.PTransform):
@@ -126,20 +119,22 @@ class ReadReportFiles(beam.PTransform):
     ``(path, records)`` with about ``batch_size`` records.
     """
 
-    def __init__(self, file_pattern: str, batch_size: int = 1 << 15, task: Any = None) -> None:
+    def __init__(
+        self, file_pattern: str, batch_size: int = 1 << 15, aggregator: Aggregator | None = None
+    ) -> None:
         super().__init__()
         self.file_pattern = file_pattern
         self.batch_size = batch_size
-        self.task = task
+        self.aggregator = aggregator
 
-    def expand(self, pbegin):
+    def expand(self, pbegin: PBegin):
         return (
             pbegin
             | "Match" >> fileio.MatchFiles(self.file_pattern)
             | "Spread" >> beam.Reshuffle()
             | "Open" >> fileio.ReadMatches()
             | "ReadBlocks"
-            >> beam.ParDo(_ReadAvroBatches(self.batch_size, self.task)).with_outputs(
+            >> beam.ParDo(_ReadAvroBatches(self.batch_size, self.aggregator)).with_outputs(
                 "dead_letter", "counts", main="records"
             )
         )
@@ -162,39 +157,12 @@ class _FirstSightingOnly(beam.DoFn):
         yield metadata
 
 
-_WATERMARK_PROVIDER = ManualWatermarkEstimator.default_provider()
-
-
-class _PacedTicks(ImpulseSeqGenDoFn):
-    """``PeriodicImpulse``'s tick generator, sleeping until the next tick is due before deferring.
-
-    The DirectRunner's FnApiRunner re-runs a deferred residual at once, ignoring the delay it asks for:
-    unpaced, a watch spins a core and the job's metrics (thousands of bundles) overflow Python's
-    recursion limit when they are read. Used on the DirectRunner only; other runners honour the delay.
-    """
-
-    @beam.DoFn.unbounded_per_element()
-    def process(
-        self,
-        element,
-        restriction_tracker=beam.DoFn.RestrictionParam(ImpulseSeqGenRestrictionProvider()),  # noqa: B008
-        watermark_estimator=beam.DoFn.WatermarkEstimatorParam(_WATERMARK_PROVIDER),  # noqa: B008
-    ):
-        start, _stop, interval = element
-        start_s = start.micros / 1e6 if isinstance(start, Timestamp) else float(start)
-        due = start_s + interval * restriction_tracker.current_restriction().start
-        wait = due - time.time()
-        if wait > 0:
-            time.sleep(min(wait, interval))
-        yield from ImpulseSeqGenDoFn.process(self, element, restriction_tracker, watermark_estimator)
-
-
 class Ticks(beam.PTransform):
     """Ticks every ``interval_s`` seconds of processing time from the moment the job starts running, for
     ``duration_s`` seconds (None: forever); each tick is its own time as a timestamped element.
 
     ``PeriodicImpulse`` with its start rebased to the job's start (so runner start-up does not eat into
-    the duration); ``paced`` selects :class:`_PacedTicks` (for the DirectRunner).
+    the duration); ``paced`` selects :class:`transforms.runners.PacedTicks` (for the FnApiRunner).
     """
 
     def __init__(self, interval_s: float, duration_s: float | None = None, paced: bool = False) -> None:
@@ -211,7 +179,7 @@ class Ticks(beam.PTransform):
             stop = MAX_TIMESTAMP if duration is None else now + Duration.of(duration)
             return (now, stop, interval)
 
-        gen = _PacedTicks() if self.paced else ImpulseSeqGenDoFn()
+        gen = PacedTicks() if self.paced else ImpulseSeqGenDoFn()
         return (
             pbegin
             | "Impulse" >> beam.Impulse()
@@ -231,7 +199,7 @@ class WatchReportFiles(beam.PTransform):
     watermark follows the ticks, i.e. the wall clock), and the validator re-timestamps reports by their
     event time.
 
-    ``paced``: sleep until each tick is due (:class:`_PacedTicks`; set it on the DirectRunner).
+    ``paced``: sleep until each tick is due (:class:`transforms.runners.PacedTicks`; the FnApiRunner).
     ``duration_s`` None watches forever; otherwise the ticks stop after ``duration_s`` seconds, the
     watermark then moves to the end of time, every window closes and the job finishes by itself.
 
@@ -248,7 +216,7 @@ class WatchReportFiles(beam.PTransform):
         file_pattern: str,
         interval_s: float = 10.0,
         batch_size: int = 1 << 15,
-        task: Any = None,
+        aggregator: Aggregator | None = None,
         duration_s: float | None = None,
         paced: bool = False,
     ) -> None:
@@ -260,7 +228,7 @@ class WatchReportFiles(beam.PTransform):
         self.file_pattern = file_pattern
         self.interval_s = float(interval_s)
         self.batch_size = batch_size
-        self.task = task
+        self.aggregator = aggregator
         self.duration_s = duration_s
         self.paced = paced
 
@@ -275,7 +243,7 @@ class WatchReportFiles(beam.PTransform):
             | "NewFiles" >> beam.ParDo(_FirstSightingOnly())
             | "Open" >> fileio.ReadMatches()
             | "ReadBlocks"
-            >> beam.ParDo(_ReadAvroBatches(self.batch_size, self.task)).with_outputs(
+            >> beam.ParDo(_ReadAvroBatches(self.batch_size, self.aggregator)).with_outputs(
                 "dead_letter", "counts", main="records"
             )
         )
@@ -284,43 +252,36 @@ class WatchReportFiles(beam.PTransform):
 class _DecodeMessage(_ReportSourceFn):
     """Pub/Sub message (an Avro container of reports) -> (source, batch); undecodable -> dead letter."""
 
-    def __init__(self, source: str, task: Any = None) -> None:
-        super().__init__(task)
+    def __init__(self, source: str, aggregator: Aggregator | None = None) -> None:
+        super().__init__(aggregator)
         self.source = source
 
-    def process(self, message):
+    def process(self, message: bytes | beam.io.PubsubMessage):
         if self._params is None:
             self.setup()
         data = getattr(message, "data", message)
         try:
             batches = list(iter_report_batches(io.BytesIO(bytes(data)), 1 << 30, **self._params))
         except Exception as exc:  # noqa: BLE001
-            yield count_undecodable(self.read, self.rejected, self.undecodable)
-            yield beam.pvalue.TaggedOutput(
-                "dead_letter",
-                make_dead_letter(
-                    "undecodable",
-                    self.source,
-                    detail=f"message is not an Avro report container: {type(exc).__name__}: {exc}",
-                    raw_bytes=bytes(data) if isinstance(data, (bytes, bytearray)) else repr(data).encode(),
-                ),
-            )
+            raw = bytes(data) if isinstance(data, (bytes, bytearray)) else repr(data).encode()
+            detail = f"message is not an Avro report container: {type(exc).__name__}: {exc}"
+            yield from self.undecodable_input(self.source, detail, raw)
             return
         for batch in batches:
             if len(batch):
-                yield (self.source, batch)
+                yield RecordBatch(self.source, batch)
 
 
 class DecodeReportMessages(beam.PTransform):
     """Message bodies (bytes or ``PubsubMessage``) -> record batches (main) and dead letters."""
 
-    def __init__(self, source: str, task: Any = None) -> None:
+    def __init__(self, source: str, aggregator: Aggregator | None = None) -> None:
         super().__init__()
         self.source = source
-        self.task = task
+        self.aggregator = aggregator
 
-    def expand(self, messages):
-        return messages | "Decode" >> beam.ParDo(_DecodeMessage(self.source, self.task)).with_outputs(
+    def expand(self, messages: PCollection):
+        return messages | "Decode" >> beam.ParDo(_DecodeMessage(self.source, self.aggregator)).with_outputs(
             "dead_letter", "counts", main="records"
         )
 
@@ -328,57 +289,65 @@ class DecodeReportMessages(beam.PTransform):
 class AvroRecordSink(fileio.FileSink):
     """``fileio`` sink writing dicts as an Avro object container with one of the package schemas."""
 
-    def __init__(self, schema_name: str = "estimate") -> None:
+    def __init__(self, schema_name: str) -> None:
         self.schema_name = schema_name
         self._writer = None
 
     def open(self, fh) -> None:
         self._writer = fastavro.write.Writer(fh, schemas.parsed_schema(self.schema_name))
 
-    def write(self, record) -> None:
+    def write(self, record: Record) -> None:
         self._writer.write(record)
 
     def flush(self) -> None:
         self._writer.flush()
 
 
-def _avro_sink_fn(schema_name: str):
-    return lambda _destination: AvroRecordSink(schema_name)
+class _JsonLinesSink(fileio.TextSink):
+    """``fileio`` sink writing records as strict JSON lines (``to_json`` first)."""
 
-
-class _JsonLine(beam.DoFn):
-    def process(self, rec):
-        yield json.dumps(record_to_json(rec), allow_nan=False)
-
-
-class WriteEstimates(beam.PTransform):
-    """Estimate records -> ``OUT/estimates-*.jsonl`` (JSON Lines) and ``OUT/estimates-*.avro``.
-
-    ``fileio`` names the files by window and shard, not pane (Beam 2.77): a later pane of a window
-    replaces the earlier file or is written as the next shard (Flink); every record carries its pane.
-    """
-
-    def __init__(self, output_dir: str, shards: int = 1) -> None:
+    def __init__(self, to_json: Callable[[Record], Record]) -> None:
         super().__init__()
-        self.output_dir = output_dir
-        self.shards = shards
+        self.to_json = to_json
 
-    def expand(self, estimates):
-        jsonl = (
-            estimates
-            | "ToJson" >> beam.ParDo(_JsonLine())
-            | "WriteJson"
-            >> fileio.WriteToFiles(
-                path=self.output_dir,
-                file_naming=fileio.default_file_naming("estimates", ".jsonl"),
-                shards=self.shards,
-            )
+    def write(self, record: Record) -> None:
+        super().write(json.dumps(self.to_json(record), allow_nan=False))
+
+
+def _pane_destination(rec: Record) -> str:
+    return f"pane{int(rec['pane_index']):05d}"
+
+
+def _as_record(row: ResultRow) -> Record:
+    return row._asdict()
+
+
+class WriteResults(beam.PTransform):
+    """Result rows of one :class:`~ldp.aggregate.OutputSpec` -> JSON Lines and Avro files per window and
+    pane under ``OUT/<spec.subdir>/`` (see the module docstring)."""
+
+    def __init__(self, output_dir: str, spec: OutputSpec) -> None:
+        super().__init__()
+        self.path = os.path.join(output_dir, spec.subdir) if spec.subdir else output_dir
+        self.spec = spec
+
+    def expand(self, rows: PCollection) -> dict[str, PCollection]:
+        spec = self.spec
+        to_json = spec.to_json or json_record
+        records = rows | "ToRecord" >> beam.Map(_as_record)
+        jsonl = records | "WriteJson" >> fileio.WriteToFiles(
+            path=self.path,
+            file_naming=pane_file_naming(spec.prefix, ".jsonl"),
+            destination=_pane_destination,
+            sink=lambda _dest: _JsonLinesSink(to_json),
+            shards=1,
         )
-        avro = estimates | "WriteAvro" >> fileio.WriteToFiles(
-            path=self.output_dir,
-            file_naming=fileio.default_file_naming("estimates", ".avro"),
-            sink=_avro_sink_fn("estimate"),
-            shards=self.shards,
+        avro = records | "WriteAvro" >> fileio.WriteToFiles(
+            path=self.path,
+            file_naming=pane_file_naming(spec.prefix, ".avro"),
+            destination=_pane_destination,
+            sink=lambda _dest: AvroRecordSink(spec.schema),
+            shards=1,
         )
         return {"jsonl": jsonl, "avro": avro}
 
@@ -419,6 +388,44 @@ class WriteDeadLetters(beam.PTransform):
         return dead | "WriteAvro" >> fileio.WriteToFiles(
             path=self.output_dir,
             file_naming=fileio.default_file_naming("dead_letter", ".avro"),
-            sink=_avro_sink_fn("dead_letter"),
+            sink=lambda _dest: AvroRecordSink("dead_letter"),
             shards=1,
         )
+
+
+def read_model_records(pattern: str) -> list[Record]:
+    """Model records (their JSON Lines form) from ``.jsonl`` / ``.json`` / ``.avro`` files matching a path
+    or glob; a directory means its ``models-*.jsonl`` files (e.g. ``OUT/models``).
+
+    Raises:
+        ValueError: no file matches, or a line is not a model record of a supported version.
+    """
+    if os.path.isdir(pattern):
+        pattern = os.path.join(pattern, "models-*.jsonl")
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise ValueError(f"no model file matches {pattern!r}")
+    out: list[Record] = []
+    for path in paths:
+        if path.endswith(".avro"):
+            with open(path, "rb") as fh:
+                out.extend(model_json(r) for r in fastavro.reader(fh))
+            continue
+        with open(path, encoding="utf-8") as fh:
+            for ln, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{ln}: not JSON: {exc}") from None
+                if not isinstance(rec, dict) or "model" not in rec or "task" not in rec:
+                    raise ValueError(f"{path}:{ln}: not a model record (needs 'task' and 'model')")
+                if rec.get("model_file_version", MODEL_FILE_VERSION) != MODEL_FILE_VERSION:
+                    raise ValueError(
+                        f"{path}:{ln}: model_file_version {rec.get('model_file_version')!r} is not "
+                        f"supported (this code reads {MODEL_FILE_VERSION})"
+                    )
+                out.append(rec)
+    out.sort(key=lambda r: (r["task_id"], r.get("window_start") or "", r.get("pane_index", 0)))
+    return out

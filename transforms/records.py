@@ -1,7 +1,10 @@
 """Avro report records <-> numpy :class:`~ldp.reports.Reports` batches, and server-side validation.
 
 Beam-free on purpose (unit-testable, usable from the simulator): the Beam DoFns in
-:mod:`transforms.frequency` and :mod:`transforms.io` are thin wrappers around these functions.
+:mod:`transforms.aggregate` and :mod:`transforms.io` are thin wrappers around these functions.
+:class:`ReportValidator` checks records against a task and one oracle; :class:`TaskReportValidator`
+checks them against a task's :class:`~ldp.aggregate.Aggregator`, with each group's validation oracle, and
+returns the accepted reports split by group and event-time granule (:class:`GroupBatch`).
 
 A record is what ``fastavro`` yields for ``schemas/report.avsc``: a dict with ``task_id``,
 ``schema_version``, ``event_time`` (a timezone-aware ``datetime`` or integer milliseconds), ``group`` and
@@ -19,20 +22,27 @@ import json
 import math
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import fastavro
 import numpy as np
 
 import schemas
+from ldp.aggregate import Aggregator, ValidationOracle
 from ldp.reports import Reports
 from ldp.task import CollectionTask
+from transforms.avro_fast import ColumnBatch
 
 __all__ = [
     "PAYLOAD_FIELDS",
     "REASONS",
     "ValidatedBatch",
     "ReportValidator",
+    "RecordBatch",
+    "GroupBatch",
+    "TaskBatch",
+    "TaskReportValidator",
+    "decode_params",
     "validate_records",
     "reports_to_records",
     "write_report_file",
@@ -46,6 +56,10 @@ __all__ = [
     "now_ms",
     "RAW_BYTES_LIMIT",
 ]
+
+#: Records as a source hands them over: column-wise (fast path) or the items ``fastavro`` decoded (record
+#: dicts, or anything else a foreign writer put there: unvalidated input).
+RawRecords = ColumnBatch | list[object]
 
 #: Reports field -> Avro field.
 PAYLOAD_FIELDS = {"values": "value", "seeds": "seed", "bits": "bits", "items": "items", "reals": "reals"}
@@ -78,7 +92,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _json_default(x: Any) -> Any:
+def _json_default(x: object) -> object:
     if isinstance(x, (bytes, bytearray)):
         return bytes(x).hex()
     if isinstance(x, _dt.datetime):
@@ -93,10 +107,10 @@ def make_dead_letter(
     source: str,
     *,
     detail: str | None = None,
-    record: Any = None,
+    record: object = None,
     raw_bytes: bytes | None = None,
     at_ms: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A dead-letter record (``schemas/dead_letter.avsc``)."""
     task_id = record.get("task_id") if isinstance(record, dict) else None
     raw_record = None
@@ -132,7 +146,7 @@ class ValidatedBatch:
     reports: Reports
     event_ms: np.ndarray
     groups: np.ndarray
-    dead_letters: list[dict[str, Any]]
+    dead_letters: list[dict[str, object]]
     reason_counts: dict[str, int]
     n_read: int
 
@@ -162,7 +176,7 @@ class ReportValidator:
     and well typed, the others null; and finally ``oracle.validate`` on the numpy batch (domain checks).
     """
 
-    def __init__(self, task: CollectionTask, oracle: Any = None) -> None:
+    def __init__(self, task: CollectionTask, oracle: ValidationOracle | None = None) -> None:
         self.task = task
         self.oracle = task.make_oracle() if oracle is None else oracle
         self.fields = tuple(self.oracle.report_fields)
@@ -170,7 +184,7 @@ class ReportValidator:
 
     # -- column builders: return (array for all rows, bad mask, detail) ---------------------------------
     @staticmethod
-    def _int_column(col: list[Any], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    def _int_column(col: list[object], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         n = len(col)
         if set(map(type, col)) <= {int}:
             try:
@@ -182,7 +196,9 @@ class ReportValidator:
         a = np.fromiter((0 if b else v for v, b in zip(col, bad)), dtype=np.int64, count=n)
         return a, bad
 
-    def _payload(self, name: str, col: list[Any], rows: np.ndarray, reason: np.ndarray, detail: np.ndarray):
+    def _payload(
+        self, name: str, col: list[object], rows: np.ndarray, reason: np.ndarray, detail: np.ndarray
+    ):
         """Converts one payload column (rows still alive) to its numpy form; marks bad rows."""
         n = len(col)
         avro = PAYLOAD_FIELDS[name]
@@ -235,7 +251,7 @@ class ReportValidator:
         _mark(reason, detail, rows[bad], "invalid_payload", "reals must hold one finite double")
         return np.fromiter((v[0] if o else 0.0 for v, o in zip(col, ok)), dtype=np.float64, count=n)
 
-    def validate(self, records: Any, source: str = "", *, at_ms: int | None = None) -> ValidatedBatch:
+    def validate(self, records: RawRecords, source: str = "", *, at_ms: int | None = None) -> ValidatedBatch:
         """Splits ``records`` (a list of record dicts, or a :class:`~transforms.avro_fast.ColumnBatch`)
         into accepted reports and dead letters (see the class docstring)."""
         if not isinstance(records, (list, tuple)):
@@ -362,7 +378,9 @@ class ReportValidator:
             n_read=n,
         )
 
-    def validate_columns(self, cb: Any, source: str = "", *, at_ms: int | None = None) -> ValidatedBatch:
+    def validate_columns(
+        self, cb: ColumnBatch, source: str = "", *, at_ms: int | None = None
+    ) -> ValidatedBatch:
         """Like :meth:`validate` for a :class:`~transforms.avro_fast.ColumnBatch` (all numpy)."""
         n = len(cb)
         reason = np.full(n, None, dtype=object)
@@ -415,7 +433,7 @@ def _empty(fields: Sequence[str]) -> Reports:
     return Reports(**{f: np.zeros(0, dtype=np.uint64 if f == "seeds" else np.int64) for f in fields})
 
 
-def _mark(reason: np.ndarray, detail: np.ndarray, rows: np.ndarray, why: str, text: Any) -> None:
+def _mark(reason: np.ndarray, detail: np.ndarray, rows: np.ndarray, why: str, text: str | None) -> None:
     """Sets the reason of ``rows`` that have none yet (the first failing check wins)."""
     if len(rows) == 0:
         return
@@ -424,7 +442,7 @@ def _mark(reason: np.ndarray, detail: np.ndarray, rows: np.ndarray, why: str, te
     detail[rows] = text
 
 
-def validate_records(task: CollectionTask, records: Sequence[Any], source: str = "") -> ValidatedBatch:
+def validate_records(task: CollectionTask, records: Sequence[object], source: str = "") -> ValidatedBatch:
     """One-shot :meth:`ReportValidator.validate`."""
     return ReportValidator(task).validate(records, source)
 
@@ -439,12 +457,12 @@ def reports_to_records(
     groups: np.ndarray | int = 0,
     *,
     schema_version: int = schemas.SCHEMA_VERSION,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Avro report records for a batch (uint64 seeds are stored as their int64 bit pattern)."""
     n = len(reports)
     et = np.asarray(event_ms, dtype=np.int64).tolist()
     grp = (np.broadcast_to(np.asarray(groups, dtype=np.int64), (n,))).tolist()
-    cols: dict[str, list[Any]] = {}
+    cols: dict[str, list[object]] = {}
     for name, avro in PAYLOAD_FIELDS.items():
         arr = getattr(reports, name)
         if arr is None:
@@ -480,13 +498,13 @@ def reports_to_records(
 
 
 def write_report_file(
-    fo: BinaryIO, records: Sequence[dict[str, Any]], *, codec: str = "null", sync_interval: int = 1 << 20
+    fo: BinaryIO, records: Sequence[dict[str, object]], *, codec: str = "null", sync_interval: int = 1 << 20
 ) -> None:
     """Writes records as an Avro object container (large blocks: fewer, bigger batches downstream)."""
     fastavro.writer(fo, schemas.report_schema(), records, codec=codec, sync_interval=sync_interval)
 
 
-def encode_report_container(records: Sequence[dict[str, Any]], *, codec: str = "null") -> bytes:
+def encode_report_container(records: Sequence[dict[str, object]], *, codec: str = "null") -> bytes:
     """Records as one Avro object container in memory (a Pub/Sub message body)."""
     buf = io.BytesIO()
     write_report_file(buf, records, codec=codec)
@@ -496,13 +514,13 @@ def encode_report_container(records: Sequence[dict[str, Any]], *, codec: str = "
 # ---------------------------------------------------------------------------------------------------
 # Reading
 # ---------------------------------------------------------------------------------------------------
-def iter_record_batches(fo: BinaryIO, batch_size: int = 1 << 15) -> Iterator[list[dict[str, Any]]]:
+def iter_record_batches(fo: BinaryIO, batch_size: int = 1 << 15) -> Iterator[list[dict[str, object]]]:
     """Yields the records of an Avro container in lists of about ``batch_size`` (whole blocks).
 
     Raises whatever ``fastavro`` raises on a corrupt or non-Avro input; records of the blocks before the
     corruption have been yielded by then.
     """
-    pending: list[dict[str, Any]] = []
+    pending: list[dict[str, object]] = []
     for block in fastavro.block_reader(fo):
         pending.extend(block)
         if len(pending) >= batch_size:
@@ -512,12 +530,12 @@ def iter_record_batches(fo: BinaryIO, batch_size: int = 1 << 15) -> Iterator[lis
         yield pending
 
 
-def decode_container(data: bytes) -> list[Any]:
+def decode_container(data: bytes) -> list[object]:
     """All records of an in-memory Avro container (raises on undecodable bytes)."""
     return list(fastavro.reader(io.BytesIO(data)))
 
 
-def fast_decode_params(oracle: Any) -> dict[str, Any]:
+def fast_decode_params(oracle: ValidationOracle) -> dict[str, object]:
     """Keyword arguments of :func:`transforms.avro_fast.iter_report_batches` for an oracle's payload."""
     fields = tuple(oracle.report_fields)
     return {
@@ -566,3 +584,184 @@ def split_by_group_and_granule(
     for rows in np.split(order, bounds):
         out.append((int(groups[rows[0]]), int(event_ms[rows].max()), rows))
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Validation against a task's aggregator (every kind of task)
+# ---------------------------------------------------------------------------------------------------
+class RecordBatch(NamedTuple):
+    """What a source emits: where the records came from and the records, decoded column-wise
+    (:class:`~transforms.avro_fast.ColumnBatch`) or as ``fastavro`` record dicts."""
+
+    source: str
+    records: RawRecords
+
+
+class GroupBatch(NamedTuple):
+    """Accepted reports of one group whose event times fall into one window granule.
+
+    ``timestamp_ms`` is the latest event time of the batch (any time in the granule maps to the same
+    windows, so timestamping the whole batch with it assigns every report to its windows exactly).
+    """
+
+    group: int
+    timestamp_ms: int
+    reports: Reports
+
+
+@dataclasses.dataclass
+class TaskBatch:
+    """Validation result of one record batch against a task.
+
+    Attributes:
+        parts: the accepted reports, one :class:`GroupBatch` per group and granule present.
+        dead_letters: one dead-letter dict per refused record.
+        reason_counts: refused records per reason.
+        n_read: input records (= accepted + refused).
+    """
+
+    parts: list[GroupBatch]
+    dead_letters: list[dict[str, object]]
+    reason_counts: dict[str, int]
+    n_read: int
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(len(p.reports) for p in self.parts)
+
+    def counts(self) -> dict[str, int]:
+        """``read``, ``accepted``, ``rejected`` and ``rejected_<reason>`` of this batch."""
+        out = {"read": self.n_read, "accepted": self.n_accepted, "rejected": len(self.dead_letters)}
+        out.update({f"rejected_{k}": v for k, v in self.reason_counts.items()})
+        return out
+
+
+def _take_columns(cb: ColumnBatch, rows: np.ndarray) -> ColumnBatch:
+    """Rows of a :class:`transforms.avro_fast.ColumnBatch` (a dataclass of row-aligned arrays / dicts)."""
+    changes = {}
+    for f in dataclasses.fields(cb):
+        v = getattr(cb, f.name)
+        if isinstance(v, np.ndarray):
+            changes[f.name] = v[rows]
+        elif isinstance(v, dict):
+            changes[f.name] = {k: a[rows] for k, a in v.items()}
+    return dataclasses.replace(cb, **changes)
+
+
+def _parts(
+    groups: np.ndarray, event_ms: np.ndarray, reports: Reports, granule_ms: int | None
+) -> list[GroupBatch]:
+    out = []
+    for g, ts, rows in split_by_group_and_granule(groups, event_ms, granule_ms):
+        out.append(GroupBatch(g, ts, reports if len(rows) == len(reports) else reports.take(rows)))
+    return out
+
+
+class TaskReportValidator:
+    """Validates report records of any task through its :class:`~ldp.aggregate.Aggregator`.
+
+    The checks are :class:`ReportValidator`'s (task id, schema version, event time, ``group`` in
+    ``[0, n_groups)``, payload fields, then the oracle's ``validate``). When the aggregator's groups share
+    one oracle (``uniform_oracle``) a batch is validated in one pass; otherwise its records are partitioned
+    by ``group`` and each partition is validated with its group's oracle (records whose group is out of
+    range or not an integer go through group 0's validator, which refuses them with ``invalid_group``
+    or an earlier reason).
+    """
+
+    def __init__(self, aggregator: Aggregator) -> None:
+        self.aggregator = aggregator
+        self.task = aggregator.task
+        self._validators: dict[int, ReportValidator] = {}
+
+    def _validator(self, group: int) -> ReportValidator:
+        v = self._validators.get(group)
+        if v is None:
+            v = ReportValidator(self.task, oracle=self.aggregator.validation_oracle(group))
+            self._validators[group] = v
+        return v
+
+    def validate(
+        self,
+        records: RawRecords,
+        source: str = "",
+        *,
+        granule_ms: int | None = None,
+        at_ms: int | None = None,
+    ) -> TaskBatch:
+        """``records``: a list of record dicts or a ColumnBatch (:mod:`transforms.avro_fast`)."""
+        if self.aggregator.uniform_oracle:
+            vb = self._validator(0).validate(records, source, at_ms=at_ms)
+            parts = _parts(vb.groups, vb.event_ms, vb.reports, granule_ms)
+            return TaskBatch(parts, vb.dead_letters, vb.reason_counts, vb.n_read)
+        m = self.task.n_groups
+        is_list = isinstance(records, (list, tuple))
+        n = len(records)
+        if is_list:
+            grp = np.fromiter(
+                (
+                    g if type(g) is int and 0 <= g < m else -1
+                    for g in (r.get("group", 0) if type(r) is dict else None for r in records)
+                ),
+                dtype=np.int64,
+                count=n,
+            )
+        else:
+            grp = np.where((records.group >= 0) & (records.group < m), records.group, -1).astype(np.int64)
+        parts: list[GroupBatch] = []
+        dead: list[dict[str, object]] = []
+        counts: dict[str, int] = {}
+        uniq = np.unique(grp)
+        for g in uniq.tolist():
+            if len(uniq) == 1:
+                sub = records
+            else:
+                rows = np.flatnonzero(grp == g)
+                sub = [records[i] for i in rows] if is_list else _take_columns(records, rows)
+            vb = self._validator(max(g, 0)).validate(sub, source, at_ms=at_ms)
+            dead.extend(vb.dead_letters)
+            for k, c in vb.reason_counts.items():
+                counts[k] = counts.get(k, 0) + c
+            if vb.n_accepted:
+                # accepted rows all carry group g (a record with another group cannot pass g's checks)
+                if g < 0 or not bool(np.all(vb.groups == g)):
+                    raise AssertionError(f"the validator of group {g} accepted another group's report")
+                parts.extend(_parts(vb.groups, vb.event_ms, vb.reports, granule_ms))
+        return TaskBatch(parts, dead, counts, n)
+
+
+class _PayloadView:
+    """Payload fields of all groups; ``bits`` / ``items`` only when every group using them agrees on size."""
+
+    name = "task"
+
+    def __init__(self, oracles: Sequence[ValidationOracle]) -> None:
+        fields: set[str] = set()
+        bits_d: set[int] = set()
+        items_k: set[int] = set()
+        for o in oracles:
+            fields |= set(o.report_fields)
+            if "bits" in o.report_fields:
+                bits_d.add(int(o.d))
+            if "items" in o.report_fields:
+                items_k.add(int(o.k))
+        if len(bits_d) == 1:
+            self.d = bits_d.pop()
+        else:
+            fields.discard("bits")  # sizes differ: the fast decoder declines such blocks (fastavro path)
+        if len(items_k) == 1:
+            self.k = items_k.pop()
+        else:
+            fields.discard("items")
+        self.report_fields = tuple(sorted(fields))
+
+
+def decode_params(aggregator: Aggregator | None) -> dict[str, object]:
+    """Keyword arguments of :func:`transforms.avro_fast.iter_report_batches` for a task's reports
+    (``{}``: no task, decode with fastavro only)."""
+    if aggregator is None:
+        return {}
+    if aggregator.uniform_oracle:
+        view: ValidationOracle | _PayloadView = aggregator.validation_oracle(0)
+    else:
+        view = _PayloadView([aggregator.validation_oracle(g) for g in range(aggregator.task.n_groups)])
+    return {"task_id": aggregator.task.task_id, **fast_decode_params(view)}

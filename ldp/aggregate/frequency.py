@@ -1,0 +1,136 @@
+"""The aggregator of frequency tasks: one frequency oracle shared by every user group.
+
+* validation: the oracle's ``report_fields`` / ``validate`` (the same for every group);
+* accumulate: the oracle's fixed-size :class:`~ldp.oracles.SupportAccumulator` (exact integer sums);
+* finalize: per group with reports, ``oracle.estimate`` then ``ldp.postprocess.postprocess`` (the task's
+  method or the job's), one :class:`EstimateRow` (``schemas/estimate.avsc``) per group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.oracles import FrequencyEstimate, FrequencyOracle, SupportAccumulator
+from ldp.postprocess import postprocess
+from ldp.reports import Reports
+from ldp.task import POSTPROCESS_METHODS, FrequencyTask
+
+__all__ = ["EstimateRow", "FrequencyAggregator", "postprocess_estimate", "ESTIMATES"]
+
+
+class EstimateRow(NamedTuple):
+    """The estimates of one task, group, window and pane (the fields of ``schemas/estimate.avsc``)."""
+
+    task_id: str
+    schema_version: int
+    group: int
+    window_start: int | None
+    window_end: int | None
+    pane_timing: str
+    pane_index: int
+    is_last_pane: bool
+    n_reports: int
+    mechanism: str
+    epsilon: float
+    domain_size: int
+    postprocess: str
+    frequencies: list[float]
+    std: list[float]
+    output = "estimates"
+
+
+ESTIMATES = OutputSpec("estimates", "estimate", "", "estimates", None)
+
+
+def postprocess_estimate(
+    oracle: FrequencyOracle, acc: SupportAccumulator, method: str
+) -> tuple[FrequencyEstimate, np.ndarray]:
+    """``oracle.estimate(acc)`` then ``ldp.postprocess.postprocess``; returns ``(estimate, frequencies)``."""
+    est = oracle.estimate(acc)
+    if method == "base":
+        return est, np.asarray(est.frequencies, dtype=np.float64)
+    opts: dict[str, float] = {}
+    if method == "mle-apx":
+        opts = {"p": oracle.p, "q": oracle.q}
+    freqs = postprocess(est.frequencies, method, variance=est.variance, n=est.n, **opts)
+    return est, np.asarray(freqs, dtype=np.float64)
+
+
+class FrequencyAggregator:
+    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.task.FrequencyTask`.
+
+    Args:
+        task: the parsed task.
+        postprocess: post-processing method (default: the task's).
+
+    The oracle is built lazily and not pickled (workers rebuild it from the small task).
+    """
+
+    outputs = (ESTIMATES,)
+    uniform_oracle = True
+
+    def __init__(self, task: FrequencyTask, postprocess: str | None = None) -> None:
+        if task.kind != "frequency":
+            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a frequency task")
+        method = task.postprocess if postprocess is None else postprocess
+        if method not in POSTPROCESS_METHODS:
+            raise ValueError(
+                f"unknown post-processing method {method!r}; one of {', '.join(POSTPROCESS_METHODS)}"
+            )
+        self.task = task
+        self.method = method
+        self._oracle: FrequencyOracle | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"task": self.task, "method": self.method, "_oracle": None}
+
+    @property
+    def oracle(self) -> FrequencyOracle:
+        if self._oracle is None:
+            self._oracle = self.task.make_oracle()
+        return self._oracle
+
+    def validation_oracle(self, group: int) -> FrequencyOracle:
+        return self.oracle
+
+    def create_accumulator(self, group: int) -> SupportAccumulator:
+        return self.oracle.create_accumulator()
+
+    def add(self, group: int, acc: SupportAccumulator, reports: Reports) -> SupportAccumulator:
+        return self.oracle.add(acc, reports)
+
+    def merge(self, group: int, accs: Sequence[SupportAccumulator]) -> SupportAccumulator:
+        return self.oracle.merge(list(accs))
+
+    def finalize(self, accs: Mapping[int, SupportAccumulator], window: WindowInfo) -> list[ResultRow]:
+        """One :class:`EstimateRow` per group with reports, in group order."""
+        o = self.oracle
+        rows: list[ResultRow] = []
+        for group, acc in sorted(accs.items()):
+            if acc.n == 0:
+                continue
+            est, freqs = postprocess_estimate(o, acc, self.method)
+            rows.append(
+                EstimateRow(
+                    task_id=self.task.task_id,
+                    schema_version=self.task.schema_version,
+                    group=int(group),
+                    window_start=window.start_ms,
+                    window_end=window.end_ms,
+                    pane_timing=window.pane_timing,
+                    pane_index=window.pane_index,
+                    is_last_pane=window.is_last_pane,
+                    n_reports=int(est.n),
+                    mechanism=o.name,
+                    epsilon=float(o.epsilon),
+                    domain_size=int(o.d),
+                    postprocess=self.method,
+                    frequencies=freqs.tolist(),
+                    std=np.asarray(est.std, dtype=np.float64).tolist(),
+                )
+            )
+        return rows

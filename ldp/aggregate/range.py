@@ -1,0 +1,277 @@
+"""The aggregator of range-query tasks (HDG, TDG, CALM, HIO, LHIO, MSW, Uni; Yang et al., VLDB 2021).
+
+* validation: group ``g``'s oracle (``mechanism.group_oracle(g)``; Uni's groups carry no payload and
+  must report ``value`` 0, :class:`NoPayloadOracle`);
+* accumulate: the mechanism's per-group accumulators (``create_accumulator(g)``, ``add(g, acc, reports)``,
+  ``merge(g, accs)``);
+* finalize: ``mechanism.finalize`` once per window and pane over all groups (estimates, Norm-Sub,
+  consistency, response matrices ...), then one :class:`AnswerRow` per query of the job
+  (``schemas/range_answer.avsc``) and one :class:`ModelRow` (``schemas/range_model.avsc``) holding the
+  model, which answers new queries later (:func:`answer_from_model_records`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ldp.aggregate import (
+    OutputSpec,
+    Record,
+    ResultRow,
+    ValidationOracle,
+    WindowInfo,
+    from_iso,
+    iso_ms,
+    json_record,
+    json_safe,
+)
+from ldp.rangequery.base import FORMAT_VERSION, RangeMechanism, RangeModel
+from ldp.rangequery.queries import RangeQuery, parse_queries
+from ldp.rangequery.registry import model_from_dict
+from ldp.reports import Reports
+from ldp.task import RangeTask, parse_task
+
+__all__ = [
+    "MODEL_FILE_VERSION",
+    "AnswerRow",
+    "ModelRow",
+    "ANSWERS",
+    "MODELS",
+    "NoPayloadOracle",
+    "RangeAggregator",
+    "load_queries",
+    "answer_rows",
+    "model_row",
+    "model_json",
+    "answer_from_model_records",
+]
+
+#: Version of the model-record JSON wrapper written under ``OUT/models/`` (the model itself carries the
+#: ``format_version`` of ``ldp.rangequery``).
+MODEL_FILE_VERSION = 1
+
+
+class AnswerRow(NamedTuple):
+    """One query's answer in one window and pane (the fields of ``schemas/range_answer.avsc``)."""
+
+    task_id: str
+    schema_version: int
+    window_start: int | None
+    window_end: int | None
+    pane_timing: str
+    pane_index: int
+    query_index: int
+    query: dict[str, list[int]]
+    answer: float
+    std: float | None
+    method: str
+    n_reports: int
+    model_format_version: int
+    output = "answers"
+
+
+class ModelRow(NamedTuple):
+    """The finalized model of one window and pane (the fields of ``schemas/range_model.avsc``)."""
+
+    task_id: str
+    schema_version: int
+    window_start: int | None
+    window_end: int | None
+    pane_timing: str
+    pane_index: int
+    method: str
+    n_reports: int
+    format_version: int
+    task_json: str
+    model_json: str
+    output = "models"
+
+
+def _dumps(obj: object) -> str:
+    return json.dumps(json_safe(obj), allow_nan=False)
+
+
+def model_json(rec: Record) -> Record:
+    """JSON Lines form of a model record (``OUT/models/models-*.jsonl``): task and model as objects."""
+    return {
+        "model_file_version": MODEL_FILE_VERSION,
+        "task_id": rec["task_id"],
+        "schema_version": rec["schema_version"],
+        "window_start": iso_ms(rec["window_start"]),  # type: ignore[arg-type]
+        "window_end": iso_ms(rec["window_end"]),  # type: ignore[arg-type]
+        "pane_timing": rec["pane_timing"],
+        "pane_index": rec["pane_index"],
+        "method": rec["method"],
+        "n_reports": rec["n_reports"],
+        "format_version": rec["format_version"],
+        "task": json.loads(str(rec["task_json"])),
+        "model": json.loads(str(rec["model_json"])),
+    }
+
+
+ANSWERS = OutputSpec("answers", "range_answer", "", "answers", None)
+MODELS = OutputSpec("models", "range_model", "models", "models", model_json)
+
+
+class NoPayloadOracle:
+    """Validation view of a group whose reports carry no information (Uni): ``value`` must be 0."""
+
+    name = "none"
+    report_fields = ("values",)
+    d = 1
+
+    def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
+        n = len(reports)
+        reasons = np.full(n, None, dtype=object)
+        if reports.values is None:
+            reasons[:] = "missing field(s) values for none"
+            return np.zeros(n, dtype=bool), reasons
+        bad = np.asarray(reports.values) != 0
+        reasons[bad] = "value outside [0, 1)"
+        return ~bad, reasons
+
+
+def load_queries(path: str | Path, task: RangeTask) -> list[RangeQuery]:
+    """Reads a query file (JSON list of ``{attribute: [lo, hi]}``) for a task.
+
+    Raises:
+        ValueError: naming the file and the query (index and content) for any bad query.
+    """
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
+    try:
+        queries = parse_queries(obj, task.attribute_names, task.domain_sizes)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if not queries:
+        raise ValueError(f"{path}: the query list is empty")
+    return queries
+
+
+def answer_rows(
+    task: RangeTask, model: RangeModel, queries: Sequence[RangeQuery], window: WindowInfo
+) -> list[AnswerRow]:
+    """One :class:`AnswerRow` per query: ``model.answer`` / ``model.answer_std``."""
+    answers = np.asarray(model.answer(queries), dtype=np.float64).tolist()
+    std = model.answer_std(queries)
+    stds: list[float | None] = [None] * len(queries)
+    if std is not None:
+        stds = [float(s) if math.isfinite(s) else None for s in np.asarray(std, dtype=np.float64).tolist()]
+    names = task.attribute_names
+    return [
+        AnswerRow(
+            task_id=task.task_id,
+            schema_version=task.schema_version,
+            window_start=window.start_ms,
+            window_end=window.end_ms,
+            pane_timing=window.pane_timing,
+            pane_index=int(window.pane_index),
+            query_index=i,
+            query={k: [int(v[0]), int(v[1])] for k, v in q.to_json(names).items()},
+            answer=float(a),
+            std=s,
+            method=task.mechanism,
+            n_reports=int(model.n_users),
+            model_format_version=FORMAT_VERSION,
+        )
+        for i, (q, a, s) in enumerate(zip(queries, answers, stds))
+    ]
+
+
+def model_row(task: RangeTask, model: RangeModel, window: WindowInfo) -> ModelRow:
+    """The :class:`ModelRow` of one window and pane: task and model as JSON text."""
+    d = model.to_dict()
+    return ModelRow(
+        task_id=task.task_id,
+        schema_version=task.schema_version,
+        window_start=window.start_ms,
+        window_end=window.end_ms,
+        pane_timing=window.pane_timing,
+        pane_index=int(window.pane_index),
+        method=task.mechanism,
+        n_reports=int(model.n_users),
+        format_version=int(d.get("format_version", FORMAT_VERSION)),
+        task_json=json.dumps(task.to_dict(), sort_keys=True),
+        model_json=_dumps(d),
+    )
+
+
+class RangeAggregator:
+    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.task.RangeTask` answering ``queries``.
+
+    The mechanism is built lazily and not pickled (workers rebuild it from the small task).
+    """
+
+    outputs = (ANSWERS, MODELS)
+    uniform_oracle = False
+
+    def __init__(self, task: RangeTask, queries: Sequence[RangeQuery] = ()) -> None:
+        if task.kind != "range":
+            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a range task")
+        self.task = task
+        self.queries = list(queries)
+        self._mech: RangeMechanism | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"task": self.task, "queries": self.queries, "_mech": None}
+
+    @property
+    def mechanism(self) -> RangeMechanism:
+        if self._mech is None:
+            self._mech = self.task.make_mechanism()
+        return self._mech
+
+    def validation_oracle(self, group: int) -> ValidationOracle:
+        o = self.mechanism.group_oracle(group)
+        if hasattr(o, "report_fields") and hasattr(o, "validate"):
+            return o
+        return NoPayloadOracle()
+
+    def create_accumulator(self, group: int) -> object:
+        return self.mechanism.create_accumulator(group)
+
+    def add(self, group: int, acc: object, reports: Reports) -> object:
+        return self.mechanism.add(group, acc, reports)
+
+    def merge(self, group: int, accs: Sequence[object]) -> object:
+        return self.mechanism.merge(group, accs)
+
+    def finalize(self, accs: Mapping[int, object], window: WindowInfo) -> list[ResultRow]:
+        """``mechanism.finalize`` once for all groups, then the model row and one answer row per query."""
+        model = self.mechanism.finalize(accs)
+        rows: list[ResultRow] = [model_row(self.task, model, window)]
+        if self.queries:
+            rows.extend(answer_rows(self.task, model, self.queries, window))
+        return rows
+
+
+def answer_from_model_records(
+    models: Sequence[Mapping[str, object]], query_obj: Sequence[Mapping[str, Sequence[int]]]
+) -> list[Record]:
+    """Answers queries (the query-file JSON) with saved models (their JSON Lines form); JSON-form answer
+    records like the job's.
+
+    Raises:
+        ValueError: naming the query for a bad query (checked against each model's task).
+    """
+    out: list[Record] = []
+    for rec in models:
+        task = parse_task(rec["task"], source="model record", kind="range")
+        queries = parse_queries(query_obj, task.attribute_names, task.domain_sizes)
+        model = model_from_dict(rec["model"])  # type: ignore[arg-type]
+        window = WindowInfo(
+            start_ms=from_iso(rec.get("window_start")),  # type: ignore[arg-type]
+            end_ms=from_iso(rec.get("window_end")),  # type: ignore[arg-type]
+            pane_timing=str(rec.get("pane_timing", "UNKNOWN")),
+            pane_index=int(rec.get("pane_index", 0)),  # type: ignore[arg-type]
+        )
+        out.extend(json_record(r._asdict()) for r in answer_rows(task, model, queries, window))
+    return out

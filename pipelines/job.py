@@ -1,0 +1,394 @@
+"""One aggregation job for every kind of task: flags, checks, the pipeline, the run and its summary.
+
+A job module (``pipelines.frequency``, ``pipelines.range_queries``, and the sparse-vector and batch-query
+jobs to come) declares its own flags, says which kind of task it takes and how to build the task's
+:class:`~ldp.aggregate.Aggregator` from the flags, and calls :func:`run_job`:
+
+1. flags: ``pipelines.cli`` (the job's flags with ``parse_known_args``, the rest must be Beam options;
+   unknown flags are errors); the shared flags are :func:`add_job_flags`;
+2. checks before anything runs, each a one-line error with exit status 2: the task (every problem, and
+   the kind: a range task given to the frequency job is refused), exactly one source, ``--input``
+   matching at least one file (batch; unless ``--allow_empty_input``), the window flags, the runner's
+   limits (:mod:`transforms.runners`), and the output directory (a non-empty one is refused unless
+   ``--overwrite``, so re-runs never mix window sizes or panes);
+3. the pipeline: source (:func:`read_reports`) -> :class:`transforms.aggregate.Aggregate` -> one
+   :class:`transforms.io.WriteResults` per output of the aggregator, dead letters and (streaming) counts;
+4. the summary: counts (``read = accepted + rejected``), the output path and the windows written, also
+   saved as ``OUT/counts.json`` (batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.pvalue import PCollection
+from apache_beam.runners.runner import PipelineResult
+
+from ldp.aggregate import Aggregator, OutputSpec
+from ldp.task import AnyTask, TaskError, WindowConfig, load_task
+from pipelines.cli import (
+    add_input_flags,
+    add_output_flags,
+    fail,
+    parse_job_args,
+    prepare_output,
+    require_inputs,
+)
+from transforms.aggregate import Aggregate
+from transforms.counts import WindowedCounts, format_counts, job_counts, job_distribution
+from transforms.io import (
+    DecodeReportMessages,
+    ReadReportFiles,
+    WatchReportFiles,
+    WriteCounts,
+    WriteDeadLetters,
+    WriteResults,
+)
+from transforms.runners import RunnerLimitation, adapt_directory_streaming, runs_on_fnapi_runner
+
+__all__ = [
+    "Job",
+    "add_job_flags",
+    "load_task_or_exit",
+    "window_from_flags",
+    "read_reports",
+    "build_pipeline",
+    "run_job",
+    "closed_window_counts",
+    "windows_written",
+]
+
+_LOG = logging.getLogger(__name__)
+
+#: Builds the job's aggregator from its parsed flags and task (raise ValueError for a bad job input).
+MakeAggregator = Callable[[argparse.Namespace, AnyTask], Aggregator]
+#: Adds job-specific steps after the aggregation (e.g. publishing estimates); gets the outputs.
+ExtraSteps = Callable[[argparse.Namespace, dict[str, PCollection]], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What a job module tells :func:`run_job`.
+
+    Attributes:
+        kind: the kind of task it takes (``ldp.task.TASK_KINDS``).
+        make_aggregator: flags and task -> aggregator.
+        extra_steps: optional steps on the aggregation outputs.
+        output_topic: name of the job's flag that publishes to Pub/Sub (None: it has none).
+    """
+
+    kind: str
+    make_aggregator: MakeAggregator
+    extra_steps: ExtraSteps | None = None
+    output_topic: str | None = None
+
+
+def add_job_flags(parser: argparse.ArgumentParser) -> None:
+    """The task, source, window, streaming and output flags every aggregation job has."""
+    parser.add_argument("--task", required=True, help="collection task JSON file")
+    add_input_flags(parser)
+    parser.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
+    parser.add_argument("--input_topic", help="Pub/Sub topic projects/P/topics/T (a temporary subscription)")
+    parser.add_argument(
+        "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
+    )
+    add_output_flags(parser)
+    parser.add_argument(
+        "--streaming", action="store_true", help="streaming job: watch --input for new files, or read Pub/Sub"
+    )
+    parser.add_argument(
+        "--watch_interval",
+        type=float,
+        default=10.0,
+        help="streaming from --input: seconds between matches of the glob",
+    )
+    parser.add_argument(
+        "--window_size",
+        type=float,
+        help="event-time window length in seconds (default: the task's; none: one global window)",
+    )
+    parser.add_argument(
+        "--window_period", type=float, help="sliding-window period in seconds (default: the task's)"
+    )
+    parser.add_argument(
+        "--allowed_lateness", type=float, help="seconds late reports still count (default: the task's)"
+    )
+    parser.add_argument(
+        "--early_firing", type=float, help="streaming: early panes every so many processing seconds"
+    )
+    parser.add_argument("--accumulating", action="store_true", help="cumulative panes (default: the task's)")
+    parser.add_argument("--batch_size", type=int, default=1 << 15, help="records per batch read from files")
+    parser.add_argument(
+        "--counts_window", type=float, default=60.0, help="streaming: seconds per OUT/counts/ line"
+    )
+    parser.add_argument(
+        "--dead_letter_window",
+        type=float,
+        default=60.0,
+        help="streaming: seconds of dead letters per OUT/dead_letter/ file",
+    )
+    parser.add_argument(
+        "--streaming_duration",
+        type=float,
+        default=0.0,
+        help="streaming: stop after this many seconds; 0 runs until interrupted (Pub/Sub: the job is "
+        "cancelled; --input: the watch stops, every window closes and the job finishes by itself)",
+    )
+
+
+def load_task_or_exit(path: str | None, kind: str | None = None) -> AnyTask:
+    """Loads a task file; one line listing every problem (or the wrong kind) and exit status 2."""
+    if not path:
+        fail("--task TASK.json is required")
+    try:
+        return load_task(path, kind=kind)
+    except TaskError as exc:
+        fail(exc.one_line())
+
+
+def window_from_flags(window: WindowConfig, ns: argparse.Namespace) -> WindowConfig:
+    """The task's window defaults overridden by ``--window_size``, ``--window_period``,
+    ``--allowed_lateness``, ``--early_firing``, ``--accumulating`` (one-line error when inconsistent)."""
+    changes: dict[str, float | bool] = {}
+    for flag, field in (
+        ("window_size", "size_s"),
+        ("window_period", "period_s"),
+        ("allowed_lateness", "allowed_lateness_s"),
+        ("early_firing", "early_firing_s"),
+    ):
+        v = getattr(ns, flag, None)
+        if v is not None:
+            if v < 0 or (v == 0 and field != "allowed_lateness_s"):
+                fail(f"--{flag} must be positive, got {v}")
+            changes[field] = float(v)
+    if getattr(ns, "accumulating", False):
+        changes["accumulating"] = True
+    w = dataclasses.replace(window, **changes)
+    if w.period_s is not None and (w.size_s is None or w.period_s > w.size_s):
+        fail("--window_period needs --window_size >= the period")
+    return w
+
+
+def read_reports(p: beam.Pipeline, ns: argparse.Namespace, agg: Aggregator, *, streaming: bool, paced: bool):
+    """The report source from the flags: ``--input`` files read once (batch) or watched (``streaming``;
+    ``paced`` for the FnApiRunner), else Pub/Sub. Returns the reader's outputs (``records``,
+    ``dead_letter``, ``counts``)."""
+    if ns.input and streaming:
+        duration = ns.streaming_duration if ns.streaming_duration > 0 else None
+        return p | "Read" >> WatchReportFiles(
+            ns.input, ns.watch_interval, ns.batch_size, agg, duration_s=duration, paced=paced
+        )
+    if ns.input:
+        return p | "Read" >> ReadReportFiles(ns.input, ns.batch_size, agg)
+    messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(
+        subscription=ns.input_subscription,
+        topic=None if ns.input_subscription else ns.input_topic,
+        timestamp_attribute=ns.timestamp_attribute,
+    )
+    return messages | "Read" >> DecodeReportMessages(ns.input_subscription or ns.input_topic, agg)
+
+
+def build_pipeline(
+    p: beam.Pipeline,
+    ns: argparse.Namespace,
+    agg: Aggregator,
+    window: WindowConfig,
+    *,
+    streaming: bool,
+    paced: bool = False,
+) -> dict[str, PCollection]:
+    """Adds the job to ``p``: read -> aggregate -> write every output, dead letters and counts."""
+    read = read_reports(p, ns, agg, streaming=streaming, paced=paced)
+    out = read.records | "Aggregate" >> Aggregate(agg, window)
+    for spec in agg.outputs:
+        out[spec.name] | f"Write_{spec.name}" >> WriteResults(ns.output, spec)
+    dead = (read.dead_letter, out["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
+    dead | "WriteDeadLetters" >> WriteDeadLetters(
+        ns.output, streaming=streaming, window_s=ns.dead_letter_window
+    )
+    if streaming:
+        (
+            (read.counts, out["counts"])
+            | "AllCounts" >> beam.Flatten()
+            | "CountsPerWindow" >> WindowedCounts(ns.counts_window)
+            | "WriteCounts" >> WriteCounts(ns.output)
+        )
+    out["dead_letter"] = dead
+    return out
+
+
+def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
+    sources = [f for f in ("input", "input_subscription", "input_topic") if getattr(ns, f)]
+    if len(sources) != 1:
+        fail("give exactly one of --input, --input_subscription, --input_topic")
+    if not ns.input and not streaming:
+        fail("Pub/Sub input (--input_subscription / --input_topic) needs --streaming")
+    if not ns.watch_interval > 0:
+        fail(f"--watch_interval must be positive, got {ns.watch_interval}")
+    if ns.input and not streaming:  # a watched directory may still be empty when the job starts
+        require_inputs(ns.input, ns.allow_empty_input)
+
+
+def _count_files(output: str) -> list[str]:
+    return glob.glob(os.path.join(output, "counts", "counts-*.jsonl"))
+
+
+def closed_window_counts(output: str, exclude: Sequence[str] | frozenset[str] = ()) -> dict[str, int]:
+    """Sums ``OUT/counts/counts-*.jsonl`` (the count windows a streaming job has closed), leaving out the
+    files in ``exclude``."""
+    total: dict[str, int] = {"read": 0, "accepted": 0, "rejected": 0}
+    skip = set(exclude)
+    for path in (f for f in _count_files(output) if f not in skip):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                for k, v in json.loads(line).items():
+                    if not k.startswith("window_"):
+                        total[k] = total.get(k, 0) + int(v)
+    return total
+
+
+def windows_written(output: str, spec: OutputSpec) -> list[tuple[str | None, str | None, int]]:
+    """``(window_start, window_end, pane_index)`` of every pane of ``spec`` rows in ``output`` (sorted)."""
+    base = os.path.join(output, spec.subdir) if spec.subdir else output
+    seen: set[tuple[str | None, str | None, int]] = set()
+    for path in glob.glob(os.path.join(base, f"{spec.prefix}-*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    r = json.loads(line)
+                    seen.add((r.get("window_start"), r.get("window_end"), int(r.get("pane_index", 0))))
+    return sorted(seen, key=lambda w: (w[0] or "", w[1] or "", w[2]))
+
+
+def _remove_empty_temp_dirs(output: str, specs: Sequence[OutputSpec]) -> None:
+    """``fileio`` leaves its emptied ``.temp*`` directories behind; remove them (never non-empty ones)."""
+    subdirs = {"dead_letter", "counts", *(s.subdir for s in specs if s.subdir)}
+    for parent in (output, *(os.path.join(output, d) for d in subdirs)):
+        if os.path.isdir(parent):
+            for name in os.listdir(parent):
+                path = os.path.join(parent, name)
+                if name.startswith(".temp") and os.path.isdir(path) and not os.listdir(path):
+                    os.rmdir(path)
+
+
+def _run(p: beam.Pipeline, ns: argparse.Namespace, streaming: bool) -> tuple[PipelineResult, float]:
+    t0 = time.perf_counter()
+    result = p.run()
+    if streaming and ns.streaming_duration > 0 and not ns.input:
+        deadline = time.time() + ns.streaming_duration
+        while time.time() < deadline:
+            time.sleep(0.5)
+        result.cancel()
+    else:
+        result.wait_until_finish()
+    return result, time.perf_counter() - t0
+
+
+def _counts(result: PipelineResult, output: str, streaming: bool) -> dict[str, int]:
+    try:
+        counts = job_counts(result)
+    except RecursionError as exc:  # the FnApiRunner's metrics of a very long watch (many bundles)
+        _LOG.warning("Beam counters unavailable (%s); using the count windows", exc)
+        counts = {"read": 0, "accepted": 0, "rejected": 0}
+    if not streaming:
+        return counts
+    closed = closed_window_counts(output)
+    _LOG.info("Beam counters (incomplete on the DirectRunner with Pub/Sub): %s", format_counts(counts))
+    return {
+        **{k: v for k, v in counts.items() if not k.startswith(("read", "accepted", "rejected"))},
+        **closed,
+    }
+
+
+def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> dict[str, object]:
+    """Parses the flags, checks everything, runs the job and returns (and prints) its summary."""
+    ns, options = parse_job_args(parser, argv)
+    streaming = bool(options.view_as(StandardOptions).streaming)
+    task = load_task_or_exit(ns.task, job.kind)
+    _check_sources(ns, streaming)
+    window = window_from_flags(task.window, ns)
+    try:
+        agg = job.make_aggregator(ns, task)
+    except ValueError as exc:
+        fail(str(exc))
+    fnapi = runs_on_fnapi_runner(options)
+    if streaming and ns.input and fnapi:
+        try:
+            window = adapt_directory_streaming(
+                window, ns.streaming_duration, getattr(ns, job.output_topic or "", None)
+            )
+        except RunnerLimitation as exc:
+            fail(str(exc))
+    prepare_output(ns.output, ns.overwrite)
+    _LOG.info(
+        "%s job: task %s (%s, %d group(s)), window %s, %s, output %s",
+        job.kind,
+        task.task_id,
+        task.mechanism,
+        task.n_groups,
+        _describe(window),
+        "streaming" if streaming else "batch",
+        ns.output,
+    )
+    p = beam.Pipeline(options=options)
+    outputs = build_pipeline(p, ns, agg, window, streaming=streaming, paced=fnapi)
+    if job.extra_steps is not None:
+        job.extra_steps(ns, outputs)
+    result, seconds = _run(p, ns, streaming)
+    counts = _counts(result, ns.output, streaming)
+    if not streaming or ns.input:
+        _remove_empty_temp_dirs(ns.output, agg.outputs)
+    written = {spec.name: windows_written(ns.output, spec) for spec in agg.outputs}
+    summary: dict[str, object] = {
+        "output": ns.output,
+        "state": str(result.state),
+        "seconds": seconds,
+        "streaming": streaming,
+        "task_id": task.task_id,
+        "kind": task.kind,
+        "mechanism": task.mechanism,
+        "n_groups": task.n_groups,
+        "window": dataclasses.asdict(window),
+        "counts": {
+            k: v
+            for k, v in counts.items()
+            if k in ("read", "accepted", "rejected") or k.startswith("rejected_")
+        },
+        "rows": {spec.name: counts.get(f"{spec.name}_rows", 0) for spec in agg.outputs},
+        "panes_written": {name: len(w) for name, w in written.items()},
+        "finalize_ms": job_distribution(result, "finalize_ms"),
+    }
+    _print_summary(summary, written)
+    if not streaming:
+        with open(os.path.join(ns.output, "counts.json"), "w", encoding="utf-8") as fh:
+            json.dump(summary, fh, indent=2)
+    return summary
+
+
+def _describe(w: WindowConfig) -> str:
+    if w.size_s is None:
+        return "global"
+    kind = f"sliding {w.size_s:g} s every {w.period_s:g} s" if w.period_s else f"fixed {w.size_s:g} s"
+    return kind + (", accumulating" if w.accumulating else "")
+
+
+def _print_summary(
+    summary: dict[str, object], written: dict[str, list[tuple[str | None, str | None, int]]]
+) -> None:
+    print(format_counts(summary["counts"]), file=sys.stderr)  # type: ignore[arg-type]
+    print(f"output: {summary['output']}", file=sys.stderr)
+    for name, panes in written.items():
+        windows = sorted({(s, e) for s, e, _ in panes}, key=lambda w: (w[0] or "", w[1] or ""))
+        shown = ", ".join("global" if s is None else f"[{s}, {e})" for s, e in windows[:3])
+        more = f", ... ({len(windows) - 3} more)" if len(windows) > 3 else ""
+        print(f"{name}: {len(windows)} window(s), {len(panes)} pane(s): {shown}{more}", file=sys.stderr)

@@ -1,0 +1,119 @@
+"""What a job read, accepted and refused: Beam counters and, for streaming jobs, per-window count lines.
+
+Counter names (namespace ``ldp``): ``reports_read``, ``reports_accepted``, ``reports_rejected`` and
+``rejected_<reason>`` (the validate step and the sources), ``<output>_rows`` per kind of result row,
+``finalized_panes`` / ``empty_panes`` and the distribution ``finalize_ms`` (the finalize step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.runners.runner import PipelineResult
+from apache_beam.transforms import window as bw
+
+__all__ = [
+    "COUNTER_NAMESPACE",
+    "Counts",
+    "SumCounts",
+    "WindowedCounts",
+    "job_counts",
+    "job_distribution",
+    "format_counts",
+]
+
+COUNTER_NAMESPACE = "ldp"
+
+#: ``read``, ``accepted``, ``rejected``, ``rejected_<reason>`` (and ``window_*_ms`` once windowed).
+Counts = dict[str, int]
+
+
+class SumCounts(beam.CombineFn):
+    """Adds count dicts key by key."""
+
+    def create_accumulator(self) -> Counts:
+        return {}
+
+    def add_input(self, acc: Counts, counts: Counts) -> Counts:
+        for k, v in counts.items():
+            acc[k] = acc.get(k, 0) + int(v)
+        return acc
+
+    def merge_accumulators(self, accs: Iterable[Counts]) -> Counts:
+        out: Counts = {}
+        for a in accs:
+            self.add_input(out, a)
+        return out
+
+    def extract_output(self, acc: Counts) -> Counts:
+        return {"read": 0, "accepted": 0, "rejected": 0, **acc}
+
+
+class _WithWindow(beam.DoFn):
+    def process(self, counts: Counts, window=beam.DoFn.WindowParam):
+        out = dict(counts)
+        if hasattr(window, "start"):
+            out["window_start_ms"] = int(window.start.micros // 1000)
+            out["window_end_ms"] = int(window.end.micros // 1000)
+        yield out
+
+
+class WindowedCounts(beam.PTransform):
+    """Per-batch count dicts -> one summed dict per fixed window of ``window_s`` (input timestamps).
+
+    The streaming job's record of what it read, accepted and refused (see ``transforms.runners`` for why
+    the counters alone are not enough on the DirectRunner).
+    """
+
+    def __init__(self, window_s: float) -> None:
+        super().__init__()
+        self.window_s = window_s
+
+    def expand(self, counts):
+        return (
+            counts
+            | "Window" >> beam.WindowInto(bw.FixedWindows(self.window_s))
+            | "Sum" >> beam.CombineGlobally(SumCounts()).without_defaults()
+            | "AddWindow" >> beam.ParDo(_WithWindow())
+        )
+
+
+_SHORT = {"reports_read": "read", "reports_accepted": "accepted", "reports_rejected": "rejected"}
+
+
+def job_counts(result: PipelineResult) -> Counts:
+    """Counter totals of a finished (or cancelled) job: ``read``, ``accepted``, ``rejected``,
+    ``rejected_<reason>`` and the other counters of the namespace (committed values where the runner has
+    them, else attempted)."""
+    out: Counts = {"read": 0, "accepted": 0, "rejected": 0}
+    res = result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE))
+    for c in res["counters"]:
+        name = c.key.metric.name
+        val = int((c.committed if c.committed is not None else c.attempted) or 0)
+        key = _SHORT.get(name, name)
+        out[key] = out.get(key, 0) + val
+    return out
+
+
+def job_distribution(result: PipelineResult, name: str) -> dict[str, int] | None:
+    """``{"count", "sum", "max"}`` of a distribution metric of the namespace, or None."""
+    try:
+        res = result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE).with_name(name))
+    except Exception:  # noqa: BLE001 - metrics are informative only
+        return None
+    for d in res["distributions"]:
+        v = d.committed or d.attempted
+        if v is not None and v.count:
+            return {"count": int(v.count), "sum": int(v.sum), "max": int(v.max)}
+    return None
+
+
+def format_counts(counts: Counts) -> str:
+    """``reports read=N accepted=A rejected=R`` plus the non-zero reasons."""
+    reasons = ", ".join(
+        f"{k[len('rejected_') :]}={v}" for k, v in sorted(counts.items()) if k.startswith("rejected_") and v
+    )
+    text = f"reports read={counts['read']} accepted={counts['accepted']} rejected={counts['rejected']}"
+    return text + (f" ({reasons})" if reasons else "")
