@@ -153,3 +153,20 @@ def test_kron_haar_ratios():
     for dims, ref in [((16, 8, 8), 1.773), ((4,) * 5, 1.636), ((2,) * 10, 2.000)]:
         w = wl.allrange(dims)
         assert error_ratio(w, haar(dims)) == pytest.approx(ref, abs=2e-3)
+
+
+def test_compress_ranges_and_svdb_drops_dead_cells():
+    lo, hi = np.array([2, 6, 3]), np.array([4, 8, 4])
+    n_live, lo_c, hi_c = wl.compress_ranges_1d(10, lo, hi)
+    assert n_live == 4 and lo_c.tolist() == [0, 2, 1] and hi_c.tolist() == [2, 4, 2]
+    # the bound on the live cells is the bound of the compressed workload (and tighter than with n = 10)
+    full = wl.range_set(10, lo, hi)
+    live = wl.range_set(n_live, lo_c, hi_c)
+    assert svdb(full) == pytest.approx(svdb(live), rel=1e-12)
+    lam = np.clip(np.linalg.eigvalsh(full.gram), 0, None)
+    assert svdb(full) > np.sum(np.sqrt(lam)) ** 2 / 10
+
+
+def test_kd_hierarchical_is_a_level_stack():
+    s = hierarchical((4, 8), 2)
+    assert s.levels == 3 * 4 and s.sensitivity() ** 2 == pytest.approx(12)

@@ -182,7 +182,9 @@ def hierarchical(dims, b: int = 2, *, root: bool = True) -> Strategy:
     if len(dims) == 1:
         labels = level_labels_hierarchical(dims[0], b, root=root)
         return from_levels(name, labels)
-    return kron(name, [_h_1d(d, b, root) for d in dims])
+    s = kron(name, [_h_1d(d, b, root) for d in dims])
+    levels = int(np.prod([len(level_labels_hierarchical(d, b, root=root)) for d in dims]))
+    return Strategy(name, s.matrix, levels=levels)  # a stack of product partitions
 
 
 def haar(dims) -> Strategy:
@@ -195,7 +197,9 @@ def haar(dims) -> Strategy:
 
 
 def make_strategy(name: str, workload, **kw) -> Strategy:
-    """Build a strategy by name for a workload: identity, h2 / h<b>, haar, lsa, opt."""
+    """Build a strategy by name for a workload: identity, h2 / h<b>, haar, lsa, opt, or lsa-kron (the
+    Kronecker product of 1-D LSA strategies of a product workload's factors; Delta_2^2 = product of the
+    factors' level counts)."""
     dims = workload.dims
     n = workload.n
     if name == "identity":
@@ -212,4 +216,13 @@ def make_strategy(name: str, workload, **kw) -> Strategy:
         from ldp.matrix.opt import opt
 
         return opt(workload, **kw)
-    raise ValueError(f"unknown strategy {name!r}; known: identity, h<b>, haar, lsa, opt")
+    if name == "lsa-kron":
+        from ldp.matrix.lsa import lsa
+
+        if workload.factors is None:
+            raise ValueError("lsa-kron needs a Kronecker (product-domain) workload")
+        parts = [lsa(f, **kw) for f in workload.factors]
+        s = kron("lsa-kron", [p.matrix for p in parts])
+        return Strategy("lsa-kron", s.matrix, levels=int(np.prod([p.levels for p in parts])),
+                        info={"factor_levels": [p.levels for p in parts]})
+    raise ValueError(f"unknown strategy {name!r}; known: identity, h<b>, haar, lsa, lsa-kron, opt")

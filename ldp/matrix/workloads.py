@@ -42,6 +42,7 @@ __all__ = [
     "coverage_ranges",
     "coverage_groups",
     "drop_dead_cells",
+    "compress_ranges_1d",
     "parse_workload",
 ]
 
@@ -366,6 +367,21 @@ def drop_dead_cells(gram: np.ndarray, *, tol: float = 0.0) -> tuple[np.ndarray, 
     """
     live = np.diag(gram) > tol
     return gram[np.ix_(live, live)], live
+
+
+def compress_ranges_1d(n: int, lo, hi) -> tuple[int, np.ndarray, np.ndarray]:
+    """Drop the cells no 1-D range covers and re-index the ranges on the live cells.
+
+    Ranges stay contiguous (a dead cell lies inside no range).  Returns (n_live, lo', hi').
+    """
+    lo = np.asarray(lo, np.int64).ravel()
+    hi = np.asarray(hi, np.int64).ravel()
+    cover = np.zeros(n + 1, np.int64)
+    np.add.at(cover, lo, 1)
+    np.add.at(cover, hi, -1)
+    live = np.cumsum(cover)[:n] > 0
+    new = np.cumsum(live) - 1
+    return int(live.sum()), new[lo], new[hi - 1] + 1
 
 
 def parse_workload(spec: str) -> Workload:
