@@ -30,7 +30,9 @@ def test_supersparse_matches_the_reference_generator():
     assert zero.sum() == n and np.all(v.values[zero] == 1.0)  # every user: item 0 := +1
     assert np.array_equal(np.sort(v.user_index()[zero]), np.arange(n))
     neg = v.items % 3 == 0
-    assert np.all(v.values[neg & (v.items > 0)] <= 0) and np.all(v.values[~neg] >= 0)
+    # values are clip(N(1, 0.3), -1, 1), negated on ids divisible by 3: a draw below 0 (P = 4.3e-4)
+    # flips the sign, so allow 1e-3 of the entries on the "wrong" side
+    assert (v.values[neg & (v.items > 0)] > 0).mean() < 1e-3 and (v.values[~neg] < 0).mean() < 1e-3
 
 
 def test_zipf_sparse():
