@@ -515,3 +515,17 @@ def test_user_level_binary_discrete_laplace():
     owned = np.arange(200, dtype=np.uint64)
     null = (1000 + r.choice(60_000, 2000, replace=False)).astype(np.uint64)
     _check_groups(m, vec, n, null, owned, r, rel=0.25)  # only 200 owned ids: 4 s.e. = 20%
+
+
+@pytest.mark.parametrize("noise", ["laplace", "duchi"])
+def test_user_level_unclipped_owned_and_null(noise):
+    """User level (L = 2k) without clipping (eta = k): both noises unbiased on owned and null ids with
+    the closed-form MSE (Laplace: Delta = 2k; Duchi: (k c_eps)^2 - mu^2 with mu = v_x exactly)."""
+    r = rng()
+    n, k = 5000, 16
+    vec = g0(n, k, r)
+    p = choose_params(1.0, 1 << 20, k, "user", bins=1, eta=k, noise=noise, expected_users=n)
+    assert p.eta == (k if noise == "duchi" else None) and p.Delta == 2 * k
+    m = SVME(p)
+    null = (10_000 + r.choice(1 << 19, 20_000, replace=False)).astype(np.uint64)
+    _check_groups(m, vec, n, null, np.arange(1000, dtype=np.uint64), r)
