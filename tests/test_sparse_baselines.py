@@ -163,3 +163,22 @@ def test_pckv_original_estimator_runs_and_is_clipped():
     rep, _ = m.encode(vec, rng=r)
     est = m.estimate_reports(rep, np.arange(2000))
     assert np.all(np.abs(est.mean) <= 1.0)
+
+
+def test_factory_builds_every_mechanism():
+    from ldp.sparse.mechanisms import SPARSE_MECHANISMS, make_sparse_mechanism
+
+    r = rng()
+    vec = population(500, 8, r)
+    for name in SPARSE_MECHANISMS:
+        m = make_sparse_mechanism(name, epsilon=1.0, domain_size=1000, sparsity=8, privacy="user")
+        rep, st = m.encode(vec, rng=r)
+        est = m.estimate(m.add(m.create_accumulator(np.arange(50)), rep))
+        assert est.n == 500 and est.mean.shape == (50,) and np.all(est.std > 0)
+        assert m.describe()["mechanism"] == name
+    with pytest.raises(ValueError, match="unknown"):
+        make_sparse_mechanism("nope", epsilon=1.0, domain_size=10, sparsity=2)
+    with pytest.raises(ValueError, match="no option"):
+        make_sparse_mechanism("harmony", epsilon=1.0, domain_size=10, sparsity=2, rule="paper")
+    with pytest.raises(ValueError, match="no delta"):
+        make_sparse_mechanism("kfold", epsilon=1.0, domain_size=10, sparsity=2, delta=1e-6)
