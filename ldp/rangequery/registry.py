@@ -14,7 +14,6 @@ The task file of a range-query job is described in ``ldp.task`` and ``docs/range
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -64,16 +63,3 @@ def model_from_dict(d: Mapping[str, Any]) -> RangeModel:
     if isinstance(d, Mapping) and isinstance(d.get("method"), str) and d["method"] in _METHODS:
         load_method(d["method"])
     return base.model_from_dict(d)
-
-
-def __getattr__(name: str) -> Any:
-    """Transition only: the range task moved to :mod:`ldp.task` (``parse_task(obj, kind="range")``,
-    ``RangeTask``); this keeps ``registry.parse_task`` / ``registry.RangeTask`` importable for code not yet
-    moved, without an import of ``ldp.task`` at module level (``ldp.task`` imports this module)."""
-    if name in ("parse_task", "RangeTask"):
-        import ldp.task
-
-        if name == "RangeTask":
-            return ldp.task.RangeTask
-        return functools.partial(ldp.task.parse_task, kind="range")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
