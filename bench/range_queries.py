@@ -122,7 +122,7 @@ def _epsilons(text: str) -> list[float]:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.range_queries", description=__doc__,
-                                 formatter_class=_Formatter)
+                                 formatter_class=_Formatter, allow_abbrev=False)
     ap.add_argument("--users", type=_positive_int, default=1_000_000, help="n")
     ap.add_argument("--attributes", type=_positive_int, default=6, help="d")
     ap.add_argument("--domain_size", type=_positive_int, default=64, help="c, domain size of every attribute")

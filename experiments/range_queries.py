@@ -59,6 +59,12 @@ def parse_method_spec(spec: str) -> tuple[str, dict]:
     return name.strip(), options
 
 
+def split_methods(text: str) -> list[str]:
+    """``--methods``: separated by ';' when any ';' or variant ('@') is present, else by ','."""
+    sep = ";" if (";" in text or "@" in text) else ","
+    return [m.strip() for m in text.split(sep) if m.strip()]
+
+
 def _child(seq: np.random.SeedSequence, *key: int) -> np.random.Generator:
     """A generator for one (method, epsilon, ...) cell, reproducible from the run's seed."""
     return np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, *key)))
@@ -81,7 +87,7 @@ def _mae(model, queries, truth) -> float:
 
 def run_comparison(args) -> list[dict]:
     sizes = [args.domain_size] * args.attributes
-    methods = [m.strip() for m in args.methods.split(";" if "@" in args.methods else ",") if m.strip()]
+    methods = split_methods(args.methods)
     epsilons = [float(e) for e in args.epsilons.split(",")]
     maes: dict[tuple[str, float], list[float]] = {}
     secs: dict[tuple[str, float], float] = {}
@@ -231,7 +237,8 @@ def _epsilons(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.range_queries", description=__doc__, formatter_class=_Formatter
+        prog="python -m experiments.range_queries", description=__doc__, formatter_class=_Formatter,
+        allow_abbrev=False,
     )
     ap.add_argument("--dataset", default="gaussian", help="gaussian[:RHO], laplace[:RHO], uniform, csv:PATH")
     ap.add_argument("--users", type=_positive_int, default=1_000_000, help="n, users per trial")
@@ -266,7 +273,7 @@ def main(argv=None) -> list[dict]:
         args.omega = 0.5
     if args.lam > args.attributes:
         build_parser().error(f"--lambda {args.lam} exceeds --attributes {args.attributes}")
-    for spec in (m for m in args.methods.split(";" if "@" in args.methods else ",") if m.strip()):
+    for spec in split_methods(args.methods):
         try:
             name, options = parse_method_spec(spec)
             make_mechanism(name, 1.0, [max(args.domain_size, 2)] * max(args.attributes, 2), args.users,

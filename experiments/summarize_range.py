@@ -23,7 +23,7 @@ def table(records: list[dict]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m experiments.summarize_range", description=__doc__,
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     ap.add_argument("paths", nargs="+", help="JSON files written by experiments.range_queries --json")
     return ap
 
