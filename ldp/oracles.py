@@ -704,10 +704,10 @@ class OLH(FrequencyOracle):
     (:meth:`variance_of_sum`). The legacy ``linear-gf`` family (any prime power ``g``) is only pairwise
     independent for ``g`` not a power of two: it is kept to decode reports encoded under it.
 
-    Accumulation in O(1) or O(g) per report, never O(d); support counts of all values come back at
-    ``estimate`` from one transform of size ``p^m`` (the integer Walsh-Hadamard transform when ``p = 2``,
-    exact). The indicator of the support set ``{x : M x + b = y}`` has the Fourier expansion
-    ``p^-k sum_{s in GF(p)^k} w^{<s, b - y>} w^{<M^T s, x>}`` (``w = e^{2 pi i / p}``).
+    Accumulation in O(1), O(g) or O(2^m / g) per report, never O(d); support counts of all values come
+    back at ``estimate`` from one transform of size ``p^m`` (the integer Walsh-Hadamard transform when
+    ``p = 2``, exact), or directly. The indicator of the support set ``{x : M x + b = y}`` has the Fourier
+    expansion ``p^-k sum_{s in GF(p)^k} w^{<s, b - y>} w^{<M^T s, x>}`` (``w = e^{2 pi i / p}``).
 
     * ``k = 1`` (``M`` is one row ``a``): the accumulator is the integer histogram ``H[a, t]`` of reports
       by hash row ``a`` and target ``t = y - b``; a report is one increment. For ``p = 2``,
@@ -716,7 +716,13 @@ class OLH(FrequencyOracle):
       ``T[r, u] = #{(report, s) : M^T s = u, <s, b - y> = r}``; a report adds one to ``g`` cells. For
       ``p = 2``, ``g c = WHT(T[0] - T[1])``.
 
-    The statistic is ``p * p^m`` int64 (``2 * 1024`` for ``d = 1024``), integers only, so merges are exact.
+    * ``p = 2`` with many buckets (``2 * 2^m / g + 8 k < g``, attribute ``direct``): a report's support set
+      ``{x : M x = y xor b}`` is an affine subspace of about ``2^m / g`` values, fewer than the ``g`` Fourier
+      cells; it is enumerated (vectorized GF(2) elimination, :meth:`_support_sets`) and the accumulator is
+      the ``2^m`` support counts themselves. E.g. eps = 8, d = 4096 (g = 4096): about one cell per report.
+
+    The statistic is ``p * p^m`` int64 (``2 * 1024`` for ``d = 1024``; ``2^m`` on the direct path), integers
+    only, so merges are exact.
 
     Args:
         epsilon: privacy budget.
