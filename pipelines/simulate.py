@@ -509,9 +509,10 @@ def bad_records_other_schema(task: Task, k: int, start_ms: int) -> tuple[dict, d
         "invalid_event_time": [{**base, "event_time": "yesterday"} for _ in range(k)],
     }
     oracle, _, _ = _sample_group(task)
-    if "seeds" in oracle.report_fields:
+    fields = tuple(getattr(oracle, "report_fields", ("values",)))  # Uni's stand-in oracle reports a value
+    if "seeds" in fields:
         out["invalid_seed"] = [{**base, "seed": "0xdeadbeef"} for _ in range(k)]
-    if "values" in oracle.report_fields:
+    if "values" in fields:
         out["invalid_payload"] = [{**base, "value": "three"} for _ in range(k)]
     return schema, out
 

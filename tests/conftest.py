@@ -9,7 +9,9 @@ files need not carry the marker (a test may still mark itself with ``@pytest.mar
   build);
 * any test whose name contains one of :data:`INTEGRATION_WORDS` (``portable``, ``multi_processing``,
   ``watched_directory``, ``subprocess``, ...);
-* the tests listed by node id in :data:`INTEGRATION_TESTS` whose names say none of that.
+* the tests listed by node id in :data:`INTEGRATION_TESTS` whose names say none of that;
+* any test that starts a process: its body calls ``subprocess`` (``run``, ``Popen``, ``check_output``,
+  ...) or it uses the ``run_cli`` fixture (a CLI run in a fresh interpreter costs seconds of imports).
 
 Helpers (fixtures): ``repo_root``, ``seed_sequence`` / ``rng`` (one root ``numpy.random.SeedSequence``,
 a child per test, so a failure reproduces), ``write_json``, ``frequency_task_file``, ``range_task_file``
@@ -18,8 +20,10 @@ and ``run_cli`` (runs a command in a subprocess with the repository's environmen
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -65,6 +69,20 @@ INTEGRATION_TESTS = frozenset(
 )
 
 
+_STARTS_PROCESS = re.compile(r"\bsubprocess\.(run|Popen|call|check_call|check_output)\b")
+
+
+def _starts_a_process(item: pytest.Item) -> bool:
+    if "run_cli" in getattr(item, "fixturenames", ()):
+        return True
+    fn = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(fn) if fn is not None else ""
+    except (OSError, TypeError):
+        return False
+    return _STARTS_PROCESS.search(source) is not None
+
+
 def is_integration(item: pytest.Item) -> bool:
     """Whether a collected test belongs to the integration tier (see the module docstring)."""
     if item.get_closest_marker("integration") is not None:
@@ -76,7 +94,7 @@ def is_integration(item: pytest.Item) -> bool:
     if f"{path.name}::{name}" in INTEGRATION_TESTS:
         return True
     lowered = name.lower()
-    return any(word in lowered for word in INTEGRATION_WORDS)
+    return any(word in lowered for word in INTEGRATION_WORDS) or _starts_a_process(item)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

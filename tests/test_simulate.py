@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ldp import datasets as D
+from ldp.rangequery.registry import METHODS as RANGE_METHODS
 from ldp.task import parse_task
 from pipelines import simulate, simulate_range
 
@@ -290,3 +291,13 @@ def test_publish_any_task_kind_in_paced_messages(monkeypatch, kind):
     if kind == "range":
         groups = np.array([r["group"] for m in decoded for r in m])
         assert np.bincount(groups, minlength=task.n_groups).tolist() == truth["group_sizes"]
+
+
+@pytest.mark.parametrize("mech", sorted(RANGE_METHODS))
+def test_every_range_method_simulates_with_bad_records(tmp_path, mech):
+    task = _range_task(mechanism=mech, attributes=[{"name": n, "domain_size": 8} for n in ("a", "b")])
+    truth = simulate.simulate_files(task, 500, "uniform", tmp_path, seed=1, files=2, inject_bad=1)
+    assert sum(truth["group_sizes"]) == 500 and truth["bad_records"]["undecodable"] == 1
+    assert sum(len(_read(f)) for f in glob.glob(str(tmp_path / "reports-*.avro"))) == 500
+    expected = sum(len(rs) for rs in simulate.bad_records(task, 1, 0).values())
+    assert len(_read(tmp_path / "bad-records.avro")) == expected
