@@ -43,7 +43,7 @@ def test_grids_choose_oracle_per_grid():
 
 @pytest.mark.parametrize("method", ["lhio", "hio"])
 def test_hierarchies_choose_oracle_per_level(method):
-    mech = make_mechanism(method, 1.0, [16] * 3, 10_000, branching=2)
+    mech = make_mechanism(method, 1.0, [16] * 3, 10_000, branching=2, oracle="auto")
     for g in range(mech.n_groups):
         dom = math.prod(mech.group_shape(g))
         if method == "hio" and not mech.is_dense(g):
@@ -52,6 +52,9 @@ def test_hierarchies_choose_oracle_per_level(method):
             assert mech.group_oracle(g).name == group_oracle_for("auto", 1.0, dom).name
     names = {mech.group_oracle(g).name for g in range(mech.n_groups)}
     assert "grr" in names  # the 2- and 4-cell levels
+    default = make_mechanism(method, 1.0, [16] * 3, 10_000, branching=2)
+    want = {"olh"} if method == "lhio" else names  # LHIO keeps the paper's OLH by default (see lhio.py)
+    assert {default.group_oracle(g).name for g in range(default.n_groups)} == want
 
 
 def test_grid_answer_std_uses_the_grids_oracle():
