@@ -322,6 +322,7 @@ def parse_job_args(
 
 
 _OUR_LOGGERS = ("ldp", "transforms", "pipelines", "bench", "experiments", "__main__")
+_HANDLER: logging.Handler | None = None
 
 
 def setup_logging(level: str | int = "INFO") -> None:
@@ -331,13 +332,16 @@ def setup_logging(level: str | int = "INFO") -> None:
     numeric = logging.getLevelName(level.upper()) if isinstance(level, str) else int(level)
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}; choose one of {', '.join(LOG_LEVELS)}")
-    logging.basicConfig(
-        level=numeric,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-        force=True,
-    )
+    global _HANDLER
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        # ours from an earlier call, and plain stderr handlers a logging.basicConfig() (Beam calls it) made;
+        # handlers of other kinds (a test runner's capture) stay
+        if h is _HANDLER or type(h) is logging.StreamHandler:
+            root.removeHandler(h)
+    _HANDLER = logging.StreamHandler(sys.stderr)
+    _HANDLER.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    root.addHandler(_HANDLER)
     others = numeric if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
     logging.getLogger().setLevel(others)
     for name in _OUR_LOGGERS:

@@ -159,6 +159,24 @@ def test_setup_logging_levels():
         cli.setup_logging("WARNING")
 
 
+def test_setup_logging_output(capsys):
+    try:
+        logging.basicConfig()  # what Beam's PipelineOptions does: a plain stderr handler on the root
+        cli.setup_logging("INFO")
+        cli.setup_logging("INFO")  # idempotent: one handler of ours
+        logging.getLogger("pipelines.job").info("job started")
+        logging.getLogger("apache_beam.runners.direct").info("runner internals")
+        logging.getLogger("apache_beam.io").warning("a Beam warning")
+        lines = capsys.readouterr().err.splitlines()
+        assert [ln.split(" ", 1)[1] for ln in lines] == [
+            "INFO pipelines.job: job started",
+            "WARNING apache_beam.io: a Beam warning",
+        ], lines
+        assert all(re.match(r"\d\d:\d\d:\d\d ", ln) for ln in lines)
+    finally:
+        cli.setup_logging("WARNING")
+
+
 def test_every_command_module_has_run():
     for name, (module, summary) in cli.COMMANDS.items():
         assert callable(importlib.import_module(module).run), name
