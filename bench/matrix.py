@@ -100,7 +100,7 @@ def run(quick: bool) -> dict:
         checks[k] = res[k] <= v if op == "<=" else res[k] >= v
     res["targets"] = {k: f"{op} {v}" for k, (op, v) in TARGETS.items()}
     res["within_targets"] = checks
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in res.items()}
+    return {k: (v if k.endswith("gap") or not isinstance(v, float) else round(v, 6)) for k, v in res.items()}
 
 
 def main(argv=None) -> dict:

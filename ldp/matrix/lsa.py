@@ -308,7 +308,8 @@ def lsa(workload, *, k_max: int | None = None, tau: float = 1e-12, min_improveme
         bound: svdb, only to record per-level ratios in ``info``.
     Returns:
         Strategy ``lsa``: unique rows, weights sqrt(multiplicity); ``levels`` = |L| (Delta_2^2);
-        ``info`` holds per-level errors (c = 1), how each level was obtained, splits, max_drift.
+        ``info`` holds per-level errors (c = 1), how each level was obtained, splits, max_drift and
+        ``level_labels`` (one block-id array per level, duplicates repeated; not JSON).
     Cost: O(n^2) per split plus O(|S|^2) for the split box; O(n^3) per level (inverse, Y).
     """
     if isinstance(workload, Workload):
@@ -378,6 +379,6 @@ def lsa(workload, *, k_max: int | None = None, tau: float = 1e-12, min_improveme
         for h in history:
             h["ratio"] = h["error"] / bound
     info = {"history": history, "splits": total_splits, "max_drift": max_drift, "k_max": k_max,
-            "error": len(levels) * f}
+            "error": len(levels) * f, "level_labels": [lab.copy() for lab in levels]}
     strat = from_levels("lsa", levels, merge=True, info=info)
     return Strategy("lsa", strat.matrix, levels=len(levels), info=info, gram_matrix=m)
