@@ -373,9 +373,10 @@ def _is_local(path: str) -> bool:
 def prepare_output(path: str | None, overwrite: bool = False, *, flag: str = "--output") -> str:
     """Makes ``path`` ready for a job's output and returns it.
 
-    A missing directory is created; an empty one is used. A non-empty one is refused (one line, exit 2)
-    so that two runs never mix, unless ``overwrite``: then it is cleared first, but only when it carries
-    the marker file an earlier ldp-beam job left (:data:`OUTPUT_MARKER`), never an arbitrary directory.
+    A missing directory is created; an empty one (or one holding only the marker) is used. A non-empty one
+    is refused (one line, exit 2) so that two runs never mix, unless ``overwrite``: then it is cleared
+    first, but only when it carries the marker file an earlier ldp-beam job left (:data:`OUTPUT_MARKER`),
+    never an arbitrary directory.
     The marker (command line, package version, time) is written into the prepared directory.
     """
     if not path:
@@ -385,10 +386,13 @@ def prepare_output(path: str | None, overwrite: bool = False, *, flag: str = "--
     if os.path.exists(path) and not os.path.isdir(path):
         fail(f"{flag} {path!r} exists and is not a directory")
     entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    if entries == [OUTPUT_MARKER]:  # prepared by an earlier run that wrote nothing: nothing to mix with
+        entries = []
     if entries:
         if not overwrite:
+            example = next((e for e in entries if e != OUTPUT_MARKER), entries[0])
             fail(
-                f"{flag} {path!r} is not empty ({len(entries)} entries, e.g. {entries[0]!r}); choose a new "
+                f"{flag} {path!r} is not empty ({len(entries)} entries, e.g. {example!r}); choose a new "
                 f"directory or pass --overwrite to replace an earlier run's output"
             )
         if OUTPUT_MARKER not in entries:

@@ -122,10 +122,13 @@ def test_require_inputs(tmp_path, capsys):
 def test_prepare_output(tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.prepare_output(str(out)) == str(out) and (out / cli.OUTPUT_MARKER).is_file()
+    cli.prepare_output(str(out))  # only the marker (an earlier run that wrote nothing): nothing to mix with
     (out / "estimates-0.jsonl").write_text("{}\n")
     with pytest.raises(SystemExit, match="2"):
         cli.prepare_output(str(out))
-    assert "is not empty" in _error_line(capsys) and (out / "estimates-0.jsonl").exists()
+    err = _error_line(capsys)
+    assert "is not empty (2 entries, e.g. 'estimates-0.jsonl')" in err
+    assert (out / "estimates-0.jsonl").exists()
     (out / "sub").mkdir()
     cli.prepare_output(str(out), overwrite=True)  # an earlier job's output: cleared
     assert sorted(os.listdir(out)) == [cli.OUTPUT_MARKER]
