@@ -43,7 +43,7 @@ from ldp.datasets_sparse import parse_sparse_dataset, sample_sparse
 from ldp.sparse import SVME, choose_params
 from ldp.sparse.baselines import PCKV, Gaussian, Harmony, KFold, Sampling
 from ldp.sparse.hashes import SPARSE_HASHES
-from pipelines.cli import add_population_flags, job_parser, parse_job_args
+from pipelines.cli import job_parser, parse_job_args
 
 METHODS = (
     "svme",
@@ -358,13 +358,11 @@ def _ints(s: str, flag: str, ap) -> list[int]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = job_parser(__doc__.split("\n\n")[0], beam_options=False)
-    add_population_flags(
-        ap,
-        users=100_000,
-        domain_size=None,
-        seed=0,
-        domain_help="item universe d (comma-separated list for a d-sweep; default 100000)",
+    ap.add_argument("--users", type=int, default=100_000, help="number of simulated users (csv: optional)")
+    ap.add_argument(
+        "--domain_size", default="100000", help="item universe d (comma-separated list for a d-sweep)"
     )
+    ap.add_argument("--seed", type=int, default=0, help="entropy of the run's numpy SeedSequence")
     ap.add_argument("--sparsity", default="64", help="k (comma-separated list for a k-sweep)")
     ap.add_argument("--epsilons", default="1", help="comma-separated privacy budgets")
     ap.add_argument("--privacy", default="user,event", help="comma-separated: event, user or integers L")
@@ -386,14 +384,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--plot", default=None, help="output PNG path")
     ap.add_argument("--title", default="", help="plot title")
     args, _ = parse_job_args(ap, argv, beam=False)
-    # ``--domain_size`` is an int flag in the shared convention; allow a list through the raw argv
-    domains = [args.domain_size] if args.domain_size else [100_000]
+    domains = _ints(args.domain_size, "--domain_size", ap)
     raw = list(sys.argv[1:] if argv is None else argv)
-    for i, a in enumerate(raw):
-        if a == "--domain_size" and i + 1 < len(raw) and "," in raw[i + 1]:
-            domains = _ints(raw[i + 1], "--domain_size", ap)
-        elif a.startswith("--domain_size=") and "," in a:
-            domains = _ints(a.split("=", 1)[1], "--domain_size", ap)
     sparsities = _ints(args.sparsity, "--sparsity", ap)
     try:
         epsilons = [float(x) for x in args.epsilons.split(",") if x.strip()]
