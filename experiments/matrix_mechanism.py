@@ -201,7 +201,7 @@ def run_montecarlo(n: int, draws: int, seed: np.random.SeedSequence) -> list[dic
         a = strat.matrix
         y = (a @ x)[:, None] + rng.normal(0.0, mech.sigma, size=(a.shape[0], draws))
         err = mech.estimate(y) - x[:, None]
-        sse = np.einsum("it,ij,jt->t", err, gram, err)
+        sse = np.einsum("it,it->t", gram @ err, err)
         closed = mech.expected_total_error(gram)
         wa = w @ np.linalg.pinv(a)
         sm = wa.T @ wa

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from ldp.matrix import workloads as wl
+from ldp.matrix._threads import blas_limit
 from ldp.matrix.bounds import NotSupportedError, error_ratio, expected_error, per_query_error, svdb
 from ldp.matrix.lsa import LsaState, lsa
 from ldp.matrix.opt import gram_root, opt
@@ -11,6 +12,12 @@ from ldp.matrix.separation import marginal_parts, separate
 from ldp.matrix.strategies import Strategy, haar, hierarchical, identity
 
 SEED = np.random.SeedSequence(20260901)
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """Small products thrash with two BLAS threads on the shared 2-core machine."""
+    with blas_limit():
+        yield
 
 
 def _rng(k):

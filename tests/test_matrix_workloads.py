@@ -4,8 +4,16 @@ import numpy as np
 import pytest
 
 from ldp.matrix import workloads as wl
+from ldp.matrix._threads import blas_limit
 from ldp.matrix.bounds import error_ratio, expected_error, svdb
 from ldp.matrix.strategies import haar, hierarchical, identity
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """Small products thrash with two BLAS threads on the shared 2-core machine."""
+    with blas_limit():
+        yield
 
 
 def _wtw(w):
