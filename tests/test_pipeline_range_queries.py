@@ -690,3 +690,22 @@ def test_task_errors_and_wrong_kind_in_one_line(tmp_path, capsys):
     )
     _fails(capsys, range_queries.run, _args(tmp_path, "out"), "'f' is a frequency task .*not a range task")
     assert not (tmp_path / "out").exists()
+
+
+def test_simulator_and_pipeline_share_the_strict_validator(tmp_path, capsys):
+    """The range simulator refuses "rq demo!" with the very message the range pipeline gives."""
+    obj = {
+        "task_id": "rq demo!",
+        "mechanism": "hdg",
+        "epsilon": 1.0,
+        "attributes": [{"name": n, "domain_size": 16} for n in NAMES],
+        "expected_users": 100,
+    }
+    (tmp_path / "task.json").write_text(json.dumps(obj))
+    msg = re.escape("task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got 'rq demo!'")
+    sim = ["--task", str(tmp_path / "task.json"), "--users", "10", "--output", str(tmp_path / "in")]
+    _fails(capsys, simulate_range.run, sim, msg)
+    _write_queries(tmp_path, [RangeQuery.from_mapping({0: (0, 3)})])
+    (tmp_path / "in").mkdir(exist_ok=True)
+    (tmp_path / "in" / "r.avro").write_bytes(b"")
+    _fails(capsys, range_queries.run, _args(tmp_path, "out"), msg)
