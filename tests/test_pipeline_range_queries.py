@@ -669,9 +669,11 @@ def test_streaming_argument_checks(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_task_errors_and_wrong_kind_in_one_line(tmp_path, capsys):
-    """The range job uses the one strict task validator: "rq demo!" fails with the frequency job's
-    message; a frequency task is refused before the pipeline starts."""
+BAD_ID = re.escape("task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got 'rq demo!'")
+
+
+def _bad_id_job(tmp_path):
+    """A range task with the task_id "rq demo!", a query file and one (empty) input file."""
     obj = {
         "task_id": "rq demo!",
         "mechanism": "hdg",
@@ -683,8 +685,13 @@ def test_task_errors_and_wrong_kind_in_one_line(tmp_path, capsys):
     _write_queries(tmp_path, [RangeQuery.from_mapping({0: (0, 3)})])
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "r.avro").write_bytes(b"")
-    msg = "task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got 'rq demo!'"
-    _fails(capsys, range_queries.run, _args(tmp_path, "out"), re.escape(msg))
+
+
+def test_task_errors_and_wrong_kind_in_one_line(tmp_path, capsys):
+    """The range job uses the one strict task validator: "rq demo!" fails with the frequency job's
+    message; a frequency task is refused before the pipeline starts."""
+    _bad_id_job(tmp_path)
+    _fails(capsys, range_queries.run, _args(tmp_path, "out"), BAD_ID)
     (tmp_path / "task.json").write_text(
         json.dumps({"task_id": "f", "mechanism": "grr", "epsilon": 1, "domain_size": 4})
     )
@@ -694,18 +701,7 @@ def test_task_errors_and_wrong_kind_in_one_line(tmp_path, capsys):
 
 def test_simulator_and_pipeline_share_the_strict_validator(tmp_path, capsys):
     """The range simulator refuses "rq demo!" with the very message the range pipeline gives."""
-    obj = {
-        "task_id": "rq demo!",
-        "mechanism": "hdg",
-        "epsilon": 1.0,
-        "attributes": [{"name": n, "domain_size": 16} for n in NAMES],
-        "expected_users": 100,
-    }
-    (tmp_path / "task.json").write_text(json.dumps(obj))
-    msg = re.escape("task_id must be 1-128 characters of letters, digits, '.', '_' or '-', got 'rq demo!'")
-    sim = ["--task", str(tmp_path / "task.json"), "--users", "10", "--output", str(tmp_path / "in")]
-    _fails(capsys, simulate_range.run, sim, msg)
-    _write_queries(tmp_path, [RangeQuery.from_mapping({0: (0, 3)})])
-    (tmp_path / "in").mkdir(exist_ok=True)
-    (tmp_path / "in" / "r.avro").write_bytes(b"")
-    _fails(capsys, range_queries.run, _args(tmp_path, "out"), msg)
+    _bad_id_job(tmp_path)
+    sim = ["--task", str(tmp_path / "task.json"), "--users", "10", "--output", str(tmp_path / "sim")]
+    _fails(capsys, simulate_range.run, sim, BAD_ID)
+    _fails(capsys, range_queries.run, _args(tmp_path, "out"), BAD_ID)
