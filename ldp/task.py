@@ -90,8 +90,8 @@ MULTI_ATTRIBUTE_MECHANISMS: tuple[str, ...] = tuple(_range_registry.METHODS)
 #: Post-processing methods of ``ldp.postprocess`` (Wang et al., NDSS 2020).
 POSTPROCESS_METHODS: tuple[str, ...] = tuple(m.value for m in _postprocess.Method)
 #: OLH hash families (``ldp.hashing.HASH_FAMILIES``); ``linear-gf`` is kept for tasks made before v2.
-HASH_FAMILY_NAMES: tuple[str, ...] = tuple(getattr(_hashing, "HASH_FAMILIES", ("gf2-affine", "linear-gf")))
-DEFAULT_HASH_FAMILY: str = getattr(_hashing, "DEFAULT_HASH_FAMILY", "gf2-affine")
+HASH_FAMILY_NAMES: tuple[str, ...] = tuple(_hashing.HASH_FAMILIES)
+DEFAULT_HASH_FAMILY: str = _hashing.DEFAULT_HASH_FAMILY
 #: Report schema versions this code reads. ``ldp`` imports no other package, so this mirrors
 #: ``schemas.SUPPORTED_SCHEMA_VERSIONS`` (a test keeps the two equal). Version 1 reports (the old OLH hash
 #: family, unsorted Subset Selection items) are refused, never mixed with version 2 ones.
@@ -166,9 +166,6 @@ class HashConfig:
     def to_dict(self) -> dict[str, str | int | None]:
         return {"family": self.family, "g": self.g}
 
-    def get(self, key: str, default: object = None) -> object:
-        """Mapping-style access kept for code written against the old ``hash`` dict."""
-        return getattr(self, key, default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,7 +241,7 @@ class FrequencyTask(Task):
         out = dict(self.params)
         if self.hash.g is not None:
             out["g"] = self.hash.g
-        if self.mechanism == "olh" and _olh_takes_family():
+        if self.mechanism == "olh":
             out["family"] = self.hash.family
         return out
 
@@ -313,12 +310,6 @@ def _is_int(x: object) -> bool:
 
 def _is_num(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _olh_takes_family() -> bool:
-    import inspect
-
-    return "family" in inspect.signature(_oracles.OLH.__init__).parameters
 
 
 def _as_object(raw: object, name: str, problems: Problems) -> JsonObject:
@@ -443,9 +434,8 @@ def _check_hash(obj: JsonObject, mechanism: str | None, problems: Problems) -> H
         g = None
     if g is not None and mechanism not in (None, "olh"):
         problems.append(f"hash.g applies to mechanism 'olh' only, not {mechanism!r}")
-    fam = getattr(_hashing, "HASH_FAMILIES", {}).get(family)
-    if g is not None and fam is not None:
-        msg = fam.check(int(g))
+    if g is not None:
+        msg = _hashing.HASH_FAMILIES[str(family)].check(int(g))
         if msg:
             problems.append(f"hash.g: {msg}")
     return HashConfig(family=str(family), g=None if g is None else int(g))
