@@ -8,7 +8,10 @@ and the data do not enter (the (eps, delta) constant c^2 multiplies both).  Outp
 * ``fig2``: complexity of sampled range workloads, (svdb(S)/|S|) / (svdb(all)/m), uniform and biased;
 * ``fig3b``: random 1-D ranges grouped by coverage, each strategy's ratio;
 * ``fig3c``: workload separation on ranges over both 1-way marginals of d x d: time and ratios;
-* ``montecarlo``: the closed-form error against 20,000 Gaussian draws (AllRange(64)).
+* ``montecarlo``: the closed-form error against 20,000 Gaussian draws (AllRange(64));
+* ``hdmm``: our certified OPT against HDMM's published Gaussian OPT_0 ratios;
+* ``ldp_gls``: (LDP, not central DP) GLS over OLH level estimates, predicted against simulated error, for
+  HIO-like binary levels and for the partitions LSA chooses.
 
     python -m experiments.matrix_mechanism --workloads allrange:512,allrange:1024,allrange:32x32,\\
         allrange:16x8x8,allrange:4x4x4x4x4 --strategies identity,h2,haar,lsa,opt \\
@@ -36,7 +39,7 @@ from ldp.matrix.opt import opt
 from ldp.matrix.separation import marginal_parts, separate
 from ldp.matrix.strategies import haar, hierarchical, identity, make_strategy
 
-FIGURES = ("fig1", "fig2", "fig3b", "fig3c", "montecarlo", "hdmm")
+FIGURES = ("fig1", "fig2", "fig3b", "fig3c", "montecarlo", "hdmm", "ldp_gls")
 #: HDMM's published Gaussian OPT_0 / svdb (their journal CSVs, quoted in the spec Sec. 5 / 7.10)
 HDMM_ANCHORS = {"allrange:128": 1.020, "allrange:256": 1.018, "allrange:512": 1.017, "allrange:1024": 1.044,
                 "prefix:256": 1.046, "prefix:512": 1.046, "prefix:1024": 1.110}
@@ -168,6 +171,86 @@ def run_fig3c(ds: list[int], *, full_opt_max: int = 16) -> list[dict]:
             row["joint_opt_seconds"] = round(t_jo, 2)
         out.append(row)
         print(f"fig3c: {row}", flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- LDP GLS (2b)
+def _ldp_trials(levels, shares, users, eps, f, trials, rng):
+    """Simulate ``trials`` rounds: group g (users * share) draws values i.i.d. from f and reports its block
+    of partition ``levels[g]`` with OLH; returns the GLS, its exact block covariances, and the errors."""
+    from ldp.matrix.gls import GLS, LevelGroup, oracle_block_variances
+    from ldp.oracles import OLH
+
+    oracles = [OLH(eps, int(lab.max()) + 1) for lab in levels]
+    sizes = [max(1, round(users * s)) for s in shares]
+    gls = GLS([LevelGroup(lab, ng, o.variance(1)) for lab, o, ng in zip(levels, oracles, sizes)])
+    covs = [oracle_block_variances(o, ng, np.bincount(lab, weights=f), iid=True)
+            for lab, o, ng in zip(levels, oracles, sizes)]
+    errs = np.empty((trials, f.size))
+    for t in range(trials):
+        ys = []
+        for lab, o, ng in zip(levels, oracles, sizes):
+            v = rng.choice(f.size, ng, p=f)
+            ys.append(o.estimate_reports(o.encode(lab[v], rng=rng)).frequencies)
+        errs[t] = gls.estimate(ys) - f
+    return gls, covs, errs
+
+
+def run_ldp_gls(n: int, users: int, eps: float, trials: int, seed: np.random.SeedSequence) -> list[dict]:
+    """Spec 7.8: GLS with the public total over HIO-like binary levels (no root, equal groups, OLH),
+    predicted MSE (sandwich with the exact block covariances) against simulation; and the same for the
+    partitions and group shares LSA chooses for AllRange(n).  This is LDP (eps-LDP per user, the oracle's);
+    errors are on the frequency scale, summed over all n(n+1)/2 ranges."""
+    from ldp.matrix.strategies import level_labels_hierarchical
+
+    x = np.arange(n)
+    f = np.exp(-(((x - 0.3 * n) / (0.2 * n)) ** 2)) + 0.05
+    f /= f.sum()
+    g = wl.allrange_gram(n)
+    out = []
+    binary = level_labels_hierarchical(n, 2, root=False)
+    strat = lsa(wl.allrange(n))
+    lsa_levels, lsa_counts = [], []
+    for lab in strat.info["level_labels"]:
+        for i, seen in enumerate(lsa_levels):
+            if np.array_equal(seen, lab):
+                lsa_counts[i] += 1
+                break
+        else:
+            lsa_levels.append(np.unique(lab, return_inverse=True)[1])
+            lsa_counts.append(1)
+    designs = [("hio-binary-noroot", binary, [1 / len(binary)] * len(binary)),
+               ("lsa", lsa_levels, [c / sum(lsa_counts) for c in lsa_counts])]
+    for (name, levels, shares), s in zip(designs, seed.spawn(len(designs))):
+        rng = np.random.default_rng(s)
+        (gls, covs, errs), secs = _timed(_ldp_trials, levels, shares, users, eps, f, trials, rng)
+        c = gls.covariance(covs)
+        pred = float(np.trace(g @ c))
+        gc = g @ c
+        rse = math.sqrt(2 * np.trace(gc @ gc) / trials) / np.trace(gc)
+        sse = np.einsum("ti,ti->t", errs @ g, errs)
+        se = np.sqrt(np.diag(c) / trials)
+        row = {"design": name, "groups": len(levels), "users": users, "epsilon": eps, "trials": trials,
+               "simulated_sse": float(sse.mean()), "predicted_sse": pred,
+               "simulated_over_predicted": round(float(sse.mean() / pred), 4), "rse": round(float(rse), 4),
+               "f_free_over_predicted": round(gls.total_error(g) / pred, 4),
+               "max_abs_mean_error_in_se": round(float(np.max(np.abs(errs.mean(0)) / se)), 2),
+               "seconds": round(secs, 1)}
+        if name == "hio-binary-noroot":
+            from ldp.matrix.gls import dyadic_decomposition
+
+            lo, hi = wl.all_ranges_1d(n)
+            r = dyadic_decomposition(n, lo, hi)
+            sigma = np.zeros((r.shape[1],) * 2)
+            start = 0
+            for cov in covs:
+                sigma[start : start + cov.shape[0], start : start + cov.shape[0]] = cov
+                start += cov.shape[0]
+            canon = float(np.einsum("ij,jk,ik->", r, sigma, r))
+            row["canonical_decomposition_sse"] = canon
+            row["gls_over_canonical"] = round(pred / canon, 4)
+        out.append(row)
+        print(f"ldp_gls: {row}", flush=True)
     return out
 
 
@@ -366,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--fig3c_d", type=_ints, default="8,16,32")
     ap.add_argument("--mc_n", type=int, default=64)
     ap.add_argument("--mc_draws", type=int, default=20000)
+    ap.add_argument("--gls_n", type=int, default=64, help="ldp_gls: domain size")
+    ap.add_argument("--gls_users", type=int, default=100_000, help="ldp_gls: users per trial")
+    ap.add_argument("--gls_epsilon", type=float, default=1.0)
+    ap.add_argument("--gls_trials", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0, help="root of the run's numpy SeedSequence")
     ap.add_argument("--json", dest="json_out", help="write all results to this JSON file")
     ap.add_argument("--plot", help="write a PNG with every figure")
@@ -375,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     root = np.random.SeedSequence(args.seed)
-    s_fig2, s_fig3b, s_mc, _s_gls = root.spawn(4)
+    s_fig2, s_fig3b, s_mc, s_gls = root.spawn(4)
     t0 = time.perf_counter()
     result: dict = {"config": {k: v for k, v in vars(args).items()},
                     "platform": {"python": sys.version.split()[0], "machine": platform.machine(),
@@ -391,6 +478,8 @@ def main(argv=None) -> dict:
         result["fig3c"] = run_fig3c(args.fig3c_d)
     if "montecarlo" in args.figures:
         result["montecarlo"] = run_montecarlo(args.mc_n, args.mc_draws, s_mc)
+    if "ldp_gls" in args.figures:
+        result["ldp_gls"] = run_ldp_gls(args.gls_n, args.gls_users, args.gls_epsilon, args.gls_trials, s_gls)
     if "hdmm" in args.figures:
         result["hdmm"] = run_hdmm_anchor()
     result["total_seconds"] = round(time.perf_counter() - t0, 1)

@@ -3,11 +3,13 @@ Answering Under Differential Privacy").  Beam-free.
 
 Modules: ``workloads`` (Gram matrices in closed form), ``strategies`` (identity, H_b, Haar),
 ``lsa`` (Level Selection Algorithm), ``opt`` (certified convex optimum), ``bounds`` (SVD bound,
-expected errors), ``mechanism`` (Gaussian / Laplace matrix mechanism), ``separation``.
-The mechanism here is *central* DP (a trusted aggregator sees exact counts); see docs/matrix_mechanism.md.
+expected errors), ``mechanism`` (Gaussian / Laplace matrix mechanism), ``separation``, ``gls``.
+The mechanism here is *central* DP (a trusted aggregator sees exact counts), except ``gls`` (GLS over LDP
+level estimates: LDP, post-processing only); see docs/matrix_mechanism.md.
 """
 
 from ldp.matrix.bounds import NotSupportedError, error_ratio, expected_error, per_query_error, svdb
+from ldp.matrix.gls import GLS, LevelGroup, groups_from_lsa, oracle_block_variances
 from ldp.matrix.lsa import lsa
 from ldp.matrix.mechanism import CALIBRATIONS, GaussianMatrixMechanism, LaplaceMatrixMechanism
 from ldp.matrix.opt import gram_root, opt
@@ -17,6 +19,8 @@ from ldp.matrix.workloads import Workload, allrange, parse_workload
 
 __all__ = [
     "CALIBRATIONS",
+    "GLS",
+    "LevelGroup",
     "GaussianMatrixMechanism",
     "LaplaceMatrixMechanism",
     "NotSupportedError",
@@ -25,6 +29,7 @@ __all__ = [
     "allrange",
     "error_ratio",
     "gram_root",
+    "groups_from_lsa",
     "expected_error",
     "haar",
     "hierarchical",
@@ -33,6 +38,7 @@ __all__ = [
     "make_strategy",
     "marginal_parts",
     "opt",
+    "oracle_block_variances",
     "parse_workload",
     "per_query_error",
     "separate",
