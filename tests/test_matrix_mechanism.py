@@ -72,6 +72,10 @@ def test_sigma_and_replace_neighbours():
     rep = GaussianMatrixMechanism(h, 1.0, 1e-5, calibration="paper", neighbours="replace")
     # cells in different halves share only the root: |A(e_u - e_v)|^2 = 2 (levels - 1) = 8
     assert rep.sensitivity == pytest.approx(math.sqrt(8))
+    three = GaussianMatrixMechanism(h, 1.0, 1e-5, calibration="paper", max_contributions=3)
+    assert three.sigma == pytest.approx(3 * mech.sigma)
+    with pytest.raises(ValueError, match="max_contributions"):
+        GaussianMatrixMechanism(h, 1.0, 1e-5, max_contributions=0)
 
 
 @pytest.mark.parametrize("name", ["h2", "haar", "identity"])

@@ -34,7 +34,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import optimize, special
 
-from ldp.matrix._threads import limited
+from ldp.matrix._threads import blas_limit, limited
 from ldp.matrix.bounds import NotSupportedError
 from ldp.matrix.strategies import Strategy
 
@@ -127,7 +127,7 @@ class _MatrixMechanism:
         self.strategy = strategy
         self.a = strategy.matrix
         self.n = self.a.shape[1]
-        with _blas():
+        with blas_limit():
             self._ls = _LeastSquares(self.a)
 
     def _check_x(self, x) -> np.ndarray:
@@ -149,12 +149,12 @@ class _MatrixMechanism:
 
     def estimate(self, y) -> np.ndarray:
         """Least-squares estimate x_hat = A^+ y, shape (n,) (post-processing, no privacy cost)."""
-        with _blas():
+        with blas_limit():
             return self._ls.solve(np.asarray(y, dtype=float))
 
     def query_variance(self, w) -> np.ndarray:
         """Variance of each answer w x_hat: noise_var * w (A^T A)^+ w^T, shape (m,)."""
-        with _blas():
+        with blas_limit():
             return self.noise_variance * self._ls.quad(w)
 
     def answer(self, x, w, *, rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -162,12 +162,6 @@ class _MatrixMechanism:
         y = self.measure(x, rng=rng)
         xh = self.estimate(y)
         return np.asarray(w @ xh).ravel(), np.sqrt(self.query_variance(w))
-
-
-def _blas():
-    from ldp.matrix._threads import blas_limit
-
-    return blas_limit()
 
 
 class GaussianMatrixMechanism(_MatrixMechanism):
@@ -179,11 +173,13 @@ class GaussianMatrixMechanism(_MatrixMechanism):
         calibration: ``analytic`` (default, tightest), ``paper`` or ``dwork_roth``, or a callable
             (eps, delta) -> c.
         neighbours: ``add_remove`` (default) or ``replace``.
+        max_contributions: k, the most records one user may contribute (the caller must enforce it);
+            the user-level sensitivity is then at most k * Delta_2(A) (triangle inequality).
     Attributes: ``c``, ``sensitivity``, ``sigma`` = c * sensitivity, ``noise_variance`` = sigma^2.
     """
 
     def __init__(self, strategy: Strategy, epsilon: float, delta: float, *, calibration="analytic",
-                 neighbours: str = "add_remove"):
+                 neighbours: str = "add_remove", max_contributions: int = 1):
         super().__init__(strategy)
         cal = CALIBRATIONS.get(calibration) if isinstance(calibration, str) else calibration
         if cal is None:
@@ -194,8 +190,11 @@ class GaussianMatrixMechanism(_MatrixMechanism):
         self.calibration = (calibration if isinstance(calibration, str)
                             else getattr(calibration, "__name__", "custom"))
         self.c = float(cal(epsilon, delta))
-        self.sensitivity = (strategy.sensitivity() if neighbours == "add_remove"
-                            else strategy.sensitivity_replace())
+        if int(max_contributions) != max_contributions or max_contributions < 1:
+            raise ValueError(f"max_contributions must be a positive integer, got {max_contributions}")
+        self.max_contributions = int(max_contributions)
+        self.sensitivity = self.max_contributions * (strategy.sensitivity() if neighbours == "add_remove"
+                                                     else strategy.sensitivity_replace())
         self.sigma = self.c * self.sensitivity
         self.noise_variance = self.sigma**2
 
