@@ -65,6 +65,7 @@ __all__ = [
     "PCKV",
     "ItemReports",
     "DenseReports",
+    "PCKVAccumulator",
     "BASELINES",
     "duchi_bits",
     "analytic_gaussian_sigma",
@@ -392,6 +393,32 @@ class Gaussian(_Baseline):
         return SparseEstimate(items, mean, self.predicted_variance(n, np.zeros(items.size)), n)
 
 
+@dataclasses.dataclass
+class PCKVAccumulator(QueryAccumulator):
+    """PCKV sums over the query items: ``sums = n1 - n2`` and ``pos = n1`` (reports with key x and bit +1)."""
+
+    pos: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.pos is None:
+            self.pos = np.zeros(self.items.size, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return int(super().nbytes + self.pos.nbytes)
+
+    def copy(self) -> PCKVAccumulator:
+        return PCKVAccumulator(self.items.copy(), self.n, self.sums.copy(), 0, self.pos.copy())
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PCKVAccumulator)
+            and super().__eq__(other)
+            and np.array_equal(self.pos, other.pos)
+        )
+
+
 class _ItemBit(_Baseline):
     def add(self, acc: QueryAccumulator, reports: ItemReports):
         acc.n += len(reports)
@@ -497,18 +524,28 @@ class PCKV(_ItemBit):
         out_bit = np.where(keep, np.where(keep_val, bit, -bit), rand_bit).astype(np.int8)
         return ItemReports(out_key, out_bit), st
 
-    def create_accumulator(self, items: np.ndarray | None = None):
-        acc = super().create_accumulator(items)
-        acc.pos = np.zeros(acc.items.size, dtype=np.int64)  # n1 counts, for the original estimator
+    def create_accumulator(self, items: np.ndarray | None = None) -> PCKVAccumulator:
+        base = super().create_accumulator(items)
+        return PCKVAccumulator(base.items)
+
+    def add(self, acc: PCKVAccumulator, reports: ItemReports):
+        super().add(acc, reports)  # sums = n1 - n2
+        plus = reports.bits > 0
+        tmp = QueryAccumulator(acc.items)
+        _ItemBit.add(self, tmp, ItemReports(reports.items[plus], np.ones(int(plus.sum()), np.int8)))
+        acc.pos += tmp.sums  # n1
         return acc
 
-    def add(self, acc, reports: ItemReports):
-        super().add(acc, reports)
-        plus = ItemReports(reports.items[reports.bits > 0], np.ones(int((reports.bits > 0).sum()), np.int8))
-        tmp = QueryAccumulator(acc.items)
-        _ItemBit.add(self, tmp, plus)
-        acc.pos = getattr(acc, "pos", np.zeros(acc.items.size, np.int64)) + tmp.sums
-        return acc
+    def merge(self, accumulators: Sequence) -> PCKVAccumulator:
+        accs = list(accumulators)
+        out = accs[0].copy()
+        for o in accs[1:]:
+            if not np.array_equal(out.items, o.items):
+                raise ValueError("cannot merge accumulators over different query sets")
+            out.sums += o.sums
+            out.pos += o.pos
+            out.n += o.n
+        return out
 
     def estimate(self, acc) -> SparseEstimate:
         if acc.n == 0:

@@ -1,0 +1,239 @@
+"""The aggregator of sparse-vector tasks (:class:`ldp.aggregate.Aggregator` protocol), Beam-free.
+
+One group per task. Reports travel in the shared :class:`~ldp.reports.Reports` batch (and so in the v2
+Avro report, whose fields mirror it):
+
+=====================  =========================================================================
+mechanism              fields
+=====================  =========================================================================
+svme, kfold, sampling  ``seeds`` uint64 ``(n,)``; ``reals`` float64 ``(n, b)``: the integer bin
+                       *codes* (value = code x scale), exact as doubles
+harmony, pckv          ``values`` int64 ``(n,)``: the sampled item / perturbed key; ``reals``
+                       float64 ``(n, 1)``: the bit (+1 or -1)
+gaussian               ``reals`` float64 ``(n, d)``: the dense noisy vector
+=====================  =========================================================================
+
+:func:`to_reports` / :func:`from_reports` convert between these and the mechanisms' own report types.
+Validation (:class:`SparseValidator`) dead-letters with a reason: wrong fields, wrong number of bins,
+non-integer codes, codes out of range, Duchi bits other than +-1, item ids outside the domain.
+
+Accumulator: the mechanism's fixed-size one: the whole-vector Walsh table (SVME, k-fold, sampling with
+gf2-affine hashes, d <= 2**27; a dense count vector for Harmony / PCKV) or, given ``items``, the
+known-query-set sums. Finalize: one :class:`SparseEstimateRow` per window and pane with ``n_reports``,
+``items``, ``mean``, ``std`` (same order) and ``linf_bound_95``, the L-inf error the closed-form variance
+predicts at 95% over those items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.reports import Reports
+from ldp.sparse.accumulate import SVME
+from ldp.sparse.baselines import PCKV, DenseReports, Gaussian, Harmony, ItemReports, KFold, Sampling
+from ldp.sparse.encode import SparseReports
+
+__all__ = [
+    "SparseEstimateRow",
+    "SparseAggregator",
+    "SparseValidator",
+    "SPARSE_ESTIMATES",
+    "to_reports",
+    "from_reports",
+]
+
+
+class SparseEstimateRow(NamedTuple):
+    """The estimates of one sparse task, window and pane."""
+
+    task_id: str
+    schema_version: int
+    group: int
+    window_start: int | None
+    window_end: int | None
+    pane_timing: str
+    pane_index: int
+    is_last_pane: bool
+    n_reports: int
+    mechanism: str
+    epsilon: float
+    domain_size: int
+    sparsity: int
+    privacy: str
+    items: list[int]
+    mean: list[float]
+    std: list[float]
+    linf_bound_95: float
+    output = "estimates"
+
+
+#: rows go to ``OUT/estimates-*`` (Avro schema ``schemas/sparse_estimate.avsc``, to be added with the job)
+SPARSE_ESTIMATES = OutputSpec("estimates", "sparse_estimate", "", "estimates", None)
+
+
+def _kind(mech) -> str:
+    if isinstance(mech, (SVME, KFold, Sampling)):
+        return "seeded"
+    if isinstance(mech, (Harmony, PCKV)):
+        return "item"
+    if isinstance(mech, Gaussian):
+        return "dense"
+    raise ValueError(f"not a sparse mechanism: {mech!r}")
+
+
+def to_reports(mech, native) -> Reports:
+    """A mechanism's own reports -> the shared :class:`~ldp.reports.Reports` batch."""
+    kind = _kind(mech)
+    if kind == "seeded":
+        return Reports(seeds=native.seeds, reals=native.codes.astype(np.float64))
+    if kind == "item":
+        return Reports(values=native.items.astype(np.int64), reals=native.bits.astype(np.float64)[:, None])
+    return Reports(reals=np.asarray(native.values, dtype=np.float64))
+
+
+def from_reports(mech, reports: Reports):
+    """The shared batch -> the mechanism's own reports (validate first)."""
+    kind = _kind(mech)
+    if kind == "seeded":
+        return SparseReports(reports.seeds, np.rint(reports.reals).astype(np.int64))
+    if kind == "item":
+        return ItemReports(reports.values.astype(np.uint64), np.rint(reports.reals[:, 0]).astype(np.int8))
+    return DenseReports(np.asarray(reports.reals, dtype=np.float64))
+
+
+class SparseValidator:
+    """The payload checks of a sparse task's reports (:class:`ldp.aggregate.ValidationOracle`)."""
+
+    def __init__(self, mech) -> None:
+        self.mech = mech
+        self.name = getattr(mech, "name", "sparse")
+        kind = _kind(mech)
+        self.report_fields = {"seeded": ("seeds", "reals"), "item": ("values", "reals"), "dense": ("reals",)}[
+            kind
+        ]
+        self._kind = kind
+
+    def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
+        n = len(reports)
+        reasons = np.full(n, None, dtype=object)
+        missing = [f for f in self.report_fields if getattr(reports, f) is None]
+        if missing:
+            reasons[:] = f"missing field(s) {', '.join(missing)} for mechanism {self.name}"
+            return np.zeros(n, dtype=bool), reasons
+        reals = np.asarray(reports.reals, dtype=np.float64)
+        width = {"seeded": None, "item": 1, "dense": getattr(self.mech, "d", None)}[self._kind]
+        if self._kind == "seeded":
+            width = (
+                self.mech.params.bins
+                if isinstance(self.mech, SVME)
+                else (self.mech.k if isinstance(self.mech, KFold) else 1)
+            )
+        if reals.ndim != 2 or reals.shape[1] != width:
+            got = reals.shape[1] if reals.ndim == 2 else "a scalar"
+            reasons[:] = f"reals must hold {width} number(s) per report, got {got}"
+            return np.zeros(n, dtype=bool), reasons
+        finite = np.all(np.isfinite(reals), axis=1)
+        reasons[~finite] = "non-finite payload"
+        if self._kind == "dense":
+            return np.equal(reasons, None), reasons
+        integral = finite & np.all(reals == np.rint(np.where(np.isfinite(reals), reals, 0)), axis=1)
+        reasons[finite & ~integral & np.equal(reasons, None)] = "bin codes and bits must be integers"
+        ok = np.equal(reasons, None)
+        if self._kind == "seeded":
+            sub = SparseReports(reports.seeds[ok], np.rint(reals[ok]).astype(np.int64))
+            if isinstance(self.mech, SVME):
+                ok_sub, rs = self.mech.validate(sub)
+            else:
+                ok_sub = np.all(np.abs(sub.codes) == 1, axis=1)
+                rs = np.where(ok_sub, None, "bits must be +1 or -1").astype(object)
+            idx = np.flatnonzero(ok)
+            reasons[idx[~ok_sub]] = rs[~ok_sub]
+        else:
+            bits_ok = np.abs(reals[:, 0]) == 1
+            reasons[ok & ~bits_ok] = "bits must be +1 or -1"
+            vals = np.asarray(reports.values)
+            upper = self.mech.dp if isinstance(self.mech, PCKV) else self.mech.d
+            bad_id = (vals < 0) | (vals >= upper)
+            reasons[np.equal(reasons, None) & bad_id] = f"item id outside [0, {upper})"
+        return np.equal(reasons, None), reasons
+
+
+class SparseAggregator:
+    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.sparse.task.SparseTask`.
+
+    Args:
+        task: the parsed sparse task.
+        items: the query set (item ids; ``None``: every coordinate, which needs the whole-vector table
+            for seeded mechanisms, i.e. gf2-affine hashes and d <= 2**27).
+    """
+
+    outputs = (SPARSE_ESTIMATES,)
+    uniform_oracle = True
+
+    def __init__(self, task, items: Sequence[int] | np.ndarray | None = None) -> None:
+        if getattr(task, "kind", None) != "sparse":
+            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a sparse task")
+        self.task = task
+        self.items = None if items is None else np.asarray(items, dtype=np.uint64)
+        self._mech = None
+        self.create_accumulator(0)  # refuse an impossible configuration now, not at the first report
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"task": self.task, "items": self.items, "_mech": None}
+
+    @property
+    def mechanism(self):
+        if self._mech is None:
+            self._mech = self.task.make_mechanism()
+        return self._mech
+
+    def validation_oracle(self, group: int) -> SparseValidator:
+        return SparseValidator(self.mechanism)
+
+    def create_accumulator(self, group: int):
+        return self.mechanism.create_accumulator(self.items)
+
+    def add(self, group: int, acc, reports: Reports):
+        return self.mechanism.add(acc, from_reports(self.mechanism, reports))
+
+    def merge(self, group: int, accs: Sequence):
+        return self.mechanism.merge(list(accs))
+
+    def estimate(self, acc):
+        """The :class:`~ldp.sparse.accumulate.SparseEstimate` of one accumulator."""
+        return self.mechanism.estimate(acc)
+
+    def finalize(self, accs: Mapping[int, object], window: WindowInfo) -> list[ResultRow]:
+        rows: list[ResultRow] = []
+        t = self.task
+        for group, acc in sorted(accs.items()):
+            if acc.n == 0:
+                continue
+            est = self.estimate(acc)
+            rows.append(
+                SparseEstimateRow(
+                    task_id=t.task_id,
+                    schema_version=t.schema_version,
+                    group=int(group),
+                    window_start=window.start_ms,
+                    window_end=window.end_ms,
+                    pane_timing=window.pane_timing,
+                    pane_index=window.pane_index,
+                    is_last_pane=window.is_last_pane,
+                    n_reports=int(est.n),
+                    mechanism=t.mechanism,
+                    epsilon=float(t.epsilon),
+                    domain_size=int(t.domain_size),
+                    sparsity=int(t.sparsity),
+                    privacy=str(t.privacy),
+                    items=[int(x) for x in est.items],
+                    mean=np.asarray(est.mean, dtype=np.float64).tolist(),
+                    std=np.asarray(est.std, dtype=np.float64).tolist(),
+                    linf_bound_95=float(est.linf_bound(0.95)),
+                )
+            )
+        return rows
