@@ -325,6 +325,19 @@ _OUR_LOGGERS = ("ldp", "transforms", "pipelines", "bench", "experiments", "__mai
 _HANDLER: logging.Handler | None = None
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (not the stream at creation): a test
+    runner's captured stream may be closed by the time Beam logs from an exit hook."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ assigns it; the property decides
+        pass
+
+
 def setup_logging(level: str | int = "INFO") -> None:
     """Logs ``LEVEL message`` lines with a timestamp to stderr. Our packages log at ``level``; Apache Beam
     and its dependencies log warnings and errors only, unless ``level`` is DEBUG (their INFO lines are the
@@ -339,7 +352,7 @@ def setup_logging(level: str | int = "INFO") -> None:
         # handlers of other kinds (a test runner's capture) stay
         if h is _HANDLER or type(h) is logging.StreamHandler:
             root.removeHandler(h)
-    _HANDLER = logging.StreamHandler(sys.stderr)
+    _HANDLER = _StderrHandler()
     _HANDLER.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     root.addHandler(_HANDLER)
     others = numeric if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
