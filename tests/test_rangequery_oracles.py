@@ -53,8 +53,9 @@ def test_hierarchies_choose_oracle_per_level(method):
     names = {mech.group_oracle(g).name for g in range(mech.n_groups)}
     assert "grr" in names  # the 2- and 4-cell levels
     default = make_mechanism(method, 1.0, [16] * 3, 10_000, branching=2)
-    want = {"olh"} if method == "lhio" else names  # LHIO keeps the paper's OLH by default (see lhio.py)
-    assert {default.group_oracle(g).name for g in range(default.n_groups)} == want
+    assert {default.group_oracle(g).name for g in range(default.n_groups)} == names  # auto is the default
+    lit = make_mechanism(method, 1.0, [16] * 3, 10_000, branching=2, oracle="olh")
+    assert {lit.group_oracle(g).name for g in range(lit.n_groups)} == {"olh"}
 
 
 def test_grid_answer_std_uses_the_grids_oracle():
