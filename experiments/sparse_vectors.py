@@ -118,7 +118,9 @@ def run_method(mech, vec, items, rng, want_all: bool):
     """One trial of one method: ``(estimate over items, whole-vector estimate or None)``."""
     if isinstance(mech, Gaussian):
         return mech.simulate(vec, items, rng), None
-    acc = mech.create_accumulator(items)
+    d = mech.params.domain_size if isinstance(mech, SVME) else mech.d
+    whole = items.size == d and np.array_equal(items, np.arange(d, dtype=np.uint64))
+    acc = mech.create_accumulator(None if whole else items)  # all of [0, d): the whole-vector table
     table = None
     if want_all and isinstance(mech, SVME) and mech.params.hash_family == "gf2-affine":
         table = mech.create_accumulator(None)
@@ -307,8 +309,12 @@ def plot(records: list[dict], path: str, title: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if all(isinstance(r["privacy"], int) for r in records):  # an L-sweep: one row, x = L
+        records = [{**r, "L": r["privacy"], "privacy": "L-neighbouring"} for r in records]
+        varying = ["L"]
+    else:
+        varying = [f for f in ("epsilon", "sparsity", "domain") if len({r[f] for r in records}) > 1]
     privs = sorted({str(r["privacy"]) for r in records})
-    varying = [f for f in ("epsilon", "sparsity", "domain") if len({r[f] for r in records}) > 1]
     fig, axes = plt.subplots(len(privs), 2, figsize=(11, 3.8 * len(privs)), squeeze=False)
     for i, pv in enumerate(privs):
         rs = [r for r in records if str(r["privacy"]) == pv]
@@ -335,7 +341,8 @@ def plot(records: list[dict], path: str, title: str = "") -> None:
                 ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right", fontsize=8)
             ax.set_yscale("log")
             ax.set_ylabel("L-inf" if metric == "linf" else "MSE")
-            ax.set_title(f"{pv}-level: {'L-inf' if metric == 'linf' else 'MSE'}", fontsize=10)
+            level = pv if pv == "L-neighbouring" else f"{pv}-level"
+            ax.set_title(f"{level}: {'L-inf' if metric == 'linf' else 'MSE'}", fontsize=10)
             ax.grid(alpha=0.3, which="both")
             if varying and i == 0 and j == 1:
                 ax.legend(fontsize=7)
