@@ -1,7 +1,7 @@
 """Frequency-oracle benchmark: our oracles vs a plain-numpy floor and vs peer libraries, in one run.
 
     .venv/bin/python -m bench.oracles --users 1000000 --domain_size 1024 --epsilon 1 --json OUT.json [--peers]
-        [--olh_sweep 0.5,1,2,4,8]
+        [--olh_sweep 0.5,1,2,4,8] [--set_sum_trials 150]
 
 Records (a JSON list), one per (library, mechanism):
 
@@ -18,6 +18,10 @@ With ``--peers`` the same inputs go to pure-ldp 1.2.0 and multi-freq-ldpy 0.2.5 
 separate virtual environment (``.cache/peers-venv``, created on first use: the peers need ``xxhash<4``,
 scikit-learn and statsmodels, which we keep out of our dependencies). They run per-report Python, so
 they get the first ``--peer_n`` values of the same population; their rates are per second as ours.
+
+With ``--set_sum_trials T`` the variance of a sum of 64 OLH estimates over T runs (5,000 users each, d from
+``--domain_size``) is compared with theory at eps = 3 and 4, for the gf2-affine and the legacy linear-gf
+family (``library = "ours-set-sum"``; written to ``--set_sum_json``, apart from the rate records).
 
 With ``--olh_sweep EPS,...`` OLH is also measured at each of those epsilons with its default ``g``
 (``ldp.oracles.olh_buckets``, the 3-wise independent ``gf2-affine`` family), on the same users and domain:
@@ -198,6 +202,36 @@ def bench_olh_sweep(values: np.ndarray, d: int, epsilons, seed: int, repeat: int
     return records
 
 
+def bench_set_sum(d: int, trials: int, seed: int, epsilons=(3.0, 4.0), users: int = 5000) -> list[dict]:
+    """Variance of a sum of 64 OLH estimates (values 0..63) over ``trials`` independent runs of ``users``
+    reports, divided by the sum of the per-value closed-form variances (= ``variance_of_sum`` for the
+    3-wise independent family), for the default gf2-affine family and the legacy prime-g family."""
+    records = []
+    for eps in epsilons:
+        for family in ("gf2-affine", "linear-gf"):
+            rng = np.random.default_rng([seed, 200, int(eps * 10)])
+            o = OLH(eps, d, family=family)
+            w = 1.0 / np.arange(1, d + 1) ** 1.2
+            values = rng.choice(d, size=users, p=w / w.sum())
+            truth = np.bincount(values, minlength=d) / users
+            S = np.arange(min(64, d))
+            reports = o.encode(np.tile(values, trials), rng=rng)
+            errs = np.array([
+                o.estimate_reports(reports.take(slice(t * users, (t + 1) * users))).frequencies[S].sum()
+                - truth[S].sum()
+                for t in range(trials)
+            ])
+            theory = float(o.variance(users, truth)[S].sum())
+            rec = {"library": "ours-set-sum", "mechanism": "olh", "n": users, "d": d, "epsilon": eps,
+                   "g": o.g, "hash": family, "trials": trials, "set_size": len(S),
+                   "set_sum_variance_over_theory": float(np.mean(errs**2) / theory),
+                   "relative_se": math.sqrt(2 / trials)}
+            records.append(rec)
+            print(f"  set-sum eps={eps:g} {family} g={o.g}: variance / theory = "
+                  f"{rec['set_sum_variance_over_theory']:.3f} (rel. SE {rec['relative_se']:.3f})", flush=True)
+    return records
+
+
 def ensure_peer_venv() -> Path:
     """Creates ``.cache/peers-venv`` with the peer libraries on first use; returns its python."""
     py = PEER_VENV / "bin" / "python"
@@ -266,6 +300,9 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--peers", action="store_true", help="also measure pure-ldp and multi-freq-ldpy")
     ap.add_argument("--peer_n", type=int, default=5000, help="reports given to each peer")
     ap.add_argument("--olh_sweep", default="", help="also run OLH at these comma-separated epsilons")
+    ap.add_argument("--set_sum_trials", type=int, default=0,
+                    help="also measure OLH set-sum variance / theory at eps 3 and 4 over this many trials")
+    ap.add_argument("--set_sum_json", help="write the set-sum records here (a separate file: no rates)")
     args, _ = parse_job_args(ap, argv, beam=False)
     args.n, args.d = args.users, args.domain_size
     if args.n < 1 or args.d < 2:
@@ -290,6 +327,11 @@ def main(argv=None) -> list[dict]:
                 print(f"  ours/{r['library']} {r['mechanism']}: {ratio:,.0f}x aggregate")
     if sweep:
         records += bench_olh_sweep(values, args.d, sweep, args.seed, args.repeat)
+    if args.set_sum_trials:
+        set_sum = bench_set_sum(args.d, args.set_sum_trials, args.seed)
+        if args.set_sum_json:
+            Path(args.set_sum_json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.set_sum_json).write_text(json.dumps(set_sum, indent=1) + "\n")
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(records, indent=1) + "\n")
