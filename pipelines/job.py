@@ -344,7 +344,9 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     outputs = build_pipeline(p, ns, agg, window, streaming=streaming, paced=fnapi)
     if job.extra_steps is not None:
         job.extra_steps(ns, outputs)
+    _LOG.info("running on %s", type(p.runner).__name__)
     result, seconds = _run(p, ns, streaming)
+    _LOG.info("job ended: %s after %.1f s", result.state, seconds)
     counts = _counts(result, ns.output, streaming)
     if not streaming or ns.input:
         _remove_empty_temp_dirs(ns.output, agg.outputs)

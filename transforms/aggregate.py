@@ -20,6 +20,7 @@ rows equal ``ldp.aggregate.finalize_window`` over the same reports, bit for bit.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -40,6 +41,7 @@ from ldp.aggregate import (
     WindowInfo,
     accumulate,
     finalize_window,
+    iso_ms,
     merge_all,
 )
 from ldp.reports import Reports
@@ -58,6 +60,9 @@ __all__ = [
     "Aggregate",
     "window_info",
 ]
+
+
+_LOG = logging.getLogger(__name__)
 
 
 class GroupReports(NamedTuple):
@@ -212,9 +217,22 @@ class FinalizeFn(beam.DoFn):
             self.empty.inc()
             return
         t0 = time.perf_counter()
-        rows: list[ResultRow] = finalize_window(self.aggregator, accs, window_info(window, pane))
-        self.finalize_ms.update(int((time.perf_counter() - t0) * 1000))
+        info = window_info(window, pane)
+        rows: list[ResultRow] = finalize_window(self.aggregator, accs, info)
+        ms = int((time.perf_counter() - t0) * 1000)
+        self.finalize_ms.update(ms)
         self.panes.inc()
+        _LOG.info(
+            "finalized %s pane %d (%s) of window %s: %d reports in %d group(s), %d row(s), %d ms",
+            _task_id,
+            info.pane_index,
+            info.pane_timing,
+            "global" if info.start_ms is None else f"[{iso_ms(info.start_ms)}, {iso_ms(info.end_ms)})",
+            accs.n_reports,
+            len(accs.accs),
+            len(rows),
+            ms,
+        )
         for row in rows:
             self.rows[row.output].inc()
             yield TaggedOutput(row.output, row)
