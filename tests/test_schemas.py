@@ -96,7 +96,7 @@ def test_estimate_and_dead_letter_records_validate():
         "dead_letter_time": 0,
     }
     schemas.validate_record("dead_letter", dl)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="does not match schema 'dead_letter'"):
         schemas.validate_record("dead_letter", {**dl, "reason": None})
 
 
@@ -283,7 +283,7 @@ def test_task_schema_rejects_bad_tasks(name):
 
     obj = INVALID_TASKS[name]
     assert _errors(obj, schemas.task_schema(), schemas.task_schema()), name
-    with pytest.raises(T.TaskError):
+    with pytest.raises(T.TaskError, match=r"problem\(s\)"):
         T.parse_task(obj)
 
 

@@ -80,7 +80,7 @@ def test_every_problem_reported_at_once():
         "schema_version": 9,
         "hash": {"family": "md5"},
     }
-    with pytest.raises(T.TaskError) as ei:
+    with pytest.raises(T.TaskError, match=r"problem\(s\)") as ei:
         T.parse_task(bad)
     msgs = "\n".join(ei.value.problems)
     for needle in (
@@ -99,7 +99,7 @@ def test_every_problem_reported_at_once():
     assert len(ei.value.problems) >= 10
     assert str(ei.value).count("\n  - ") == len(ei.value.problems)
     # a known mechanism: the kind's own sections are checked in the same pass
-    with pytest.raises(T.TaskError) as ei:
+    with pytest.raises(T.TaskError, match=r"problem\(s\)") as ei:
         T.parse_task({**bad, "mechanism": "grr"})
     msgs = "\n".join(ei.value.problems)
     for needle in ("domain_size must be", "n_groups must be", "task_id", "epsilon", "postprocess"):
@@ -107,7 +107,7 @@ def test_every_problem_reported_at_once():
 
 
 def test_missing_required_keys_and_oracle_parameters():
-    with pytest.raises(T.TaskError) as ei:
+    with pytest.raises(T.TaskError, match=r"problem\(s\)") as ei:
         T.parse_task({})
     assert sorted(p for p in ei.value.problems) == sorted(
         f"missing required key {k!r}" for k in ("task_id", "mechanism", "epsilon")
@@ -186,7 +186,7 @@ def test_range_task_problems_all_at_once():
         "granularity": {"g1": 8},
         "domain_size": 4,
     }
-    with pytest.raises(T.TaskError) as ei:
+    with pytest.raises(T.TaskError, match=r"problem\(s\)") as ei:
         T.parse_task(bad)
     msgs = "\n".join(ei.value.problems)
     for needle in (
@@ -217,7 +217,7 @@ def test_one_validator_for_both_kinds():
     rng = {**RANGE, "task_id": "rq demo!"}
     messages = []
     for obj in (freq, rng):
-        with pytest.raises(T.TaskError) as ei:
+        with pytest.raises(T.TaskError, match=r"problem\(s\)") as ei:
             T.parse_task(obj)
         messages.append(ei.value.problems)
     assert (
@@ -241,7 +241,7 @@ def test_kind_is_checked(tmp_path):
 
 
 def test_task_error_one_line():
-    with pytest.raises(T.TaskError) as ei:
+    with pytest.raises(T.TaskError, match=r"problem\(s\)") as ei:
         T.parse_task({"task_id": "a"}, source="t.json")
     line = ei.value.one_line()
     assert "\n" not in line and line.startswith("t.json: missing required key")
