@@ -64,7 +64,7 @@ __all__ = [
     "Task",
     "FrequencyTask",
     "RangeTask",
-    "AnyTask",
+    "ParsedTask",
     "CollectionTask",
     "HashConfig",
     "WindowConfig",
@@ -293,8 +293,8 @@ class RangeTask(Task):
         return out
 
 
-#: Any parsed task (the variants of :class:`Task`).
-AnyTask = FrequencyTask | RangeTask
+#: A parsed task: one of the variants of :class:`Task`.
+ParsedTask = FrequencyTask | RangeTask
 #: The name older code uses for a parsed task.
 CollectionTask = Task
 
@@ -599,7 +599,7 @@ TASK_KINDS: dict[str, TaskKind] = {
 # ------------------------------------------------------------------------------------------------------------
 
 
-def parse_task(obj: object, *, source: str = "task", kind: str | None = None) -> AnyTask:
+def parse_task(obj: object, *, source: str = "task", kind: str | None = None) -> ParsedTask:
     """Validates a task given as a dict (parsed JSON) and returns the parsed task.
 
     Args:
@@ -639,7 +639,7 @@ def parse_task(obj: object, *, source: str = "task", kind: str | None = None) ->
     return task
 
 
-def load_task(path: str | Path, *, kind: str | None = None) -> AnyTask:
+def load_task(path: str | Path, *, kind: str | None = None) -> ParsedTask:
     """Reads and validates a task JSON file (``kind``: as :func:`parse_task`).
 
     Raises:

@@ -35,7 +35,7 @@ from apache_beam.pvalue import PCollection
 from apache_beam.runners.runner import PipelineResult
 
 from ldp.aggregate import Aggregator, OutputSpec
-from ldp.task import AnyTask, TaskError, WindowConfig, load_task
+from ldp.task import ParsedTask, TaskError, WindowConfig, load_task
 from pipelines.cli import (
     add_input_flags,
     add_output_flags,
@@ -71,7 +71,7 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 
 #: Builds the job's aggregator from its parsed flags and task (raise ValueError for a bad job input).
-MakeAggregator = Callable[[argparse.Namespace, AnyTask], Aggregator]
+MakeAggregator = Callable[[argparse.Namespace, ParsedTask], Aggregator]
 #: Adds job-specific steps after the aggregation (e.g. publishing estimates); gets the outputs.
 ExtraSteps = Callable[[argparse.Namespace, dict[str, PCollection]], None]
 
@@ -146,7 +146,7 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_task_or_exit(path: str | None, kind: str | None = None) -> AnyTask:
+def load_task_or_exit(path: str | None, kind: str | None = None) -> ParsedTask:
     """Loads a task file; one line listing every problem (or the wrong kind) and exit status 2."""
     if not path:
         fail("--task TASK.json is required")
