@@ -23,8 +23,10 @@ case "${1:-demo}" in
     fi
     # Both tiers, the fast unit tests first (pyproject.toml / tests/conftest.py define the tiers).
     status=0
-    echo "[run_local] fast tier: pytest -m 'not integration'" >&2
-    "$py" -m pytest -q -m "not integration" tests || status=$?
+    # The fast tier runs on two processes (pytest-xdist; a file's tests stay together), the integration
+    # tier in one (it starts services and runners that want the machine).
+    echo "[run_local] fast tier: pytest -m 'not integration' -n 2" >&2
+    "$py" -m pytest -q -m "not integration" -n 2 --dist loadfile tests || status=$?
     echo "[run_local] integration tier: pytest -m integration" >&2
     "$py" -m pytest -q -m integration tests || status=$?
     exit "$status"

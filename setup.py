@@ -30,8 +30,9 @@ RUNTIME = [
 ]
 
 EXTRAS = {
-    # wheel: tests/test_packaging.py builds the wheel without network access (--no-build-isolation)
-    "test": ["pytest>=8,<10", "ruff>=0.6", "matplotlib>=3.8,<4", "wheel>=0.40,<1"],
+    # wheel: tests/test_packaging.py builds the wheel without network access (--no-build-isolation);
+    # pytest-xdist: ./run_local.sh test runs the fast tier on both cores
+    "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "ruff>=0.6", "matplotlib>=3.8,<4", "wheel>=0.40,<1"],
     "bench": ["matplotlib>=3.8,<4"],
     # google-cloud-pubsub creates the google.cloud namespace, after which importing apache_beam tries
     # its GCS filesystem and BigQuery clients and warns ("Failed to import GCSFileSystem", "apitools not

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import re
 import subprocess
@@ -127,6 +128,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             "LDP_REQUIRE_PUBSUB=1 but no Pub/Sub emulator at "
             f"{os.environ.get('PUBSUB_EMULATOR_BIN', PUBSUB_EMULATOR_DEFAULT)}"
         )
+
+
+@pytest.fixture(autouse=True)
+def _isolate_cli_logging():
+    """A command run in a test installs its log handler and levels (pipelines.cli.setup_logging); undo
+    that after the test so later tests' captured output does not depend on which commands ran before."""
+    yield
+    cli = sys.modules.get("pipelines.cli")
+    handler = getattr(cli, "_HANDLER", None)
+    if handler is not None:
+        logging.getLogger().removeHandler(handler)
+        cli._HANDLER = None
+        logging.getLogger().setLevel(logging.WARNING)
+        for name in cli._OUR_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
 
 
 @pytest.fixture(scope="session")

@@ -131,6 +131,7 @@ def test_prepare_output(tmp_path, capsys):
     assert (out / "estimates-0.jsonl").exists()
     (out / "sub").mkdir()
     cli.prepare_output(str(out), overwrite=True)  # an earlier job's output: cleared
+    capsys.readouterr()  # (a warning is logged when logging is set up)
     assert sorted(os.listdir(out)) == [cli.OUTPUT_MARKER]
     other = tmp_path / "photos"
     other.mkdir()
