@@ -2,8 +2,10 @@
 
 Tiers. ``pytest -m "not integration"`` is the fast unit tier (under two minutes); ``pytest -m integration``
 holds the tests that start a service, a runner or a process. ``./run_local.sh test`` (and CI) runs both,
-fast tier first. The integration tests are marked here, at collection, by file and by test name, so test
-files need not carry the marker (a test may still mark itself with ``@pytest.mark.integration``):
+the fast tier first on two processes (``-n 2 --dist loadfile``: a file's tests stay in one process), then
+the integration tier in one. The integration tests are marked here, at collection, by file and by test
+name, so test files need not carry the marker (a test may still mark itself with
+``@pytest.mark.integration``):
 
 * whole files: :data:`INTEGRATION_FILES` (Flink mini-cluster, Pub/Sub emulator, README commands, wheel
   build);
