@@ -130,3 +130,25 @@ def test_task_problems(sparse_kind):
 def test_unregistered_kind_is_unknown():
     with pytest.raises(TaskError, match="mechanism must be one of"):
         parse_task({"task_id": "x", "mechanism": "svme", "epsilon": 1.0, "domain_size": 10, "sparsity": 2})
+
+
+def test_encode_population_chunks(sparse_kind):
+    r = rng()
+    agg = SparseAggregator(_task("svme"))
+    m = agg.mechanism
+    vec = population(2500, 8, r)
+    from ldp.sparse.aggregate import encode_population
+
+    into = GroupAccumulators()
+    total = 0
+    for reports, stats in encode_population(m, vec, rng=np.random.SeedSequence(5), chunk=1000):
+        assert agg.validation_oracle(0).validate(reports)[0].all()
+        accumulate(agg, into, 0, reports)
+        total += stats.users
+    assert total == 2500 and into.n_reports == 2500
+    again = GroupAccumulators()
+    for reports, _ in encode_population(m, vec, rng=np.random.SeedSequence(5), chunk=1000):
+        accumulate(agg, again, 0, reports)
+    assert finalize_window(agg, into)[0].mean == finalize_window(agg, again)[0].mean  # reproducible
+    with pytest.raises(ValueError):
+        next(encode_population(m, vec, chunk=0))

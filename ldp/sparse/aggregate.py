@@ -44,6 +44,7 @@ __all__ = [
     "SPARSE_ESTIMATES",
     "to_reports",
     "from_reports",
+    "encode_population",
 ]
 
 
@@ -237,3 +238,23 @@ class SparseAggregator:
                 )
             )
         return rows
+
+
+def encode_population(mech, vectors, *, rng=None, chunk: int = 50_000):
+    """Encodes a population in chunks of ``chunk`` clients (what a simulator does); yields
+    ``(Reports, EncodeStats)`` per chunk.
+
+    ``rng``: ``None`` (OS entropy and CSPRNG seeds, as a real client), a Generator (used for every
+    chunk), or an int / SeedSequence (one spawned child per chunk: reproducible for a given ``chunk``).
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    starts = range(0, vectors.n, chunk)
+    if rng is None or isinstance(rng, np.random.Generator):
+        streams = [rng] * len(starts)
+    else:
+        ss = rng if isinstance(rng, np.random.SeedSequence) else np.random.SeedSequence(rng)
+        streams = ss.spawn(len(starts))
+    for lo, stream in zip(starts, streams):
+        native, stats = mech.encode(vectors.take(slice(lo, lo + chunk)), rng=stream)
+        yield to_reports(mech, native), stats
