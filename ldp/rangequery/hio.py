@@ -521,8 +521,11 @@ class HIOModel(AnswerPostprocessing, RangeModel):
             share = np.multiply.outer(share, (hi[idx[a]] - lo[idx[a]] + 1) / h.c)
         return share.reshape(-1)
 
-    def _group_sum(self, levels: tuple[int, ...], idx: Sequence[np.ndarray]) -> tuple[float, float]:
-        """(sum of estimated frequencies, variance) over the cross product of node indices ``idx``."""
+    def _group_sum(
+        self, levels: tuple[int, ...], idx: Sequence[np.ndarray], want_var: bool
+    ) -> tuple[float, float]:
+        """(sum of estimated frequencies, variance) over the cross product of node indices ``idx``; with
+        ``want_var`` only the variance is computed (the sum is 0), else only the sum (the variance is 0)."""
         g = int(np.ravel_multi_index(levels, self.level_counts)) - 1
         shape = self._shape(levels)
         mesh = np.ix_(*[np.asarray(i, dtype=np.int64) for i in idx])
@@ -530,13 +533,15 @@ class HIOModel(AnswerPostprocessing, RangeModel):
         n_cells = len(cells)
         if g in self.dense:
             f, var0, n = self.dense[g]
+            if not want_var:
+                return float(f[cells].sum()), 0.0
             spec = self.oracle_specs.get(g)
             if spec is None:  # a model saved without its oracles: independent cells
-                return float(f[cells].sum()), n_cells * var0
+                return 0.0, n_cells * var0
             if g not in self._dense_oracles:
                 self._dense_oracles[g] = oracle_from_spec(spec, self.epsilon, math.prod(shape))
             var = self._dense_oracles[g].variance_of_sum(n, cells, np.clip(f, 0.0, 1.0))
-            return float(f[cells].sum()), float(var)
+            return 0.0, float(var)
         if g in self.lazy:
             store = self.lazy[g]
             dom = math.prod(shape)
@@ -546,15 +551,18 @@ class HIOModel(AnswerPostprocessing, RangeModel):
                 oracle = self._olh[g] = StoredReportsOLH(
                     self.epsilon, dom, g=spec.get("g"), family=spec.get("family", DEFAULT_HASH_FAMILY)
                 )
+            if want_var:
+                return 0.0, n_cells * float(oracle.variance(store.n))
             if g not in self._rows:
                 self._rows[g] = oracle.hash.rows(store.seeds)
             sup = olh_support(oracle.hash, store.seeds, store.values, cells, rows=self._rows[g]).sum()
             n = store.n
             est = (sup / n - n_cells * oracle.q) / (oracle.p - oracle.q)
-            return float(est), n_cells * float(oracle.variance(n))
-        return float(self._uniform_share(levels, idx).sum()), math.inf
+            return float(est), 0.0
+        return (0.0, math.inf) if want_var else (float(self._uniform_share(levels, idx).sum()), 0.0)
 
-    def _answer_one(self, q: RangeQuery) -> tuple[float, float]:
+    def _answer_one(self, q: RangeQuery, want_var: bool = False) -> tuple[float, float]:
+        """(answer, 0) or, with ``want_var``, (0, variance) of one query."""
         per_attr: list[dict[int, np.ndarray]] = []
         ivs = {a: (lo, hi) for a, lo, hi in q.intervals}
         for a, h in enumerate(self.hierarchies):
@@ -569,9 +577,9 @@ class HIOModel(AnswerPostprocessing, RangeModel):
         total, var = 0.0, 0.0
         for levels in itertools.product(*[sorted(d) for d in per_attr]):
             if not any(levels):
-                total += 1.0  # the all-root cell: frequency 1 exactly
+                total += 0.0 if want_var else 1.0  # the all-root cell: frequency 1 exactly
                 continue
-            s, v = self._group_sum(levels, [per_attr[a][lv] for a, lv in enumerate(levels)])
+            s, v = self._group_sum(levels, [per_attr[a][lv] for a, lv in enumerate(levels)], want_var)
             total += s
             var += v
         return total, var
@@ -581,7 +589,7 @@ class HIOModel(AnswerPostprocessing, RangeModel):
 
     def _raw_answer_std(self, queries: list[RangeQuery]) -> np.ndarray:
         """Closed-form standard deviation: ``sqrt(sum over cells of the variance of its group's oracle)``."""
-        return np.sqrt(np.array([self._answer_one(q)[1] for q in queries], dtype=np.float64))
+        return np.sqrt(np.array([self._answer_one(q, want_var=True)[1] for q in queries], dtype=np.float64))
 
     def _payload(self) -> dict[str, Any]:
         return {
