@@ -223,7 +223,7 @@ def run_streaming(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any
             "10",
             "--accumulating",
             "--streaming_duration",
-            str(duration + 2 * ns.window_size + 15),
+            str(duration + 2 * ns.window_size + 25),  # publishing, two windows, 10 s lateness, start-up
             "--counts_window",
             str(ns.window_size),
             "--dead_letter_window",
