@@ -190,12 +190,15 @@ def read_reports(p: beam.Pipeline, ns: argparse.Namespace, agg: Aggregator, *, s
         )
     if ns.input:
         return p | "Read" >> ReadReportFiles(ns.input, ns.batch_size, agg)
+    # the time attribute is parsed per message by the decoder (a bad one is that message's dead letter),
+    # not by the source (where it fails every pull that contains the message)
     messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(
         subscription=ns.input_subscription,
         topic=None if ns.input_subscription else ns.input_topic,
-        timestamp_attribute=ns.timestamp_attribute,
+        with_attributes=bool(ns.timestamp_attribute),
     )
-    return messages | "Read" >> DecodeReportMessages(ns.input_subscription or ns.input_topic, agg)
+    source = ns.input_subscription or ns.input_topic
+    return messages | "Read" >> DecodeReportMessages(source, agg, timestamp_attribute=ns.timestamp_attribute)
 
 
 def build_pipeline(

@@ -113,7 +113,8 @@ def test_batch_end_to_end_dead_letters_and_identical_numbers(tmp_path):
     for r in dl:
         reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
     assert reasons == bad
-    assert all(r["raw_bytes"] for r in dl if r["reason"] == "undecodable")
+    # an undecodable file is named, sized and hashed, never copied (the dead-letter privacy contract)
+    assert all(r["raw_bytes"] is None and "sha256" in r["detail"] for r in dl if r["reason"] == "undecodable")
     # estimates: equal to the core on the same reports (exactly), JSON == Avro
     (est,) = _estimates(tmp_path / "out")
     oracle = task.make_oracle()

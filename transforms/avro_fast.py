@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import re
 import zlib
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import fastavro.write
 import numpy as np
@@ -40,6 +41,11 @@ __all__ = [
     "is_report_schema",
     "zigzag_varint_bytes",
     "iter_report_batches",
+    "iter_container",
+    "Loss",
+    "LOSS_REASONS",
+    "CODECS",
+    "MAX_BLOCK_BYTES",
     "encode_report_block",
     "append_block",
     "write_reports",
@@ -267,6 +273,417 @@ def decode_block(
     return ColumnBatch(task_id, sv, et, grp, present, payload)
 
 
+# ------------------------------------------------------------------------------------------------------------
+# The container reader: every byte is either decoded or accounted as lost (a Loss), never silently dropped
+# ------------------------------------------------------------------------------------------------------------
+
+#: Codecs this reader decompresses (``snappy`` needs ``cramjam``, ``zstandard`` the ``zstandard`` package;
+#: both are runtime dependencies).
+CODECS = ("null", "deflate", "snappy", "zstandard", "bzip2", "xz")
+
+#: Largest block (compressed or decompressed) the reader accepts; a header claiming more is a loss.
+MAX_BLOCK_BYTES = 256 << 20
+
+#: Smallest encoding of one report record (1-byte task-id length, version, event time, group, 5 unions).
+_MIN_REPORT_BYTES = 9
+
+_MAGIC = b"Obj\x01"
+_SYNC = 16
+_CHUNK = 1 << 20
+
+#: Loss reasons (dead letters and ``rejected_<reason>`` / ``lost_<reason>`` counts).
+LOSS_REASONS = (
+    "undecodable",  # not an Avro object container at all (bad magic / header / schema)
+    "truncated",  # the input ends inside a block (or its sync marker)
+    "bad_sync",  # a block not followed by the sync marker (corrupt framing): skipped to the next marker
+    "bad_block_header",  # negative or impossible record count / size in a block header
+    "corrupt_block",  # a block whose compressed data does not decompress (or fails its checksum)
+    "unsupported_codec",  # a codec this reader does not know
+    "undecodable_records",  # records of a block after the first one that does not decode
+    "trailing_bytes",  # bytes left in a block after its declared number of records
+    "oversized_message",  # a Pub/Sub message larger than the reader accepts (transforms.io)
+    "invalid_timestamp_attribute",  # a Pub/Sub message whose time attribute is missing or unparseable
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    """Part of an input that cannot be read as records: why, where, and how much.
+
+    Attributes:
+        reason: one of :data:`LOSS_REASONS`.
+        detail: human-readable detail (never input bytes).
+        offset: byte offset in the input where the lost part starts.
+        lost_bytes: bytes of the input that were not decoded into records.
+        lost_blocks: Avro blocks not decoded (0 for a part of a block).
+        lost_records: records the lost blocks' headers declared (0 when no header can be trusted).
+    """
+
+    reason: str
+    detail: str
+    offset: int
+    lost_bytes: int
+    lost_blocks: int = 0
+    lost_records: int = 0
+
+
+class _Stream:
+    """A read-only byte stream with position tracking and push-back (for resynchronization)."""
+
+    def __init__(self, fo: BinaryIO) -> None:
+        self.fo = fo
+        self.pos = 0
+        self._back = b""
+
+    def read(self, n: int) -> bytes:
+        out = b""
+        if self._back:
+            out, self._back = self._back[:n], self._back[n:]
+        while len(out) < n:
+            chunk = self.fo.read(min(n - len(out), MAX_BLOCK_BYTES))
+            if not chunk:
+                break
+            out += chunk
+        self.pos += len(out)
+        return out
+
+    def unread(self, data: bytes) -> None:
+        self._back = data + self._back
+        self.pos -= len(data)
+
+    def read_long(self) -> int | None:
+        """A zig-zag varint; None at the end of the input (or inside the varint: the bytes are consumed)."""
+        u = shift = 0
+        for _ in range(10):
+            b = self.read(1)
+            if not b:
+                return None
+            u |= (b[0] & 0x7F) << shift
+            shift += 7
+            if not b[0] & 0x80:
+                u &= (1 << 64) - 1
+                return (u >> 1) ^ -(u & 1)
+        raise ValueError("varint longer than 10 bytes")
+
+    def skip_to(self, marker: bytes) -> bool:
+        """Consumes bytes up to and including the next ``marker``; False if the input ends first."""
+        tail = b""
+        while True:
+            chunk = self.read(_CHUNK)
+            if not chunk:
+                return False
+            hay = tail + chunk
+            i = hay.find(marker)
+            if i >= 0:
+                self.unread(hay[i + len(marker) :])
+                return True
+            tail = hay[-(len(marker) - 1) :]
+
+    def drain(self) -> int:
+        """Consumes the rest of the input; its length."""
+        n = 0
+        while True:
+            chunk = self.read(_CHUNK)
+            if not chunk:
+                return n
+            n += len(chunk)
+
+
+def _strip_logical_types(schema: object) -> object:
+    """The schema without ``logicalType`` annotations: values decode as their base type (a timestamp beyond
+    year 9999 is an integer to refuse, not an ``OverflowError`` that stops the block)."""
+    if isinstance(schema, dict):
+        return {k: _strip_logical_types(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [_strip_logical_types(s) for s in schema]
+    return schema
+
+
+def _event_time_unit(schema: object) -> int:
+    """Divisor turning the writer's ``event_time`` field into milliseconds (1000 for timestamp-micros)."""
+    if isinstance(schema, dict):
+        for f in schema.get("fields", []) or []:
+            if isinstance(f, dict) and f.get("name") == "event_time":
+                t = f.get("type")
+                if isinstance(t, dict) and str(t.get("logicalType", "")).endswith("timestamp-micros"):
+                    return 1000
+    return 1
+
+
+def _decompressor(codec: str):
+    """``data -> bytes`` for a codec (raises ValueError on corrupt data or more than MAX_BLOCK_BYTES)."""
+    if codec == "null":
+        return lambda data: data
+    if codec == "deflate":
+
+        def inflate(data: bytes) -> bytes:
+            d = zlib.decompressobj(-15)
+            out = d.decompress(data, MAX_BLOCK_BYTES)
+            if d.unconsumed_tail:
+                raise ValueError(f"block inflates to more than {MAX_BLOCK_BYTES} bytes")
+            return out
+
+        return inflate
+    if codec == "snappy":
+        import binascii
+
+        import cramjam
+
+        def unsnap(data: bytes) -> bytes:
+            if len(data) < 4:
+                raise ValueError("snappy block shorter than its CRC")
+            if cramjam.snappy.decompress_raw_len(data[:-4]) > MAX_BLOCK_BYTES:
+                raise ValueError(f"block decompresses to more than {MAX_BLOCK_BYTES} bytes")
+            out = bytes(cramjam.snappy.decompress_raw(data[:-4]))
+            if binascii.crc32(out) & 0xFFFFFFFF != int.from_bytes(data[-4:], "big"):
+                raise ValueError("snappy block fails its CRC-32 check")
+            return out
+
+        return unsnap
+    if codec == "zstandard":
+        import zstandard
+
+        dctx = zstandard.ZstdDecompressor()
+        return lambda data: dctx.decompress(data, max_output_size=MAX_BLOCK_BYTES)
+    if codec in ("bzip2", "xz"):
+        import bz2
+        import lzma
+
+        def unpack(data: bytes) -> bytes:
+            d = bz2.BZ2Decompressor() if codec == "bzip2" else lzma.LZMADecompressor()
+            out = d.decompress(data, MAX_BLOCK_BYTES)
+            if not d.eof:
+                raise ValueError("compressed block is incomplete or larger than the limit")
+            return out
+
+        return unpack
+    return None
+
+
+class _Header(NamedTuple):
+    schema: object  # the writer schema (JSON)
+    parsed: object  # fastavro's parse of it without logical types
+    codec: str
+    sync: bytes
+    is_report: bool
+    et_unit: int
+
+
+def _read_header(s: _Stream) -> _Header:
+    if s.read(4) != _MAGIC:
+        raise ValueError("not an Avro object container (bad magic)")
+    meta: dict[str, bytes] = {}
+    while True:
+        count = s.read_long()
+        if count is None:
+            raise ValueError("header ends inside its metadata")
+        if count == 0:
+            break
+        if count < 0:
+            count = -count
+            s.read_long()
+        if count > 1024:
+            raise ValueError(f"header declares {count} metadata entries")
+        for _ in range(count):
+            kl = s.read_long()
+            if kl is None or not 0 <= kl <= 1024:
+                raise ValueError("bad metadata key")
+            key = s.read(kl).decode("utf-8", "replace")
+            vl = s.read_long()
+            if vl is None or not 0 <= vl <= (16 << 20):
+                raise ValueError("bad metadata value")
+            val = s.read(vl)
+            if len(val) != vl:
+                raise ValueError("header ends inside its metadata")
+            meta[key] = val
+    sync = s.read(_SYNC)
+    if len(sync) != _SYNC:
+        raise ValueError("header ends before its sync marker")
+    if "avro.schema" not in meta:
+        raise ValueError("header has no avro.schema")
+    import json
+
+    schema = json.loads(meta["avro.schema"].decode("utf-8"))
+    parsed = fastavro.parse_schema(_strip_logical_types(schema))
+    codec = meta.get("avro.codec", b"null").decode("utf-8", "replace") or "null"
+    return _Header(schema, parsed, codec, sync, is_report_schema(schema), _event_time_unit(schema))
+
+
+def _decode_records(
+    data: bytes, count: int, header: _Header, offset: int
+) -> tuple[list[object], Loss | None]:
+    """Records of one block decoded one by one (the fallback path); a record that does not decode ends the
+    block: the records before it are kept and the rest is a :class:`Loss`."""
+    import fastavro
+
+    bio = io.BytesIO(data)
+    out: list[object] = []
+    size = len(data)
+    start = 0
+    try:
+        # every record of a schema with a non-empty encoding takes at least one byte
+        while len(out) < count and start < size:
+            out.append(fastavro.schemaless_reader(bio, header.parsed, None, handle_unicode_errors="replace"))
+            if bio.tell() == start or bio.tell() > size:  # zero-byte records, or read past the block
+                out.pop()
+                raise ValueError("records of zero bytes" if bio.tell() == start else "block data ends")
+            start = bio.tell()
+    except Exception as exc:  # noqa: BLE001 - any decoding failure of a record: the rest of the block is lost
+        detail = (
+            f"record {len(out)} of {count} does not decode ({type(exc).__name__}: {str(exc)[:200]}); "
+            "the rest of the block is lost"
+        )
+        loss = Loss("undecodable_records", detail, offset, size - start, 0, count - len(out))
+        return _to_ms(out, header), loss
+    if len(out) < count:
+        detail = f"block declares {count} records but its {size} bytes hold {len(out)}"
+        return _to_ms(out, header), Loss("bad_block_header", detail, offset, 0, 0, count - len(out))
+    if start < size:
+        detail = f"{size - start} bytes after the block's {count} declared records"
+        return _to_ms(out, header), Loss("trailing_bytes", detail, offset, size - start)
+    return _to_ms(out, header), None
+
+
+def _to_ms(records: list[object], header: _Header) -> list[object]:
+    if header.et_unit != 1:
+        for r in records:
+            if type(r) is dict and type(r.get("event_time")) is int:
+                r["event_time"] //= header.et_unit
+    return records
+
+
+def iter_container(
+    fo: BinaryIO,
+    *,
+    task_id: str | None = None,
+    bits_len: int | None = None,
+    items_len: int | None = None,
+) -> Iterator[ColumnBatch | list[object] | Loss]:
+    """Every block of an Avro container as a :class:`ColumnBatch` (fast path), a list of records (fallback)
+    or a :class:`Loss`; the input's bytes are all accounted for: header + decoded blocks + lost bytes.
+
+    Raises only what reading ``fo`` raises (``OSError``, ``MemoryError``: the runner retries those).
+    """
+    s = _Stream(fo)
+    try:
+        header = _read_header(s)
+    except Exception as exc:  # noqa: BLE001 - bad magic / metadata / schema (fastavro's schema errors vary)
+        if isinstance(exc, (OSError, MemoryError)):
+            raise
+        yield Loss("undecodable", f"{type(exc).__name__}: {str(exc)[:200]}", 0, s.pos + s.drain())
+        return
+    decompress = _decompressor(header.codec)
+    fast = task_id is not None and header.is_report
+    min_rec = _MIN_REPORT_BYTES if header.is_report else 1
+    while True:
+        offset = s.pos
+        try:
+            count = s.read_long()
+            if count is None:
+                if s.pos > offset:
+                    yield Loss("truncated", "the input ends inside a block header", offset, s.pos - offset, 1)
+                return
+            size = s.read_long()
+        except ValueError:
+            size = -1
+            count = 0
+        if size is None:
+            yield Loss("truncated", "the input ends inside a block header", offset, s.pos - offset, 1)
+            return
+        if size < 0 or count < 0 or size > MAX_BLOCK_BYTES or (count > 0 and size == 0):
+            found = s.skip_to(header.sync)
+            yield Loss(
+                "bad_block_header",
+                f"block header declares {count} records in {size} bytes; skipped to the next sync marker",
+                offset,
+                s.pos - offset,
+                1,
+            )
+            if not found:
+                return
+            continue
+        data = s.read(size)
+        if len(data) < size:
+            yield Loss(
+                "truncated",
+                f"the input ends inside a block ({len(data)} of {size} bytes)",
+                offset,
+                s.pos - offset,
+                1,
+                count,
+            )
+            return
+        sync = s.read(_SYNC)
+        if sync != header.sync:
+            if len(sync) < _SYNC:
+                yield Loss(
+                    "truncated", "the input ends inside a sync marker", offset, s.pos - offset, 1, count
+                )
+                return
+            s.unread(sync)
+            found = s.skip_to(header.sync)
+            yield Loss(
+                "bad_sync",
+                f"block of {count} records not followed by the sync marker; skipped to the next one",
+                offset,
+                s.pos - offset,
+                1,
+                count if 0 <= count * min_rec <= size else 0,
+            )
+            if not found:
+                return
+            continue
+        if count == 0:
+            if size:
+                yield Loss("trailing_bytes", f"block of 0 records holds {size} bytes", offset, size)
+            continue
+        if decompress is None:
+            yield Loss(
+                "unsupported_codec",
+                f"codec {header.codec!r} is not supported ({', '.join(CODECS)})",
+                offset,
+                s.pos - offset,
+                1,
+                count,
+            )
+            continue
+        try:
+            raw = decompress(data)
+        except Exception as exc:  # noqa: BLE001 - zlib / cramjam / zstandard errors: the block is lost
+            if isinstance(exc, MemoryError):
+                raise
+            yield Loss(
+                "corrupt_block",
+                f"{header.codec} block does not decompress ({type(exc).__name__}: {str(exc)[:200]})",
+                offset,
+                s.pos - offset,
+                1,
+                count,
+            )
+            continue
+        if count * min_rec > len(raw):
+            yield Loss(
+                "bad_block_header",
+                f"block declares {count} records in {len(raw)} bytes",
+                offset,
+                s.pos - offset,
+                1,
+                0,
+            )
+            continue
+        cb = None
+        if fast:
+            cb = decode_block(raw, count, task_id, bits_len=bits_len, items_len=items_len)
+        if cb is not None:
+            yield cb
+            continue
+        recs, loss = _decode_records(raw, count, header, offset)
+        if recs:
+            yield recs
+        if loss is not None:
+            yield loss
+
+
 def iter_report_batches(
     fo: BinaryIO,
     batch_size: int = 1 << 15,
@@ -274,60 +691,52 @@ def iter_report_batches(
     task_id: str | None = None,
     bits_len: int | None = None,
     items_len: int | None = None,
+    losses: list[Loss] | None = None,
 ) -> Iterator[ColumnBatch | list[object]]:
     """Yields the reports of an Avro container as :class:`ColumnBatch` (fast path) or lists of record dicts.
 
     Blocks are decoded column-wise when the writer schema is the report schema and ``task_id`` is given
-    and the block passes :func:`decode_block`'s checks; other blocks go through ``fastavro``. Consecutive
-    batches of one kind are merged up to about ``batch_size`` rows. Raises what ``fastavro`` raises on
-    corrupt input (after yielding the batches before the corruption).
-    """
-    import fastavro
+    and the block passes :func:`decode_block`'s checks; other blocks are decoded record by record with
+    ``fastavro`` (logical types off: ``event_time`` is an integer). Consecutive batches of one kind are
+    merged up to about ``batch_size`` rows.
 
+    Parts that cannot be read as records (see :data:`LOSS_REASONS`) are appended to ``losses`` as
+    :class:`Loss` items; without a ``losses`` list the first one raises ``ValueError`` (after the batches
+    before it). Reading errors of ``fo`` itself (``OSError``) propagate.
+    """
     cols: list[ColumnBatch] = []
     recs: list[object] = []
     n_cols = 0
-    fast: bool | None = None
-    error: Exception | None = None
-    try:
-        for block in fastavro.block_reader(fo):
-            if fast is None:
-                fast = task_id is not None and is_report_schema(block.writer_schema)
-            cb = None
-            if fast:
-                cb = decode_block(
-                    block.bytes_.getvalue(),
-                    block.num_records,
-                    task_id,
-                    bits_len=bits_len,
-                    items_len=items_len,
-                )
-            if cb is not None:
-                if recs:
-                    yield recs
-                    recs = []
-                cols.append(cb)
-                n_cols += len(cb)
-                if n_cols >= batch_size:
-                    yield ColumnBatch.concat(cols)
-                    cols, n_cols = [], 0
-            else:
+    for item in iter_container(fo, task_id=task_id, bits_len=bits_len, items_len=items_len):
+        if isinstance(item, Loss):
+            if losses is None:
                 if cols:
                     yield ColumnBatch.concat(cols)
-                    cols, n_cols = [], 0
-                block.bytes_.seek(0)
-                recs.extend(block)
-                if len(recs) >= batch_size:
+                if recs:
                     yield recs
-                    recs = []
-    except Exception as exc:  # noqa: BLE001 - re-raised below, after the batches decoded so far
-        error = exc
+                raise ValueError(f"{item.reason} at byte {item.offset}: {item.detail}")
+            losses.append(item)
+        elif isinstance(item, ColumnBatch):
+            if recs:
+                yield recs
+                recs = []
+            cols.append(item)
+            n_cols += len(item)
+            if n_cols >= batch_size:
+                yield ColumnBatch.concat(cols)
+                cols, n_cols = [], 0
+        else:
+            if cols:
+                yield ColumnBatch.concat(cols)
+                cols, n_cols = [], 0
+            recs.extend(item)
+            if len(recs) >= batch_size:
+                yield recs
+                recs = []
     if cols:
         yield ColumnBatch.concat(cols)
     if recs:
         yield recs
-    if error is not None:
-        raise error
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ SSSSS-of-NNNNN.jsonl``; no window part for the global window), so no pane ever r
 from __future__ import annotations
 
 import glob
+import hashlib
 import io
 import json
 import os
@@ -35,7 +36,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Duration, Timestamp
 import schemas
 from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
 from ldp.aggregate.range import MODEL_FILE_VERSION, model_json
-from transforms.avro_fast import iter_report_batches
+from transforms.avro_fast import Loss, iter_report_batches
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.records import RecordBatch, decode_params, make_dead_letter
 from transforms.runners import PacedTicks, pane_file_naming
@@ -56,36 +57,74 @@ __all__ = [
 
 UNDECODABLE_COUNTS = {"read": 1, "accepted": 0, "rejected": 1, "rejected_undecodable": 1}
 
+#: Pub/Sub messages larger than this are dead-lettered unread (Pub/Sub's own limit is 10 MB).
+MAX_MESSAGE_BYTES = 10_000_000
+
+
+def loss_counts(loss: Loss) -> dict[str, int]:
+    """The counts of one lost part of an input: one read and rejected input with the loss's reason, and
+    the bytes, blocks and declared records lost (``lost_bytes``, ``lost_blocks``, ``lost_records``)."""
+    return {
+        "read": 1,
+        "accepted": 0,
+        "rejected": 1,
+        f"rejected_{loss.reason}": 1,
+        "lost_bytes": int(loss.lost_bytes),
+        "lost_blocks": int(loss.lost_blocks),
+        "lost_records": int(loss.lost_records),
+    }
+
+
+def loss_detail(loss: Loss) -> str:
+    """A loss as one line: what was lost and why (never input bytes)."""
+    return (
+        f"{loss.detail}; lost {loss.lost_bytes} bytes, {loss.lost_blocks} block(s), "
+        f"{loss.lost_records} declared record(s) from byte {loss.offset}"
+    )
+
 
 class _ReportSourceFn(beam.DoFn):
     """Common state of the DoFns that turn bytes into report batches: the task's fast-decode parameters
     (built in ``setup`` from its aggregator; none: fastavro decodes everything) and the read / rejected /
-    undecodable counters."""
+    lost counters."""
 
     def __init__(self, aggregator: Aggregator | None = None) -> None:
         self.aggregator = aggregator
         self._params: dict[str, object] | None = None
         self.read = Metrics.counter(COUNTER_NAMESPACE, "reports_read")
         self.rejected = Metrics.counter(COUNTER_NAMESPACE, "reports_rejected")
-        self.undecodable = Metrics.counter(COUNTER_NAMESPACE, "rejected_undecodable")
+        self.lost = {
+            k: Metrics.counter(COUNTER_NAMESPACE, k) for k in ("lost_bytes", "lost_blocks", "lost_records")
+        }
 
     def setup(self) -> None:
         self._params = decode_params(self.aggregator)
 
-    def undecodable_input(self, source: str, detail: str, raw: bytes) -> list[TaggedOutput]:
-        """Counts one undecodable input; its ``counts`` and ``dead_letter`` outputs."""
+    def loss_outputs(self, source: str, loss: Loss, identity: str = "") -> list[TaggedOutput]:
+        """Counts one lost part of an input; its ``counts`` and ``dead_letter`` outputs. ``identity``
+        (size and hash of a wholly undecodable input) goes into the detail; the input's bytes never do."""
+        counts = loss_counts(loss)
         self.read.inc()
         self.rejected.inc()
-        self.undecodable.inc()
-        dead = make_dead_letter("undecodable", source, detail=detail, raw_bytes=raw)
-        return [TaggedOutput("counts", dict(UNDECODABLE_COUNTS)), TaggedOutput("dead_letter", dead)]
+        Metrics.counter(COUNTER_NAMESPACE, f"rejected_{loss.reason}").inc()
+        for k, c in self.lost.items():
+            if counts[k]:
+                c.inc(counts[k])
+        where = source if loss.reason == "undecodable" else f"{source}@{loss.offset}"
+        dead = make_dead_letter(loss.reason, where, detail=identity + loss_detail(loss))
+        return [TaggedOutput("counts", counts), TaggedOutput("dead_letter", dead)]
+
+
+def _identity(size: int, digest: str) -> str:
+    return f"input of {size} bytes, sha256 {digest}: "
 
 
 class _ReadAvroBatches(_ReportSourceFn):
-    """ReadableFile -> (path, batch) pairs; undecodable content -> dead letter.
+    """ReadableFile -> (path, batch) pairs; parts that are not records -> counted losses and dead letters.
 
     A batch is a :class:`~transforms.avro_fast.ColumnBatch` (blocks decoded column-wise) or a list of
-    record dicts (blocks ``fastavro`` decoded); the validator takes either.
+    record dicts (blocks ``fastavro`` decoded); the validator takes either. Errors of the file system
+    (``OSError``) are not data: they fail the bundle and the runner retries it.
     """
 
     def __init__(self, batch_size: int, aggregator: Aggregator | None = None) -> None:
@@ -96,20 +135,26 @@ class _ReadAvroBatches(_ReportSourceFn):
         if self._params is None:
             self.setup()
         path = readable_file.metadata.path
-        n_done = 0
-        try:
+        losses: list[Loss] = []
+        with readable_file.open() as fh:
+            for batch in iter_report_batches(fh, self.batch_size, losses=losses, **self._params):
+                yield RecordBatch(path, batch)
+                while losses:
+                    yield from self._loss(readable_file, path, losses.pop(0))
+        for loss in losses:
+            yield from self._loss(readable_file, path, loss)
+
+    def _loss(self, readable_file: fileio.ReadableFile, path: str, loss: Loss) -> list[TaggedOutput]:
+        identity = ""
+        if loss.reason == "undecodable":  # name, size and hash of a file that is not a report container
+            h = hashlib.sha256()
+            size = 0
             with readable_file.open() as fh:
-                for batch in iter_report_batches(fh, self.batch_size, **self._params):
-                    n_done += len(batch)
-                    yield RecordBatch(path, batch)
-        except Exception as exc:  # noqa: BLE001 - any decoding failure is a dead letter, never a crash
-            try:
-                with readable_file.open() as fh:
-                    head = fh.read(64 * 1024)
-            except Exception:  # noqa: BLE001
-                head = b""
-            detail = f"not a readable Avro report file after {n_done} records: {type(exc).__name__}: {exc}"
-            yield from self.undecodable_input(path, detail, head)
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+                    size += len(chunk)
+            identity = _identity(size, h.hexdigest())
+        return self.loss_outputs(path, loss, identity)
 
 
 class ReadReportFiles(beam.PTransform):
@@ -250,38 +295,81 @@ class WatchReportFiles(beam.PTransform):
 
 
 class _DecodeMessage(_ReportSourceFn):
-    """Pub/Sub message (an Avro container of reports) -> (source, batch); undecodable -> dead letter."""
+    """Pub/Sub message (an Avro container of reports) -> (source, batch); every part that is not records,
+    an oversized message or a bad timestamp attribute -> counted loss and dead letter (the message is
+    consumed and acked like any other: nothing stalls the pull).
 
-    def __init__(self, source: str, aggregator: Aggregator | None = None) -> None:
+    ``timestamp_attribute``: the attribute holding the message time (integer milliseconds or RFC 3339);
+    a message without it, or with a value that does not parse, is dead-lettered
+    (``invalid_timestamp_attribute``)."""
+
+    def __init__(
+        self, source: str, aggregator: Aggregator | None = None, timestamp_attribute: str | None = None
+    ) -> None:
         super().__init__(aggregator)
         self.source = source
+        self.timestamp_attribute = timestamp_attribute
 
     def process(self, message: bytes | beam.io.PubsubMessage):
         if self._params is None:
             self.setup()
         data = getattr(message, "data", message)
-        try:
-            batches = list(iter_report_batches(io.BytesIO(bytes(data)), 1 << 30, **self._params))
-        except Exception as exc:  # noqa: BLE001
-            raw = bytes(data) if isinstance(data, (bytes, bytearray)) else repr(data).encode()
-            detail = f"message is not an Avro report container: {type(exc).__name__}: {exc}"
-            yield from self.undecodable_input(self.source, detail, raw)
+        data = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else b""
+        identity = _identity(len(data), hashlib.sha256(data).hexdigest())
+        if len(data) > MAX_MESSAGE_BYTES:
+            loss = Loss("oversized_message", f"message over {MAX_MESSAGE_BYTES} bytes", 0, len(data))
+            yield from self.loss_outputs(self.source, loss, identity)
             return
+        ts = None
+        if self.timestamp_attribute:
+            attrs = getattr(message, "attributes", None) or {}
+            ts, why = parse_timestamp_attribute(attrs.get(self.timestamp_attribute))
+            if ts is None:
+                detail = f"attribute {self.timestamp_attribute!r} {why}"
+                loss = Loss("invalid_timestamp_attribute", detail, 0, len(data))
+                yield from self.loss_outputs(self.source, loss, identity)
+                return
+        losses: list[Loss] = []
+        batches = list(iter_report_batches(io.BytesIO(data), 1 << 30, losses=losses, **self._params))
         for batch in batches:
             if len(batch):
-                yield RecordBatch(self.source, batch)
+                rb = RecordBatch(self.source, batch)
+                yield rb if ts is None else beam.window.TimestampedValue(rb, ts)
+        for loss in losses:
+            yield from self.loss_outputs(self.source, loss, identity if loss.reason == "undecodable" else "")
+
+
+def parse_timestamp_attribute(value: object) -> tuple[Timestamp | None, str]:
+    """A message-time attribute (integer milliseconds since the epoch, or RFC 3339) -> (timestamp, "") or
+    (None, why)."""
+    if value is None:
+        return None, "is missing"
+    text = str(value).strip()
+    try:
+        if text.lstrip("-").isdigit():
+            ms = int(text)
+            if not 0 <= ms < 7258118400000:  # [1970, 2200)
+                return None, f"is outside [1970, 2200): {text[:64]!r}"
+            return Timestamp(micros=ms * 1000), ""
+        return Timestamp.from_rfc3339(text), ""
+    except (ValueError, OverflowError, TypeError) as exc:
+        return None, f"does not parse as milliseconds or RFC 3339 ({text[:64]!r}: {str(exc)[:100]})"
 
 
 class DecodeReportMessages(beam.PTransform):
     """Message bodies (bytes or ``PubsubMessage``) -> record batches (main) and dead letters."""
 
-    def __init__(self, source: str, aggregator: Aggregator | None = None) -> None:
+    def __init__(
+        self, source: str, aggregator: Aggregator | None = None, timestamp_attribute: str | None = None
+    ) -> None:
         super().__init__()
         self.source = source
         self.aggregator = aggregator
+        self.timestamp_attribute = timestamp_attribute
 
     def expand(self, messages: PCollection):
-        return messages | "Decode" >> beam.ParDo(_DecodeMessage(self.source, self.aggregator)).with_outputs(
+        fn = _DecodeMessage(self.source, self.aggregator, self.timestamp_attribute)
+        return messages | "Decode" >> beam.ParDo(fn).with_outputs(
             "dead_letter", "counts", main="records"
         )
 

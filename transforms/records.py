@@ -31,7 +31,7 @@ import schemas
 from ldp.aggregate import Aggregator, ValidationOracle
 from ldp.reports import Reports
 from ldp.task import CollectionTask
-from transforms.avro_fast import ColumnBatch
+from transforms.avro_fast import LOSS_REASONS, ColumnBatch
 
 __all__ = [
     "PAYLOAD_FIELDS",
@@ -55,6 +55,9 @@ __all__ = [
     "split_by_group_and_granule",
     "now_ms",
     "RAW_BYTES_LIMIT",
+    "REPORT_FIELDS",
+    "DEAD_LETTER_LIMITS",
+    "dead_letter_record",
 ]
 
 #: Records as a source hands them over: column-wise (fast path) or the items ``fastavro`` decoded (record
@@ -76,10 +79,24 @@ REASONS = (
     "invalid_seed",  # hash seed of the wrong type or range
     "invalid_payload",  # payload of the wrong type / shape, or a field the mechanism does not use
     "out_of_domain",  # payload outside the mechanism's output domain
+    # parts of an input that are not records (transforms.avro_fast.LOSS_REASONS; "undecodable" above)
+    *(r for r in LOSS_REASONS if r != "undecodable"),
 )
 
-#: Undecodable inputs keep at most this many bytes in the dead letter.
-RAW_BYTES_LIMIT = 64 * 1024
+#: Kept for compatibility: dead letters never hold input bytes any more (``raw_bytes`` is always null).
+RAW_BYTES_LIMIT = 0
+
+#: The report schema's fields: the only fields of a refused record a dead letter keeps.
+REPORT_FIELDS = (
+    "task_id", "schema_version", "event_time", "group", "value", "seed", "bits", "items", "reals"
+)
+
+#: Size caps of a dead letter: a string field (characters), a bytes field (bytes, hex-encoded), an array
+#: (entries), the whole ``raw_record`` JSON, ``detail`` and ``source`` (characters). A dead letter is at
+#: most a few KiB whatever the input.
+DEAD_LETTER_LIMITS = {
+    "string": 256, "bytes": 256, "array": 64, "raw_record": 4096, "detail": 1024, "source": 1024
+}
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -102,30 +119,61 @@ def _json_default(x: object) -> object:
     return repr(x)
 
 
+def _cap_text(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}...[{len(text) - limit} more characters]"
+
+
+def _cap_value(v: object) -> object:
+    """A report field's value with strings, bytes and arrays cut to :data:`DEAD_LETTER_LIMITS`."""
+    lim = DEAD_LETTER_LIMITS
+    if isinstance(v, str):
+        return _cap_text(v, lim["string"])
+    if isinstance(v, (bytes, bytearray)):
+        b = bytes(v)
+        hx = b[: lim["bytes"]].hex()
+        return hx if len(b) <= lim["bytes"] else f"{hx}...[{len(b) - lim['bytes']} more bytes]"
+    if isinstance(v, (list, tuple)):
+        head = [_cap_value(x) for x in v[: lim["array"]]]
+        return head if len(v) <= lim["array"] else [*head, f"...[{len(v) - lim['array']} more entries]"]
+    if isinstance(v, dict):  # a nested value where the report schema has none: its type only
+        return f"<{type(v).__name__}>"
+    return v
+
+
+def dead_letter_record(record: object) -> str | None:
+    """The ``raw_record`` of a refused record: its report-schema fields only (unknown writer fields such as
+    a client's raw value are never kept), each value size-capped, as JSON (bytes hex-encoded); None for a
+    datum that is not a record."""
+    if not isinstance(record, dict):
+        return None
+    kept = {k: _cap_value(record[k]) for k in REPORT_FIELDS if k in record}
+    try:
+        text = json.dumps(kept, default=_json_default, sort_keys=True)
+    except (TypeError, ValueError):
+        cut = DEAD_LETTER_LIMITS["string"]
+        text = json.dumps({k: repr(v)[:cut] for k, v in kept.items()}, sort_keys=True)
+    return _cap_text(text, DEAD_LETTER_LIMITS["raw_record"])
+
+
 def make_dead_letter(
     reason: str,
     source: str,
     *,
     detail: str | None = None,
     record: object = None,
-    raw_bytes: bytes | None = None,
     at_ms: int | None = None,
 ) -> dict[str, object]:
-    """A dead-letter record (``schemas/dead_letter.avsc``)."""
+    """A dead-letter record (``schemas/dead_letter.avsc``) under the privacy contract of the dead-letter
+    output (docs/pipelines.md): only report-schema fields of ``record`` (see :func:`dead_letter_record`),
+    never input bytes (``raw_bytes`` is null), every field size-capped (:data:`DEAD_LETTER_LIMITS`)."""
     task_id = record.get("task_id") if isinstance(record, dict) else None
-    raw_record = None
-    if record is not None:
-        try:
-            raw_record = json.dumps(record, default=_json_default, sort_keys=True)
-        except (TypeError, ValueError):
-            raw_record = repr(record)
     return {
         "reason": reason,
-        "detail": detail,
-        "source": source,
-        "task_id": task_id if isinstance(task_id, str) else None,
-        "raw_record": raw_record,
-        "raw_bytes": None if raw_bytes is None else bytes(raw_bytes[:RAW_BYTES_LIMIT]),
+        "detail": None if detail is None else _cap_text(str(detail), DEAD_LETTER_LIMITS["detail"]),
+        "source": _cap_text(str(source), DEAD_LETTER_LIMITS["source"]),
+        "task_id": _cap_text(task_id, DEAD_LETTER_LIMITS["string"]) if isinstance(task_id, str) else None,
+        "raw_record": dead_letter_record(record),
+        "raw_bytes": None,
         "dead_letter_time": now_ms() if at_ms is None else int(at_ms),
     }
 
@@ -292,7 +340,7 @@ class ReportValidator:
         _mark(reason, detail, idx[et_none], "missing_field", "event_time is null or absent")
         types = set(map(type, et))
         if types <= {int, type(None)}:
-            event_ms, bad = self._int_column([0 if v is None else v for v in et], 0, _MAX_EVENT_MS)
+            event_ms, bad = self._int_column([0 if v is None else v for v in et], 0, _MAX_EVENT_MS - 1)
         else:
             event_ms = np.zeros(n, dtype=np.int64)
             bad = np.zeros(n, dtype=bool)
@@ -303,7 +351,7 @@ class ReportValidator:
                     event_ms[i] = v if _INT64_MIN <= v <= _INT64_MAX else -1
                 elif v is not None:
                     bad[i] = True
-            bad |= (event_ms < 0) | (event_ms > _MAX_EVENT_MS)
+            bad |= (event_ms < 0) | (event_ms >= _MAX_EVENT_MS)
         _mark(
             reason,
             detail,
@@ -398,7 +446,7 @@ class ReportValidator:
         _mark(
             reason,
             detail,
-            idx[(cb.event_ms < 0) | (cb.event_ms > _MAX_EVENT_MS)],
+            idx[(cb.event_ms < 0) | (cb.event_ms >= _MAX_EVENT_MS)],
             "invalid_event_time",
             "event_time must be a timestamp in [1970, 2200)",
         )
