@@ -38,6 +38,12 @@ Kinds of task (the mechanism names come from the mechanism registries, never fro
   ``"expected_users": 1000000`` (required), optional ``"granularity": {"g1": 16, "g2": 4}`` (HDG / TDG) and
   ``"options": {...}`` (method options; ``params`` is an alias).
 
+* ``batch_queries`` (:class:`BatchTask`, **central DP**, a trusted aggregator sees raw records): a strategy of
+  :data:`BATCH_MECHANISMS` for the Gaussian matrix mechanism (``ldp.matrix``); ``"kind": "batch_queries"``
+  is required (``lsa`` is also a range method), plus ``"attributes"`` (the public domain, at most
+  :data:`MAX_BATCH_CELLS` cells), ``"delta"`` (required), ``"calibration"`` and ``"max_contributions"``.
+  Its window must release each record once (no sliding windows, early firings or accumulating panes).
+
 New kinds (sparse vectors, batch queries) register a :class:`TaskKind` in :data:`TASK_KINDS`: their own
 keys, mechanism names and section checker.
 
@@ -64,6 +70,7 @@ __all__ = [
     "Task",
     "FrequencyTask",
     "RangeTask",
+    "BatchTask",
     "ParsedTask",
     "CollectionTask",
     "HashConfig",
@@ -76,6 +83,9 @@ __all__ = [
     "parse_task",
     "ORACLE_MECHANISMS",
     "MULTI_ATTRIBUTE_MECHANISMS",
+    "BATCH_MECHANISMS",
+    "BATCH_CALIBRATIONS",
+    "MAX_BATCH_CELLS",
     "POSTPROCESS_METHODS",
     "HASH_FAMILY_NAMES",
     "DEFAULT_HASH_FAMILY",
@@ -87,6 +97,14 @@ __all__ = [
 ORACLE_MECHANISMS: tuple[str, ...] = (*_oracles.MECHANISMS, "auto")
 #: Multi-attribute (range-query) methods (``ldp.rangequery.registry.METHODS``).
 MULTI_ATTRIBUTE_MECHANISMS: tuple[str, ...] = tuple(_range_registry.METHODS)
+#: Strategies of the central-DP batch-query kind (``ldp.matrix.strategies.make_strategy`` names).
+BATCH_MECHANISMS: tuple[str, ...] = ("identity", "h2", "haar", "lsa", "opt")
+#: Noise calibrations of the batch-query kind (``ldp.matrix.mechanism.CALIBRATIONS``; tests keep them equal).
+BATCH_CALIBRATIONS: tuple[str, ...] = ("analytic", "paper", "dwork_roth")
+#: Largest public domain (cells) of a batch-query task: strategies are dense (p x n) matrices.
+MAX_BATCH_CELLS = 4096
+#: Strategy options (``params``) each batch strategy accepts.
+_BATCH_PARAMS: dict[str, tuple[str, ...]] = {"lsa": ("k_max",), "opt": ("tol", "max_iter")}
 #: Post-processing methods of ``ldp.postprocess`` (Wang et al., NDSS 2020).
 POSTPROCESS_METHODS: tuple[str, ...] = tuple(m.value for m in _postprocess.Method)
 #: OLH hash families (``ldp.hashing.HASH_FAMILIES``); ``linear-gf`` is kept for tasks made before v2.
@@ -293,8 +311,46 @@ class RangeTask(Task):
         return out
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BatchTask(Task):
+    """A batch of linear (range) queries answered by the Gaussian matrix mechanism -- **central DP**.
+
+    A trusted aggregator counts the users' raw records per cell of the public product domain
+    ``attributes`` (one record per user, at most ``max_contributions``), then adds Gaussian noise once per
+    window through the strategy ``mechanism`` with (``epsilon``, ``delta``) and the ``calibration``.
+    These records are *not* LDP reports. ``params`` holds strategy options (lsa: ``k_max``; opt:
+    ``tol``, ``max_iter``).
+    """
+
+    kind: ClassVar[str] = "batch_queries"
+    attributes: tuple[Attribute, ...]
+    delta: float
+    calibration: str = "analytic"
+    max_contributions: int = 1
+
+    @property
+    def attribute_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attributes)
+
+    @property
+    def domain_sizes(self) -> tuple[int, ...]:
+        return tuple(a.domain_size for a in self.attributes)
+
+    @property
+    def n_cells(self) -> int:
+        return math.prod(self.domain_sizes)
+
+    def to_dict(self) -> dict[str, object]:
+        out = self._common_dict()
+        out["attributes"] = [dataclasses.asdict(a) for a in self.attributes]
+        out["delta"] = self.delta
+        out["calibration"] = self.calibration
+        out["max_contributions"] = self.max_contributions
+        return out
+
+
 #: A parsed task: one of the variants of :class:`Task`.
-ParsedTask = FrequencyTask | RangeTask
+ParsedTask = FrequencyTask | RangeTask | BatchTask
 #: The name older code uses for a parsed task.
 CollectionTask = Task
 
@@ -568,6 +624,53 @@ def _range_task(obj: JsonObject, common: dict[str, object], problems: Problems) 
     return dataclasses.replace(probe, n_groups=n_groups)
 
 
+def _batch_task(obj: JsonObject, common: dict[str, object], problems: Problems) -> BatchTask | None:
+    mech = str(common["mechanism"])
+    if obj.get("kind") != BatchTask.kind:
+        problems.append('batch-query tasks must say "kind": "batch_queries" (central DP, raw records)')
+    _require(obj, ("attributes", "delta"), mech, problems)
+    attributes = _check_attributes(obj["attributes"], problems) if "attributes" in obj else ()
+    cells = math.prod(a.domain_size for a in attributes) if attributes else 0
+    if cells > MAX_BATCH_CELLS:
+        problems.append(f"the domain has {cells} cells; batch-query tasks allow at most {MAX_BATCH_CELLS}")
+    delta = obj.get("delta")
+    if "delta" in obj and not (_is_num(delta) and 0 < delta < 1):
+        problems.append(f"delta must be a number in (0, 1), got {delta!r}")
+    cal = obj.get("calibration", "analytic")
+    if cal not in BATCH_CALIBRATIONS:
+        problems.append(f"calibration must be one of {', '.join(BATCH_CALIBRATIONS)}, got {cal!r}")
+    elif cal == "dwork_roth" and float(common["epsilon"]) >= 1:  # type: ignore[arg-type]
+        problems.append("calibration 'dwork_roth' is only valid for epsilon < 1 (use 'analytic')")
+    k = obj.get("max_contributions", 1)
+    if not (_is_int(k) and 1 <= k <= 1_000_000):
+        problems.append(f"max_contributions must be an integer in [1, 10^6], got {k!r}")
+    if "n_groups" in obj and obj["n_groups"] != 1:
+        problems.append(f"batch-query tasks have one group, got n_groups {obj['n_groups']!r}")
+    allowed = _BATCH_PARAMS.get(mech, ())
+    for key in common["params"]:  # type: ignore[union-attr]
+        if key not in allowed:
+            problems.append(
+                f"params: unknown key {key!r} for strategy {mech!r} (known: {', '.join(allowed) or 'none'})"
+            )
+    window = common["window"]
+    assert isinstance(window, WindowConfig)
+    if window.period_s is not None or window.early_firing_s is not None or window.accumulating:
+        problems.append(
+            "batch-query windows must release each record once: no window.period_s, early_firing_s "
+            "or accumulating (every extra release of the same records spends privacy again)"
+        )
+    if problems:
+        return None
+    return BatchTask(
+        attributes=attributes,
+        delta=float(delta),  # type: ignore[arg-type]
+        calibration=str(cal),
+        max_contributions=int(k),  # type: ignore[arg-type]
+        n_groups=1,
+        **{**common, "params": dict(common["params"])},  # type: ignore[arg-type]
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskKind:
     """One kind of task: its mechanism names, its own top-level keys and the checker of those keys.
@@ -590,6 +693,12 @@ TASK_KINDS: dict[str, TaskKind] = {
         lambda: MULTI_ATTRIBUTE_MECHANISMS,
         ("attributes", "expected_users", "granularity", "options"),
         _range_task,
+    ),
+    "batch_queries": TaskKind(
+        "batch_queries",
+        lambda: BATCH_MECHANISMS,
+        ("attributes", "delta", "calibration", "max_contributions"),
+        _batch_task,
     ),
 }
 

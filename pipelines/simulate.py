@@ -89,7 +89,7 @@ DEFAULT_START = "2026-01-01T00:00:00Z"
 ASSIGNMENTS = ("random", "balanced", "user_id")
 RECORDS_FILE = "truth_records.npy"
 BLOCK_RECORDS = 1 << 15  # reports per Avro block
-DEFAULT_DATASETS = {"frequency": "zipf", "range": "gaussian"}
+DEFAULT_DATASETS = {"frequency": "zipf", "range": "gaussian", "batch_queries": "gaussian"}
 
 
 def parse_iso8601_ms(text: str) -> int:
@@ -231,6 +231,38 @@ class _RangePopulation:
         return {"records_file": RECORDS_FILE}
 
 
+class _BatchPopulation:
+    """Users of a batch-query task (CENTRAL DP): each user's *raw* record, written as ``items`` (one
+    coordinate per attribute); these are not LDP reports, the trusted aggregator adds the noise."""
+
+    def __init__(self, task: Any, users: int, dataset: str, ss: np.random.SeedSequence) -> None:
+        self.task, self.n_users, self.dataset = task, users, dataset
+        r_rec, self.time_rng, self.bad_rng = (np.random.default_rng(s) for s in ss.spawn(3))
+        names = task.attribute_names
+        recs = sample_records(dataset, users, task.domain_sizes, attribute_names=names, rng=r_rec)
+        self.records = np.asarray(recs, dtype=np.int64)
+
+    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
+        for k in range(len(bounds) - 1):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            if lo < hi:
+                yield k, Chunk(slice(lo, hi), Reports(items=self.records[lo:hi]), 0)
+
+    def truth(self) -> dict[str, Any]:
+        cells = np.ravel_multi_index(tuple(self.records.T), self.task.domain_sizes)
+        counts = np.bincount(cells, minlength=self.task.n_cells)
+        return {
+            "mechanism": self.task.mechanism,
+            "privacy_model": "central-dp (raw records for a trusted aggregator)",
+            "attributes": [{"name": a.name, "domain_size": a.domain_size} for a in self.task.attributes],
+            "cell_counts": counts.tolist(),
+        }
+
+    def write_truth_files(self, out: Path) -> dict[str, Any]:
+        np.save(out / RECORDS_FILE, self.records.astype(_records_dtype(self.task.domain_sizes)))
+        return {"records_file": RECORDS_FILE}
+
+
 def make_population(
     task: Task,
     users: int,
@@ -254,6 +286,10 @@ def make_population(
         return _FrequencyPopulation(task, users, dataset, ss, batch_size)
     if isinstance(task, RangeTask):
         return _RangePopulation(task, users, dataset, ss, assignment)
+    if task.kind == "batch_queries":
+        if assignment != "random":
+            raise ValueError(f"assignment {assignment!r} applies to range tasks (batch-query tasks: none)")
+        return _BatchPopulation(task, users, dataset, ss)
     raise ValueError(f"task {task.task_id!r}: no simulator for {task.kind!r} tasks")
 
 
@@ -426,6 +462,11 @@ def _sample_group(task: Task) -> tuple[Any, int, Any]:
             return oracle.encode(mech.project(g, np.zeros((k, mech.n_attributes), np.int64)), rng=rng)
 
         return oracle, g, encode
+    if task.kind == "batch_queries":
+        from ldp.aggregate.batch import CellValidator
+
+        cells = CellValidator(task)  # type: ignore[arg-type]
+        return cells, 0, lambda k, rng: Reports(items=np.zeros((k, cells.k), np.int64))
     oracle = task.make_oracle()
     return oracle, 0, lambda k, rng: oracle.encode(rng.integers(0, oracle.d, k), rng=rng)
 

@@ -250,7 +250,8 @@ def test_task_schema_lists_are_the_registries():
 
     s = schemas.task_schema()
     props = s["properties"]
-    assert props["mechanism"]["enum"] == list(T.ORACLE_MECHANISMS + T.MULTI_ATTRIBUTE_MECHANISMS)
+    every = T.ORACLE_MECHANISMS + T.MULTI_ATTRIBUTE_MECHANISMS + T.BATCH_MECHANISMS
+    assert props["mechanism"]["enum"] == list(dict.fromkeys(every))  # 'lsa': range method and strategy
     assert props["postprocess"]["enum"] == list(T.POSTPROCESS_METHODS)
     assert set(props["hash"]["properties"]["family"]["enum"]) - {None} == set(T.HASH_FAMILY_NAMES)
     assert props["schema_version"]["enum"] == list(schemas.SUPPORTED_SCHEMA_VERSIONS)

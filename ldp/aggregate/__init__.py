@@ -19,7 +19,8 @@ stack (``transforms.aggregate``) drives the same functions, so a pipeline and an
 identical numbers for the same reports.
 
 Implementations: :class:`ldp.aggregate.frequency.FrequencyAggregator` (frequency oracles) and
-:class:`ldp.aggregate.range.RangeAggregator` (range-query mechanisms); :func:`make_aggregator` picks one
+:class:`ldp.aggregate.range.RangeAggregator` (range-query mechanisms), :class:`ldp.aggregate.batch.BatchAggregator`
+(batch queries, central DP); :func:`make_aggregator` picks one
 for a parsed task. A new kind of task (sparse vectors, batch queries) is a new aggregator module, not a
 new pipeline stack.
 """
@@ -197,7 +198,7 @@ def finalize_window(
 
 def make_aggregator(task: Task, **job: object) -> Aggregator:
     """The aggregator of a parsed task; ``job`` holds the job's own parameters (frequency:
-    ``postprocess``; range: ``queries``)."""
+    ``postprocess``; range: ``queries``; batch_queries: ``workload``, ``noise_seed``)."""
     if task.kind == "frequency":
         from ldp.aggregate.frequency import FrequencyAggregator
 
@@ -206,6 +207,10 @@ def make_aggregator(task: Task, **job: object) -> Aggregator:
         from ldp.aggregate.range import RangeAggregator
 
         return RangeAggregator(task, **job)  # type: ignore[arg-type]
+    if task.kind == "batch_queries":
+        from ldp.aggregate.batch import BatchAggregator
+
+        return BatchAggregator(task, **job)  # type: ignore[arg-type]
     raise ValueError(f"no aggregator for {task.kind!r} tasks")
 
 
