@@ -334,6 +334,10 @@ class _Stream:
         self.fo = fo
         self.pos = 0
         self._back = b""
+        self.recorded: bytearray | None = None  # bytes read since record() (for a look-ahead)
+
+    def record(self) -> None:
+        self.recorded = bytearray()
 
     def read(self, n: int) -> bytes:
         out = b""
@@ -345,6 +349,8 @@ class _Stream:
                 break
             out += chunk
         self.pos += len(out)
+        if self.recorded is not None:
+            self.recorded += out
         return out
 
     def unread(self, data: bytes) -> None:
@@ -387,6 +393,30 @@ class _Stream:
             if not chunk:
                 return n
             n += len(chunk)
+
+
+def _next_block_is_framed(s: _Stream, sync: bytes) -> bool:
+    """After a block whose sync marker is wrong: True when the bytes that follow are a whole block ending
+    in the right marker (only the marker was damaged: resume there); the stream is left where it was."""
+    s.record()
+    try:
+        count, size = s.read_long(), s.read_long()
+        ok = (
+            count is not None
+            and size is not None
+            and count > 0
+            and 0 < size <= MAX_BLOCK_BYTES
+            and len(s.read(size)) == size
+            and s.read(_SYNC) == sync
+        )
+    except ValueError:
+        ok = False
+    look = bytes(s.recorded or b"")
+    s.recorded = None
+    s.unread(look)
+    if ok:  # resume at the next block: skip_to must find nothing to skip
+        s.unread(sync)
+    return ok
 
 
 def _strip_logical_types(schema: object) -> object:
@@ -620,7 +650,9 @@ def iter_container(
                     "truncated", "the input ends inside a sync marker", offset, s.pos - offset, 1, count
                 )
                 return
-            s.unread(sync)
+            if not _next_block_is_framed(s, header.sync):
+                # the size may be wrong too: look for the next marker from the end of this block's header
+                s.unread(data + sync)
             found = s.skip_to(header.sync)
             yield Loss(
                 "bad_sync",
