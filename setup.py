@@ -26,13 +26,25 @@ RUNTIME = [
     "numpy>=1.26,<2.5",
     "scipy>=1.11,<1.19",
     "fastavro>=1.9,<2",
+    # Avro codecs beyond null/deflate: snappy (the Java/Spark default) and zstandard
+    "cramjam>=2.8,<3",
+    "zstandard>=0.22,<1",
     "threadpoolctl>=3.1,<4",
 ]
 
 EXTRAS = {
     # wheel: tests/test_packaging.py builds the wheel without network access (--no-build-isolation);
     # pytest-xdist: ./run_local.sh test runs the fast tier on both cores
-    "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "ruff>=0.6", "matplotlib>=3.8,<4", "wheel>=0.40,<1"],
+    # avro: interoperability with the official Avro library; hypothesis: the fuzz harness of report files
+    "test": [
+        "pytest>=8,<10",
+        "pytest-xdist>=3.5,<4",
+        "ruff>=0.6",
+        "matplotlib>=3.8,<4",
+        "wheel>=0.40,<1",
+        "avro>=1.12,<1.13",
+        "hypothesis>=6.100,<7",
+    ],
     "bench": ["matplotlib>=3.8,<4"],
     # google-cloud-pubsub creates the google.cloud namespace, after which importing apache_beam tries
     # its GCS filesystem and BigQuery clients and warns ("Failed to import GCSFileSystem", "apitools not
