@@ -67,6 +67,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "frequency": ("pipelines.frequency", "frequency estimation over reports (batch or streaming)"),
     "range-queries": ("pipelines.range_queries", "multi-dimensional range queries over reports"),
+    "batch-queries": (
+        "pipelines.batch_queries",
+        "batch linear queries, Gaussian matrix mechanism (CENTRAL DP: a trusted aggregator, raw records)",
+    ),
     "demo": ("pipelines.demo_beam", "the end-to-end Beam demo (simulate + aggregate on the DirectRunner)"),
     "demo-core": ("pipelines.demo", "the same demo through the numpy core only (no Beam)"),
 }
