@@ -44,6 +44,11 @@ Kinds of task (the mechanism names come from the mechanism registries, never fro
   :data:`MAX_BATCH_CELLS` cells), ``"delta"`` (required), ``"calibration"`` and ``"max_contributions"``.
   Its window must release each record once (no sliding windows, early firings or accumulating panes).
 
+* ``sparse`` (:class:`ldp.sparse.task.SparseTask`): k-sparse vector means, a mechanism of
+  ``ldp.sparse.mechanisms.SPARSE_MECHANISMS`` plus ``"domain_size"`` (the item universe d) and
+  ``"sparsity"`` (k), optional ``"privacy"``, ``"delta"``, ``"values"``, ``"expected_users"``
+  (``docs/sparse_vectors.md``).
+
 New kinds (sparse vectors, batch queries) register a :class:`TaskKind` in :data:`TASK_KINDS`: their own
 keys, mechanism names and section checker.
 
@@ -91,6 +96,7 @@ __all__ = [
     "DEFAULT_HASH_FAMILY",
     "SUPPORTED_SCHEMA_VERSIONS",
     "DEFAULT_SCHEMA_VERSION",
+    "SPARSE_KEYS",
 ]
 
 #: 1-D frequency-oracle mechanisms (``ldp.oracles.MECHANISMS``); ``auto`` picks the lowest-variance one.
@@ -671,6 +677,22 @@ def _batch_task(obj: JsonObject, common: dict[str, object], problems: Problems) 
     )
 
 
+#: The sparse-vector kind's own keys (``ldp.sparse.task``: the kind's type and checker live there).
+SPARSE_KEYS: tuple[str, ...] = ("domain_size", "sparsity", "privacy", "delta", "values", "expected_users")
+
+
+def _sparse_mechanisms() -> tuple[str, ...]:
+    from ldp.sparse.mechanisms import SPARSE_MECHANISMS  # imported on first use: ldp.sparse imports us
+
+    return tuple(SPARSE_MECHANISMS)
+
+
+def _sparse_task(obj: JsonObject, common: dict[str, object], problems: Problems) -> Task | None:
+    from ldp.sparse.task import build_sparse_task
+
+    return build_sparse_task(obj, common, problems)
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskKind:
     """One kind of task: its mechanism names, its own top-level keys and the checker of those keys.
@@ -700,6 +722,7 @@ TASK_KINDS: dict[str, TaskKind] = {
         ("attributes", "delta", "calibration", "max_contributions"),
         _batch_task,
     ),
+    "sparse": TaskKind("sparse", _sparse_mechanisms, SPARSE_KEYS, _sparse_task),
 }
 
 

@@ -222,6 +222,12 @@ VALID_TASKS = [
     {"task_id": "r3", "mechanism": "msw", "epsilon": 1.0, "attributes": _ATTRS, "expected_users": 50},
 ]
 _F = VALID_TASKS[0]
+_S = {"task_id": "s1", "mechanism": "svme", "epsilon": 1.0, "domain_size": 1 << 40, "sparsity": 8}
+VALID_TASKS += [
+    _S,
+    {**_S, "task_id": "s2", "kind": "sparse", "privacy": 4, "values": "binary", "expected_users": 1000},
+    {**_S, "task_id": "s3", "mechanism": "gaussian", "privacy": "event", "delta": 1e-6, "domain_size": 64},
+]
 _R = VALID_TASKS[3]
 INVALID_TASKS = {
     "bad task_id": {**_F, "task_id": "rq demo!"},
@@ -242,6 +248,10 @@ INVALID_TASKS = {
     "kind mismatch": {**_R, "kind": "frequency"},
     "missing epsilon": {k: v for k, v in _F.items() if k != "epsilon"},
     "postprocess": {**_F, "postprocess": "magic"},
+    "sparse without sparsity": {"task_id": "s", "mechanism": "svme", "epsilon": 1.0, "domain_size": 100},
+    "sparse privacy": {**_S, "privacy": "all"},
+    "frequency with sparsity": {**_F, "sparsity": 4},
+    "frequency domain beyond 2^31": {**_F, "domain_size": 1 << 40},
 }
 
 
@@ -250,7 +260,7 @@ def test_task_schema_lists_are_the_registries():
 
     s = schemas.task_schema()
     props = s["properties"]
-    every = T.ORACLE_MECHANISMS + T.MULTI_ATTRIBUTE_MECHANISMS + T.BATCH_MECHANISMS
+    every = T.ORACLE_MECHANISMS + T.MULTI_ATTRIBUTE_MECHANISMS + T.BATCH_MECHANISMS + T._sparse_mechanisms()
     assert props["mechanism"]["enum"] == list(dict.fromkeys(every))  # 'lsa': range method and strategy
     assert props["postprocess"]["enum"] == list(T.POSTPROCESS_METHODS)
     assert set(props["hash"]["properties"]["family"]["enum"]) - {None} == set(T.HASH_FAMILY_NAMES)

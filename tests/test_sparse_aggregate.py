@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ldp.aggregate import GroupAccumulators, accumulate, finalize_window, merge_all
+from ldp.aggregate import GroupAccumulators, accumulate, finalize_window, make_aggregator, merge_all
 from ldp.reports import Reports
 from ldp.sparse import SparseVectors
 from ldp.sparse.aggregate import SparseAggregator, from_reports, to_reports
-from ldp.sparse.task import SparseTask, register, unregister
-from ldp.task import TaskError, parse_task
+from ldp.sparse.task import SparseTask, register
+from ldp.task import TASK_KINDS, TaskError, parse_task
 
 ROOT = np.random.SeedSequence(20261204)
 _children = iter(ROOT.spawn(32))
@@ -23,9 +23,8 @@ def rng() -> np.random.Generator:
 
 @pytest.fixture
 def sparse_kind():
-    register()
+    register()  # built in: a no-op kept for older callers
     yield
-    unregister()
 
 
 def population(n, k, r, support=500):
@@ -127,9 +126,14 @@ def test_task_problems(sparse_kind):
         SparseAggregator(_task("svme", params={"hash_family": "mix64"}))  # no table for mix64: give items
 
 
-def test_unregistered_kind_is_unknown():
-    with pytest.raises(TaskError, match="mechanism must be one of"):
-        parse_task({"task_id": "x", "mechanism": "svme", "epsilon": 1.0, "domain_size": 10, "sparsity": 2})
+def test_sparse_kind_is_built_in():
+    assert "sparse" in TASK_KINDS
+    task = parse_task({"task_id": "x", "mechanism": "svme", "epsilon": 1.0, "domain_size": 16, "sparsity": 2})
+    assert task.kind == "sparse"
+    assert isinstance(make_aggregator(task), SparseAggregator)
+    assert make_aggregator(task, items=[1, 3]).items.tolist() == [1, 3]
+    with pytest.raises(TaskError, match="belongs to sparse tasks"):
+        parse_task({"task_id": "x", "mechanism": "olh", "epsilon": 1.0, "domain_size": 16, "sparsity": 2})
 
 
 def test_encode_population_chunks(sparse_kind):

@@ -64,7 +64,7 @@ def test_name_lists_come_from_the_registries():
     assert T.POSTPROCESS_METHODS == tuple(m.value for m in ldp.postprocess.Method)
     assert T.HASH_FAMILY_NAMES == tuple(ldp.hashing.HASH_FAMILIES)
     assert {"gf2-affine", "linear-gf"} <= set(T.HASH_FAMILY_NAMES)
-    assert set(T.TASK_KINDS) == {"frequency", "range", "batch_queries"}
+    assert set(T.TASK_KINDS) == {"frequency", "range", "batch_queries", "sparse"}
 
 
 def test_every_problem_reported_at_once():
@@ -235,7 +235,9 @@ def test_kind_is_checked(tmp_path):
     assert T.load_task(p, kind="range").kind == "range"
     with pytest.raises(T.TaskError, match="mechanism 'hdg' is not a frequency mechanism"):
         T.parse_task({**RANGE, "kind": "frequency"})
-    with pytest.raises(T.TaskError, match="kind must be one of frequency, range, batch_queries"):
+    with pytest.raises(T.TaskError, match="kind must be one of frequency, range, batch_queries, sparse"):
+        T.parse_task({**RANGE, "kind": "histogram"})
+    with pytest.raises(T.TaskError, match="mechanism 'hdg' is not a sparse mechanism"):
         T.parse_task({**RANGE, "kind": "sparse"})
     assert T.parse_task({**RANGE, "kind": "range"}).kind == "range"
 

@@ -18,9 +18,10 @@ PipelineDP's ``CompoundCombiner``. :func:`accumulate` and :func:`merge_all` driv
 stack (``transforms.aggregate``) drives the same functions, so a pipeline and an in-memory call give
 identical numbers for the same reports.
 
-Implementations: :class:`ldp.aggregate.frequency.FrequencyAggregator` (frequency oracles) and
-:class:`ldp.aggregate.range.RangeAggregator` (range-query mechanisms), :class:`ldp.aggregate.batch.BatchAggregator`
-(batch queries, central DP); :func:`make_aggregator` picks one
+Implementations: :class:`ldp.aggregate.frequency.FrequencyAggregator` (frequency oracles),
+:class:`ldp.aggregate.range.RangeAggregator` (range-query mechanisms),
+:class:`ldp.aggregate.batch.BatchAggregator` (batch queries, central DP) and
+:class:`ldp.sparse.aggregate.SparseAggregator` (k-sparse vector means); :func:`make_aggregator` picks one
 for a parsed task. A new kind of task (sparse vectors, batch queries) is a new aggregator module, not a
 new pipeline stack.
 """
@@ -198,7 +199,7 @@ def finalize_window(
 
 def make_aggregator(task: Task, **job: object) -> Aggregator:
     """The aggregator of a parsed task; ``job`` holds the job's own parameters (frequency:
-    ``postprocess``; range: ``queries``; batch_queries: ``workload``, ``noise_seed``)."""
+    ``postprocess``; range: ``queries``; batch_queries: ``workload``, ``noise_seed``; sparse: ``items``)."""
     if task.kind == "frequency":
         from ldp.aggregate.frequency import FrequencyAggregator
 
@@ -211,6 +212,10 @@ def make_aggregator(task: Task, **job: object) -> Aggregator:
         from ldp.aggregate.batch import BatchAggregator
 
         return BatchAggregator(task, **job)  # type: ignore[arg-type]
+    if task.kind == "sparse":
+        from ldp.sparse.aggregate import SparseAggregator
+
+        return SparseAggregator(task, **job)  # type: ignore[arg-type]
     raise ValueError(f"no aggregator for {task.kind!r} tasks")
 
 

@@ -13,9 +13,10 @@ Keys beyond the common ones (``task_id``, ``mechanism``, ``epsilon``, ``window``
       "params": {"rule": "paper"}   # mechanism options (ldp.sparse.mechanisms.make_sparse_mechanism)
     }
 
-The kind is not in :data:`ldp.task.TASK_KINDS` until :func:`register` is called (it adds
-:data:`SPARSE_TASK_KIND`; idempotent). The mechanism factory is the final judge of the parameters:
-whatever it refuses is reported as a task problem.
+The kind is built into :data:`ldp.task.TASK_KINDS` (``"sparse"``, whose checker is
+:func:`build_sparse_task`); :func:`register` is kept for older callers and only makes sure it is there.
+The mechanism factory is the final judge of the parameters: whatever it refuses is reported as a task
+problem.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ import dataclasses
 import math
 
 from ldp import task as _task
-from ldp.sparse.mechanisms import SPARSE_MECHANISMS, make_sparse_mechanism
+from ldp.sparse.mechanisms import make_sparse_mechanism
 from ldp.sparse.params import DEFAULT_EXPECTED_USERS, VALUE_KINDS
 
-__all__ = ["SparseTask", "SPARSE_TASK_KIND", "register", "unregister", "SPARSE_KEYS"]
+__all__ = ["SparseTask", "SPARSE_TASK_KIND", "register", "build_sparse_task", "SPARSE_KEYS"]
 
-SPARSE_KEYS = ("domain_size", "sparsity", "privacy", "delta", "values", "expected_users")
+SPARSE_KEYS = _task.SPARSE_KEYS
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,14 +75,16 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _sparse_task(obj, common: dict[str, object], problems: list[str]) -> SparseTask | None:
+def build_sparse_task(obj, common: dict[str, object], problems: list[str]) -> SparseTask | None:
+    """The checker of the sparse kind's keys (``ldp.task.TaskKind.build``): the task, or None with
+    ``problems`` appended."""
     mech = str(common["mechanism"])
     for k in ("domain_size", "sparsity"):
         if k not in obj:
             problems.append(f"missing {k!r} (required by mechanism {mech!r})")
     d, k = obj.get("domain_size"), obj.get("sparsity")
-    if "domain_size" in obj and not (_is_int(d) and 2 <= d <= 1 << 63):
-        problems.append(f"domain_size must be an integer in [2, 2^63], got {d!r}")
+    if "domain_size" in obj and not (_is_int(d) and 2 <= d <= (1 << 63) - 1):
+        problems.append(f"domain_size must be an integer in [2, 2^63 - 1], got {d!r}")
     if "sparsity" in obj and not (_is_int(k) and k >= 1):
         problems.append(f"sparsity must be a positive integer, got {k!r}")
     privacy = obj.get("privacy", "user")
@@ -119,15 +122,10 @@ def _sparse_task(obj, common: dict[str, object], problems: list[str]) -> SparseT
     return task
 
 
-SPARSE_TASK_KIND = _task.TaskKind("sparse", lambda: SPARSE_MECHANISMS, SPARSE_KEYS, _sparse_task)
+#: The kind's entry in :data:`ldp.task.TASK_KINDS`.
+SPARSE_TASK_KIND = _task.TASK_KINDS["sparse"]
 
 
 def register() -> None:
-    """Adds the sparse kind to :data:`ldp.task.TASK_KINDS` (so ``parse_task`` accepts sparse tasks)."""
+    """Makes sure the sparse kind is in :data:`ldp.task.TASK_KINDS` (it is built in; idempotent)."""
     _task.TASK_KINDS.setdefault("sparse", SPARSE_TASK_KIND)
-
-
-def unregister() -> None:
-    """Removes the kind again (tests)."""
-    if _task.TASK_KINDS.get("sparse") is SPARSE_TASK_KIND:
-        del _task.TASK_KINDS["sparse"]
