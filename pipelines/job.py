@@ -24,6 +24,7 @@ import dataclasses
 import glob
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -168,8 +169,12 @@ def window_from_flags(window: WindowConfig, ns: argparse.Namespace) -> WindowCon
     ):
         v = getattr(ns, flag, None)
         if v is not None:
+            if not math.isfinite(v):
+                fail(f"--{flag} must be a finite number of seconds, got {v}")
             if v < 0 or (v == 0 and field != "allowed_lateness_s"):
                 fail(f"--{flag} must be positive, got {v}")
+            if abs(v * 1000 - round(v * 1000)) > 1e-6:
+                fail(f"--{flag} must be a whole number of milliseconds, got {v}")
             changes[field] = float(v)
     if getattr(ns, "accumulating", False):
         changes["accumulating"] = True
@@ -236,8 +241,13 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
         fail("give exactly one of --input, --input_subscription, --input_topic")
     if not ns.input and not streaming:
         fail("Pub/Sub input (--input_subscription / --input_topic) needs --streaming")
-    if not ns.watch_interval > 0:
-        fail(f"--watch_interval must be positive, got {ns.watch_interval}")
+    for flag in ("watch_interval", "counts_window", "dead_letter_window"):
+        v = getattr(ns, flag, None)
+        if v is not None and not (math.isfinite(v) and v > 0):
+            fail(f"--{flag} must be a finite positive number of seconds, got {v}")
+    v = getattr(ns, "streaming_duration", 0.0)
+    if not (math.isfinite(v) and v >= 0):
+        fail(f"--streaming_duration must be a finite number of seconds >= 0 (0: until interrupted), got {v}")
     if ns.input and not streaming:  # a watched directory may still be empty when the job starts
         require_inputs(ns.input, ns.allow_empty_input)
 
