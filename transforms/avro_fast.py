@@ -618,7 +618,9 @@ def iter_container(
             size = -1
             count = 0
         if size is None:
-            yield Loss("truncated", "the input ends inside a block header", offset, s.pos - offset, 1)
+            declared = max(count, 0)
+            detail = "the input ends inside a block header"
+            yield Loss("truncated", detail, offset, s.pos - offset, 1, declared)
             return
         if size < 0 or count < 0 or size > MAX_BLOCK_BYTES or (count > 0 and size == 0):
             found = s.skip_to(header.sync)
