@@ -71,6 +71,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pipelines.batch_queries",
         "batch linear queries, Gaussian matrix mechanism (CENTRAL DP: a trusted aggregator, raw records)",
     ),
+    "sparse-mean": (
+        "pipelines.sparse_mean",
+        "k-sparse vector mean estimation over reports (SVME and its baselines)",
+    ),
     "demo": ("pipelines.demo_beam", "the end-to-end Beam demo (simulate + aggregate on the DirectRunner)"),
     "demo-core": ("pipelines.demo", "the same demo through the numpy core only (no Beam)"),
 }

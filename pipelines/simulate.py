@@ -89,7 +89,14 @@ DEFAULT_START = "2026-01-01T00:00:00Z"
 ASSIGNMENTS = ("random", "balanced", "user_id")
 RECORDS_FILE = "truth_records.npy"
 BLOCK_RECORDS = 1 << 15  # reports per Avro block
-DEFAULT_DATASETS = {"frequency": "zipf", "range": "gaussian", "batch_queries": "gaussian"}
+DEFAULT_DATASETS = {
+    "frequency": "zipf",
+    "range": "gaussian",
+    "batch_queries": "gaussian",
+    "sparse": "supersparse",
+}
+#: Largest universe d for which truth.json holds the whole true mean vector (else only its support).
+MAX_TRUTH_DOMAIN = 1_000_000
 
 
 def parse_iso8601_ms(text: str) -> int:
@@ -263,9 +270,71 @@ class _BatchPopulation:
         return {"records_file": RECORDS_FILE}
 
 
+class _SparsePopulation:
+    """Clients of a sparse-vector task: one k-sparse vector each (:func:`ldp.datasets_sparse.sample_sparse`;
+    ``users`` None for ``csv:`` data: every client of the file), encoded in chunks
+    (:func:`ldp.sparse.aggregate.encode_population`, one spawned stream per block)."""
+
+    def __init__(self, task: Any, users: int | None, dataset: str, ss: np.random.SeedSequence) -> None:
+        from ldp.datasets_sparse import sample_sparse
+        from ldp.sparse.vectors import SparseVectors
+
+        self.task, self.dataset = task, dataset
+        r_vec, self.time_rng, self.bad_rng = (np.random.default_rng(s) for s in ss.spawn(3))
+        self._ss_reports = ss.spawn(1)[0]
+        vec = sample_sparse(dataset, users, task.domain_size, task.sparsity, r_vec)
+        if task.values == "binary":  # a binary round: every non-zero coordinate is a 1
+            vec = SparseVectors(vec.indptr, vec.items, np.ones_like(vec.values))
+        self.vectors, self.n_users = vec, int(vec.n)
+        self.mech = task.make_mechanism()
+        self.stats: Any = None
+
+    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
+        from ldp.sparse.aggregate import encode_population
+
+        streams = self._ss_reports.spawn(len(bounds) - 1)
+        for k in range(len(bounds) - 1):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            if lo >= hi:
+                continue
+            part = self.vectors.take(slice(lo, hi))
+            start = lo
+            for reports, stats in encode_population(self.mech, part, rng=streams[k]):
+                self.stats = stats if self.stats is None else self.stats.merge(stats)
+                yield k, Chunk(slice(start, start + len(reports)), reports, 0)
+                start += len(reports)
+
+    def truth(self) -> dict[str, Any]:
+        """The true mean vector of the clients' vectors (values clipped to [-1, 1] as the encoder does)."""
+        import dataclasses as _dc
+
+        vec, d = self.vectors, self.task.domain_size
+        vals = np.clip(vec.values, -1.0, 1.0)
+        out: dict[str, Any] = {
+            "mechanism": self.task.mechanism,
+            "domain_size": d,
+            "sparsity": self.task.sparsity,
+            "privacy": self.task.privacy,
+            "report_bits": int(self.mech.report_bits),
+            "encode_stats": None if self.stats is None else _dc.asdict(self.stats),
+        }
+        if d <= MAX_TRUTH_DOMAIN:
+            total = np.bincount(vec.items.astype(np.int64), weights=vals, minlength=d)
+            out["mean"] = (total / self.n_users).tolist()
+        else:  # too long for JSON: the support of the mean and its values
+            items, inv = np.unique(vec.items, return_inverse=True)
+            total = np.bincount(inv, weights=vals, minlength=len(items))
+            out["mean_items"] = items.tolist()
+            out["mean_values"] = (total / self.n_users).tolist()
+        return out
+
+    def write_truth_files(self, out: Path) -> dict[str, Any]:
+        return {}
+
+
 def make_population(
     task: Task,
-    users: int,
+    users: int | None,
     dataset: str | None = None,
     *,
     seed: int | np.random.SeedSequence | None = None,
@@ -273,12 +342,22 @@ def make_population(
     assignment: str = "random",
 ) -> Population:
     """The simulated clients of ``task`` (any kind). ``dataset`` None: the kind's default (zipf for
-    frequency tasks, gaussian for range tasks). ``seed``: the run's SeedSequence entropy (None: OS)."""
+    frequency tasks, gaussian for range tasks, supersparse for sparse tasks). ``seed``: the run's
+    SeedSequence entropy (None: OS). ``users`` None: only for sparse ``csv:`` data (every client of the file).
+    """
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    if task.kind == "sparse":
+        if assignment != "random":
+            raise ValueError(f"assignment {assignment!r} applies to range tasks (sparse tasks: none)")
+        if users is not None and users < 1:
+            raise ValueError(f"users must be >= 1, got {users}")
+        return _SparsePopulation(task, users, dataset or DEFAULT_DATASETS["sparse"], ss)
+    if users is None:
+        raise ValueError(f"a {task.kind} task needs a number of users (--users)")
     if users < 1:
         raise ValueError(f"users must be >= 1, got {users}")
     if assignment not in ASSIGNMENTS:
         raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     dataset = dataset or DEFAULT_DATASETS.get(task.kind, "uniform")
     if isinstance(task, FrequencyTask):
         if assignment != "random":
@@ -345,6 +424,7 @@ def simulate_files(
     if inject_bad < 0:
         raise ValueError(f"inject_bad must be >= 0, got {inject_bad}")
     pop = make_population(task, users, dataset, seed=seed, batch_size=batch_size, assignment=assignment)
+    users = pop.n_users
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     start_ms = parse_iso8601_ms(DEFAULT_START) if start_ms is None else int(start_ms)
@@ -400,6 +480,7 @@ def publish(
     from google.cloud import pubsub_v1
 
     pop = make_population(task, users, dataset, seed=seed, assignment=assignment)
+    users = pop.n_users
     publisher = pubsub_v1.PublisherClient()
     try:
         publisher.get_topic(request={"topic": topic})
@@ -467,6 +548,18 @@ def _sample_group(task: Task) -> tuple[Any, int, Any]:
 
         cells = CellValidator(task)  # type: ignore[arg-type]
         return cells, 0, lambda k, rng: Reports(items=np.zeros((k, cells.k), np.int64))
+    if task.kind == "sparse":
+        from ldp.sparse.aggregate import SparseValidator, to_reports
+        from ldp.sparse.vectors import SparseVectors
+
+        mech = task.make_mechanism()
+        validator = SparseValidator(mech)
+
+        def encode_sparse(k: int, rng: np.random.Generator) -> Reports:
+            empty = SparseVectors(np.zeros(k + 1, np.int64), np.zeros(0, np.uint64), np.zeros(0))
+            return to_reports(mech, mech.encode(empty, rng=rng)[0])
+
+        return validator, 0, encode_sparse
     oracle = task.make_oracle()
     return oracle, 0, lambda k, rng: oracle.encode(rng.integers(0, oracle.d, k), rng=rng)
 
@@ -499,7 +592,10 @@ def bad_report_variants(
         variant("invalid_payload", bits=bytes(int(getattr(oracle, "nbytes", 1)) + 1))  # one byte too long
     if "items" in used:
         variant("out_of_domain", items=[oracle.d] * int(getattr(oracle, "k", 1)))
-    if "reals" in used:
+    if "reals" in used and hasattr(oracle, "bad_reals"):  # sparse vectors: (reason, reals) of the mechanism
+        why, reals = oracle.bad_reals()
+        variant(why, reals=reals)
+    elif "reals" in used:
         variant("out_of_domain", reals=[1.0e6])
     unused = [name for field, name in PAYLOAD_FIELDS.items() if field not in used]
     example = {"value": 1, "seed": 1, "bits": b"\x01", "items": [0], "reals": [0.5]}
@@ -545,12 +641,14 @@ def bad_records_other_schema(task: Task, k: int, start_ms: int) -> tuple[dict, d
         "value": 0,
         "seed": 12345,
     }
+    oracle, _, _ = _sample_group(task)
+    fields = tuple(getattr(oracle, "report_fields", ("values",)))  # Uni's stand-in oracle reports a value
+    if "values" not in fields and "seeds" in fields:  # a value would be refused first (a field not used)
+        base["value"] = None
     out = {
         "missing_field": [{**base, "task_id": None} for _ in range(k)],
         "invalid_event_time": [{**base, "event_time": "yesterday"} for _ in range(k)],
     }
-    oracle, _, _ = _sample_group(task)
-    fields = tuple(getattr(oracle, "report_fields", ("values",)))  # Uni's stand-in oracle reports a value
     if "seeds" in fields:
         out["invalid_seed"] = [{**base, "seed": "0xdeadbeef"} for _ in range(k)]
     if "values" in fields:
@@ -587,11 +685,16 @@ def write_bad_files(task: Task, out: Path, k: int, start_ms: int, *, seed: Any =
 def _parser():
     p = job_parser(__doc__.splitlines()[0], beam_options=False)
     p.add_argument("--task", required=True, help="collection task JSON file (any kind)")
-    p.add_argument("--users", type=int, required=True, help="number of simulated users (one report each)")
+    p.add_argument(
+        "--users",
+        type=int,
+        help="number of simulated users (one report each); may be omitted for sparse csv: data (its clients)",
+    )
     p.add_argument(
         "--dataset",
-        help="population (default: zipf for frequency tasks, gaussian for range tasks): zipf[:EXPONENT], "
-        "uniform, csv:PATH:COLUMN | gaussian[:RHO], laplace[:RHO], uniform, csv:PATH",
+        help="population (default: zipf for frequency tasks, gaussian for range tasks, supersparse for "
+        "sparse tasks): zipf[:EXPONENT], uniform, csv:PATH:COLUMN | gaussian[:RHO], laplace[:RHO], uniform, "
+        "csv:PATH | supersparse, zipf-sparse[:S], csv:PATH (header user_id,item,value)",
     )
     p.add_argument("--seed", type=int, help="entropy of the simulation's SeedSequence (default: OS entropy)")
     where = p.add_mutually_exclusive_group(required=True)
@@ -617,7 +720,9 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         task = load_task(ns.task)
     except TaskError as exc:
         fail(exc.one_line())
-    if ns.users < 1:
+    if ns.users is None and not (task.kind == "sparse" and (ns.dataset or "").startswith("csv:")):
+        fail("--users is required (it may be omitted only for a sparse task with --dataset csv:PATH)")
+    if ns.users is not None and ns.users < 1:
         fail(f"--users must be >= 1, got {ns.users}")
     try:
         start_ms = parse_iso8601_ms(ns.start)
@@ -631,8 +736,8 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 message_size=ns.message_size, inject_bad=ns.inject_bad, assignment=ns.assignment,
             )  # fmt: skip
             print(
-                f"published {ns.users:,} {task.kind} reports ({task.mechanism}) in {truth['messages']} "
-                f"messages to {ns.output_topic} in {time.perf_counter() - t0:.1f} s",
+                f"published {truth['n_users']:,} {task.kind} reports ({task.mechanism}) in "
+                f"{truth['messages']} messages to {ns.output_topic} in {time.perf_counter() - t0:.1f} s",
                 file=sys.stderr,
             )
             return truth
@@ -646,8 +751,9 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         fail(str(exc))
     groups = f", {truth['n_groups']} groups" if "n_groups" in truth else ""
     print(
-        f"wrote {ns.users:,} {task.kind} reports ({truth['mechanism']}{groups}) in {ns.files} file(s) to "
-        f"{ns.output} (truth in {Path(ns.output) / 'truth.json'}) in {time.perf_counter() - t0:.1f} s",
+        f"wrote {truth['n_users']:,} {task.kind} reports ({truth['mechanism']}{groups}) in {ns.files} "
+        f"file(s) to {ns.output} (truth in {Path(ns.output) / 'truth.json'}) in "
+        f"{time.perf_counter() - t0:.1f} s",
         file=sys.stderr,
     )
     return truth

@@ -95,7 +95,7 @@ class ColumnBatch:
         present: Avro payload field -> bool ``(n,)`` (non-null).
         payload: Avro payload field -> numpy array over all rows (zeros where null): ``value`` int64,
             ``seed`` int64 (the signed bit pattern), ``bits`` uint8 ``(n, nbytes)``, ``items`` int64
-            ``(n, k)``, ``reals`` float64 ``(n,)``.
+            ``(n, k)``, ``reals`` float64 ``(n,)`` (one double per report) or ``(n, w)`` (``reals_len`` w).
     """
 
     task_id: str
@@ -139,7 +139,7 @@ class ColumnBatch:
                     if f == "bits"
                     else v.tolist()
                     if f == "items"
-                    else [float(v)]
+                    else ([float(v)] if np.ndim(v) == 0 else v.tolist())
                     if f == "reals"
                     else int(v)
                 )
@@ -175,7 +175,13 @@ def _union(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool
 
 
 def decode_block(
-    data: bytes, num_records: int, task_id: str, *, bits_len: int | None = None, items_len: int | None = None
+    data: bytes,
+    num_records: int,
+    task_id: str,
+    *,
+    bits_len: int | None = None,
+    items_len: int | None = None,
+    reals_len: int | None = None,
 ) -> ColumnBatch | None:
     """Decodes one block's records (writer schema = report v1) or returns None (see the module doc).
 
@@ -185,6 +191,8 @@ def decode_block(
         task_id: the expected task id (the record-start pattern).
         bits_len: expected byte length of ``bits`` where present (None: any present ``bits`` declines).
         items_len: expected length of ``items`` where present (None: any present ``items`` declines).
+        reals_len: expected length w of ``reals`` where present, decoded as ``(n, w)`` (sparse vectors);
+            None: one double per report, decoded as ``(n,)``.
     """
     tid = task_id.encode("utf-8")
     prefix = zigzag_varint_bytes(len(tid)) + tid
@@ -205,7 +213,7 @@ def decode_block(
     payload: dict[str, np.ndarray] = {
         "bits": np.zeros((n, bits_len or 0), dtype=np.uint8),
         "items": np.zeros((n, items_len or 0), dtype=np.int64),
-        "reals": np.zeros(n, dtype=np.float64),
+        "reals": np.zeros(n if reals_len is None else (n, reals_len), dtype=np.float64),
     }
     for f in ("value", "seed"):
         has, p, ok = _union(buf, p)
@@ -256,7 +264,14 @@ def decode_block(
     has, p, ok = _union(buf, p)
     ok_all &= ok
     present["reals"] = has
-    if has.any():
+    if has.any() and reals_len is not None:
+        ok_r, pr, out = _decode_reals(buf, p[has], reals_len)
+        if not ok_r:
+            return None
+        payload["reals"] = np.zeros((n, reals_len), dtype=np.float64)
+        payload["reals"][has] = out
+        p[has] = pr
+    elif has.any():
         q = p[has]
         if not ((buf[q] == 2) & (buf[q + 9] == 0)).all():
             return None
@@ -271,6 +286,25 @@ def decode_block(
     if not (np.array_equal(p[:-1], starts[1:]) and p[-1] == len(data)):
         return None
     return ColumnBatch(task_id, sv, et, grp, present, payload)
+
+
+def _decode_reals(buf: np.ndarray, p: np.ndarray, w: int) -> tuple[bool, np.ndarray, np.ndarray]:
+    """``reals`` arrays of exactly ``w`` doubles at ``p`` (one block of w, then the 0 terminator; w = 0:
+    just the terminator): (well-formed, new positions, values ``(len(p), w)``)."""
+    if w == 0:
+        return bool((buf[p] == 0).all()), p + 1, np.zeros((len(p), 0), dtype=np.float64)
+    cnt, q, ok = _varint(buf, p)
+    if not ok or not (cnt == w).all() or int(q.max()) + 8 * w >= len(buf):
+        return False, p, np.zeros((0, w))
+    if not (buf[q + 8 * w] == 0).all():
+        return False, p, np.zeros((0, w))
+    out = np.empty((len(q), w), dtype=np.float64)
+    step = max(1, (1 << 22) // (8 * w))  # rows per gather: a bounded index array whatever w is
+    cols = np.arange(8 * w)
+    for lo in range(0, len(q), step):
+        raw = buf[q[lo : lo + step, None] + cols]
+        out[lo : lo + step] = np.ascontiguousarray(raw).view("<f8")
+    return True, q + 8 * w + 1, out
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -303,6 +337,7 @@ LOSS_REASONS = (
     "trailing_bytes",  # bytes left in a block after its declared number of records
     "oversized_message",  # a Pub/Sub message larger than the reader accepts (transforms.io)
     "invalid_timestamp_attribute",  # a Pub/Sub message whose time attribute is missing or unparseable
+    "changed_after_read",  # a watched file that changed after it was read (transforms.io)
 )
 
 
@@ -588,6 +623,7 @@ def iter_container(
     task_id: str | None = None,
     bits_len: int | None = None,
     items_len: int | None = None,
+    reals_len: int | None = None,
 ) -> Iterator[ColumnBatch | list[object] | Loss]:
     """Every block of an Avro container as a :class:`ColumnBatch` (fast path), a list of records (fallback)
     or a :class:`Loss`; the input's bytes are all accounted for: header + decoded blocks + lost bytes.
@@ -707,7 +743,9 @@ def iter_container(
             continue
         cb = None
         if fast:
-            cb = decode_block(raw, count, task_id, bits_len=bits_len, items_len=items_len)
+            cb = decode_block(
+                raw, count, task_id, bits_len=bits_len, items_len=items_len, reals_len=reals_len
+            )
         if cb is not None:
             yield cb
             continue
@@ -725,6 +763,7 @@ def iter_report_batches(
     task_id: str | None = None,
     bits_len: int | None = None,
     items_len: int | None = None,
+    reals_len: int | None = None,
     losses: list[Loss] | None = None,
 ) -> Iterator[ColumnBatch | list[object]]:
     """Yields the reports of an Avro container as :class:`ColumnBatch` (fast path) or lists of record dicts.
@@ -741,7 +780,9 @@ def iter_report_batches(
     cols: list[ColumnBatch] = []
     recs: list[object] = []
     n_cols = 0
-    for item in iter_container(fo, task_id=task_id, bits_len=bits_len, items_len=items_len):
+    for item in iter_container(
+        fo, task_id=task_id, bits_len=bits_len, items_len=items_len, reals_len=reals_len
+    ):
         if isinstance(item, Loss):
             if losses is None:
                 if cols:
@@ -846,6 +887,16 @@ def encode_report_block(
             pieces.append(_varints(a.view(np.int64) if a.dtype == np.uint64 else a.astype(np.int64)))
     pieces += [null, null]  # bits, items
     if reports.reals is None:
+        pieces.append(null)
+    elif np.ndim(reports.reals) == 2:  # (n, w): union branch 1, one array block of w doubles, the marker
+        w = int(np.shape(reports.reals)[1])
+        pieces.append(one)
+        if w:
+            m, ln = _varints(np.array([w]))
+            pieces.append(_const(bytes(m[0, : ln[0]]), n))
+            dbl = np.ascontiguousarray(np.asarray(reports.reals, dtype="<f8")).view(np.uint8)
+            dbl = dbl.reshape(n, 8 * w)
+            pieces.append((dbl, np.full(n, 8 * w, np.int64)))
         pieces.append(null)
     else:  # union branch 1, an array block of one double, the end-of-array marker
         pieces.append(_const(b"\x02\x02", n))

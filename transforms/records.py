@@ -286,6 +286,20 @@ class ReportValidator:
                     except OverflowError:
                         _mark(reason, detail, rows[[i]], "out_of_domain", "items outside int64")
                 return arr
+        w = getattr(self.oracle, "reals_len", None)
+        if w is not None:  # reals: exactly w doubles per report (sparse vectors; the oracle checks values)
+            ok = np.fromiter(
+                (isinstance(v, list) and len(v) == w and set(map(type, v)) <= {float} for v in col),
+                bool,
+                count=n,
+            )
+            bad = ~ok & ~missing
+            _mark(reason, detail, rows[bad], "invalid_payload", f"reals must hold {w} doubles")
+            out = np.zeros((n, w), dtype=np.float64)
+            good = np.flatnonzero(ok)
+            if len(good):
+                out[good] = np.array([col[i] for i in good], dtype=np.float64).reshape(len(good), w)
+            return out
         # reals: one double per report
         ok = np.fromiter(
             (
@@ -520,6 +534,8 @@ def reports_to_records(
         elif name == "bits":
             a = np.ascontiguousarray(arr, dtype=np.uint8)
             cols[avro] = [row.tobytes() for row in a]
+        elif name == "reals" and np.ndim(arr) == 2:  # (n, w): w doubles per report
+            cols[avro] = np.asarray(arr, dtype=np.float64).tolist()
         elif name == "reals":
             cols[avro] = [[x] for x in np.asarray(arr, dtype=np.float64).tolist()]
         else:
@@ -589,6 +605,7 @@ def fast_decode_params(oracle: ValidationOracle) -> dict[str, object]:
     return {
         "bits_len": (oracle.d + 7) // 8 if "bits" in fields else None,
         "items_len": int(oracle.k) if "items" in fields else None,
+        "reals_len": getattr(oracle, "reals_len", None) if "reals" in fields else None,
     }
 
 

@@ -72,7 +72,7 @@ class SparseEstimateRow(NamedTuple):
     output = "estimates"
 
 
-#: rows go to ``OUT/estimates-*`` (Avro schema ``schemas/sparse_estimate.avsc``, to be added with the job)
+#: rows go to ``OUT/estimates-*`` (Avro schema ``schemas/sparse_estimate.avsc``)
 SPARSE_ESTIMATES = OutputSpec("estimates", "sparse_estimate", "", "estimates", None)
 
 
@@ -117,6 +117,29 @@ class SparseValidator:
             kind
         ]
         self._kind = kind
+        #: doubles per report in ``reals`` (the Avro decoders read ``(n, reals_len)`` arrays)
+        self.reals_len = int(self._width())
+        #: item-report mechanisms: ``values`` lie in [0, d) (PCKV: d plus its dummy keys); else the domain
+        upper = mech.dp if isinstance(mech, PCKV) else getattr(mech, "d", None)
+        self.d = int(mech.params.domain_size if upper is None else upper)
+
+    def bad_reals(self) -> tuple[str, list[float]]:
+        """A ``reals`` payload of the right length this validator refuses, and the dead-letter reason
+        (simulated bad reports)."""
+        if isinstance(self.mech, SVME):
+            return "out_of_domain", [float(self.mech.params.max_code + 1)] * self.reals_len
+        if self._kind == "dense":
+            return "invalid_payload", [float("inf")] * self.reals_len
+        return "invalid_payload", [3.0] * self.reals_len  # bits other than +-1
+
+    def _width(self) -> int:
+        if self._kind == "item":
+            return 1
+        if self._kind == "dense":
+            return int(self.mech.d)
+        if isinstance(self.mech, SVME):
+            return int(self.mech.params.bins)
+        return int(self.mech.k) if isinstance(self.mech, KFold) else 1
 
     def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         n = len(reports)
@@ -126,13 +149,7 @@ class SparseValidator:
             reasons[:] = f"missing field(s) {', '.join(missing)} for mechanism {self.name}"
             return np.zeros(n, dtype=bool), reasons
         reals = np.asarray(reports.reals, dtype=np.float64)
-        width = {"seeded": None, "item": 1, "dense": getattr(self.mech, "d", None)}[self._kind]
-        if self._kind == "seeded":
-            width = (
-                self.mech.params.bins
-                if isinstance(self.mech, SVME)
-                else (self.mech.k if isinstance(self.mech, KFold) else 1)
-            )
+        width = self.reals_len
         if reals.ndim != 2 or reals.shape[1] != width:
             got = reals.shape[1] if reals.ndim == 2 else "a scalar"
             reasons[:] = f"reals must hold {width} number(s) per report, got {got}"
