@@ -244,7 +244,7 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
     for flag in ("watch_interval", "counts_window", "dead_letter_window"):
         v = getattr(ns, flag, None)
         if v is not None and not (math.isfinite(v) and v > 0):
-            fail(f"--{flag} must be a finite positive number of seconds, got {v}")
+            fail(f"--{flag} must be positive (a finite number of seconds), got {v}")
     v = getattr(ns, "streaming_duration", 0.0)
     if not (math.isfinite(v) and v >= 0):
         fail(f"--streaming_duration must be a finite number of seconds >= 0 (0: until interrupted), got {v}")

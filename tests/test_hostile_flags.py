@@ -35,8 +35,8 @@ def job(tmp_path):
         (["--window_size", "60", "--window_period", "0.0001"], "--window_period must be a whole number"),
         (["--allowed_lateness=-inf"], "--allowed_lateness must be a finite number of seconds"),
         (["--streaming_duration", "nan"], "--streaming_duration must be a finite number of seconds >= 0"),
-        (["--watch_interval", "inf"], "--watch_interval must be a finite positive number of seconds"),
-        (["--counts_window", "nan"], "--counts_window must be a finite positive number of seconds"),
+        (["--watch_interval", "inf"], "--watch_interval must be positive (a finite number of seconds)"),
+        (["--counts_window", "nan"], "--counts_window must be positive (a finite number of seconds)"),
     ],
 )
 def test_bad_time_flags_are_one_line_errors(job, flags, message, capsys, tmp_path):

@@ -20,13 +20,15 @@ import hashlib
 import io
 import json
 import os
+import time
 from collections.abc import Callable
 
 import apache_beam as beam
 import fastavro
-from apache_beam.coders import BooleanCoder
+from apache_beam.coders import BooleanCoder, FloatCoder, TupleCoder, VarIntCoder
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import FileMetadata
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
 from apache_beam.transforms.periodicsequence import ImpulseSeqGenDoFn
@@ -185,21 +187,47 @@ class ReadReportFiles(beam.PTransform):
         )
 
 
-class _FirstSightingOnly(beam.DoFn):
-    """``(path, FileMetadata)`` -> the metadata, the first time a path is seen (per-path keyed state).
+#: The marker a writer may create next to a finished report file (``f.avro`` -> ``f.avro.done``).
+DONE_SUFFIX = ".done"
 
-    The state is one boolean per file ever matched; a file that is rewritten under the same name is
-    not read again.
+_FILE_STATE = TupleCoder([VarIntCoder(), FloatCoder(), BooleanCoder()])
+
+
+class _ReadCompleteFiles(_ReadAvroBatches):
+    """``(path, FileMetadata)`` of every tick's match -> the file's report batches, once, when complete;
+    a file that changes after it was read -> one counted ``changed_after_read`` loss (never read twice).
+
+    Complete means (the watched-directory contract, docs/pipelines.md): a ``PATH.done`` marker exists,
+    or the file's size and modification time are the same as at the previous tick (or the file has not
+    been modified for one watch interval when first seen). Per-path keyed state holds the last (size,
+    mtime) seen and whether the file was read.
     """
 
-    SEEN = ReadModifyWriteStateSpec("seen", BooleanCoder())
+    FILE = ReadModifyWriteStateSpec("file", _FILE_STATE)
 
-    def process(self, element, seen=beam.DoFn.StateParam(SEEN)):  # noqa: B008 - Beam's state idiom
-        _path, metadata = element
-        if seen.read():
+    def __init__(self, batch_size: int, aggregator: Aggregator | None, interval_s: float) -> None:
+        super().__init__(batch_size, aggregator)
+        self.interval_s = interval_s
+
+    def process(self, element, file=beam.DoFn.StateParam(FILE)):  # noqa: B008 - Beam's state idiom
+        path, metadata = element
+        size = int(metadata.size_in_bytes)
+        mtime = float(getattr(metadata, "last_updated_in_seconds", 0.0) or 0.0)
+        prev = file.read()
+        if prev is not None and prev[2]:  # read already
+            if (prev[0], prev[1]) != (size, mtime):
+                file.write((size, mtime, True))
+                detail = f"file changed after it was read ({prev[0]} -> {size} bytes); it is not read again"
+                loss = Loss("changed_after_read", detail, prev[0], max(size - prev[0], 0))
+                yield from self.loss_outputs(path, loss)
             return
-        seen.write(True)
-        yield metadata
+        stable = prev is not None and (prev[0], prev[1]) == (size, mtime)
+        old = mtime > 0 and time.time() - mtime >= self.interval_s
+        if not (stable or old or FileSystems.exists(path + DONE_SUFFIX)):
+            file.write((size, mtime, False))
+            return
+        file.write((size, mtime, True))
+        yield from super().process(fileio.ReadableFile(metadata))
 
 
 class Ticks(beam.PTransform):
@@ -248,8 +276,10 @@ class WatchReportFiles(beam.PTransform):
     ``duration_s`` None watches forever; otherwise the ticks stop after ``duration_s`` seconds, the
     watermark then moves to the end of time, every window closes and the job finishes by itself.
 
-    Files must appear *atomically* under a name the glob matches (write them elsewhere or under a
-    non-matching name, then rename): a file is read once, when a tick first sees it.
+    A file is read once, when it is complete: a ``PATH.done`` marker exists, or its size and
+    modification time did not change between two ticks (or for one interval before it was first seen);
+    a file that changes after it was read is counted and dead-lettered (``changed_after_read``), not
+    read again. Writing elsewhere and renaming into the directory remains the safest way to publish.
 
     Built from ``PeriodicImpulse`` rather than ``fileio.MatchContinuously``: in apache-beam 2.77 the
     latter is a splittable ``Watch`` DoFn that the Python DirectRunner does not run (the FnApiRunner
@@ -285,10 +315,8 @@ class WatchReportFiles(beam.PTransform):
             | "Pattern" >> beam.Map(lambda _tick: pattern)
             | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.ALLOW)
             | "KeyByPath" >> beam.Map(lambda m: (m.path, m)).with_output_types(tuple[str, FileMetadata])
-            | "NewFiles" >> beam.ParDo(_FirstSightingOnly())
-            | "Open" >> fileio.ReadMatches()
             | "ReadBlocks"
-            >> beam.ParDo(_ReadAvroBatches(self.batch_size, self.aggregator)).with_outputs(
+            >> beam.ParDo(_ReadCompleteFiles(self.batch_size, self.aggregator, self.interval_s)).with_outputs(
                 "dead_letter", "counts", main="records"
             )
         )

@@ -1,0 +1,106 @@
+"""Watched directories (issue 12, item 1): a file is read once and only when complete (a ``.done``
+marker, or size and modification time unchanged for a tick); one that changes after it was read is a
+counted ``changed_after_read`` loss. The DoFn is driven tick by tick with its per-path state, so the
+test is exact (no timing)."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+
+import numpy as np
+from apache_beam.io.filesystem import FileMetadata
+from apache_beam.pvalue import TaggedOutput
+
+from ldp.aggregate.frequency import FrequencyAggregator
+from ldp.task import parse_task
+from transforms.io import DONE_SUFFIX, _ReadCompleteFiles
+from transforms.records import RecordBatch, reports_to_records, write_report_file
+
+TASK = parse_task({"task_id": "watch", "mechanism": "grr", "epsilon": 1.0, "domain_size": 8})
+
+
+class _State:
+    def __init__(self) -> None:
+        self.value = None
+
+    def read(self):
+        return self.value
+
+    def write(self, v) -> None:
+        self.value = v
+
+
+def _report_bytes(n: int) -> bytes:
+    rng = np.random.default_rng(np.random.SeedSequence(20261204))
+    reps = TASK.make_oracle().encode(rng.integers(0, 8, n), rng=rng)
+    buf = io.BytesIO()
+    write_report_file(buf, reports_to_records(TASK.task_id, reps, np.full(n, 10**12)), sync_interval=2000)
+    return buf.getvalue()
+
+
+def _tick(fn, state, path) -> tuple[int, list[dict]]:
+    st = os.stat(path)
+    meta = FileMetadata(path, st.st_size, last_updated_in_seconds=st.st_mtime)
+    out = list(fn.process((path, meta), file=state))
+    n = sum(len(o.records) for o in out if isinstance(o, RecordBatch))
+    dead = [o.value for o in out if isinstance(o, TaggedOutput) and o.tag == "dead_letter"]
+    return n, dead
+
+
+def _fn(interval_s: float = 3600.0) -> _ReadCompleteFiles:
+    fn = _ReadCompleteFiles(1 << 20, FrequencyAggregator(TASK), interval_s)
+    fn.setup()
+    return fn
+
+
+def test_a_file_caught_mid_write_is_read_once_complete(tmp_path):
+    data = _report_bytes(5000)
+    path = str(tmp_path / "r.avro")
+    fn, state = _fn(), _State()
+    with open(path, "wb") as fh:
+        fh.write(data[: len(data) // 5])  # a prefix: a valid container of fewer blocks
+    assert _tick(fn, state, path) == (0, [])  # first sight: not yet known to be stable
+    with open(path, "ab") as fh:
+        fh.write(data[len(data) // 5 :])
+    now = time.time()
+    os.utime(path, (now + 1, now + 1))  # a new mtime, as a writer's next write gives
+    assert _tick(fn, state, path) == (0, [])  # it grew: still being written
+    assert _tick(fn, state, path) == (5000, [])  # stable for a tick: read, all of it
+    assert _tick(fn, state, path) == (0, [])  # and never again
+
+
+def test_done_marker_reads_at_first_sight(tmp_path):
+    path = str(tmp_path / "r.avro")
+    with open(path, "wb") as fh:
+        fh.write(_report_bytes(300))
+    open(path + DONE_SUFFIX, "wb").close()
+    assert _tick(_fn(), _State(), path) == (300, [])
+
+
+def test_a_file_untouched_for_an_interval_is_read_at_first_sight(tmp_path):
+    path = str(tmp_path / "r.avro")
+    with open(path, "wb") as fh:
+        fh.write(_report_bytes(300))
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    assert _tick(_fn(3600.0), _State(), path) == (300, [])
+
+
+def test_a_file_changed_after_it_was_read_is_counted_not_reread(tmp_path):
+    path = str(tmp_path / "r.avro")
+    data = _report_bytes(300)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    open(path + DONE_SUFFIX, "wb").close()
+    fn, state = _fn(), _State()
+    assert _tick(fn, state, path)[0] == 300
+    with open(path, "ab") as fh:
+        fh.write(b"x" * 100)
+    now = time.time()
+    os.utime(path, (now + 5, now + 5))
+    n, dead = _tick(fn, state, path)
+    assert n == 0 and [d["reason"] for d in dead] == ["changed_after_read"]
+    assert "lost 100 bytes" in dead[0]["detail"]
+    assert _tick(fn, state, path) == (0, [])  # counted once
