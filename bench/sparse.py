@@ -18,14 +18,23 @@ privacy level (supersparse population, the paper's parameter rule), then timed (
   only route for a PRF such as the paper's), for ``mix64`` and for ``gf2-affine``; timed on the first
   ``--brute_reports`` reports and scaled linearly to ``n`` (``scaled_from`` says so).
 
+* ``beam_pipeline`` (unless ``--pipeline_trials 0``): the whole path a deployment runs, per trial: a
+  fresh population (``pipelines.simulate``, supersparse, its own seed) written as Avro, then
+  ``python -m pipelines.sparse_mean`` on the DirectRunner (in process), every coordinate estimated.
+  ``seconds`` is the job's wall time (start-up, Avro decode, validation, accumulate, finalize, the JSON
+  Lines + Avro writes of the d-long row), ``reports_per_s`` = reports / seconds. Accuracy against the
+  simulation's ``truth.json`` mean: ``mse`` (mean over coordinates and trials), ``mean_std2`` (mean of the
+  pipeline's ``std`` squared), ``closed_form`` (mean of the mechanism's closed-form variance on the true
+  vectors, ``mech.variance``), ``mse_over_std2`` and ``mse_over_closed_form``.
+
 Every record has ``seconds``, ``reports_per_s`` where meaningful, ``bytes_per_report`` and
-``accumulator_bytes``. The Beam pipeline's reports/s are not measured here (the sparse pipeline is
-not part of this module).
+``accumulator_bytes``.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -167,6 +176,92 @@ def bench(
     return records
 
 
+def bench_pipeline(
+    users: int,
+    d: int,
+    k: int,
+    epsilon: float,
+    privacy: str,
+    trials: int,
+    seed: int,
+    workdir: str | None = None,
+) -> dict:
+    """The ``beam_pipeline`` record of one privacy level (see the module docstring)."""
+    import glob
+
+    from ldp.task import parse_task
+    from pipelines import sparse_mean
+    from pipelines.simulate import make_population, simulate_files
+
+    task = parse_task(
+        {
+            "task_id": f"bench-sparse-{privacy}",
+            "kind": "sparse",
+            "mechanism": "svme",
+            "epsilon": epsilon,
+            "domain_size": d,
+            "sparsity": k,
+            "privacy": privacy,
+            "expected_users": users,
+        }
+    )
+    seeds = np.random.SeedSequence([seed, 1 if privacy == "user" else 2]).generate_state(trials)
+    sq_err = std2 = closed = 0.0
+    linf, bounds, secs = [], [], []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        task_path = Path(tmp) / "task.json"
+        task.save(task_path)
+        for t, s in enumerate(seeds.tolist()):
+            sim, out = Path(tmp) / f"sim{t}", Path(tmp) / f"out{t}"
+            truth = simulate_files(task, users, "supersparse", sim, seed=s, files=2)
+            t0 = time.perf_counter()
+            summary = sparse_mean.run(
+                ["--task", str(task_path), "--input", str(sim / "reports-*.avro"), "--output", str(out),
+                 "--log_level", "WARNING"]
+            )  # fmt: skip
+            secs.append(time.perf_counter() - t0)
+            assert summary["counts"]["accepted"] == users, summary["counts"]
+            (path,) = glob.glob(str(out / "estimates-*.jsonl"))
+            row = json.loads(Path(path).read_text(encoding="utf-8"))
+            err = np.asarray(row["mean"]) - np.asarray(truth["mean"])
+            sq_err += float(np.mean(err**2))
+            std2 += float(np.mean(np.asarray(row["std"]) ** 2))
+            pop = make_population(task, users, "supersparse", seed=s)  # the same clients again
+            closed += float(np.mean(pop.mech.variance(pop.vectors, np.arange(d, dtype=np.uint64))))
+            linf.append(float(np.abs(err).max()))
+            bounds.append(float(row["linf_bound_95"]))
+    mse, std2, closed = sq_err / trials, std2 / trials, closed / trials
+    p = task.make_mechanism().params
+    return {
+        "privacy": privacy,
+        "users": users,
+        "domain": d,
+        "sparsity": k,
+        "epsilon": epsilon,
+        "stage": "beam_pipeline",
+        "runner": "DirectRunner (in process)",
+        "trials": trials,
+        "seconds": float(np.median(secs)),
+        "seconds_per_trial": secs,
+        "reports_per_s": users / float(np.median(secs)),
+        "bytes_per_report": p.report_bytes,
+        "mse": mse,
+        "mean_std2": std2,
+        "closed_form": closed,
+        "mse_over_std2": mse / std2,
+        "mse_over_closed_form": mse / closed,
+        "linf": float(np.mean(linf)),
+        "linf_bound_95": float(np.mean(bounds)),
+        "config": {
+            "bins": p.bins,
+            "noise": p.noise,
+            "Delta": p.Delta,
+            "eta": p.eta,
+            "hash_family": p.hash_family,
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = job_parser(__doc__.split("\n\n")[0], beam_options=False)
     add_population_flags(ap, users=100_000, domain_size=100_000, seed=0, domain_help="item universe d")
@@ -176,6 +271,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--repeat", type=int, default=3, help="timings: best of this many")
     ap.add_argument(
         "--brute_reports", type=int, default=1000, help="reports the brute-force floor is timed on"
+    )
+    ap.add_argument(
+        "--pipeline_trials",
+        type=int,
+        default=1,
+        help="beam_pipeline stage: independent simulate -> sparse_mean runs per privacy level (0: skip)",
     )
     ap.add_argument("--json", default=None, help="write the records here")
     args, _ = parse_job_args(ap, argv, beam=False)
@@ -200,6 +301,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
         args.brute_reports,
         args.seed,
     )
+    if args.pipeline_trials < 0:
+        ap.error("--pipeline_trials must be >= 0")
+    for priv in privs if args.pipeline_trials else []:
+        recs.append(
+            bench_pipeline(
+                args.users,
+                args.domain_size,
+                args.sparsity,
+                args.epsilons,
+                priv,
+                args.pipeline_trials,
+                args.seed,
+            )
+        )
     for r in recs:
         extra = f" (fam {r['hash_family']}, scaled from {r['scaled_from']})" if "scaled_from" in r else ""
         print(f"{r['privacy']:5s} {r['stage']:24s} {r['seconds']:9.3f} s{extra}")

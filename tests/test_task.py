@@ -283,4 +283,4 @@ def test_no_import_cycle_between_task_and_range_registry():
         out = subprocess.run(
             [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
         )
-        assert out.stdout.strip() == "7"
+        assert out.stdout.strip() == "8"

@@ -1,9 +1,9 @@
 """Method registry of the range-query mechanisms.
 
 ``make_mechanism(name, epsilon, domain_sizes, n_users, **options)`` builds any range-query mechanism by
-name. HDG, TDG, CALM and Uni live in this package's ``grids``, ``calm`` and ``uni`` modules; HIO, LHIO and
-MSW in ``hio``, ``lhio`` and ``msw`` (imported lazily, on first use). :func:`model_from_dict` reloads a
-finalized model of any method.
+name. HDG, TDG, CALM and Uni live in this package's ``grids``, ``calm`` and ``uni`` modules; HIO, LHIO,
+MSW and LSA in ``hio``, ``lhio``, ``msw`` and ``lsa`` (imported lazily, on first use).
+:func:`model_from_dict` reloads a finalized model of any method.
 
 Imports go one way: ``ldp.task`` (the task model, which takes its method names from :data:`METHODS`)
 imports this module, this module imports ``base``, and the method modules import ``base``; ``base``
@@ -31,6 +31,7 @@ _METHODS: dict[str, tuple[str, str]] = {
     "hio": ("ldp.rangequery.hio", "HIOMechanism"),
     "lhio": ("ldp.rangequery.lhio", "LHIOMechanism"),
     "msw": ("ldp.rangequery.msw", "MSWMechanism"),
+    "lsa": ("ldp.rangequery.lsa", "LSAMechanism"),
 }
 
 #: every method name ``make_mechanism`` accepts
@@ -53,7 +54,7 @@ def load_method(name: str) -> type[RangeMechanism]:
 def make_mechanism(
     name: str, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any
 ) -> RangeMechanism:
-    """Builds a range-query mechanism by name (``hdg tdg calm uni hio lhio msw``)."""
+    """Builds a range-query mechanism by name (``hdg tdg calm uni hio lhio msw lsa``)."""
     return load_method(name)(epsilon, domain_sizes, n_users, **options)
 
 
