@@ -58,8 +58,8 @@ def test_cells_and_options():
     ]:
         with pytest.raises(ValueError, match=pattern):
             make_mechanism("lsa", 1.0, [16], 100, **opts)
-    with pytest.raises(ValueError, match="1 or 2 attributes"):
-        make_mechanism("lsa", 1.0, [8, 8, 8], 100)
+    m3 = make_mechanism("lsa", 1.0, [8, 8, 8], 100)  # more attributes: a coarse box grid (at most 6 per axis)
+    assert m3.cell_dims == (4, 4, 4) and m3.widths == (2, 2, 2)
 
 
 def test_task_kind_of_lsa():

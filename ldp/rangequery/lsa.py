@@ -1,5 +1,7 @@
 """LSA: range queries under LDP with user groups chosen by the Level Selection Algorithm and answered by
-generalized least squares (issue 9, item 2b; spec ``matrix_mechanism.md`` Sec. 6(b)). 1-D and 2-D.
+generalized least squares (issue 9, item 2b; spec ``matrix_mechanism.md`` Sec. 6(b)). Meant for 1-D and
+2-D tasks; with more attributes it runs box-LSA over a grid of at most ``max_cells`` cells in total, which
+leaves each attribute only a few cells (e.g. 4 per attribute for 4 attributes): use HDG there.
 
 **Local DP.** Every user reports once, at the full epsilon, through a frequency oracle: group ``g``
 reports the block of its record in one public partition ``P_g`` of the cells. Everything after the oracles
@@ -90,7 +92,8 @@ def _grr_cov(oracle: Any, n: int, f: np.ndarray) -> np.ndarray:
 
 
 class LSAMechanism(RangeMechanism):
-    """Range queries through LSA-chosen user groups and GLS (see the module docstring). 1-D or 2-D.
+    """Range queries through LSA-chosen user groups and GLS (see the module docstring); 1-D and 2-D tasks
+    (more attributes: a coarse box grid).
 
     Options: ``max_cells`` (default 256), ``k_max`` (LSA's level bound, identity included; default
     ``ceil(log2 n) + 2``), ``oracle`` (``auto``, ``olh``, ``grr``), ``clip`` (answers clipped to [0, 1]).
@@ -101,8 +104,6 @@ class LSAMechanism(RangeMechanism):
 
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)
-        if self.n_attributes > 2:
-            raise ValueError(f"lsa supports 1 or 2 attributes, got {self.n_attributes}")
         max_cells = options.get("max_cells", DEFAULT_MAX_CELLS)
         if (
             isinstance(max_cells, bool)
@@ -225,9 +226,10 @@ class LSAModel(AnswerPostprocessing, RangeModel):
                         lo[i], hi[i] = lo_a, hi_a + 1
             overlap = np.clip(np.minimum(hi[:, None], stop) - np.maximum(lo[:, None], start), 0, None)
             per_attr.append(overlap / (stop - start))
-        if len(per_attr) == 1:
-            return per_attr[0]
-        return np.einsum("qi,qj->qij", per_attr[0], per_attr[1]).reshape(len(queries), -1)
+        out = per_attr[0]
+        for nxt in per_attr[1:]:  # row-major cells: the last attribute varies fastest
+            out = np.einsum("qi,qj->qij", out, nxt).reshape(len(queries), -1)
+        return out
 
     def _raw_answer(self, queries: list[RangeQuery]) -> np.ndarray:
         return self.weights(queries) @ self.f_hat
