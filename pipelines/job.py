@@ -45,6 +45,7 @@ from pipelines.cli import (
     prepare_output,
     require_inputs,
 )
+from pipelines.pubsub_emulator import allow_large_messages
 from transforms.aggregate import Aggregate
 from transforms.counts import WindowedCounts, format_counts, job_counts, job_distribution
 from transforms.io import (
@@ -195,6 +196,7 @@ def read_reports(p: beam.Pipeline, ns: argparse.Namespace, agg: Aggregator, *, s
         )
     if ns.input:
         return p | "Read" >> ReadReportFiles(ns.input, ns.batch_size, agg)
+    allow_large_messages()  # the emulator's channels: messages up to Pub/Sub's 10 MB, not gRPC's 4 MiB
     # the time attribute is parsed per message by the decoder (a bad one is that message's dead letter),
     # not by the source (where it fails every pull that contains the message)
     messages = p | "ReadPubSub" >> beam.io.ReadFromPubSub(

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import time
 
-__all__ = ["PubSubEmulator"]
+__all__ = ["PubSubEmulator", "allow_large_messages"]
 
 
 class PubSubEmulator:
@@ -84,3 +84,36 @@ class PubSubEmulator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+_MESSAGE_OPTIONS = (("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1))
+
+
+def allow_large_messages() -> None:
+    """Lifts gRPC's default 4 MiB receive limit on the channels the Pub/Sub client opens to the emulator
+    (``PUBSUB_EMULATOR_HOST`` set): without it, one message over 4 MiB (Pub/Sub allows 10 MB) fails every
+    pull that contains it and the DirectRunner's read gives up. Idempotent; a no-op without the emulator.
+    """
+    if not os.environ.get("PUBSUB_EMULATOR_HOST"):
+        return
+    import grpc
+
+    if getattr(grpc, "_ldp_large_messages", False):
+        return
+
+    def merged(options):
+        opts = list(options or [])
+        names = {k for k, _ in opts}
+        return opts + [o for o in _MESSAGE_OPTIONS if o[0] not in names]
+
+    insecure, secure = grpc.insecure_channel, grpc.secure_channel
+
+    def insecure_channel(target, options=None, compression=None):
+        return insecure(target, options=merged(options), compression=compression)
+
+    def secure_channel(target, credentials, options=None, compression=None):
+        return secure(target, credentials, options=merged(options), compression=compression)
+
+    grpc.insecure_channel = insecure_channel
+    grpc.secure_channel = secure_channel
+    grpc._ldp_large_messages = True
