@@ -5,8 +5,11 @@ where ``records`` is a column-wise :class:`~transforms.avro_fast.ColumnBatch` or
 ``fastavro`` decodes from ``schemas/report.avsc``. A file yields one batch per group of Avro blocks
 (about ``batch_size`` records); a Pub/Sub message body is one Avro object container (one or many
 reports) and yields one batch. Files come from a glob matched once (:class:`ReadReportFiles`, batch) or
-from a directory watched for new files (:class:`WatchReportFiles`, streaming). Inputs that cannot be
-decoded become dead letters with reason ``undecodable`` and count as one read, one rejected record.
+from a directory watched for new, complete files (:class:`WatchReportFiles`, streaming). Every part of an
+input that is not records (a non-Avro file, a truncated or corrupt block, a bad sync marker, an oversized
+message, ...: :data:`transforms.avro_fast.LOSS_REASONS`) becomes one dead letter with its reason and
+counts as one read, one rejected input, plus the ``lost_bytes`` / ``lost_blocks`` / ``lost_records`` it
+cost. Dead letters never hold input bytes (docs/pipelines.md, the dead-letter privacy contract).
 
 Every kind of result row is written by :class:`WriteResults` from its :class:`~ldp.aggregate.OutputSpec`:
 JSON Lines and Avro, one file per window *and pane* (``OUT/<subdir>/<prefix>-<start>-<end>-paneNNNNN-
