@@ -379,7 +379,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         "counts": {
             k: v
             for k, v in counts.items()
-            if k in ("read", "accepted", "rejected") or k.startswith("rejected_")
+            if k in ("read", "accepted", "rejected") or k.startswith(("rejected_", "lost_"))
         },
         "rows": {spec.name: counts.get(f"{spec.name}_rows", 0) for spec in agg.outputs},
         "panes_written": {name: len(w) for name, w in written.items()},

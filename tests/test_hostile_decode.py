@@ -433,3 +433,28 @@ def test_files_that_are_not_reports_are_named_sized_hashed_never_copied(tmp_path
             label="n",
         )
 
+
+
+def test_batch_job_reports_the_loss_of_a_cut_file(tmp_path, capsys):
+    """End to end: a file cut inside its third block and a CSV matching the glob; the job's summary and
+    counts.json carry the truncated block's declared records and the bytes lost."""
+    from pipelines import frequency
+
+    task = _task()
+    task.save(tmp_path / "task.json")
+    data = _container(_records(task, 3000, 12), sync_interval=20_000)
+    lay = _layout(data)
+    off, cnt, end = lay[2]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.avro").write_bytes(data[: off + 40])
+    (tmp_path / "in" / "b.avro").write_bytes(b"user,raw_value\n1,2\n")
+    summary = frequency.run([
+        "--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro"),
+        "--output", str(tmp_path / "out"),
+    ])
+    c = summary["counts"]
+    assert c["accepted"] == lay[0][1] + lay[1][1]
+    assert (c["rejected_truncated"], c["rejected_undecodable"], c["lost_records"]) == (1, 1, cnt)
+    assert c["lost_bytes"] == 40 + len(b"user,raw_value\n1,2\n") and c["lost_blocks"] == 1
+    assert json.loads((tmp_path / "out" / "counts.json").read_text())["counts"] == c
+    assert f"lost records={cnt}, blocks=1" in capsys.readouterr().err

@@ -2,7 +2,9 @@
 
 Counter names (namespace ``ldp``): ``reports_read``, ``reports_accepted``, ``reports_rejected`` and
 ``rejected_<reason>`` (the validate step and the sources), ``<output>_rows`` per kind of result row,
-``finalized_panes`` / ``empty_panes`` and the distribution ``finalize_ms`` (the finalize step).
+``finalized_panes`` / ``empty_panes`` and the distribution ``finalize_ms`` (the finalize step), and
+``lost_bytes`` / ``lost_blocks`` / ``lost_records``: what the parts of inputs that are not records cost
+(the sources; see :data:`transforms.avro_fast.LOSS_REASONS`).
 """
 
 from __future__ import annotations
@@ -116,4 +118,8 @@ def format_counts(counts: Counts) -> str:
         f"{k[len('rejected_') :]}={v}" for k, v in sorted(counts.items()) if k.startswith("rejected_") and v
     )
     text = f"reports read={counts['read']} accepted={counts['accepted']} rejected={counts['rejected']}"
-    return text + (f" ({reasons})" if reasons else "")
+    text += f" ({reasons})" if reasons else ""
+    lost = [(k[len("lost_") :], counts.get(k, 0)) for k in ("lost_records", "lost_blocks", "lost_bytes")]
+    if any(v for _, v in lost):
+        text += "; lost " + ", ".join(f"{name}={v}" for name, v in lost)
+    return text
