@@ -344,7 +344,10 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
             )
         except RunnerLimitation as exc:
             fail(str(exc))
-    prepare_output(ns.output, ns.overwrite)
+    try:
+        prepare_output(ns.output, ns.overwrite)
+    except OSError as exc:  # a parent that is a file, a read-only or missing mount, no permission, ...
+        fail(f"--output {ns.output!r} cannot be created: {exc.strerror or exc}")
     _LOG.info(
         "%s job: task %s (%s, %d group(s)), window %s, %s, output %s",
         job.kind,

@@ -51,3 +51,14 @@ def test_bad_time_flags_are_one_line_errors(job, flags, message, capsys, tmp_pat
 def test_whole_millisecond_window_sizes_pass(job, tmp_path):
     summary = frequency.run([*job, "--window_size", "0.001"])
     assert summary["counts"]["accepted"] == 10
+
+
+def test_an_output_that_cannot_be_created_is_a_one_line_error(job, capsys, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for out, why in ((tmp_path / "afile" / "out", "Not a directory"), ("/proc/no/such/out", "No such file")):
+        args = [*job[:-1], str(out)]
+        with pytest.raises(SystemExit) as exc:
+            frequency.run(args)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"--output {str(out)!r} cannot be created: {why}" in err
