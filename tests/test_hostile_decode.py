@@ -458,3 +458,39 @@ def test_batch_job_reports_the_loss_of_a_cut_file(tmp_path, capsys):
     assert c["lost_bytes"] == 40 + len(b"user,raw_value\n1,2\n") and c["lost_blocks"] == 1
     assert json.loads((tmp_path / "out" / "counts.json").read_text())["counts"] == c
     assert f"lost records={cnt}, blocks=1" in capsys.readouterr().err
+
+
+def test_poison_record_in_a_pubsub_message_costs_that_record():
+    """The same 3,002-record case as one Pub/Sub message body (the issue: the whole message was lost)."""
+    from transforms.io import _DecodeMessage
+
+    task = _task()
+    recs = _records(task, 3000, 14)
+    recs = [*recs[:10], dict(recs[0], event_time=POISON_MS), dict(recs[1], task_id="another"), *recs[10:]]
+    fn = _DecodeMessage("sub", FrequencyAggregator(task))
+    fn.setup()
+    out = list(fn.process(_container(recs)))
+    assert all(not hasattr(o, "tag") for o in out)  # no loss: every record decoded
+    v = ReportValidator(task)
+    vbs = [v.validate(o.records, "sub", at_ms=0) for o in out]
+    assert sum(vb.n_accepted for vb in vbs) == 3000
+    assert sorted(d["reason"] for vb in vbs for d in vb.dead_letters) == ["invalid_event_time", "wrong_task"]
+
+
+class _FailingFile(io.BytesIO):
+    def read(self, n=-1):
+        if self.tell() > 3000:
+            raise OSError(5, "Input/output error")
+        return super().read(n)
+
+
+def test_io_errors_propagate_for_the_runner_to_retry():
+    """A read error of the file system is not data: it is raised (the runner retries the bundle), after
+    the batches before it, never turned into a dead letter."""
+    task = _task()
+    data = _container(_records(task, 3000, 15), sync_interval=2000)
+    losses: list[Loss] = []
+    with pytest.raises(OSError, match="Input/output error"):
+        for _ in iter_report_batches(_FailingFile(data), 1, losses=losses, task_id=task.task_id):
+            pass
+    assert losses == []
