@@ -180,9 +180,19 @@ def window_from_flags(window: WindowConfig, ns: argparse.Namespace) -> WindowCon
     if getattr(ns, "accumulating", False):
         changes["accumulating"] = True
     w = dataclasses.replace(window, **changes)
+    for flag, field in (("window_size", "size_s"), ("window_period", "period_s"),
+                        ("allowed_lateness", "allowed_lateness_s"), ("early_firing", "early_firing_s")):
+        v = getattr(w, field)
+        if v is not None and field not in changes and not _whole_ms(v):  # the task file's value
+            fail(f"the task's window.{field} must be a finite whole number of milliseconds, got {v} "
+                 f"(--{flag} overrides it)")
     if w.period_s is not None and (w.size_s is None or w.period_s > w.size_s):
         fail("--window_period needs --window_size >= the period")
     return w
+
+
+def _whole_ms(v: float) -> bool:
+    return math.isfinite(v) and abs(v * 1000 - round(v * 1000)) <= 1e-6
 
 
 def read_reports(p: beam.Pipeline, ns: argparse.Namespace, agg: Aggregator, *, streaming: bool, paced: bool):

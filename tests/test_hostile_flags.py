@@ -62,3 +62,15 @@ def test_an_output_that_cannot_be_created_is_a_one_line_error(job, capsys, tmp_p
         assert exc.value.code == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"--output {str(out)!r} cannot be created: {why}" in err
+
+
+def test_a_task_window_that_is_not_whole_milliseconds_is_refused(job, capsys, tmp_path):
+    """The task file's window size is checked like the flag (600.0005 s put reports in wrong windows)."""
+    spec = {"task_id": "flags", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4,
+            "window": {"size_s": 600.0005}}
+    parse_task(spec).save(tmp_path / "task.json")  # the task model accepts it; the job refuses it
+    with pytest.raises(SystemExit) as exc:
+        frequency.run(job)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "window.size_s must be a finite whole number of milliseconds" in err
