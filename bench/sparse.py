@@ -278,6 +278,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default=1,
         help="beam_pipeline stage: independent simulate -> sparse_mean runs per privacy level (0: skip)",
     )
+    ap.add_argument(
+        "--pipeline_users",
+        default=None,
+        help="beam_pipeline stage: comma-separated population sizes (default: --users)",
+    )
     ap.add_argument("--json", default=None, help="write the records here")
     args, _ = parse_job_args(ap, argv, beam=False)
     privs = [p.strip() for p in args.privacy.split(",") if p.strip()]
@@ -303,10 +308,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     if args.pipeline_trials < 0:
         ap.error("--pipeline_trials must be >= 0")
-    for priv in privs if args.pipeline_trials else []:
+    try:
+        sizes = [int(x) for x in (args.pipeline_users or str(args.users)).split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--pipeline_users takes comma-separated integers, got {args.pipeline_users!r}")
+    if not sizes or min(sizes) < 1:
+        ap.error("--pipeline_users must be positive integers")
+    for size, priv in [(s, p) for s in sizes for p in privs] if args.pipeline_trials else []:
         recs.append(
             bench_pipeline(
-                args.users,
+                size,
                 args.domain_size,
                 args.sparsity,
                 args.epsilons,
@@ -317,6 +328,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         )
     for r in recs:
         extra = f" (fam {r['hash_family']}, scaled from {r['scaled_from']})" if "scaled_from" in r else ""
+        if r["stage"] == "beam_pipeline":
+            extra = (
+                f" n={r['users']} {r['reports_per_s']:,.0f} reports/s, MSE {r['mse']:.3e}, "
+                f"MSE/mean(std^2) {r['mse_over_std2']:.4f}, MSE/closed form {r['mse_over_closed_form']:.4f}"
+            )
         print(f"{r['privacy']:5s} {r['stage']:24s} {r['seconds']:9.3f} s{extra}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -342,3 +342,23 @@ def test_pipeline_std_and_closed_form_describe_its_error(tmp_path, privacy):
     tol = 5 * math.sqrt(2 / d)
     assert abs(mse / std2 - 1) <= tol, (mse, std2)
     assert abs(mse / closed - 1) <= tol, (mse, closed)
+
+
+def test_simulate_csv_population_without_users(tmp_path, capsys):
+    """--dataset csv:PATH for a sparse task: every user of the file is one client (--users omitted, or
+    given as that count); truth.json's mean is the file's mean vector; other --users are refused."""
+    (tmp_path / "v.csv").write_text("user_id,item,value\nu1,3,0.5\nu1,7,-1\nu2,3,1\nu3,100,0.25\n")
+    task = _task("svme", d=256, k=4)
+    (tmp_path / "task.json").write_text(task.to_json())
+    base = ["--task", str(tmp_path / "task.json"), "--dataset", f"csv:{tmp_path / 'v.csv'}", "--seed", "1"]
+    truth = simulate.run([*base, "--output", str(tmp_path / "a"), "--files", "1"])
+    want = np.zeros(256)
+    want[[3, 7, 100]] = [1.5 / 3, -1 / 3, 0.25 / 3]
+    assert truth["n_users"] == 3 and np.allclose(truth["mean"], want, rtol=0, atol=1e-15)
+    assert simulate.run([*base, "--output", str(tmp_path / "b"), "--users", "3"])["n_users"] == 3
+    with pytest.raises(SystemExit) as ei:
+        simulate.run([*base, "--output", str(tmp_path / "c"), "--users", "5"])
+    assert ei.value.code == 2 and "holds 3 clients" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ei:
+        simulate.run(["--task", str(tmp_path / "task.json"), "--output", str(tmp_path / "d")])
+    assert ei.value.code == 2 and "--users is required" in capsys.readouterr().err
