@@ -56,6 +56,7 @@ from transforms.io import (
     WriteDeadLetters,
     WriteResults,
 )
+from transforms.records import decode_params
 from transforms.runners import RunnerLimitation, adapt_directory_streaming, runs_on_fnapi_runner
 
 __all__ = [
@@ -344,8 +345,11 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     window = window_from_flags(task.window, ns)
     try:
         agg = job.make_aggregator(ns, task)
-    except ValueError as exc:
-        fail(str(exc))
+        # every group's oracle, built now: a task whose accumulator cannot fit (the oracles' size guard,
+        # ldp.oracles.MAX_ACCUMULATOR_CELLS) is refused here, with the limit named, not per file later
+        decode_params(agg)
+    except (ValueError, MemoryError, OverflowError) as exc:
+        fail(f"{ns.task}: the task cannot run: {exc}")
     fnapi = runs_on_fnapi_runner(options)
     if streaming and ns.input and fnapi:
         try:

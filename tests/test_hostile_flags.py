@@ -4,6 +4,7 @@ positive or not whole milliseconds are refused in one line (exit status 2) befor
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -74,3 +75,24 @@ def test_a_task_window_that_is_not_whole_milliseconds_is_refused(job, capsys, tm
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "window.size_s must be a finite whole number of milliseconds" in err
+
+
+def test_a_task_whose_accumulator_cannot_fit_is_refused_at_load(tmp_path, capsys):
+    """LHIO over three 2^20 domains: its group oracles would need more than the oracles' size limit;
+    refused before the job runs, in one line naming the limit (it used to fail in the workers)."""
+    from pipelines import range_queries
+
+    attrs = [{"name": n, "domain_size": 1 << 20} for n in "abc"]
+    spec = {"task_id": "big", "kind": "range", "mechanism": "lhio", "epsilon": 1.0, "attributes": attrs,
+            "expected_users": 1_000_000}
+    (tmp_path / "task.json").write_text(json.dumps(spec))
+    (tmp_path / "q.json").write_text('[{"a": [0, 7]}]')
+    (tmp_path / "r.avro").write_bytes(b"x")
+    with pytest.raises(SystemExit) as exc:
+        range_queries.run(["--task", str(tmp_path / "task.json"), "--queries", str(tmp_path / "q.json"),
+                           "--input", str(tmp_path / "r.avro"), "--output", str(tmp_path / "out")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "the task cannot run" in err
+    assert "MAX_ACCUMULATOR_CELLS = 67,108,864 cells" in err
+    assert not (tmp_path / "out").exists()
