@@ -46,24 +46,7 @@ SKIP_RE = re.compile(r"not run by tests:\s*(.+?)\s*(?:-->)?\s*$", re.I)
 FILE_RE = re.compile(r"<!--\s*file:\s*(\S+)\s*-->")
 
 #: Blocks of today's README that do not run as written, by the start of their first command -> why.
-PENDING: dict[str, str] = {
-    "./run_local.sh          # the main job": "runs ./run_local.sh test, i.e. this suite (recursion); "
-    "split it and mark the test line",
-    "python -m pipelines.frequency --task task.json --input 'reports/*.avro' --output out/ \\\n"
-    "    --runner=FlinkRunner": "needs the Flink job server (tests/test_flink_runner.py runs Flink)",
-    "python -m pipelines.simulate --task task.json": "task.json is not created by the README (mark the "
-    "JSON block <!-- file: task.json -->)",
-    "python -m pipelines.frequency --task task.json --input 'reports/*.avro' --output out/ \\": "uses "
-    "literal [optional] brackets; depends on the simulate block",
-    "python -m pipelines.frequency --task task.json --streaming --input 'incoming/*.avro'": "runs until "
-    "interrupted (no --streaming_duration) on a directory nothing fills",
-    "python -m pipelines.frequency --task task.json --streaming \\": "needs a Pub/Sub subscription",
-    "python -m pipelines.frequency --task task.json --input 'gs://": "needs Dataflow and a GCS bucket",
-    ".venv/bin/python -m bench.oracles": "a benchmark (minutes; --peers builds a side environment)",
-    ".venv/bin/python -m bench.pipeline": "a benchmark (1M users, the Pub/Sub emulator)",
-    ".venv/bin/python -m experiments.consistency": "a paper reproduction (50 trials of 1M users)",
-    "import numpy as np\nfrom ldp.oracles import make_oracle": "uses an undefined name `values`",
-}
+PENDING: dict[str, str] = {}
 
 
 @dataclass
@@ -247,7 +230,7 @@ def test_pending_entries_match_blocks() -> None:
 
 
 #: Paths today's README names outside the repository (as code, not links) -> why they are tolerated for now.
-PENDING_OUTSIDE = {"../shared/DESIGN.md": "the design notes are not in the repository; link docs/ instead"}
+PENDING_OUTSIDE: dict[str, str] = {}
 
 
 def test_readme_links_stay_inside_the_repository() -> None:
