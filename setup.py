@@ -44,6 +44,7 @@ EXTRAS = {
         "wheel>=0.40,<1",
         "avro>=1.12,<1.13",
         "hypothesis>=6.100,<7",
+        "jsonschema>=4.18,<5",
     ],
     "bench": ["matplotlib>=3.8,<4"],
     # google-cloud-pubsub creates the google.cloud namespace, after which importing apache_beam tries
