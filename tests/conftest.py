@@ -116,6 +116,27 @@ def pubsub_emulator_binary() -> str | None:
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
 
 
+@pytest.fixture(scope="module")
+def emulator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """A Pub/Sub emulator on 127.0.0.1 for one test module (its ``PROJECT`` constant names the project),
+    with ``PUBSUB_EMULATOR_HOST`` pointing at it; stopped by PID and the variable restored afterwards."""
+    from pipelines.pubsub_emulator import PubSubEmulator
+
+    project = getattr(request.module, "PROJECT", "ldp-test")
+    log = tmp_path_factory.mktemp("emulator") / "emulator.log"
+    emu = PubSubEmulator(project=project, log_path=str(log)).start()
+    old = os.environ.get("PUBSUB_EMULATOR_HOST")
+    os.environ["PUBSUB_EMULATOR_HOST"] = emu.host
+    try:
+        yield emu
+    finally:
+        emu.stop()
+        if old is None:
+            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+        else:
+            os.environ["PUBSUB_EMULATOR_HOST"] = old
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """``LDP_REQUIRE_PUBSUB=1`` (CI): a Pub/Sub emulator test fails instead of skipping when the emulator

@@ -27,22 +27,6 @@ pytestmark = pytest.mark.skipif(
 PROJECT = "ldp-hostile"
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    log = tmp_path_factory.mktemp("emulator") / "emulator.log"
-    emu = PubSubEmulator(project=PROJECT, log_path=str(log)).start()
-    old = os.environ.get("PUBSUB_EMULATOR_HOST")
-    os.environ["PUBSUB_EMULATOR_HOST"] = emu.host
-    try:
-        yield emu
-    finally:
-        emu.stop()
-        if old is None:
-            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
-        else:
-            os.environ["PUBSUB_EMULATOR_HOST"] = old
-
-
 def test_poison_messages_are_dead_lettered_and_nothing_stalls(emulator, tmp_path):
     from google.cloud import pubsub_v1
 

@@ -39,22 +39,6 @@ PROJECT = "ldp-test"
 WINDOW_S = 2
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    log = tmp_path_factory.mktemp("emulator") / "emulator.log"
-    emu = PubSubEmulator(project=PROJECT, log_path=str(log)).start()
-    old = os.environ.get("PUBSUB_EMULATOR_HOST")
-    os.environ["PUBSUB_EMULATOR_HOST"] = emu.host
-    try:
-        yield emu
-    finally:
-        emu.stop()
-        if old is None:
-            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
-        else:
-            os.environ["PUBSUB_EMULATOR_HOST"] = old
-
-
 def _ms(iso: str) -> int:
     return int(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
