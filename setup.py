@@ -30,6 +30,12 @@ RUNTIME = [
     "cramjam>=2.8,<3",
     "zstandard>=0.22,<1",
     "threadpoolctl>=3.1,<4",
+    # the latest-state store: SQLite (standard library) by default, PostgreSQL through psycopg
+    "psycopg[binary]>=3.2,<4",
+    # the live dashboard (a Bokeh server app; Bokeh serves its own JavaScript, nothing from a CDN)
+    "bokeh>=3.6,<3.11",
+    # composition of per-report privacy loss across windows (repeated collection)
+    "dp-accounting>=0.4,<0.7",
 ]
 
 EXTRAS = {
@@ -45,6 +51,8 @@ EXTRAS = {
         "avro>=1.12,<1.13",
         "hypothesis>=6.100,<7",
         "jsonschema>=4.18,<5",
+        # the dashboard's real-browser test drives Debian's chromium through chromium-driver
+        "selenium>=4.20,<5",
     ],
     "bench": ["matplotlib>=3.8,<4"],
     # google-cloud-pubsub creates the google.cloud namespace, after which importing apache_beam tries
