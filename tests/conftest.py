@@ -86,9 +86,13 @@ def _starts_a_process(item: pytest.Item) -> bool:
     return _STARTS_PROCESS.search(source) is not None
 
 
+#: Markers of tests that need a service; they are integration tests too.
+SERVICE_MARKERS = ("integration", "postgres", "browser", "failover")
+
+
 def is_integration(item: pytest.Item) -> bool:
     """Whether a collected test belongs to the integration tier (see the module docstring)."""
-    if item.get_closest_marker("integration") is not None:
+    if any(item.get_closest_marker(m) is not None for m in SERVICE_MARKERS):
         return True
     path = Path(str(item.fspath))
     if path.name in INTEGRATION_FILES:
