@@ -51,8 +51,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def answer_parser() -> argparse.ArgumentParser:
+    base = parser().prog  # `ldp-beam range-queries` or `python -m pipelines.range_queries`
     p = job_parser(
         "Answer range queries from saved window models (OUT/models/), without the reports.",
+        prog=f"{base} answer",
         beam_options=False,
     )
     p.add_argument("--model", required=True, help="model file(s): a .jsonl/.avro path, a glob, or OUT/models")

@@ -241,3 +241,11 @@ def test_installed_version_is_ldp_version():
     if shutil.which("ldp-beam", path=str(Path(sys.executable).parent)) is None:
         pytest.fail("ldp-beam is not installed in this environment (bash tools/ensure_venv.sh)")
     assert importlib.metadata.version("ldp-beam") == ldp.__version__
+
+
+def test_range_answer_subcommand_names_itself(capsys):
+    from pipelines import range_queries
+
+    with pytest.raises(SystemExit):
+        range_queries.run(["answer", "--help"])
+    assert "range-queries answer" in capsys.readouterr().out.splitlines()[0]
