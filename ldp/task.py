@@ -22,6 +22,7 @@ Keys common to every kind of task (keys not listed are an error, so typos do not
       "params": {},                      # optional: further mechanism parameters (e.g. {"k": 8} for ss)
       "window": {                        # optional, defaults shown; pipeline flags override
         "size_s": null,                  #   event-time window length; null = one global window
+                                         #   (window times are finite whole milliseconds)
         "period_s": null,                #   sliding period; null = fixed (tumbling) windows
         "allowed_lateness_s": 0,         #   how long after a window closes late reports still count
         "early_firing_s": null,          #   processing-time period of early (speculative) panes
@@ -32,7 +33,14 @@ Keys common to every kind of task (keys not listed are an error, so typos do not
 Kinds of task (the mechanism names come from the mechanism registries, never from a copy here):
 
 * ``frequency`` (:class:`FrequencyTask`): a mechanism of ``ldp.oracles.MECHANISMS`` or ``auto``, plus
-  ``"domain_size": 1024`` (required, an integer in [2, 2^31]).
+  ``"domain_size": 1024`` (required, an integer in [2, 2^31]) and optional value labels, either inline
+  ``"labels": ["apple", "pear", ...]`` or ``"labels_file": "fruit.txt"`` (not both): exactly
+  ``domain_size`` unique, non-empty strings of at most :data:`MAX_LABEL_CHARS` characters without control
+  characters or surrounding whitespace, for a domain of at most :data:`MAX_LABELS` values. The file path
+  is relative to the task file (:func:`load_task`; ``base_dir`` of :func:`parse_task`); it holds one
+  label per line (UTF-8; trailing empty lines ignored) or a JSON list of strings. The parsed task (and
+  :meth:`FrequencyTask.to_dict`) carries the labels inline. Label ``i`` names value ``i``: estimates and
+  dashboards show it, and ``csv:PATH:COLUMN`` datasets may hold labels instead of integers.
 * ``range`` (:class:`RangeTask`): a method of ``ldp.rangequery.registry.METHODS`` plus
   ``"attributes": [{"name": "age", "domain_size": 64}, ...]`` (required, non-empty),
   ``"expected_users": 1000000`` (required), optional ``"granularity": {"g1": 16, "g2": 4}`` (HDG / TDG) and
@@ -97,6 +105,9 @@ __all__ = [
     "SUPPORTED_SCHEMA_VERSIONS",
     "DEFAULT_SCHEMA_VERSION",
     "SPARSE_KEYS",
+    "MAX_LABELS",
+    "MAX_LABEL_CHARS",
+    "MAX_LABELS_FILE_BYTES",
 ]
 
 #: 1-D frequency-oracle mechanisms (``ldp.oracles.MECHANISMS``); ``auto`` picks the lowest-variance one.
@@ -139,6 +150,14 @@ _COMMON_KEYS = (
 _REQUIRED = ("task_id", "mechanism", "epsilon")
 _MAX_GROUPS = 1 << 31
 _MAX_DOMAIN = 1 << 31
+#: Largest domain that may carry value labels (the labels travel with the task to every worker and row).
+MAX_LABELS = 1 << 16
+#: Longest label (characters).
+MAX_LABEL_CHARS = 256
+#: Largest labels file read (bytes).
+MAX_LABELS_FILE_BYTES = 8 << 20
+#: Per-label problems listed before the rest are counted ("... and N more").
+_MAX_LABEL_PROBLEMS = 10
 
 Problems = list[str]
 JsonObject = Mapping[str, object]
@@ -259,6 +278,12 @@ class FrequencyTask(Task):
 
     kind: ClassVar[str] = "frequency"
     domain_size: int
+    #: ``labels[i]`` names value ``i`` (``None``: values are shown as numbers).
+    labels: tuple[str, ...] | None = None
+
+    def label(self, value: int) -> str:
+        """The name of ``value``: its label, else the number as text."""
+        return self.labels[value] if self.labels is not None else str(value)
 
     def oracle_params(self) -> dict[str, object]:
         """Keyword arguments for ``ldp.oracles.make_oracle`` beyond name, epsilon and domain."""
@@ -274,7 +299,10 @@ class FrequencyTask(Task):
         return _oracles.make_oracle(self.mechanism, self.epsilon, self.domain_size, **self.oracle_params())
 
     def to_dict(self) -> dict[str, object]:
-        return {**self._common_dict(), "domain_size": self.domain_size}
+        out = {**self._common_dict(), "domain_size": self.domain_size}
+        if self.labels is not None:
+            out["labels"] = list(self.labels)
+        return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -372,6 +400,16 @@ def _is_int(x: object) -> bool:
 
 def _is_num(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _whole_ms(x: float) -> bool:
+    """True when ``x`` seconds is a whole number of milliseconds (event times are epoch milliseconds, so
+    a window of 600.0005 s would put reports in the wrong windows)."""
+    return abs(x * 1000 - round(x * 1000)) <= 1e-6
+
+
+def _not_whole_ms(key: str, v: object) -> str:
+    return f"window.{key} must be a finite whole number of milliseconds, got {v!r}"
 
 
 def _as_object(raw: object, name: str, problems: Problems) -> JsonObject:
@@ -519,10 +557,16 @@ def _check_window(raw: object, problems: Problems) -> WindowConfig:
         if v is not None and not (_is_num(v) and v > 0):
             problems.append(f"window.{k} must be a positive number or null, got {v!r}")
             v = None
+        elif v is not None and not _whole_ms(v):
+            problems.append(_not_whole_ms(k, v))
+            v = None
         vals[k] = None if v is None else float(v)
     lat = raw.get("allowed_lateness_s", 0)
     if not (_is_num(lat) and lat >= 0):
         problems.append(f"window.allowed_lateness_s must be a number >= 0, got {lat!r}")
+        lat = 0
+    elif not _whole_ms(lat):
+        problems.append(_not_whole_ms("allowed_lateness_s", lat))
         lat = 0
     acc = raw.get("accumulating", False)
     if not isinstance(acc, bool):
@@ -582,16 +626,112 @@ def _require(obj: JsonObject, keys: Sequence[str], mechanism: str, problems: Pro
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _frequency_task(obj: JsonObject, common: dict[str, object], problems: Problems) -> FrequencyTask | None:
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _check_labels(
+    raw: object,
+    d: object,
+    problems: Problems,
+    where: str = "labels",
+    item: Callable[[int], str] | None = None,
+) -> tuple[str, ...] | None:
+    """Value labels: a list of ``domain_size`` unique, non-empty strings (see the module docstring).
+
+    ``where`` names the source in messages (``labels`` or the labels file), ``item(i)`` one entry of it.
+    Per-label problems beyond :data:`_MAX_LABEL_PROBLEMS` are counted, not listed.
+    """
+    item = item or (lambda i: f"{where}[{i}]")
+    if not isinstance(raw, list):
+        problems.append(f"{where} must be a list of strings, got {type(raw).__name__}")
+        return None
+    if len(raw) > MAX_LABELS:
+        problems.append(f"{where} has {len(raw)} entries; a labelled domain has at most {MAX_LABELS} values")
+        return None
+    ok = True
+    if _is_int(d) and d > MAX_LABELS:
+        problems.append(f"labels need domain_size <= {MAX_LABELS}, got {d}")
+        ok = False
+    elif _is_int(d) and len(raw) != d:
+        problems.append(f"{where} has {len(raw)} entries but domain_size is {d} (one label per value)")
+        ok = False
+    found: Problems = []
+    first: dict[str, int] = {}
+    for i, lab in enumerate(raw):
+        if not isinstance(lab, str):
+            found.append(f"{item(i)} must be a string, got {type(lab).__name__} {lab!r}")
+        elif not lab.strip():
+            found.append(f"{item(i)} is empty")
+        elif len(lab) > MAX_LABEL_CHARS:
+            found.append(f"{item(i)} has {len(lab)} characters (at most {MAX_LABEL_CHARS})")
+        elif _CONTROL_RE.search(lab):
+            found.append(f"{item(i)} {lab!r} holds a control character")
+        elif lab != lab.strip():
+            found.append(f"{item(i)} {lab!r} has leading or trailing whitespace")
+        elif lab in first:
+            found.append(f"{item(i)} {lab!r} repeats {item(first[lab])} (labels must be unique)")
+        else:
+            first[lab] = i
+    problems.extend(found[:_MAX_LABEL_PROBLEMS])
+    if len(found) > _MAX_LABEL_PROBLEMS:
+        problems.append(f"{where}: ... and {len(found) - _MAX_LABEL_PROBLEMS} more label problem(s)")
+    return tuple(raw) if ok and not found else None
+
+
+def _labels_from_file(raw: object, d: object, base_dir: Path, problems: Problems) -> tuple[str, ...] | None:
+    """The labels of a ``labels_file``: one per line (UTF-8, trailing empty lines ignored) or a JSON list."""
+    if not isinstance(raw, str) or not raw.strip():
+        problems.append(f"labels_file must be a non-empty path string, got {raw!r}")
+        return None
+    path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
+    where = f"labels_file {raw!r}"
+    try:
+        size = path.stat().st_size
+        if size > MAX_LABELS_FILE_BYTES:
+            problems.append(f"{where} is {size} bytes; at most {MAX_LABELS_FILE_BYTES} are read")
+            return None
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        problems.append(f"{where}: cannot read {str(path)!r}: {exc.strerror or exc}")
+        return None
+    except UnicodeDecodeError as exc:
+        problems.append(f"{where} is not UTF-8 text: {exc.reason} at byte {exc.start}")
+        return None
+    text = text.removeprefix("\ufeff")
+    if text.lstrip().startswith("["):
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            problems.append(
+                f"{where}: not a valid JSON list: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            )
+            return None
+        return _check_labels(parsed, d, problems, where)
+    lines = [ln.removesuffix("\r") for ln in text.split("\n")]
+    while lines and lines[-1] == "":
+        lines.pop()
+    return _check_labels(lines, d, problems, where, lambda i: f"{where} line {i + 1}")
+
+
+def _frequency_task(
+    obj: JsonObject, common: dict[str, object], problems: Problems, base_dir: Path = Path(".")
+) -> FrequencyTask | None:
     mech = str(common["mechanism"])
     d = obj.get("domain_size")
     _require(obj, ("domain_size",), mech, problems)
     if "domain_size" in obj and not (_is_int(d) and 2 <= d <= _MAX_DOMAIN):
         problems.append(f"domain_size must be an integer in [2, 2^31], got {d!r}")
     common["n_groups"] = _check_n_groups(obj, problems)
+    labels: tuple[str, ...] | None = None
+    if "labels" in obj and "labels_file" in obj:
+        problems.append("give labels or labels_file, not both")
+    elif "labels_file" in obj:
+        labels = _labels_from_file(obj["labels_file"], d, base_dir, problems)
+    elif obj.get("labels") is not None:
+        labels = _check_labels(obj["labels"], d, problems)
     if problems:
         return None
-    task = FrequencyTask(domain_size=int(d), **common)
+    task = FrequencyTask(domain_size=int(d), labels=labels, **common)
     try:  # the oracle is the final judge of mechanism parameters (e.g. g not a prime power)
         task.make_oracle()
     except ValueError as exc:
@@ -698,18 +838,27 @@ class TaskKind:
     """One kind of task: its mechanism names, its own top-level keys and the checker of those keys.
 
     ``build(raw, common, problems)`` receives the parsed common fields (``task_id``, ``mechanism``, ...),
-    appends its problems and returns the task (``None`` when there are problems).
+    appends its problems and returns the task (``None`` when there are problems). A kind whose keys name
+    files (``labels_file``) sets ``uses_base_dir``: ``build`` then also gets ``base_dir=`` (the directory
+    relative paths are resolved against).
     """
 
     name: str
     mechanisms: Callable[[], tuple[str, ...]]
     keys: tuple[str, ...]
-    build: Callable[[JsonObject, dict[str, object], Problems], Task | None]
+    build: Callable[..., Task | None]
+    uses_base_dir: bool = False
 
 
 #: Kinds of task by name; a new kind (sparse vectors, batch queries) adds an entry.
 TASK_KINDS: dict[str, TaskKind] = {
-    "frequency": TaskKind("frequency", lambda: ORACLE_MECHANISMS, ("domain_size",), _frequency_task),
+    "frequency": TaskKind(
+        "frequency",
+        lambda: ORACLE_MECHANISMS,
+        ("domain_size", "labels", "labels_file"),
+        _frequency_task,
+        uses_base_dir=True,
+    ),
     "range": TaskKind(
         "range",
         lambda: MULTI_ATTRIBUTE_MECHANISMS,
@@ -731,13 +880,17 @@ TASK_KINDS: dict[str, TaskKind] = {
 # ------------------------------------------------------------------------------------------------------------
 
 
-def parse_task(obj: object, *, source: str = "task", kind: str | None = None) -> ParsedTask:
+def parse_task(
+    obj: object, *, source: str = "task", kind: str | None = None, base_dir: str | Path | None = None
+) -> ParsedTask:
     """Validates a task given as a dict (parsed JSON) and returns the parsed task.
 
     Args:
         obj: the task object.
         source: what to call it in error messages (a file name).
         kind: if given, the task must be of this kind (e.g. ``"range"`` for the range-query job).
+        base_dir: the directory a relative ``labels_file`` is read from (default: the current directory;
+            :func:`load_task` passes the task file's directory).
 
     Raises:
         TaskError: listing every problem found.
@@ -760,7 +913,8 @@ def parse_task(obj: object, *, source: str = "task", kind: str | None = None) ->
     }
     task = None
     if task_kind is not None and mechanism is not None:
-        task = task_kind.build(obj, common, problems)
+        extra = {"base_dir": Path(base_dir or ".")} if task_kind.uses_base_dir else {}
+        task = task_kind.build(obj, common, problems, **extra)
     if task is None or problems:
         raise TaskError(problems or ["the task could not be parsed"], source)
     if kind is not None and task.kind != kind:
@@ -788,4 +942,4 @@ def load_task(path: str | Path, *, kind: str | None = None) -> ParsedTask:
         raise TaskError(
             [f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"], str(p)
         ) from None
-    return parse_task(obj, source=str(p), kind=kind)
+    return parse_task(obj, source=str(p), kind=kind, base_dir=p.parent)

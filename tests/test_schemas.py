@@ -229,6 +229,9 @@ VALID_TASKS += [
     {**_S, "task_id": "s3", "mechanism": "gaussian", "privacy": "event", "delta": 1e-6, "domain_size": 64},
 ]
 _R = VALID_TASKS[3]
+VALID_TASKS += [
+    {"task_id": "f4", "mechanism": "grr", "epsilon": 1.0, "domain_size": 3, "labels": ["a", "pear", "fig"]},
+]
 INVALID_TASKS = {
     "bad task_id": {**_F, "task_id": "rq demo!"},
     "unknown key": {**_F, "colour": "red"},
@@ -252,6 +255,10 @@ INVALID_TASKS = {
     "sparse privacy": {**_S, "privacy": "all"},
     "frequency with sparsity": {**_F, "sparsity": 4},
     "frequency domain beyond 2^31": {**_F, "domain_size": 1 << 40},
+    "empty label": {**_F, "domain_size": 2, "labels": ["a", ""]},
+    "label with surrounding space": {**_F, "domain_size": 2, "labels": ["a", " b"]},
+    "labels and labels_file": {**_F, "domain_size": 2, "labels": ["a", "b"], "labels_file": "l.txt"},
+    "range with labels": {**_R, "labels": ["a", "b"]},
 }
 
 

@@ -284,3 +284,109 @@ def test_no_import_cycle_between_task_and_range_registry():
             [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == "8"
+
+
+FREQ = {"task_id": "fruit", "mechanism": "grr", "epsilon": 1.0, "domain_size": 3}
+
+
+def test_inline_labels_roundtrip_and_name_values(tmp_path):
+    t = T.parse_task({**FREQ, "labels": ["apple", "pear", "fig"]})
+    assert t.labels == ("apple", "pear", "fig") and t.label(1) == "pear"
+    assert T.parse_task(t.to_dict()) == t and t.to_dict()["labels"] == ["apple", "pear", "fig"]
+    t.save(tmp_path / "t.json")
+    assert T.load_task(tmp_path / "t.json") == t
+    plain = T.parse_task(FREQ)
+    assert plain.labels is None and plain.label(2) == "2" and "labels" not in plain.to_dict()
+
+
+def test_labels_file_lines_or_json_relative_to_the_task_file(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "fruit.txt").write_text("apple\r\npear\nfig\n\n", encoding="utf-8")
+    (tmp_path / "fruit.json").write_text('["apple", "pear", "fig"]', encoding="utf-8")
+    for name, ref in (("a.json", "sub/fruit.txt"), ("b.json", "fruit.json")):
+        (tmp_path / name).write_text(json.dumps({**FREQ, "labels_file": ref}), encoding="utf-8")
+        t = T.load_task(tmp_path / name)
+        assert t.labels == ("apple", "pear", "fig")
+        assert "labels_file" not in t.to_dict() and T.parse_task(t.to_dict()) == t  # carried inline
+    t = T.parse_task({**FREQ, "labels_file": "sub/fruit.txt"}, base_dir=tmp_path)
+    assert t.labels == ("apple", "pear", "fig")
+
+
+def test_every_label_problem_is_listed(tmp_path):
+    with pytest.raises(T.TaskError) as ei:
+        T.parse_task({**FREQ, "domain_size": 6, "labels": ["a", "", " b", "a", 7, "x\ny"]})
+    msgs = ei.value.problems
+    for needle in (
+        "labels[1] is empty",
+        "labels[2] ' b' has leading or trailing whitespace",
+        "labels[3] 'a' repeats labels[0]",
+        "labels[4] must be a string, got int 7",
+        "labels[5] 'x\\ny' holds a control character",
+    ):
+        assert any(needle in m for m in msgs), (needle, msgs)
+    with pytest.raises(T.TaskError, match=r"labels has 2 entries but domain_size is 3"):
+        T.parse_task({**FREQ, "labels": ["a", "b"]})
+    with pytest.raises(T.TaskError, match=r"at most 256"):
+        T.parse_task({**FREQ, "labels": ["a", "b", "c" * 257]})
+    with pytest.raises(T.TaskError, match=r"labels need domain_size <= 65536"):
+        T.parse_task({**FREQ, "domain_size": 1 << 17, "labels": ["a", "b"]})
+    with pytest.raises(T.TaskError, match="labels must be a list of strings"):
+        T.parse_task({**FREQ, "labels": "apple,pear,fig"})
+    with pytest.raises(T.TaskError, match="give labels or labels_file, not both"):
+        T.parse_task({**FREQ, "labels": ["a", "b", "c"], "labels_file": "x.txt"})
+    many = [""] * 40
+    with pytest.raises(T.TaskError) as ei:
+        T.parse_task({**FREQ, "domain_size": 40, "labels": many})
+    assert len(ei.value.problems) == 11 and "30 more label problem(s)" in ei.value.problems[-1]
+    with pytest.raises(T.TaskError, match="key 'labels' belongs to frequency tasks"):
+        T.parse_task({**RANGE, "labels": ["a", "b"]})
+
+
+def test_labels_file_problems(tmp_path):
+    (tmp_path / "l.txt").write_text("apple\n\nfig\napple\n", encoding="utf-8")
+    (tmp_path / "t.json").write_text(json.dumps({**FREQ, "domain_size": 4, "labels_file": "l.txt"}))
+    with pytest.raises(T.TaskError) as ei:
+        T.load_task(tmp_path / "t.json")
+    assert ei.value.problems == [
+        "labels_file 'l.txt' line 2 is empty",
+        "labels_file 'l.txt' line 4 'apple' repeats labels_file 'l.txt' line 1 (labels must be unique)",
+    ]
+    with pytest.raises(T.TaskError, match="labels_file 'missing.txt': cannot read"):
+        T.parse_task({**FREQ, "labels_file": "missing.txt"}, base_dir=tmp_path)
+    (tmp_path / "bad.json").write_text('["a", "b",', encoding="utf-8")
+    with pytest.raises(T.TaskError, match="not a valid JSON list"):
+        T.parse_task({**FREQ, "labels_file": "bad.json"}, base_dir=tmp_path)
+    (tmp_path / "latin1.txt").write_bytes(b"caf\xe9\npear\nfig\n")
+    with pytest.raises(T.TaskError, match="is not UTF-8 text"):
+        T.parse_task({**FREQ, "labels_file": "latin1.txt"}, base_dir=tmp_path)
+    (tmp_path / "big.txt").write_bytes(b"x" * (T.MAX_LABELS_FILE_BYTES + 1))
+    with pytest.raises(T.TaskError, match="at most 8388608 are read"):
+        T.parse_task({**FREQ, "labels_file": "big.txt"}, base_dir=tmp_path)
+
+
+def test_window_times_must_be_whole_milliseconds():
+    """600.0005 s is not a whole number of milliseconds: event times are epoch ms, so the windows would be
+    wrong (issue 12). Whole-millisecond values pass, fractional seconds included."""
+    ok = T.parse_task({**FREQ, "window": {"size_s": 0.5, "period_s": 0.25, "allowed_lateness_s": 1.001}})
+    assert ok.window.size_s == 0.5 and ok.window.allowed_lateness_s == 1.001
+    with pytest.raises(T.TaskError) as ei:
+        T.parse_task(
+            {
+                **FREQ,
+                "window": {
+                    "size_s": 600.0005,
+                    "period_s": 1e-4,
+                    "allowed_lateness_s": 0.0001,
+                    "early_firing_s": 2.00001,
+                },
+            }
+        )
+    assert sorted(ei.value.problems) == sorted(
+        f"window.{k} must be a finite whole number of milliseconds, got {v!r}"
+        for k, v in (
+            ("size_s", 600.0005),
+            ("period_s", 1e-4),
+            ("allowed_lateness_s", 0.0001),
+            ("early_firing_s", 2.00001),
+        )
+    )
