@@ -272,3 +272,106 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess]:
         )
 
     return run
+
+
+#: Where these machines have PostgreSQL 15 (``LDP_PG_BIN`` overrides it).
+POSTGRES_BIN_DEFAULT = "/usr/lib/postgresql/15/bin"
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throw-away PostgreSQL 15 server for the test session: ``initdb`` in a fresh temporary directory,
+    ``postgres`` on a free 127.0.0.1 port with its unix socket in that directory (trust auth, user
+    ``ldp``, fsync off), stopped by its PID at the end. Yields ``postgresql://ldp@127.0.0.1:PORT/postgres``.
+
+    PostgreSQL refuses to run as root: as root, the directory is given to the ``nobody`` system user and
+    both commands run through ``runuser -u nobody``. Without the binaries the test skips with the reason,
+    unless ``LDP_REQUIRE_POSTGRES=1`` (CI), where it fails."""
+    import shutil
+    import signal
+    import socket
+    import tempfile
+    import time
+
+    bindir = Path(os.environ.get("LDP_PG_BIN", POSTGRES_BIN_DEFAULT))
+    initdb, postgres = bindir / "initdb", bindir / "postgres"
+
+    def unavailable(reason: str) -> None:
+        if os.environ.get("LDP_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"LDP_REQUIRE_POSTGRES=1 but {reason}")
+        pytest.skip(reason)
+
+    if not (initdb.is_file() and postgres.is_file()):
+        unavailable(f"no PostgreSQL server binaries in {bindir} (set LDP_PG_BIN)")
+    as_user: list[str] = []
+    tmp = tempfile.mkdtemp(prefix="ldp-pg-")
+    if os.geteuid() == 0:
+        runuser = shutil.which("runuser")
+        if runuser is None:
+            unavailable("running as root and no runuser to start PostgreSQL as the nobody user")
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        os.chown(tmp, nobody.pw_uid, nobody.pw_gid)
+        as_user = [runuser, "-u", "nobody", "--"]
+    data = os.path.join(tmp, "data")
+    init = subprocess.run(
+        [*as_user, str(initdb), "-D", data, "-U", "ldp", "--auth=trust", "-E", "UTF8", "--no-sync"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if init.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        unavailable(f"initdb failed: {(init.stderr or init.stdout).strip().splitlines()[-1:]}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(os.path.join(tmp, "postgres.log"), "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [*as_user, str(postgres), "-D", data, "-h", "127.0.0.1", "-p", str(port), "-k", tmp,
+         "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"postgresql://ldp@127.0.0.1:{port}/postgres"
+    pid_file = os.path.join(data, "postmaster.pid")
+    server_pid: int | None = None
+    try:
+        try:
+            import psycopg
+
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"postgres exited with {proc.returncode}; see {log.name}")
+                try:
+                    with psycopg.connect(url, connect_timeout=2):
+                        break
+                except psycopg.OperationalError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"postgres did not accept connections within 60 s; see {log.name}"
+                        ) from None
+                    time.sleep(0.2)
+        except RuntimeError as exc:
+            unavailable(str(exc))  # skips (or fails); the server is stopped below either way
+        yield url
+    finally:
+        if os.path.exists(pid_file):
+            with open(pid_file, encoding="utf-8") as fh:
+                server_pid = int(fh.readline().strip())  # the postmaster (runuser's child when as root)
+        if server_pid is not None:
+            try:
+                os.kill(server_pid, signal.SIGINT)  # fast shutdown
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            if server_pid is not None:
+                os.kill(server_pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,33 @@
+"""The latest-state store of estimates (Beam-free): SQLite by default, PostgreSQL for real.
+
+``open_store(url)`` -> :class:`Store` with a write API (used by the Beam sink ``transforms.store``) and a
+read API (used by the dashboard, ``pipelines.dashboard``). One current row per published number (task,
+output, window, group, value or query), replaced atomically per pane, with the pane history, pane
+latencies, a final flag set when the watermark passes the window's end plus the allowed lateness, and the
+report counts and dead-letter reasons per window. See docs/store.md (URLs, tables, idempotency, the final
+flag, the cap on stored numbers, reading it, BigQuery).
+
+Modules: :mod:`ldp.store.schema` (tables and upserts, one SQL subset for SQLite and PostgreSQL),
+:mod:`ldp.store.flatten` (result rows -> store rows), :mod:`ldp.store.store` (backends, write and read
+API).
+"""
+
+from ldp.store.flatten import DEFAULT_MAX_ITEMS, FlatItem, FlatPane, flatten_rows, row_output, window_ms
+from ldp.store.schema import SCHEMA_VERSION
+from ldp.store.store import Store, StoreError, now_ms, open_store, parse_store_url, redact_url
+
+__all__ = [
+    "DEFAULT_MAX_ITEMS",
+    "SCHEMA_VERSION",
+    "FlatItem",
+    "FlatPane",
+    "Store",
+    "StoreError",
+    "flatten_rows",
+    "now_ms",
+    "open_store",
+    "parse_store_url",
+    "redact_url",
+    "row_output",
+    "window_ms",
+]

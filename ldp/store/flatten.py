@@ -1,0 +1,300 @@
+"""Result rows -> store rows: one row per published number.
+
+* ``EstimateRow`` (frequency estimates): one row per (group, value), output ``estimates``;
+* ``AnswerRow`` (range answers): one row per query, output ``answers`` (``extra_json`` holds the query);
+* ``SparseEstimateRow`` (k-sparse vector means): one row per coordinate, output ``sparse``;
+* ``BatchAnswerRow`` (batch queries, central DP): one row per query, output ``batch``;
+* ``ModelRow`` (range models): not stored (no published number; the model files keep them).
+
+Rows are recognised by their fields (duck typing), so the store needs none of the aggregators' modules and
+takes rows that grew new fields. The error-bar fields (``ci_low``, ``ci_high``, ``ci_method``,
+``unbiased``, ``unbiased_std``, ``ci_includes_zero``, ``labels``, ``group_reports``) are read with
+defaults: a row without them stores NULL there.
+
+Large domains: at most ``max_items`` numbers per (window, output, group) are stored; beyond that, the
+``max_items`` largest published estimates (ties: the lower index first). :class:`FlatPane` says how many
+there were (``n_items``) and how many are stored (``stored_items``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_MAX_ITEMS",
+    "Z95",
+    "FlatItem",
+    "FlatPane",
+    "flatten_rows",
+    "row_output",
+    "window_ms",
+]
+
+#: Numbers stored per (window, output, group) unless told otherwise (``--store_max_items``).
+DEFAULT_MAX_ITEMS = 4096
+
+#: The two-sided 95% normal quantile (batch answers carry exact Gaussian noise of std ``std``).
+Z95 = 1.959963984540054
+
+
+class FlatItem(NamedTuple):
+    """One published number of a pane (the value columns of ``ldp_current``)."""
+
+    item: int
+    label: str | None
+    estimate: float | None
+    std: float | None
+    ci_low: float | None
+    ci_high: float | None
+    unbiased: float | None
+    unbiased_std: float | None
+    ci_includes_zero: int | None
+    extra_json: str | None
+
+
+class FlatPane(NamedTuple):
+    """The numbers of one (output, group) of a pane.
+
+    Attributes:
+        output: ``estimates``, ``answers``, ``sparse`` or ``batch``.
+        grp: the user group (0 for answers and batch answers).
+        method: the post-processing / answering method of the numbers.
+        n_reports: the reports behind them (None where the row has no count, e.g. batch answers).
+        n_items: how many numbers the row has.
+        items: the stored ones (all of them up to the cap, else the top ``max_items`` by estimate).
+        extra: per-pane facts for ``ldp_panes.extra_json`` (mechanism, epsilon, CI method, ...).
+    """
+
+    output: str
+    grp: int
+    method: str | None
+    n_reports: int | None
+    n_items: int
+    items: list[FlatItem]
+    extra: dict[str, Any]
+
+
+def window_ms(value: int | None) -> int:
+    """A row's window bound in the store (the global window's None bounds are 0)."""
+    return 0 if value is None else int(value)
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    v = float(x)
+    return v if math.isfinite(v) else None
+
+
+def _get(row: Any, name: str, default: Any = None) -> Any:
+    return getattr(row, name, default)
+
+
+def _vec(row: Any, name: str, n: int) -> list[Any] | None:
+    v = _get(row, name)
+    if v is None:
+        return None
+    v = list(v)
+    if len(v) != n:
+        raise ValueError(f"{type(row).__name__}.{name} has {len(v)} entries, expected {n}")
+    return v
+
+
+def _json(obj: Any) -> str:
+    from ldp.aggregate import json_safe
+
+    return json.dumps(json_safe(obj), allow_nan=False, sort_keys=True)
+
+
+def row_output(row: Any) -> str | None:
+    """The store output of a result row (None: not stored)."""
+    if hasattr(row, "model_json"):
+        return None
+    if hasattr(row, "frequencies"):
+        return "estimates"
+    if hasattr(row, "mean") and hasattr(row, "items"):
+        return "sparse"
+    if hasattr(row, "answer") and hasattr(row, "strategy"):
+        return "batch"
+    if hasattr(row, "answer") and hasattr(row, "query_index"):
+        return "answers"
+    return None
+
+
+def _top(estimates: Sequence[float | None], max_items: int) -> np.ndarray:
+    """Indices of the numbers stored: all when they fit, else the ``max_items`` largest (NaN/None last),
+    in index order."""
+    n = len(estimates)
+    if n <= max_items:
+        return np.arange(n)
+    arr = np.array([(-math.inf if e is None else e) for e in estimates], dtype=np.float64)
+    arr[np.isnan(arr)] = -math.inf
+    order = np.lexsort((np.arange(n), -arr))  # largest first, ties by index
+    return np.sort(order[:max_items])
+
+
+def _vector_pane(
+    row: Any,
+    output: str,
+    values: Sequence[float],
+    item_ids: Sequence[int],
+    labels: Sequence[str] | None,
+    max_items: int,
+    method: str | None,
+    extra: dict[str, Any],
+) -> FlatPane:
+    n = len(values)
+    std = _vec(row, "std", n)
+    lo, hi = _vec(row, "ci_low", n), _vec(row, "ci_high", n)
+    unb, unb_std = _vec(row, "unbiased", n), _vec(row, "unbiased_std", n)
+    zero = _vec(row, "ci_includes_zero", n)
+    if labels is not None and len(labels) != n:
+        labels = None  # labels of another domain (e.g. a sparse row's coordinates): not these numbers'
+    items = []
+    for i in _top([_num(v) for v in values], max_items).tolist():
+        items.append(
+            FlatItem(
+                item=int(item_ids[i]),
+                label=None if labels is None or labels[i] is None else str(labels[i]),
+                estimate=_num(values[i]),
+                std=None if std is None else _num(std[i]),
+                ci_low=None if lo is None else _num(lo[i]),
+                ci_high=None if hi is None else _num(hi[i]),
+                unbiased=None if unb is None else _num(unb[i]),
+                unbiased_std=None if unb_std is None else _num(unb_std[i]),
+                ci_includes_zero=None if zero is None or zero[i] is None else int(bool(zero[i])),
+                extra_json=None,
+            )
+        )
+    n_reports = _get(row, "n_reports")
+    return FlatPane(
+        output,
+        int(_get(row, "group", 0) or 0),
+        method,
+        None if n_reports is None else int(n_reports),
+        n,
+        items,
+        extra,
+    )
+
+
+def _answer_item(row: Any, *, exact_gaussian: bool) -> FlatItem:
+    est, std = _num(row.answer), _num(_get(row, "std"))
+    lo, hi = _num(_get(row, "ci_low")), _num(_get(row, "ci_high"))
+    if lo is None and hi is None and exact_gaussian and est is not None and std is not None:
+        # batch answers: the published number is the exact answer plus Gaussian noise of std `std`
+        lo, hi = est - Z95 * std, est + Z95 * std
+    zero = _get(row, "ci_includes_zero")
+    if zero is None and lo is not None and hi is not None:
+        zero = lo <= 0.0 <= hi
+    extra: dict[str, Any] = {"query": _get(row, "query")}
+    if _get(row, "ci_method") is not None:
+        extra["ci_method"] = row.ci_method
+    return FlatItem(
+        item=int(row.query_index),
+        label=None,
+        estimate=est,
+        std=std,
+        ci_low=lo,
+        ci_high=hi,
+        unbiased=_num(_get(row, "unbiased")),
+        unbiased_std=_num(_get(row, "unbiased_std")),
+        ci_includes_zero=None if zero is None else int(bool(zero)),
+        extra_json=_json(extra),
+    )
+
+
+def flatten_rows(
+    rows: Iterable[Any], max_items: int = DEFAULT_MAX_ITEMS, labels: Sequence[str] | None = None
+) -> list[FlatPane]:
+    """The store form of one pane's result rows: one :class:`FlatPane` per (output, group).
+
+    Args:
+        rows: the result rows of one task, window and pane (any mix of outputs; model rows are skipped).
+        max_items: the cap on numbers stored per (output, group) (see the module docstring).
+        labels: value labels of the task, used when a row carries none (``labels[i]`` names value ``i``).
+
+    Raises:
+        ValueError: ``max_items`` < 1, or a row whose vectors disagree in length.
+    """
+    if max_items < 1:
+        raise ValueError(f"max_items must be >= 1, got {max_items}")
+    panes: list[FlatPane] = []
+    answers: dict[str, list[Any]] = {}
+    for row in rows:
+        out = row_output(row)
+        if out is None:
+            continue
+        if out == "estimates":
+            freqs = list(row.frequencies)
+            extra = {
+                k: _get(row, k)
+                for k in ("mechanism", "epsilon", "domain_size", "ci_method")
+                if _get(row, k) is not None
+            }
+            row_labels = _get(row, "labels") or labels
+            panes.append(
+                _vector_pane(
+                    row, out, freqs, range(len(freqs)), row_labels, max_items, _get(row, "postprocess"), extra
+                )
+            )
+        elif out == "sparse":
+            extra = {
+                k: _get(row, k)
+                for k in (
+                    "mechanism",
+                    "epsilon",
+                    "domain_size",
+                    "sparsity",
+                    "privacy",
+                    "linf_bound_95",
+                    "ci_method",
+                )
+                if _get(row, k) is not None
+            }
+            method = "/".join(str(x) for x in (_get(row, "mechanism"), _get(row, "privacy")) if x)
+            panes.append(
+                _vector_pane(
+                    row, out, list(row.mean), list(row.items), None, max_items, method or None, extra
+                )
+            )
+        else:
+            answers.setdefault(out, []).append(row)
+    for out, rs in answers.items():
+        rs = sorted(rs, key=lambda r: int(r.query_index))
+        first = rs[0]
+        if out == "batch":
+            method = _get(first, "strategy")
+            extra = {
+                k: _get(first, k)
+                for k in (
+                    "epsilon",
+                    "delta",
+                    "calibration",
+                    "max_contributions",
+                    "noise_sigma",
+                    "noise_source",
+                    "privacy_model",
+                )
+                if _get(first, k) is not None
+            }
+        else:
+            method = _get(first, "method")
+            extra = {
+                k: _get(first, k)
+                for k in ("model_format_version", "group_reports")
+                if _get(first, k) is not None
+            }
+        items = [_answer_item(r, exact_gaussian=out == "batch") for r in rs]
+        n_reports = _get(first, "n_reports")
+        n = len(items)
+        if n > max_items:
+            keep = set(_top([i.estimate for i in items], max_items).tolist())
+            items = [it for j, it in enumerate(items) if j in keep]
+        panes.append(FlatPane(out, 0, method, None if n_reports is None else int(n_reports), n, items, extra))
+    return panes
