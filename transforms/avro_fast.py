@@ -39,6 +39,9 @@ __all__ = [
     "ColumnBatch",
     "decode_block",
     "is_report_schema",
+    "report_layout",
+    "MAX_CLIENT_ID_BYTES",
+    "client_id_keys",
     "zigzag_varint_bytes",
     "iter_report_batches",
     "iter_container",
@@ -57,17 +60,36 @@ _PAD = 16
 _U64 = np.uint64
 
 
+#: Largest pseudonymous client id (bytes) of a report (``schemas/report.avsc`` field ``client_id``).
+MAX_CLIENT_ID_BYTES = 64
+
+
 @functools.lru_cache(maxsize=1)
-def _report_canonical() -> str:
-    return to_parsing_canonical_form(schemas.report_schema())
+def _report_layouts() -> dict[str, bool]:
+    """Canonical forms of the report writer schemas the fast path decodes -> whether records end with the
+    ``client_id`` union: the current ``schemas/report.avsc`` and the version 2 schema before ``client_id``
+    was added (files written then are decoded exactly; their reports have no client id)."""
+    current = schemas.load_schema("report")
+    legacy = {**current, "fields": [f for f in current["fields"] if f["name"] != "client_id"]}
+    return {
+        to_parsing_canonical_form(fastavro.parse_schema(current)): True,
+        to_parsing_canonical_form(fastavro.parse_schema(legacy)): False,
+    }
+
+
+def report_layout(writer_schema: object) -> bool | None:
+    """None when a block's writer schema is not a report schema the fast path knows; else whether its
+    records carry the ``client_id`` field (True: the current schema; False: version 2 before it)."""
+    try:
+        return _report_layouts().get(to_parsing_canonical_form(writer_schema))
+    except Exception:  # noqa: BLE001 - an unparseable schema is simply not ours
+        return None
 
 
 def is_report_schema(writer_schema: object) -> bool:
-    """True when a block's writer schema is (canonically) ``schemas/report.avsc``."""
-    try:
-        return to_parsing_canonical_form(writer_schema) == _report_canonical()
-    except Exception:  # noqa: BLE001 - an unparseable schema is simply not ours
-        return False
+    """True when a block's writer schema is (canonically) ``schemas/report.avsc``, current or the version 2
+    layout without ``client_id``."""
+    return report_layout(writer_schema) is not None
 
 
 def zigzag_varint_bytes(x: int) -> bytes:
@@ -92,10 +114,12 @@ class ColumnBatch:
     Attributes:
         task_id: the task id every row carries.
         schema_version, event_ms, group: int64 ``(n,)``.
-        present: Avro payload field -> bool ``(n,)`` (non-null).
+        present: Avro payload field -> bool ``(n,)`` (non-null); also ``client_id``.
         payload: Avro payload field -> numpy array over all rows (zeros where null): ``value`` int64,
             ``seed`` int64 (the signed bit pattern), ``bits`` uint8 ``(n, nbytes)``, ``items`` int64
-            ``(n, k)``, ``reals`` float64 ``(n,)`` (one double per report) or ``(n, w)`` (``reals_len`` w).
+            ``(n, k)``, ``reals`` float64 ``(n,)`` (one double per report) or ``(n, w)`` (``reals_len`` w);
+            ``client_id`` uint8 ``(n, 1 + w)``: column 0 the id's length, then its bytes zero-padded to the
+            longest id of the block (``w`` <= :data:`MAX_CLIENT_ID_BYTES`; ``(n, 1)`` when none has one).
     """
 
     task_id: str
@@ -104,6 +128,8 @@ class ColumnBatch:
     group: np.ndarray
     present: dict[str, np.ndarray]
     payload: dict[str, np.ndarray]
+    #: the writer schema has the ``client_id`` field (False: version 2 before it; :meth:`record` omits it)
+    client_id_field: bool = True
 
     def __len__(self) -> int:
         return len(self.event_ms)
@@ -120,7 +146,8 @@ class ColumnBatch:
             np.concatenate([b.event_ms for b in batches]),
             np.concatenate([b.group for b in batches]),
             {k: np.concatenate([b.present[k] for b in batches]) for k in b0.present},
-            {k: np.concatenate([b.payload[k] for b in batches]) for k in b0.payload},
+            {k: _concat_payload(k, [b.payload[k] for b in batches]) for k in b0.payload},
+            b0.client_id_field,
         )
 
     def record(self, i: int) -> dict[str, object]:
@@ -131,8 +158,13 @@ class ColumnBatch:
             "event_time": int(self.event_ms[i]),
             "group": int(self.group[i]),
         }
-        for f in ("value", "seed", "bits", "items", "reals"):
-            if f in self.present and self.present[f][i]:
+        for f in ("value", "seed", "bits", "items", "reals", "client_id"):
+            if f == "client_id" and not self.client_id_field:
+                continue
+            if f == "client_id" and f in self.present and self.present[f][i]:
+                row = self.payload[f][i]
+                rec[f] = row[1 : 1 + int(row[0])].tobytes()
+            elif f in self.present and self.present[f][i]:
                 v = self.payload[f][i]
                 rec[f] = (
                     v.tobytes()
@@ -146,6 +178,27 @@ class ColumnBatch:
             else:
                 rec[f] = None
         return rec
+
+
+def _concat_payload(name: str, cols: list[np.ndarray]) -> np.ndarray:
+    if name != "client_id":
+        return np.concatenate(cols)
+    w = max(c.shape[1] for c in cols)  # zero-pad to the widest block's ids
+    return np.concatenate([np.pad(c, ((0, 0), (0, w - c.shape[1]))) for c in cols])
+
+
+def client_id_keys(ids: np.ndarray) -> np.ndarray:
+    """Fixed-width keys of a ``client_id`` column (``(n, 1 + w)``: length, then bytes): a ``(n,)`` array of
+    ``numpy.void`` of 1 + :data:`MAX_CLIENT_ID_BYTES` bytes, equal exactly when the ids are (length
+    included, so ids differing only by trailing zero bytes stay apart); sortable, usable with
+    ``numpy.unique`` / ``searchsorted``."""
+    ids = np.asarray(ids, dtype=np.uint8)
+    w = 1 + MAX_CLIENT_ID_BYTES
+    if ids.ndim != 2 or ids.shape[1] > w:
+        raise ValueError(f"client id column must be (n, <= {w}) uint8, got shape {ids.shape}")
+    full = np.zeros((len(ids), w), dtype=np.uint8)
+    full[:, : ids.shape[1]] = ids
+    return full.view(f"V{w}").reshape(-1)
 
 
 def _varint(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -182,8 +235,9 @@ def decode_block(
     bits_len: int | None = None,
     items_len: int | None = None,
     reals_len: int | None = None,
+    client_id: bool = False,
 ) -> ColumnBatch | None:
-    """Decodes one block's records (writer schema = report v1) or returns None (see the module doc).
+    """Decodes one block's records (writer schema = report v2) or returns None (see the module doc).
 
     Args:
         data: the block's decompressed bytes.
@@ -193,6 +247,8 @@ def decode_block(
         items_len: expected length of ``items`` where present (None: any present ``items`` declines).
         reals_len: expected length w of ``reals`` where present, decoded as ``(n, w)`` (sparse vectors);
             None: one double per report, decoded as ``(n,)``.
+        client_id: the records end with the ``client_id`` union (the current schema; False: the version 2
+            layout before it). An id longer than :data:`MAX_CLIENT_ID_BYTES` declines the block.
     """
     tid = task_id.encode("utf-8")
     prefix = zigzag_varint_bytes(len(tid)) + tid
@@ -280,12 +336,32 @@ def decode_block(
         out[has] = raw.view("<f8").reshape(-1)
         p[has] = q + 10
         payload["reals"] = out
+    # client_id: ["null", "bytes"] of 0..MAX_CLIENT_ID_BYTES bytes (the validator judges a length of 0)
+    present["client_id"] = np.zeros(n, dtype=bool)
+    payload["client_id"] = np.zeros((n, 1), dtype=np.uint8)
+    if client_id:
+        has, p, ok = _union(buf, p)
+        ok_all &= ok
+        present["client_id"] = has
+        if has.any():
+            ln, pv, ok = _varint(buf, p[has])
+            if not ok or ln.min() < 0 or ln.max() > MAX_CLIENT_ID_BYTES or int((pv + ln).max()) > len(data):
+                return None
+            w = int(ln.max())
+            cols_ = np.arange(w)
+            at = np.minimum(pv[:, None] + cols_, len(buf) - 1)
+            got = buf[at] * (cols_[None, :] < ln[:, None])
+            out = np.zeros((n, 1 + w), dtype=np.uint8)
+            out[has, 0] = ln
+            out[has, 1:] = got
+            p[has] = pv + ln
+            payload["client_id"] = out
     if not ok_all:
         return None
     # the chain: each record ends where the next starts, the last at the end of the block
     if not (np.array_equal(p[:-1], starts[1:]) and p[-1] == len(data)):
         return None
-    return ColumnBatch(task_id, sv, et, grp, present, payload)
+    return ColumnBatch(task_id, sv, et, grp, present, payload, client_id)
 
 
 def _decode_reals(buf: np.ndarray, p: np.ndarray, w: int) -> tuple[bool, np.ndarray, np.ndarray]:
@@ -532,6 +608,7 @@ class _Header(NamedTuple):
     sync: bytes
     is_report: bool
     et_unit: int
+    client_id: bool = False  # the report layout ends with client_id (the current schema)
 
 
 def _read_header(s: _Stream) -> _Header:
@@ -571,7 +648,8 @@ def _read_header(s: _Stream) -> _Header:
     schema = json.loads(meta["avro.schema"].decode("utf-8"))
     parsed = fastavro.parse_schema(_strip_logical_types(schema))
     codec = meta.get("avro.codec", b"null").decode("utf-8", "replace") or "null"
-    return _Header(schema, parsed, codec, sync, is_report_schema(schema), _event_time_unit(schema))
+    layout = report_layout(schema)
+    return _Header(schema, parsed, codec, sync, layout is not None, _event_time_unit(schema), bool(layout))
 
 
 def _decode_records(
@@ -744,7 +822,13 @@ def iter_container(
         cb = None
         if fast:
             cb = decode_block(
-                raw, count, task_id, bits_len=bits_len, items_len=items_len, reals_len=reals_len
+                raw,
+                count,
+                task_id,
+                bits_len=bits_len,
+                items_len=items_len,
+                reals_len=reals_len,
+                client_id=header.client_id,
             )
         if cb is not None:
             yield cb
@@ -858,13 +942,33 @@ def _assemble(pieces: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
     return out.tobytes()
 
 
+def _client_id_matrix(client_ids: object, n: int) -> np.ndarray | None:
+    """Fixed-length client ids as uint8 ``(n, L)`` (1 <= L <= MAX_CLIENT_ID_BYTES), None for no ids."""
+    if client_ids is None:
+        return None
+    ids = np.asarray(client_ids, dtype=np.uint8)
+    if ids.ndim != 2 or len(ids) != n or not 1 <= ids.shape[1] <= MAX_CLIENT_ID_BYTES:
+        raise ValueError(
+            f"client_ids must be a uint8 array of shape ({n}, L) with 1 <= L <= {MAX_CLIENT_ID_BYTES}, "
+            f"got {ids.shape}"
+        )
+    return np.ascontiguousarray(ids)
+
+
 def encode_report_block(
-    task_id: str, reports: Reports, event_ms: np.ndarray, group: int | np.ndarray, schema_version: int
+    task_id: str,
+    reports: Reports,
+    event_ms: np.ndarray,
+    group: int | np.ndarray,
+    schema_version: int,
+    client_ids: np.ndarray | None = None,
 ) -> bytes | None:
     """The Avro binary encoding of a batch of reports (``schemas/report.avsc`` field order), or None
     when the payload has a field this encoder does not handle (``bits``, ``items``: use fastavro).
-    ``group`` is one group for all reports or one per report. Byte-identical to fastavro's encoding."""
+    ``group`` is one group for all reports or one per report; ``client_ids`` None (no ids) or uint8
+    ``(n, L)``: one id of L bytes per report. Byte-identical to fastavro's encoding."""
     n = len(event_ms)
+    ids = _client_id_matrix(client_ids, n)
     fields = reports.fields()
     if any(f in fields for f in ("bits", "items")):
         return None
@@ -903,6 +1007,12 @@ def encode_report_block(
         dbl = np.ascontiguousarray(np.asarray(reports.reals, dtype="<f8")).view(np.uint8).reshape(n, 8)
         pieces.append((dbl, np.full(n, 8, np.int64)))
         pieces.append(null)
+    if ids is None:  # client_id
+        pieces.append(null)
+    else:
+        m, ln = _varints(np.array([ids.shape[1]]))
+        pieces.append(_const(b"\x02" + bytes(m[0, : ln[0]]), n))
+        pieces.append((ids, np.full(n, ids.shape[1], np.int64)))
     return _assemble(pieces)
 
 
@@ -925,22 +1035,28 @@ def write_reports(
     schema_version: int,
     codec: str = "null",
     block_records: int = 1 << 15,
+    client_ids: np.ndarray | None = None,
 ) -> None:
     """Appends reports to an Avro container opened with ``fastavro.write.Writer(fh, report schema)`` in
     blocks of ``block_records``: numpy-encoded when :func:`encode_report_block` handles the payload, else
-    record by record through ``writer``."""
+    record by record through ``writer``. ``client_ids``: None or uint8 ``(n, L)`` (one id per report)."""
     from transforms.records import reports_to_records  # records imports this module
 
     n = len(event_ms)
     groups = np.broadcast_to(np.asarray(group, dtype=np.int64), (n,))
+    ids = _client_id_matrix(client_ids, n)
     for lo in range(0, n, block_records):
         hi = min(n, lo + block_records)
         batch = reports.take(slice(lo, hi))
-        data = encode_report_block(task_id, batch, event_ms[lo:hi], groups[lo:hi], schema_version)
+        sub = None if ids is None else ids[lo:hi]
+        data = encode_report_block(task_id, batch, event_ms[lo:hi], groups[lo:hi], schema_version, sub)
         writer.flush()
         if data is not None:
             append_block(fh, writer, data, hi - lo, codec)
         else:
-            for r in reports_to_records(task_id, batch, event_ms[lo:hi], groups[lo:hi]):
+            recs = reports_to_records(
+                task_id, batch, event_ms[lo:hi], groups[lo:hi], schema_version=schema_version, client_ids=sub
+            )
+            for r in recs:
                 writer.write(r)
             writer.flush()

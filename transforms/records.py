@@ -31,7 +31,7 @@ import schemas
 from ldp.aggregate import Aggregator, ValidationOracle
 from ldp.reports import Reports
 from ldp.task import CollectionTask
-from transforms.avro_fast import LOSS_REASONS, ColumnBatch
+from transforms.avro_fast import LOSS_REASONS, MAX_CLIENT_ID_BYTES, ColumnBatch
 
 __all__ = [
     "PAYLOAD_FIELDS",
@@ -58,6 +58,8 @@ __all__ = [
     "REPORT_FIELDS",
     "DEAD_LETTER_LIMITS",
     "dead_letter_record",
+    "requires_client_ids",
+    "client_id_column",
 ]
 
 #: Records as a source hands them over: column-wise (fast path) or the items ``fastavro`` decoded (record
@@ -79,6 +81,10 @@ REASONS = (
     "invalid_seed",  # hash seed of the wrong type or range
     "invalid_payload",  # payload of the wrong type / shape, or a field the mechanism does not use
     "out_of_domain",  # payload outside the mechanism's output domain
+    "invalid_client_id",  # client_id that is not 1 to 64 bytes
+    "missing_client_id",  # no client_id in a report of a task whose budget counts reports per client
+    "over_budget",  # a client's reports beyond the task's reports per budget period (transforms.budget)
+    "budget_period_closed",  # a report of a budget period whose per-client counts were released (late)
     # parts of an input that are not records (transforms.avro_fast.LOSS_REASONS; "undecodable" above)
     *(r for r in LOSS_REASONS if r != "undecodable"),
 )
@@ -88,7 +94,7 @@ RAW_BYTES_LIMIT = 0
 
 #: The report schema's fields: the only fields of a refused record a dead letter keeps.
 REPORT_FIELDS = (
-    "task_id", "schema_version", "event_time", "group", "value", "seed", "bits", "items", "reals"
+    "task_id", "schema_version", "event_time", "group", "value", "seed", "bits", "items", "reals", "client_id"
 )
 
 #: Size caps of a dead letter: a string field (characters), a bytes field (bytes, hex-encoded), an array
@@ -189,6 +195,8 @@ class ValidatedBatch:
         dead_letters: one dead-letter dict per refused record.
         reason_counts: refused records per reason.
         n_read: number of input records (= ``len(reports) + len(dead_letters)``).
+        client_ids: the accepted reports' client ids (uint8 ``(n, 1 + w)``: length, then the bytes) when
+            the task requires them (:func:`requires_client_ids`), else None.
     """
 
     reports: Reports
@@ -197,6 +205,7 @@ class ValidatedBatch:
     dead_letters: list[dict[str, object]]
     reason_counts: dict[str, int]
     n_read: int
+    client_ids: np.ndarray | None = None
 
     @property
     def n_accepted(self) -> int:
@@ -215,13 +224,42 @@ def _oracle_reason(msg: str) -> str:
     return "invalid_payload"
 
 
+def requires_client_ids(task: object) -> bool:
+    """True when the task's budget counts reports per pseudonymous client id (``task.requires_client_ids``;
+    tasks without a budget, or whose budget is enforced by the clients only, do not)."""
+    return bool(getattr(task, "requires_client_ids", False))
+
+
+def client_id_column(values: Sequence[object]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``client_id`` values of record dicts as ``(column uint8 (n, 1 + 64), present, valid)``: column 0
+    the length, then the bytes; ``valid`` is bytes of 1 to :data:`MAX_CLIENT_ID_BYTES` (invalid rows are
+    zero)."""
+    n = len(values)
+    present = np.fromiter((v is not None for v in values), bool, count=n)
+    valid = np.fromiter(
+        (type(v) is bytes and 1 <= len(v) <= MAX_CLIENT_ID_BYTES for v in values), bool, count=n
+    )
+    col = np.zeros((n, 1 + MAX_CLIENT_ID_BYTES), dtype=np.uint8)
+    for i in np.flatnonzero(valid).tolist():
+        v = values[i]
+        col[i, 0] = len(v)
+        col[i, 1 : 1 + len(v)] = np.frombuffer(v, dtype=np.uint8)
+    return col, present, valid
+
+
+_CLIENT_ID_DETAIL = f"client_id must be 1 to {MAX_CLIENT_ID_BYTES} bytes"
+_MISSING_ID_DETAIL = "the task's budget counts reports per client: client_id is required"
+
+
 class ReportValidator:
     """Validates report records against a task and its oracle (server side).
 
     Checks, in order (the first failing check names the reason): the record is a dict; known
     ``schema_version``; ``task_id`` equals the task's; ``event_time`` present and in range; ``group`` in
-    ``[0, n_groups)`` (absent means 0, the schema default); the payload fields the mechanism uses are present
-    and well typed, the others null; and finally ``oracle.validate`` on the numpy batch (domain checks).
+    ``[0, n_groups)`` (absent means 0, the schema default); ``client_id`` null or 1 to 64 bytes, and present
+    when the task requires ids (:func:`requires_client_ids`); the payload fields the mechanism uses are
+    present and well typed, the others null; and finally ``oracle.validate`` on the numpy batch (domain
+    checks).
     """
 
     def __init__(self, task: CollectionTask, oracle: ValidationOracle | None = None) -> None:
@@ -229,6 +267,15 @@ class ReportValidator:
         self.oracle = task.make_oracle() if oracle is None else oracle
         self.fields = tuple(self.oracle.report_fields)
         self.unused = tuple(f for f in PAYLOAD_FIELDS if f not in self.fields)
+        self.require_ids = requires_client_ids(task)
+
+    def _check_client_ids(
+        self, present: np.ndarray, valid: np.ndarray, reason: np.ndarray, detail: np.ndarray
+    ) -> None:
+        idx = np.arange(len(reason))
+        _mark(reason, detail, idx[present & ~valid], "invalid_client_id", _CLIENT_ID_DETAIL)
+        if self.require_ids:
+            _mark(reason, detail, idx[~present], "missing_client_id", _MISSING_ID_DETAIL)
 
     # -- column builders: return (array for all rows, bad mask, detail) ---------------------------------
     @staticmethod
@@ -383,6 +430,8 @@ class ReportValidator:
             "invalid_group",
             f"group must be an integer in [0, {self.task.n_groups})",
         )
+        ids, present, valid = client_id_column([r.get("client_id") for r in recs])
+        self._check_client_ids(present, valid, reason, detail)
 
         for name in self.unused:
             avro = PAYLOAD_FIELDS[name]
@@ -404,10 +453,10 @@ class ReportValidator:
                     name, [r.get(PAYLOAD_FIELDS[name]) for r in sub], alive, reason, detail
                 )
         return self._finish(
-            reason, detail, alive, payload, event_ms, groups, lambda i: records[i], source, at_ms
+            reason, detail, alive, payload, event_ms, groups, lambda i: records[i], source, at_ms, ids
         )
 
-    def _finish(self, reason, detail, alive, payload, event_ms, groups, get_record, source, at_ms):
+    def _finish(self, reason, detail, alive, payload, event_ms, groups, get_record, source, at_ms, ids=None):
         """Runs ``oracle.validate`` on the rows still alive and assembles the :class:`ValidatedBatch`."""
         n = len(reason)
         if len(alive):
@@ -438,6 +487,7 @@ class ReportValidator:
             dead_letters=dead,
             reason_counts=counts,
             n_read=n,
+            client_ids=ids[accepted] if self.require_ids and ids is not None else None,
         )
 
     def validate_columns(
@@ -471,6 +521,11 @@ class ReportValidator:
             "invalid_group",
             f"group must be an integer in [0, {self.task.n_groups})",
         )
+        ids = cb.payload.get("client_id")
+        if ids is None:  # a ColumnBatch built without the client_id column: no ids
+            ids = np.zeros((n, 1), dtype=np.uint8)
+        present = cb.present.get("client_id", np.zeros(n, dtype=bool))
+        self._check_client_ids(present, ~present | (ids[:, 0] > 0), reason, detail)
         for name in self.unused:
             avro = PAYLOAD_FIELDS[name]
             _mark(
@@ -488,7 +543,9 @@ class ReportValidator:
         for name in self.fields:
             col = cb.payload[PAYLOAD_FIELDS[name]][alive]
             payload[name] = col.view(np.uint64) if name == "seeds" else col
-        return self._finish(reason, detail, alive, payload, cb.event_ms, cb.group, cb.record, source, at_ms)
+        return self._finish(
+            reason, detail, alive, payload, cb.event_ms, cb.group, cb.record, source, at_ms, ids
+        )
 
 
 def _empty(fields: Sequence[str]) -> Reports:
@@ -519,8 +576,12 @@ def reports_to_records(
     groups: np.ndarray | int = 0,
     *,
     schema_version: int = schemas.SCHEMA_VERSION,
+    client_ids: Sequence[bytes] | np.ndarray | None = None,
 ) -> list[dict[str, object]]:
-    """Avro report records for a batch (uint64 seeds are stored as their int64 bit pattern)."""
+    """Avro report records for a batch (uint64 seeds are stored as their int64 bit pattern).
+
+    ``client_ids``: None (no ids), one ``bytes`` per report, or uint8 ``(n, L)`` (one L-byte id per report).
+    """
     n = len(reports)
     et = np.asarray(event_ms, dtype=np.int64).tolist()
     grp = (np.broadcast_to(np.asarray(groups, dtype=np.int64), (n,))).tolist()
@@ -548,7 +609,15 @@ def reports_to_records(
         "bits": None,
         "items": None,
         "reals": None,
+        "client_id": None,
     }
+    if client_ids is not None:
+        if isinstance(client_ids, np.ndarray):
+            cols["client_id"] = [row.tobytes() for row in np.ascontiguousarray(client_ids, dtype=np.uint8)]
+        else:
+            cols["client_id"] = list(client_ids)
+        if len(cols["client_id"]) != n:
+            raise ValueError(f"{len(cols['client_id'])} client ids for {n} reports")
     names = list(cols)
     out = []
     for row in zip(et, grp, *[cols[k] for k in names]):
@@ -667,11 +736,15 @@ class GroupBatch(NamedTuple):
 
     ``timestamp_ms`` is the latest event time of the batch (any time in the granule maps to the same
     windows, so timestamping the whole batch with it assigns every report to its windows exactly).
+    ``event_ms`` and ``client_ids`` (uint8 ``(n, 1 + w)``) are set when the task requires client ids
+    (the budget step, :mod:`transforms.budget`, counts reports per client and period), else None.
     """
 
     group: int
     timestamp_ms: int
     reports: Reports
+    event_ms: np.ndarray | None = None
+    client_ids: np.ndarray | None = None
 
 
 @dataclasses.dataclass
@@ -714,11 +787,19 @@ def _take_columns(cb: ColumnBatch, rows: np.ndarray) -> ColumnBatch:
 
 
 def _parts(
-    groups: np.ndarray, event_ms: np.ndarray, reports: Reports, granule_ms: int | None
+    groups: np.ndarray,
+    event_ms: np.ndarray,
+    reports: Reports,
+    granule_ms: int | None,
+    client_ids: np.ndarray | None = None,
 ) -> list[GroupBatch]:
     out = []
     for g, ts, rows in split_by_group_and_granule(groups, event_ms, granule_ms):
-        out.append(GroupBatch(g, ts, reports if len(rows) == len(reports) else reports.take(rows)))
+        part = reports if len(rows) == len(reports) else reports.take(rows)
+        if client_ids is None:
+            out.append(GroupBatch(g, ts, part))
+        else:
+            out.append(GroupBatch(g, ts, part, event_ms[rows], client_ids[rows]))
     return out
 
 
@@ -756,7 +837,7 @@ class TaskReportValidator:
         """``records``: a list of record dicts or a ColumnBatch (:mod:`transforms.avro_fast`)."""
         if self.aggregator.uniform_oracle:
             vb = self._validator(0).validate(records, source, at_ms=at_ms)
-            parts = _parts(vb.groups, vb.event_ms, vb.reports, granule_ms)
+            parts = _parts(vb.groups, vb.event_ms, vb.reports, granule_ms, vb.client_ids)
             return TaskBatch(parts, vb.dead_letters, vb.reason_counts, vb.n_read)
         m = self.task.n_groups
         is_list = isinstance(records, (list, tuple))
@@ -790,7 +871,7 @@ class TaskReportValidator:
                 # accepted rows all carry group g (a record with another group cannot pass g's checks)
                 if g < 0 or not bool(np.all(vb.groups == g)):
                     raise AssertionError(f"the validator of group {g} accepted another group's report")
-                parts.extend(_parts(vb.groups, vb.event_ms, vb.reports, granule_ms))
+                parts.extend(_parts(vb.groups, vb.event_ms, vb.reports, granule_ms, vb.client_ids))
         return TaskBatch(parts, dead, counts, n)
 
 

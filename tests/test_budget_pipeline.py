@@ -1,0 +1,218 @@
+"""Tests of the pipeline side of issue 13: pseudonymous client ids in reports (schemas/report.avsc, both
+decoders, the Pub/Sub path, dead letters), the task's budget block, the over-budget step
+(transforms/budget.py) and participation hiding.
+
+Exact tests (decoders, counts, dead letters) compare arrays for equality; the statistical ones state their
+tolerance (z = 5) next to the assertion. Every random draw comes from one SeedSequence.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import fastavro
+import numpy as np
+import pytest
+
+import schemas
+from ldp.reports import Reports
+from ldp.task import parse_task
+from transforms.avro_fast import (
+    MAX_CLIENT_ID_BYTES,
+    ColumnBatch,
+    client_id_keys,
+    encode_report_block,
+    iter_report_batches,
+    report_layout,
+    write_reports,
+)
+from transforms.records import (
+    ReportValidator,
+    encode_report_container,
+    fast_decode_params,
+    reports_to_records,
+)
+
+SEEDS = np.random.SeedSequence(20261201)
+
+
+def _rng(i: int) -> np.random.Generator:
+    return np.random.default_rng(SEEDS.spawn(i + 1)[i])
+
+
+def _task(mech: str = "olh", d: int = 16, **kw):
+    return parse_task({"task_id": f"b-{mech}", "mechanism": mech, "epsilon": 1.0, "domain_size": d, **kw})
+
+
+def _legacy_schema() -> dict:
+    """The version 2 report schema as written before ``client_id`` was added."""
+    raw = schemas.load_schema("report")
+    return {**raw, "fields": [f for f in raw["fields"] if f["name"] != "client_id"]}
+
+
+def _container(records, schema=None, sync_interval=1 << 20) -> bytes:
+    buf = io.BytesIO()
+    parsed = schemas.report_schema() if schema is None else fastavro.parse_schema(schema)
+    fastavro.writer(buf, parsed, records, sync_interval=sync_interval)
+    return buf.getvalue()
+
+
+def _decode(task, data: bytes, fast: bool = True):
+    params = {"task_id": task.task_id, **fast_decode_params(task.make_oracle())} if fast else {}
+    return list(iter_report_batches(io.BytesIO(data), 1 << 20, **params))
+
+
+def _validate_all(task, batches):
+    v = ReportValidator(task)
+    return [v.validate(b, "s", at_ms=0) for b in batches]
+
+
+def _ids(rng: np.random.Generator, n: int, length: int = 32) -> np.ndarray:
+    return rng.integers(0, 256, (n, length), dtype=np.uint8)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the client_id field: schema, both decoders, old files, dead letters, Pub/Sub
+# ----------------------------------------------------------------------------------------------------
+def test_client_id_is_an_optional_trailing_field_of_version_2():
+    raw = schemas.load_schema("report")
+    field = raw["fields"][-1]
+    assert field["name"] == "client_id" and field["type"] == ["null", "bytes"] and field["default"] is None
+    assert raw["namespace"] == "org.ldpbeam.v2" and schemas.SCHEMA_VERSION == 2
+    assert report_layout(schemas.report_schema()) is True
+    assert report_layout(fastavro.parse_schema(_legacy_schema())) is False
+    assert report_layout({"type": "record", "name": "X", "fields": []}) is None
+    # a record without the key is written with the default (null) and read back with it
+    rec = reports_to_records("t", Reports(values=np.array([1])), np.array([5]))[0]
+    del rec["client_id"]
+    back = list(fastavro.reader(io.BytesIO(_container([rec]))))[0]
+    assert back["client_id"] is None
+
+
+@pytest.mark.parametrize("mech", ["grr", "olh", "oue", "ss"])
+def test_old_version_2_files_are_read_exactly(mech):
+    """A file written with the version 2 schema before client_id (the legacy layout) is decoded on the fast
+    path and gives the same reports and the same dead letters as the fastavro path; its reports have no
+    client id (the dead letters' raw_record does not invent one)."""
+    from pipelines.simulate import bad_records
+
+    task = _task(mech, d=20)
+    oracle = task.make_oracle()
+    rng = _rng(1)
+    reps = oracle.encode(rng.integers(0, 20, 300), rng=rng)
+    recs = reports_to_records(task.task_id, reps, rng.integers(0, 2**41, 300))
+    bad = bad_records(task, 2, 10**12, seed=_rng(2))
+    bad.pop("wrong_task")
+    recs += [r for rs in bad.values() for r in rs]
+    legacy = [{k: v for k, v in r.items() if k != "client_id"} for r in recs]
+    data = _container(legacy, _legacy_schema(), sync_interval=3000)
+    fast = _decode(task, data)
+    slow = _decode(task, data, fast=False)
+    assert any(isinstance(b, ColumnBatch) and not b.client_id_field for b in fast)
+    fv, sv = _validate_all(task, fast), _validate_all(task, slow)
+    ra = Reports.concat([x.reports for x in fv])
+    rb = Reports.concat([x.reports for x in sv])
+    for f in ra.fields():
+        assert np.array_equal(getattr(ra, f), getattr(rb, f))
+        assert np.array_equal(getattr(ra, f), getattr(reps, f))
+    da = [d for x in fv for d in x.dead_letters]
+    assert da == [d for x in sv for d in x.dead_letters] and len(da) == sum(map(len, bad.values()))
+    assert all("client_id" not in json.loads(d["raw_record"]) for d in da)
+    # the same records under the current schema: the same accepted reports
+    cur = _validate_all(task, _decode(task, _container(recs, sync_interval=3000)))
+    rc = Reports.concat([x.reports for x in cur])
+    assert all(np.array_equal(getattr(rc, f), getattr(ra, f)) for f in ra.fields())
+
+
+def test_client_ids_roundtrip_on_both_paths_and_the_numpy_encoder_is_fastavros():
+    task = _task("olh")
+    oracle = task.make_oracle()
+    rng = _rng(3)
+    n = 200
+    reps = oracle.encode(rng.integers(0, 16, n), rng=rng)
+    et = rng.integers(0, 2**41, n)
+    ids = _ids(rng, n)
+    recs = reports_to_records(task.task_id, reps, et, client_ids=ids)
+    ref = _container(recs)
+    # numpy encoder == fastavro, byte for byte (block bodies)
+    block = encode_report_block(task.task_id, reps, et, 0, 2, ids)
+    buf = io.BytesIO()
+    for r in recs:
+        fastavro.schemaless_writer(buf, schemas.report_schema(), r)
+    assert block == buf.getvalue()
+    out = io.BytesIO()
+    w = fastavro.write.Writer(out, schemas.report_schema(), sync_interval=1 << 20)
+    write_reports(out, w, task.task_id, reps, et, 0, 2, client_ids=ids)
+    w.flush()
+    back = list(fastavro.reader(io.BytesIO(out.getvalue())))
+    assert [r["client_id"] for r in back] == [bytes(row) for row in ids]
+    for data in (ref, out.getvalue()):
+        fast = _decode(task, data)
+        assert all(isinstance(b, ColumnBatch) for b in fast)
+        cb = ColumnBatch.concat(fast)
+        assert [cb.record(i)["client_id"] for i in range(n)] == [bytes(row) for row in ids]
+        assert np.array_equal(cb.payload["client_id"][:, 0], np.full(n, 32))
+        assert np.array_equal(cb.payload["client_id"][:, 1:], ids)
+    # variable lengths 1..64 stay on the fast path; keys compare exactly (length included)
+    var = [bytes(rng.integers(0, 256, int(k), dtype=np.uint8)) for k in rng.integers(1, 65, n)]
+    var[0], var[1] = b"ab", b"ab\x00"  # differ only by a trailing zero byte
+    recs_v = reports_to_records(task.task_id, reps, et, client_ids=var)
+    fast = _decode(task, _container(recs_v))
+    assert all(isinstance(b, ColumnBatch) for b in fast)
+    slow = _decode(task, _container(recs_v), fast=False)
+    cb = ColumnBatch.concat(fast)
+    assert [cb.record(i)["client_id"] for i in range(n)] == var == [r["client_id"] for r in slow[0]]
+    keys = client_id_keys(cb.payload["client_id"])
+    assert keys[0] != keys[1] and len(np.unique(keys)) == len(set(var))
+
+
+def test_bad_client_ids_are_dead_lettered_alike_on_both_paths():
+    """An empty id and one over 64 bytes are ``invalid_client_id`` (the fast path declines a block with a
+    longer id; fastavro decodes it); the dead letter keeps the id, hex-encoded and capped."""
+    task = _task("grr", d=8)
+    oracle = task.make_oracle()
+    rng = _rng(4)
+    reps = oracle.encode(rng.integers(0, 8, 6), rng=rng)
+    ids = [b"\x01" * 32, b"", b"\x02" * MAX_CLIENT_ID_BYTES, b"\x03" * (MAX_CLIENT_ID_BYTES + 1), None, b"z"]
+    recs = reports_to_records(task.task_id, reps, np.full(6, 10**12), client_ids=ids)
+    for fast_first in (True, False):
+        # one block per record: the 65-byte id's block is the only one the fast path declines
+        batches = _decode(task, _container(recs, sync_interval=1), fast=fast_first)
+        vbs = _validate_all(task, batches)
+        dead = [d for vb in vbs for d in vb.dead_letters]
+        assert sum(vb.n_read for vb in vbs) == 6
+        assert [d["reason"] for d in dead] == ["invalid_client_id", "invalid_client_id"]
+        kept = [json.loads(d["raw_record"])["client_id"] for d in dead]
+        assert kept == ["", "03" * (MAX_CLIENT_ID_BYTES + 1)]
+        assert sum(vb.n_accepted for vb in vbs) == 4
+    fast = _decode(task, _container(recs, sync_interval=1))
+    assert [isinstance(b, ColumnBatch) for b in fast].count(False) == 1
+
+
+def test_pubsub_messages_carry_client_ids():
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from ldp.aggregate.frequency import FrequencyAggregator
+    from transforms.io import DecodeReportMessages
+
+    task = _task("olh")
+    oracle = task.make_oracle()
+    rng = _rng(5)
+    reps = oracle.encode(rng.integers(0, 16, 40), rng=rng)
+    ids = _ids(rng, 40, 16)
+    msg = encode_report_container(reports_to_records(task.task_id, reps, np.full(40, 10**12), client_ids=ids))
+    expected = sorted(bytes(r) for r in ids)
+
+    def ids_of(rb):
+        recs = rb.records
+        if isinstance(recs, ColumnBatch):
+            return [recs.record(i)["client_id"] for i in range(len(recs))]
+        return [r["client_id"] for r in recs]
+
+    with TestPipeline() as p:
+        out = p | beam.Create([msg]) | DecodeReportMessages("sub", FrequencyAggregator(task))
+        got = out.records | beam.FlatMap(ids_of)
+        assert_that(got, equal_to(expected))
