@@ -1,0 +1,653 @@
+"""The Bokeh document of the dashboard: one :class:`Dashboard` per browser session.
+
+A periodic callback (every ``refresh`` seconds) asks the store for a cheap change token of the selected task
+(:meth:`~pipelines.dashboard_app.reader.StoreReader.change_token`); only when it changed (or the user
+changed a selection) does it read the rows again, and then only the data sources whose contents changed
+are replaced, so the browser redraws just those plots. Nothing reloads the page.
+
+Stable handles for tests and scripts (Bokeh ``name``\\ s; the same names, dashed, as CSS classes ``ldp-...``):
+``status`` (one status line; ``data-state`` of its span is ``waiting``, ``live`` or ``error``),
+``task_select``, ``view_select``, ``k_select``, ``series_items``, ``topk_plot`` / ``topk_source`` /
+``topk_table``, ``series_plot``, ``windows_plot`` / ``windows_source`` / ``windows_table``, ``counts_plot`` /
+``counts_source``, ``reasons_table`` / ``reasons_source``, ``latency_plot`` / ``latency_source`` /
+``latency_summary``, ``budget``.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bokeh.core.properties import value
+from bokeh.document import Document
+from bokeh.layouts import column, row
+from bokeh.models import (
+    ColumnDataSource,
+    DataTable,
+    DatetimeTickFormatter,
+    Div,
+    FactorRange,
+    HoverTool,
+    LegendItem,
+    MultiChoice,
+    Select,
+    TableColumn,
+    Whisker,
+)
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+from pipelines.dashboard_app import shape
+from pipelines.dashboard_app.reader import StoreError, StoreReader
+
+__all__ = ["Dashboard", "SERIES_SLOTS"]
+
+_LOG = logging.getLogger(__name__)
+
+#: How many values (or queries) the time-series plot can show at once.
+SERIES_SLOTS = 8
+#: Outputs whose rows are frequency-like estimates (top-k by value); the others are query answers.
+ESTIMATE_OUTPUTS = ("estimates", "sparse")
+K_CHOICES = ("5", "10", "20", "50")
+
+_CSS = """
+<style>
+.ldp-h { font-family: sans-serif; }
+table.ldp { border-collapse: collapse; font: 12px sans-serif; }
+table.ldp th, table.ldp td { border-bottom: 1px solid #ddd; padding: 2px 8px; text-align: right; }
+table.ldp td.name, table.ldp th.name { text-align: left; }
+table.ldp tr.noise td { color: #888; }
+span.ldp-state { font: 13px sans-serif; }
+span.ldp-state[data-state=error] { color: #b00020; font-weight: bold; }
+span.ldp-state[data-state=waiting] { color: #a06000; }
+</style>
+"""
+
+
+def _named(model: Any, name: str) -> Any:
+    model.name = name
+    if hasattr(model, "css_classes"):
+        model.css_classes = [f"ldp-{name.replace('_', '-')}"]
+    return model
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _comparable(data: dict[str, list[Any]]) -> str:
+    """A text that is equal for equal data (NaN != NaN, so compare texts, not lists)."""
+    return repr(
+        sorted(
+            (k, [None if isinstance(v, float) and math.isnan(v) else v for v in vals])
+            for k, vals in data.items()
+        )
+    )
+
+
+class Dashboard:
+    """Builds the page into ``doc`` and keeps it current.
+
+    Args:
+        doc: the session's Bokeh document.
+        store_url: the store to read (``sqlite:///...`` or ``postgresql://...``).
+        task: the task to show first (default: the first task the store holds).
+        refresh: seconds between polls of the store.
+        top_k: values shown in the top-k plot at first (the page has a selector).
+        max_windows: newest windows the series, window, count and latency plots cover.
+        reader_factory: how to open the store (tests pass a fake).
+    """
+
+    def __init__(
+        self,
+        doc: Document,
+        store_url: str,
+        *,
+        task: str | None = None,
+        refresh: float = 1.0,
+        top_k: int = 10,
+        max_windows: int = 60,
+        reader_factory: Callable[[str], StoreReader] = StoreReader,
+    ) -> None:
+        self.doc = doc
+        self.store_url = store_url
+        self.wanted_task = task
+        self.max_windows = int(max_windows)
+        self.reader_factory = reader_factory
+        self.reader: StoreReader | None = None
+        self.token: tuple[Any, ...] | None = None
+        self.series_task: str | None = None
+        self._last: dict[str, str] = {}
+        self._legend_labels: dict[int, str] = {}
+        self._build(top_k)
+        doc.title = "ldp-beam dashboard"
+        doc.add_root(self.layout)
+        self.poll()
+        doc.add_periodic_callback(self.poll, max(int(refresh * 1000), 100))
+
+    # -- layout ---------------------------------------------------------------------------------------
+    def _build(self, top_k: int) -> None:
+        self.header = Div(
+            text=_CSS + f"<h2 class='ldp-h'>ldp-beam live dashboard</h2><span class='ldp-h'>store: "
+            f"<code>{html.escape(_display_url(self.store_url))}</code></span>",
+            sizing_mode="stretch_width",
+        )
+        self.status = _named(Div(text="", sizing_mode="stretch_width"), "status")
+        self.task_select = _named(Select(title="task", options=[], width=260), "task_select")
+        self.view_select = _named(Select(title="output / group", options=[], width=200), "view_select")
+        k_value = str(top_k) if str(top_k) in K_CHOICES else K_CHOICES[1]
+        choices = list(K_CHOICES) if k_value in K_CHOICES else [*K_CHOICES, str(top_k)]
+        self.k_select = _named(Select(title="top k", options=choices, value=k_value, width=90), "k_select")
+        self.series_items = _named(
+            MultiChoice(
+                title=f"values in the time series (up to {SERIES_SLOTS})",
+                options=[],
+                value=[],
+                max_items=SERIES_SLOTS,
+                width=520,
+            ),
+            "series_items",
+        )
+        for widget in (self.task_select, self.view_select, self.k_select):
+            widget.on_change("value", self._on_selection)
+        self.series_items.on_change("value", self._on_selection)
+        self.budget = _named(Div(text="", visible=False, sizing_mode="stretch_width"), "budget")
+
+        # top-k with 95% whiskers
+        self.topk_source = _named(ColumnDataSource(shape.top_k([], 0)), "topk_source")
+        self.topk_plot = _named(
+            figure(
+                x_range=FactorRange(factors=[" "]),
+                height=340,
+                sizing_mode="stretch_width",
+                title="current window: top values, published estimate with 95% interval",
+                toolbar_location="right",
+                tools="save,reset",
+            ),
+            "topk_plot",
+        )
+        self.topk_plot.vbar(
+            x="name", top="estimate", width=0.7, source=self.topk_source, color="color", legend_field="noise"
+        )
+        self.topk_plot.add_layout(
+            Whisker(
+                source=self.topk_source,
+                base="name",
+                lower="ci_low",
+                upper="ci_high",
+                line_width=1.5,
+                level="overlay",
+            )
+        )
+        self.topk_plot.add_tools(
+            HoverTool(
+                tooltips=[
+                    ("value", "@name (#@item)"),
+                    ("estimate", "@estimate{0.0000}"),
+                    ("95% CI", "[@ci_low{0.0000}, @ci_high{0.0000}]"),
+                    ("", "@noise"),
+                    ("method", "@method"),
+                ]
+            )
+        )
+        self.topk_plot.xaxis.major_label_orientation = 0.6
+        self.topk_plot.yaxis.axis_label = "estimate"
+        self.topk_plot.legend.location = "top_right"
+        self.topk_table = _named(Div(text="", sizing_mode="stretch_width"), "topk_table")
+
+        # series with CI bands
+        self.series_plot = _named(
+            figure(
+                x_axis_type="datetime",
+                height=300,
+                sizing_mode="stretch_width",
+                title="chosen values across windows (x: window end), 95% band",
+                tools="pan,wheel_zoom,save,reset",
+            ),
+            "series_plot",
+        )
+        self.series_sources: list[ColumnDataSource] = []
+        self.series_items_legend: list[LegendItem] = []
+        self.series_whiskers: list[Whisker] = []
+        self.series_bands: list[Any] = []
+        empty = {
+            "x": [],
+            "window_start": [],
+            "estimate": [],
+            "lower": [],
+            "upper": [],
+            "timing": [],
+            "final": [],
+        }
+        for i in range(SERIES_SLOTS):
+            src = _named(ColumnDataSource(dict(empty)), f"series_source_{i}")
+            color = Category10_10[i % 10]
+            band = self.series_plot.varea(
+                x="x", y1="lower", y2="upper", source=src, fill_color=color, fill_alpha=0.18
+            )
+            line = self.series_plot.line(x="x", y="estimate", source=src, color=color, line_width=2)
+            dots = self.series_plot.scatter(x="x", y="estimate", source=src, color=color, size=5)
+            whisker = Whisker(
+                source=src, base="x", lower="lower", upper="upper", line_color=color, visible=False
+            )
+            self.series_plot.add_layout(whisker)
+            self.series_sources.append(src)
+            self.series_whiskers.append(whisker)
+            self.series_bands.append(band)
+            self.series_items_legend.append(
+                LegendItem(label=value(f"slot {i}"), renderers=[line, dots, band], visible=False)
+            )
+        self.series_plot.add_layout(self._legend(self.series_items_legend), "right")
+        self.series_plot.yaxis.axis_label = "estimate"
+
+        # windows: n_reports and pane timing
+        self.windows_source = _named(ColumnDataSource(shape.windows_columns([])), "windows_source")
+        self.windows_plot = _named(
+            figure(
+                x_axis_type="datetime",
+                height=240,
+                sizing_mode="stretch_width",
+                title="reports per window, coloured by the timing of its latest pane (outlined: final)",
+                tools="pan,wheel_zoom,save,reset",
+            ),
+            "windows_plot",
+        )
+        self.windows_plot.vbar(
+            x="x",
+            top="n_reports",
+            width="width",
+            source=self.windows_source,
+            color="color",
+            legend_field="timing",
+            line_color="line",
+            line_width=2,
+        )
+        self.windows_plot.add_tools(
+            HoverTool(
+                tooltips=[
+                    ("window", "@window"),
+                    ("n_reports", "@n_reports"),
+                    ("latest pane", "#@pane_index @timing"),
+                    ("", "@final"),
+                    ("latency", "@latency_s{0.00} s"),
+                ]
+            )
+        )
+        self.windows_plot.yaxis.axis_label = "n_reports"
+        self.windows_table = _named(
+            DataTable(
+                source=self.windows_source,
+                height=200,
+                sizing_mode="stretch_width",
+                index_position=None,
+                reorderable=False,
+                columns=[
+                    TableColumn(field="window", title="window"),
+                    TableColumn(field="n_reports", title="n_reports"),
+                    TableColumn(field="pane_index", title="latest pane"),
+                    TableColumn(field="timing", title="timing"),
+                    TableColumn(field="final", title="final"),
+                    TableColumn(field="latency_s", title="latency of latest pane (s)"),
+                    TableColumn(field="last_written", title="written (UTC)"),
+                ],
+            ),
+            "windows_table",
+        )
+
+        # counts and dead letters
+        self.counts_source = _named(ColumnDataSource(shape.counts_columns([])), "counts_source")
+        self.counts_plot = _named(
+            figure(
+                x_axis_type="datetime",
+                height=240,
+                sizing_mode="stretch_width",
+                title="reports read per counts window: accepted, rejected (dead letters), late-dropped",
+                tools="pan,wheel_zoom,save,reset",
+            ),
+            "counts_plot",
+        )
+        self.counts_plot.vbar_stack(
+            ["accepted", "rejected", "late_dropped"],
+            x="x",
+            width="width",
+            source=self.counts_source,
+            color=["#4c72b0", "#c44e52", "#dd8452"],
+            legend_label=["accepted", "rejected", "late dropped"],
+        )
+        self.counts_plot.scatter(
+            x="x", y="read", source=self.counts_source, color="black", size=6, legend_label="read"
+        )
+        self.counts_plot.add_tools(
+            HoverTool(
+                tooltips=[
+                    ("window", "@window"),
+                    ("read", "@read"),
+                    ("accepted", "@accepted"),
+                    ("rejected", "@rejected"),
+                    ("late dropped", "@late_dropped"),
+                    ("lost", "@lost"),
+                ]
+            )
+        )
+        self.counts_plot.legend.location = "top_left"
+        self.reasons_source = _named(ColumnDataSource(shape.reasons_columns([])), "reasons_source")
+        self.reasons_table = _named(
+            DataTable(
+                source=self.reasons_source,
+                height=160,
+                sizing_mode="stretch_width",
+                index_position=None,
+                reorderable=False,
+                columns=[
+                    TableColumn(field="window", title="window"),
+                    TableColumn(field="reason", title="dead-letter reason"),
+                    TableColumn(field="count", title="count"),
+                ],
+            ),
+            "reasons_table",
+        )
+
+        # latency
+        self.latency_source = _named(ColumnDataSource(shape.latency_columns([])), "latency_source")
+        self.latency_plot = _named(
+            figure(
+                x_axis_type="datetime",
+                height=240,
+                sizing_mode="stretch_width",
+                title="pane latency: written_ms - window_end (s), per pane",
+                tools="pan,wheel_zoom,save,reset",
+            ),
+            "latency_plot",
+        )
+        self.latency_plot.scatter(
+            x="x", y="latency_s", source=self.latency_source, color="color", size=7, legend_field="timing"
+        )
+        self.latency_plot.add_tools(
+            HoverTool(tooltips=[("pane", "#@pane_index @timing"), ("latency", "@latency_s{0.00} s")])
+        )
+        self.latency_plot.yaxis.axis_label = "seconds after window end"
+        self.latency_summary = _named(Div(text=""), "latency_summary")
+
+        for fig in (self.series_plot, self.windows_plot, self.counts_plot, self.latency_plot):
+            fig.xaxis.formatter = DatetimeTickFormatter(
+                seconds="%H:%M:%S", minsec="%H:%M:%S", minutes="%H:%M", hours="%H:%M"
+            )
+        self.layout = column(
+            self.header,
+            self.status,
+            row(self.task_select, self.view_select, self.k_select),
+            self.budget,
+            self.topk_plot,
+            self.topk_table,
+            self.series_items,
+            self.series_plot,
+            self.windows_plot,
+            self.windows_table,
+            self.counts_plot,
+            self.reasons_table,
+            self.latency_plot,
+            self.latency_summary,
+            sizing_mode="stretch_width",
+            name="dashboard",
+        )
+
+    @staticmethod
+    def _legend(items: list[LegendItem]) -> Any:
+        from bokeh.models import Legend
+
+        return Legend(items=items, location="top_left", click_policy="hide")
+
+    # -- state ----------------------------------------------------------------------------------------
+    def _set_status(self, state: str, text: str) -> None:
+        markup = f"<span class='ldp-state' data-state='{state}'>{html.escape(text)}</span>"
+        if self.status.text != markup:
+            self.status.text = markup
+
+    def _set_data(self, key: str, source: ColumnDataSource, data: dict[str, list[Any]]) -> bool:
+        """Replaces ``source.data`` when (and only when) it differs from what was set last."""
+        text = _comparable(data)
+        if self._last.get(key) == text:
+            return False
+        self._last[key] = text
+        source.data = data
+        return True
+
+    def _on_selection(self, attr: str, old: Any, new: Any) -> None:
+        self.token = None  # read again on the next poll; now, so the page follows the click
+        self.poll()
+
+    # -- polling --------------------------------------------------------------------------------------
+    def poll(self) -> None:
+        """One poll: open the store if needed, and redraw what changed. Errors become the status line."""
+        try:
+            if self.reader is None:
+                self.reader = self.reader_factory(self.store_url)
+            if not self.reader.ready():
+                self._set_status("waiting", "waiting for the first pane: the store has no tables yet")
+                return
+            tasks = self.reader.tasks()
+            if not tasks:
+                self._set_status("waiting", "waiting for the first pane: the store holds no task yet")
+                return
+            self._update_tasks(tasks)
+            task_id = self.task_select.value
+            token = (
+                task_id,
+                self.view_select.value,
+                self.k_select.value,
+                tuple(self.series_items.value),
+                *self.reader.change_token(task_id),
+            )
+            if token == self.token:
+                return
+            self._refresh(task_id, next(t for t in tasks if t["task_id"] == task_id))
+            self.token = token
+        except StoreError as exc:
+            self._set_status("error", f"store error: {exc} (retrying every poll)")
+            if self.reader is not None:
+                self.reader.close()
+            self.reader = None
+            self.token = None
+        except Exception as exc:  # keep the session alive; the log has the traceback
+            _LOG.exception("dashboard poll failed")
+            self._set_status("error", f"dashboard error: {type(exc).__name__}: {exc}")
+            self.token = None
+
+    def _update_tasks(self, tasks: Sequence[dict[str, Any]]) -> None:
+        ids = [t["task_id"] for t in tasks]
+        if list(self.task_select.options) != ids:
+            self.task_select.options = ids
+        if self.task_select.value not in ids:
+            wanted = self.wanted_task if self.wanted_task in ids else ids[0]
+            self.task_select.value = wanted
+
+    def _refresh(self, task_id: str, task: dict[str, Any]) -> None:
+        assert self.reader is not None
+        reader = self.reader
+        summary = shape.parse_json(task.get("summary_json"))
+        summary = summary if isinstance(summary, dict) else {}
+        labels = shape.labels_from_summary(summary)
+        self._update_budget(summary)
+
+        windows = reader.windows(task_id, self.max_windows)
+        if not windows:
+            self._set_status("waiting", f"task {task_id}: waiting for the first pane")
+            return
+        oldest_end = min(int(w["window_end"]) for w in windows)
+
+        views = [f"{out}, group {grp}" for out, grp in reader.outputs(task_id)]
+        if list(self.view_select.options) != views:
+            self.view_select.options = views
+        if self.view_select.value not in views:
+            preferred = [v for v in views if v.split(",")[0] in ESTIMATE_OUTPUTS]
+            self.view_select.value = (preferred or views or [""])[0]
+        self.view_select.visible = len(views) > 1
+        output, grp = _parse_view(self.view_select.value)
+
+        # the current window: the newest window that has rows of this view
+        rows: list[dict[str, Any]] = []
+        current: dict[str, Any] | None = None
+        for win in windows:  # newest first
+            rows = reader.window_rows(task_id, output, grp, int(win["window_start"]), int(win["window_end"]))
+            if rows:
+                current = win
+                break
+        k = int(self.k_select.value or K_CHOICES[1])
+        is_estimate = output in ESTIMATE_OUTPUTS
+        top = shape.top_k(rows, k, labels) if is_estimate else shape.answers_columns(rows, k)
+        if self._set_data("topk", self.topk_source, top):
+            self.topk_plot.x_range.factors = list(top["name"]) or [" "]
+        noun = "values" if is_estimate else "queries"
+        if current is not None:
+            what = shape.format_window(int(current["window_start"]), int(current["window_end"]))
+            title = (
+                f"current window {what}: top {k} {noun}, published estimate with 95% interval"
+                if is_estimate
+                else f"current window {what}: {noun} 0-{k - 1}, answer with 95% interval"
+            )
+        else:
+            title = f"no {output} rows yet"
+        if self.topk_plot.title.text != title:
+            self.topk_plot.title.text = title
+        table = _topk_html(top, rows[0] if rows else None, is_estimate)
+        if self.topk_table.text != table:
+            self.topk_table.text = table
+
+        # the series: chosen items (first time per task and view: the current top 5 / first 5 queries)
+        all_items = sorted({int(r["item"]) for r in rows})
+        names = {
+            int(r["item"]): (
+                shape.value_name(int(r["item"]), r.get("label"), labels)
+                if is_estimate
+                else f"#{int(r['item'])}: "
+                + shape.query_text(shape.parse_json(r.get("extra_json")), int(r["item"]))
+            )
+            for r in rows
+        }
+        options = [(str(i), names[i]) for i in all_items]
+        if [tuple(o) for o in self.series_items.options] != options:
+            self.series_items.options = options
+        series_key = f"{task_id}|{output}|{grp}"
+        if self.series_task != series_key:
+            self.series_task = series_key
+            self.series_items.value = [str(i) for i in top["item"][:5]]
+        chosen = [int(v) for v in self.series_items.value][:SERIES_SLOTS]
+        series = shape.series_columns(reader.item_rows(task_id, output, grp, chosen, oldest_end), chosen)
+        for slot in range(SERIES_SLOTS):
+            legend = self.series_items_legend[slot]
+            if slot < len(chosen):
+                item = chosen[slot]
+                self._set_data(f"series{slot}", self.series_sources[slot], series[item])
+                label = names.get(item, f"value {item}" if is_estimate else f"query {item}")
+                if self._legend_labels.get(slot) != label:
+                    self._legend_labels[slot] = label
+                    legend.label = value(label)
+                legend.visible = True
+                for renderer in legend.renderers:
+                    renderer.visible = True
+            else:
+                self._set_data(f"series{slot}", self.series_sources[slot], shape.series_columns([], [0])[0])
+                legend.visible = False
+            self.series_whiskers[slot].visible = (slot < len(chosen)) and not is_estimate
+        self.series_plot.title.text = (
+            "chosen values across windows (x: window end), published estimate with 95% band"
+            if is_estimate
+            else "chosen queries across windows (x: window end), answer with 95% error bars"
+        )
+
+        # windows, panes, counts
+        panes = [
+            p for p in reader.panes(task_id, oldest_end) if p["output"] == output and int(p["grp"]) == grp
+        ]
+        wins = shape.windows_columns(windows, shape.latest_pane_latency(panes))
+        self._set_data("windows", self.windows_source, wins)
+        lat = shape.latency_columns(panes)
+        self._set_data("latency", self.latency_source, lat)
+        summ = shape.latency_summary(lat["latency_s"], lat["timing"])
+        lat_text = (
+            f"<span class='ldp-h'>window end to pane in the store, panes written after their window closed "
+            f"(ON_TIME, LATE): n = {summ['n']}, median {_fmt(summ['median_s'], 2)} s, max "
+            f"{_fmt(summ['max_s'], 2)} s</span>"
+        )
+        if self.latency_summary.text != lat_text:
+            self.latency_summary.text = lat_text
+        counts = reader.counts(task_id, self.max_windows)
+        self._set_data("counts", self.counts_source, shape.counts_columns(counts))
+        self._set_data("reasons", self.reasons_source, shape.reasons_columns(counts))
+
+        if current is not None:
+            final = "final" if current.get("is_final") else "not final"
+            self._set_status(
+                "live",
+                f"task {task_id}: current window "
+                f"{shape.format_window(int(current['window_start']), int(current['window_end']))}"
+                f", pane #{current.get('last_pane_index')} {current.get('last_pane_timing')} ({final}), "
+                f"n_reports {current.get('n_reports')}; {len(windows)} window(s); page updated "
+                f"{time.strftime('%H:%M:%S', time.gmtime())} UTC",
+            )
+        else:
+            self._set_status("waiting", f"task {task_id}: waiting for the first pane of {output}")
+
+    def _update_budget(self, summary: dict[str, Any]) -> None:
+        items = shape.budget_items(summary)
+        if not items:
+            self.budget.visible = False
+            return
+        body = "".join(
+            f"<tr><td class='name'>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in items
+        )
+        text = (
+            "<b class='ldp-h'>privacy budget and accounting (task summary)</b>"
+            "<table class='ldp' id='budget-table'><tr><th "
+            f"class='name'>figure</th><th>value</th></tr>{body}</table>"
+        )
+        if self.budget.text != _CSS + text:
+            self.budget.text = _CSS + text
+        self.budget.visible = True
+
+
+def _parse_view(view: str | None) -> tuple[str, int]:
+    if not view or ", group " not in view:
+        return "estimates", 0
+    out, grp = view.split(", group ", 1)
+    return out, int(grp)
+
+
+def _topk_html(top: dict[str, list[Any]], first: dict[str, Any] | None, is_estimate: bool) -> str:
+    """The top-k as an HTML table (``id='topk-table'``; one ``tr`` per value with ``data-item``)."""
+    if not top["item"]:
+        return _CSS + "<span class='ldp-h'>no rows in the current window yet</span>"
+    head = (
+        "<tr><th>rank</th><th class='name'>"
+        + ("value" if is_estimate else "query")
+        + "</th><th>index</th><th>estimate</th><th>95% low</th><th>95% high</th><th "
+        "class='name'>noise</th></tr>"
+    )
+    body = []
+    for i in range(len(top["item"])):
+        noise = top["noise"][i] == shape.NOISE
+        body.append(
+            f"<tr class='{'noise' if noise else 'value'}' data-item='{top['item'][i]}'>"
+            f"<td>{top['rank'][i]}</td><td class='name'>{html.escape(str(top['name'][i]))}</td>"
+            f"<td>{top['item'][i]}</td><td class='estimate'>{_fmt(top['estimate'][i])}</td>"
+            f"<td>{_fmt(top['ci_low'][i])}</td><td>{_fmt(top['ci_high'][i])}</td>"
+            f"<td class='name'>{html.escape(top['noise'][i])}</td></tr>"
+        )
+    method = html.escape(str(first.get("method") or "")) if first else ""
+    return (
+        _CSS + f"<table class='ldp' id='topk-table' data-method='{method}'>{head}{''.join(body)}</table>"
+        f"<span class='ldp-h' style='font-size:11px'>method: {method}; intervals are the store's ci_low / "
+        "ci_high (95%), drawn as whiskers</span>"
+    )
+
+
+def _display_url(url: str) -> str:
+    from pipelines.dashboard_app.reader import _redact
+
+    return _redact(url)

@@ -1,0 +1,266 @@
+"""Read queries of the dashboard against the latest-state store's tables (SQLite or PostgreSQL).
+
+The dashboard only reads: SQLite is opened read-only (``mode=ro``), PostgreSQL in autocommit mode so no
+transaction stays open between polls. A store whose tables do not exist yet (the job has not written its
+first pane) is *not ready*, not an error: :meth:`StoreReader.ready` says so and the page waits.
+Rows come back as ``dict``\\ s keyed by column name (see /work/notes/store_contract.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["StoreError", "StoreReader", "StoreURL", "parse_store_url"]
+
+#: The tables the page reads (all must exist before the page leaves its waiting state).
+TABLES = ("ldp_tasks", "ldp_current", "ldp_panes", "ldp_windows", "ldp_counts")
+
+ROW_COLUMNS = (
+    "task_id, output, window_start, window_end, grp, item, label, estimate, std, ci_low, ci_high, "
+    "unbiased, unbiased_std, ci_includes_zero, method, n_reports, pane_index, pane_timing, is_final, "
+    "written_ms, extra_json"
+)
+
+
+class StoreError(Exception):
+    """A store that cannot be read: a bad URL, an unreachable server, a missing directory."""
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    """A parsed store URL: ``kind`` is ``sqlite`` (``target`` a file path) or ``postgresql`` (``target``
+    the URL psycopg takes)."""
+
+    kind: str
+    target: str
+    url: str
+
+
+def parse_store_url(url: str) -> StoreURL:
+    """``sqlite:///PATH`` (PATH as written after the third slash, so ``sqlite:////abs/x.db`` and
+    ``sqlite:///rel/x.db``; the store writer's ``sqlite:///`` + an absolute path reads the same), a plain
+    file path (SQLite) or ``postgresql://...`` / ``postgres://...``. Anything else is a :class:`StoreError`
+    naming the accepted forms."""
+    text = (url or "").strip()
+    if not text:
+        raise StoreError(
+            "empty store URL (give sqlite:///PATH/estimates.db or postgresql://USER@HOST:PORT/DB)"
+        )
+    if text.startswith(("postgresql://", "postgres://")):
+        return StoreURL("postgresql", text, text)
+    if text.startswith("sqlite:"):
+        rest = text[len("sqlite:") :]
+        if not rest.startswith("///") or len(rest) == 3:
+            raise StoreError(
+                f"bad SQLite store URL {url!r}: write sqlite:///PATH (e.g. sqlite:///out/estimates.db)"
+            )
+        path = rest[3:]
+        return StoreURL("sqlite", path, text)
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise StoreError(
+            f"unsupported store URL scheme {scheme!r} in {url!r}: use sqlite:///PATH or postgresql://..."
+        )
+    return StoreURL("sqlite", text, text)
+
+
+class StoreReader:
+    """Read access to one store. Opening checks what can be checked without the tables: the SQLite file's
+    directory exists (the file itself may not exist yet), the PostgreSQL server answers.
+
+    Raises:
+        StoreError: the URL is malformed, the directory is missing, or the server refuses the connection.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = parse_store_url(url)
+        self._conn: Any = None
+        if self.url.kind == "sqlite":
+            directory = os.path.dirname(os.path.abspath(self.url.target))
+            if not os.path.isdir(directory):
+                raise StoreError(f"store directory {directory} does not exist (store URL {url!r})")
+            if os.path.isdir(self.url.target):
+                raise StoreError(f"store path {self.url.target} is a directory, not a SQLite file")
+        else:
+            self._connect()
+
+    # -- connection -------------------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        if self._conn is not None:
+            return self._conn
+        if self.url.kind == "sqlite":
+            path = os.path.abspath(self.url.target)
+            if not os.path.exists(path):
+                return None
+            try:
+                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0, check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open SQLite store {path}: {exc}") from exc
+        else:
+            try:
+                import psycopg
+                from psycopg.rows import dict_row
+            except ImportError as exc:  # pragma: no cover - psycopg is a dependency
+                raise StoreError("a PostgreSQL store needs psycopg (pip install 'psycopg[binary]')") from exc
+            try:
+                conn = psycopg.connect(
+                    self.url.target, autocommit=True, row_factory=dict_row, connect_timeout=5
+                )
+            except psycopg.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise StoreError(
+                    f"cannot connect to PostgreSQL store {_redact(self.url.target)}: {first}"
+                ) from exc
+        self._conn = conn
+        return conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        conn = self._connect()
+        if conn is None:
+            return []
+        if self.url.kind == "postgresql":
+            sql = sql.replace("?", "%s")
+        try:
+            cur = conn.execute(sql, tuple(params))
+            rows = cur.fetchall()
+        except Exception as exc:
+            # a dropped connection or a locked file: reconnect on the next poll
+            self.close()
+            raise StoreError(
+                f"store query failed: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}"
+            ) from exc
+        return [dict(r) for r in rows]
+
+    # -- queries ----------------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        """Whether every table the page reads exists (the job has created the schema)."""
+        if self.url.kind == "sqlite":
+            if self._connect() is None:
+                return False
+            rows = self._query("SELECT name FROM sqlite_master WHERE type = 'table'")
+            names = {r["name"] for r in rows}
+        else:
+            rows = self._query(
+                "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = "
+                "current_schema()"
+            )
+            names = {r["name"] for r in rows}
+        return all(t in names for t in TABLES)
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """Every task the store knows (``ldp_tasks`` rows, plus tasks that have windows but no task row),
+        ordered by task id."""
+        rows = self._query(
+            "SELECT task_id, kind, mechanism, epsilon, summary_json, updated_ms FROM ldp_tasks"
+        )
+        known = {r["task_id"] for r in rows}
+        for r in self._query("SELECT DISTINCT task_id FROM ldp_windows"):
+            if r["task_id"] not in known:
+                rows.append(
+                    {
+                        "task_id": r["task_id"],
+                        "kind": None,
+                        "mechanism": None,
+                        "epsilon": None,
+                        "summary_json": None,
+                        "updated_ms": None,
+                    }
+                )
+        return sorted(rows, key=lambda r: r["task_id"])
+
+    def change_token(self, task_id: str) -> tuple[Any, ...]:
+        """A cheap fingerprint of everything the page shows for ``task_id``: it changes whenever a pane, a
+        current row, a window's final flag, a counts row or the task's summary is written."""
+        sql = (
+            "SELECT "
+            "(SELECT COUNT(*) FROM ldp_panes WHERE task_id = ?) AS panes, "
+            "(SELECT MAX(written_ms) FROM ldp_panes WHERE task_id = ?) AS panes_ms, "
+            "(SELECT COUNT(*) FROM ldp_current WHERE task_id = ?) AS current_n, "
+            "(SELECT MAX(written_ms) FROM ldp_current WHERE task_id = ?) AS current_ms, "
+            "(SELECT COUNT(*) FROM ldp_windows WHERE task_id = ? AND is_final = 1) AS finals, "
+            "(SELECT MAX(last_written_ms) FROM ldp_windows WHERE task_id = ?) AS windows_ms, "
+            "(SELECT COUNT(*) FROM ldp_counts WHERE task_id = ?) AS counts_n, "
+            "(SELECT MAX(written_ms) FROM ldp_counts WHERE task_id = ?) AS counts_ms, "
+            "(SELECT MAX(updated_ms) FROM ldp_tasks WHERE task_id = ?) AS task_ms"
+        )
+        rows = self._query(sql, (task_id,) * 9)
+        return tuple(rows[0].values()) if rows else ()
+
+    def windows(self, task_id: str, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` windows of the task (``ldp_windows``), newest first."""
+        return self._query(
+            "SELECT task_id, window_start, window_end, last_pane_index, last_pane_timing, is_final, "
+            "n_reports, "
+            "first_written_ms, last_written_ms, final_ms FROM ldp_windows WHERE task_id = ? "
+            "ORDER BY window_end DESC, window_start DESC LIMIT ?",
+            (task_id, int(limit)),
+        )
+
+    def panes(self, task_id: str, since_end: int) -> list[dict[str, Any]]:
+        """Every pane of the task's windows that end at or after ``since_end`` (``ldp_panes``)."""
+        return self._query(
+            "SELECT task_id, output, window_start, window_end, grp, pane_index, pane_timing, "
+            "is_final, n_reports, "
+            "written_ms FROM ldp_panes WHERE task_id = ? AND window_end >= ? "
+            "ORDER BY window_end, window_start, pane_index",
+            (task_id, int(since_end)),
+        )
+
+    def counts(self, task_id: str, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` counts windows of the task (``ldp_counts``), newest first."""
+        return self._query(
+            "SELECT task_id, window_start, window_end, read, accepted, rejected, lost, late_dropped, "
+            "reasons_json, "
+            "written_ms FROM ldp_counts WHERE task_id = ? ORDER BY window_end DESC, window_start "
+            "DESC LIMIT ?",
+            (task_id, int(limit)),
+        )
+
+    def outputs(self, task_id: str) -> list[tuple[str, int]]:
+        """The ``(output, grp)`` pairs the task has current rows for, sorted."""
+        rows = self._query("SELECT DISTINCT output, grp FROM ldp_current WHERE task_id = ?", (task_id,))
+        return sorted((str(r["output"]), int(r["grp"])) for r in rows)
+
+    def window_rows(self, task_id: str, output: str, grp: int, start: int, end: int) -> list[dict[str, Any]]:
+        """The current rows of one window, group and output (``ldp_current``)."""
+        return self._query(
+            f"SELECT {ROW_COLUMNS} FROM ldp_current WHERE task_id = ? AND output = ? AND grp = ? "
+            "AND window_start = ? AND window_end = ? ORDER BY item",
+            (task_id, output, int(grp), int(start), int(end)),
+        )
+
+    def item_rows(
+        self, task_id: str, output: str, grp: int, items: Sequence[int], since_end: int
+    ) -> list[dict[str, Any]]:
+        """The current rows of the chosen items in every window ending at or after ``since_end``."""
+        if not items:
+            return []
+        marks = ", ".join("?" for _ in items)
+        return self._query(
+            f"SELECT {ROW_COLUMNS} FROM ldp_current WHERE task_id = ? AND output = ? AND grp = ? "
+            f"AND window_end >= ? AND item IN ({marks}) ORDER BY window_end, window_start, item",
+            (task_id, output, int(grp), int(since_end), *[int(i) for i in items]),
+        )
+
+
+def _redact(url: str) -> str:
+    """A PostgreSQL URL without its password (``postgresql://user:***@host/db``)."""
+    if "://" not in url or "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    if ":" in creds:
+        creds = creds.split(":", 1)[0] + ":***"
+    return f"{scheme}://{creds}@{host}"

@@ -1,0 +1,447 @@
+"""Pure functions from store rows (``dict``\\ s keyed by the store's column names) to what the page draws.
+
+No Bokeh and no database here, so every rule the page follows has a fast unit test
+(tests/test_dashboard.py):
+
+* the *current window* is the one with the latest end (ties: the latest start) among the windows the store
+  holds; a batch job's whole-run window is window_start = window_end = 0;
+* the top-k is the k largest *published* estimates of that window (ties: the smaller value index first),
+  each with the store's 95% interval ``[ci_low, ci_high]``; a value is *noise-level* when the store flags it
+  (``ci_includes_zero``) or, when the flag is absent, when its interval contains 0; a value without an
+  interval is drawn without whiskers and is neither (the dashboard never makes up an interval from a std);
+* the latency of a pane is ``written_ms - window_end`` (seconds on the page): how long after its window
+  closed in event time the pane reached the store; EARLY panes are written before the window ends, so their
+  latency is negative;
+* series are the current rows of chosen values (or queries) across windows, x = window end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = [
+    "NOISE",
+    "NO_CI",
+    "SIGNAL",
+    "TIMING_COLORS",
+    "answers_columns",
+    "budget_items",
+    "counts_columns",
+    "current_window",
+    "format_ms",
+    "format_window",
+    "labels_from_summary",
+    "latency_columns",
+    "latest_pane_latency",
+    "latency_summary",
+    "noise_level",
+    "parse_json",
+    "query_text",
+    "reasons_columns",
+    "series_columns",
+    "top_k",
+    "value_name",
+    "windows_columns",
+]
+
+#: Colours of the pane timings (and of panes whose timing is unknown).
+TIMING_COLORS = {"EARLY": "#e69f00", "ON_TIME": "#009e73", "LATE": "#d55e00", "UNKNOWN": "#999999"}
+#: Bar colours of the top-k: a value whose interval excludes 0, a noise-level one, one without interval.
+SIGNAL_COLOR = "#1f77b4"
+NOISE_COLOR = "#bbbbbb"
+NO_CI_COLOR = "#7f9fbf"
+#: The top-k's ``noise`` column (also the legend of the top-k plot).
+SIGNAL = "95% CI excludes 0"
+NOISE = "95% CI includes 0 (noise level)"
+NO_CI = "no interval in the store"
+
+Row = Mapping[str, Any]
+Columns = dict[str, list[Any]]
+
+NAN = float("nan")
+
+
+def parse_json(text: str | None) -> Any:
+    """``json.loads(text)``, or None for a missing or malformed text (a dashboard shows what it can)."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _num(value: Any) -> float:
+    """A float for the page: None (SQL NULL) becomes NaN, which Bokeh draws as a gap."""
+    if value is None:
+        return NAN
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return NAN
+
+
+def labels_from_summary(summary: Mapping[str, Any] | None) -> dict[int, str]:
+    """Value labels from a task summary: ``labels`` as a list (index -> name) or an object whose keys are
+    value indexes (either way round: ``{"0": "red"}`` or ``{"red": 0}``); ``{}`` when there are none."""
+    if not summary:
+        return {}
+    raw = summary.get("labels")
+    if raw is None and isinstance(summary.get("task"), Mapping):
+        raw = summary["task"].get("labels")
+    out: dict[int, str] = {}
+    if isinstance(raw, list):
+        for i, name in enumerate(raw):
+            if name is not None:
+                out[i] = str(name)
+    elif isinstance(raw, Mapping):
+        for key, val in raw.items():
+            if isinstance(key, str) and key.lstrip("-").isdigit():
+                out[int(key)] = str(val)
+            elif isinstance(val, int) and not isinstance(val, bool):
+                out[val] = str(key)
+    return out
+
+
+def value_name(item: int, label: str | None, labels: Mapping[int, str] | None = None) -> str:
+    """What the page calls a value: the row's label, else the task's label for it, else ``value N``."""
+    if label:
+        return str(label)
+    if labels and item in labels:
+        return labels[item]
+    return f"value {item}"
+
+
+def noise_level(row: Row) -> bool | None:
+    """Whether a published number is at noise level: the store's ``ci_includes_zero`` flag when set, else
+    whether ``[ci_low, ci_high]`` contains 0; None when the row has neither (no interval to judge by)."""
+    flag = row.get("ci_includes_zero")
+    if flag is not None:
+        return bool(flag)
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if lo is None or hi is None:
+        return None
+    return float(lo) <= 0.0 <= float(hi)
+
+
+def _window_key(row: Row) -> tuple[int, int]:
+    return (int(row.get("window_end") or 0), int(row.get("window_start") or 0))
+
+
+def current_window(windows: Iterable[Row]) -> tuple[int, int] | None:
+    """``(window_start, window_end)`` of the window with the latest end (ties: latest start), or None."""
+    best: tuple[int, int] | None = None
+    for row in windows:
+        key = _window_key(row)
+        if best is None or key > best:
+            best = key
+    return None if best is None else (best[1], best[0])
+
+
+def format_ms(ms: int | float | None) -> str:
+    """``2026-12-01 09:15:00`` (UTC) for an epoch-millisecond time; ``-`` for None."""
+    if ms is None or (isinstance(ms, float) and math.isnan(ms)):
+        return "-"
+    dt = datetime.fromtimestamp(float(ms) / 1000.0, tz=timezone.utc)
+    text = dt.strftime("%Y-%m-%d %H:%M:%S")
+    frac = int(ms) % 1000
+    return f"{text}.{frac:03d}" if frac else text
+
+
+def format_window(start: int, end: int) -> str:
+    """``[09:00:00, 09:01:00) UTC`` for a window; ``whole run`` for the global window (0, 0)."""
+    if start == 0 and end == 0:
+        return "whole run (global window)"
+    s, e = format_ms(start), format_ms(end)
+    if s[:10] == e[:10]:
+        return f"[{s}, {e[11:]}) UTC"
+    return f"[{s}, {e}) UTC"
+
+
+def top_k(rows: Iterable[Row], k: int, labels: Mapping[int, str] | None = None) -> Columns:
+    """The ``k`` largest published estimates among ``rows`` (one window, group and output), as columns:
+    ``item``, ``name`` (unique display name), ``estimate``, ``ci_low``, ``ci_high`` (NaN without interval),
+    ``noise`` (:data:`SIGNAL`, :data:`NOISE` or :data:`NO_CI`), ``color``, ``std``, ``method``,
+    ``rank`` (1-based)."""
+    ordered = sorted(rows, key=lambda r: (-_num(r.get("estimate")), int(r["item"])))
+    ordered = [r for r in ordered if not math.isnan(_num(r.get("estimate")))][: max(int(k), 0)]
+    cols: Columns = {
+        key: []
+        for key in (
+            "rank",
+            "item",
+            "name",
+            "estimate",
+            "ci_low",
+            "ci_high",
+            "noise",
+            "color",
+            "std",
+            "method",
+        )
+    }
+    names = [value_name(int(r["item"]), r.get("label"), labels) for r in ordered]
+    for rank, (row, name) in enumerate(zip(ordered, names, strict=True), start=1):
+        item = int(row["item"])
+        if names.count(name) > 1:
+            name = f"{name} (#{item})"
+        flag = noise_level(row)
+        cols["rank"].append(rank)
+        cols["item"].append(item)
+        cols["name"].append(name)
+        cols["estimate"].append(_num(row.get("estimate")))
+        cols["ci_low"].append(_num(row.get("ci_low")))
+        cols["ci_high"].append(_num(row.get("ci_high")))
+        cols["noise"].append(NO_CI if flag is None else (NOISE if flag else SIGNAL))
+        cols["color"].append(NO_CI_COLOR if flag is None else (NOISE_COLOR if flag else SIGNAL_COLOR))
+        cols["std"].append(_num(row.get("std")))
+        cols["method"].append(str(row.get("method") or ""))
+    return cols
+
+
+def series_columns(rows: Iterable[Row], items: Sequence[int]) -> dict[int, Columns]:
+    """Per chosen item, its rows across windows sorted by window end: ``x`` (window end, ms), ``estimate``,
+    ``lower`` / ``upper`` (the 95% interval; NaN where absent), ``timing``, ``final`` (0/1)."""
+    wanted = {int(i) for i in items}
+    out: dict[int, Columns] = {
+        i: {"x": [], "window_start": [], "estimate": [], "lower": [], "upper": [], "timing": [], "final": []}
+        for i in items
+    }
+    for row in sorted(rows, key=_window_key):
+        item = int(row["item"])
+        if item not in wanted:
+            continue
+        cols = out[item]
+        cols["x"].append(int(row["window_end"]))
+        cols["window_start"].append(int(row["window_start"]))
+        cols["estimate"].append(_num(row.get("estimate")))
+        cols["lower"].append(_num(row.get("ci_low")))
+        cols["upper"].append(_num(row.get("ci_high")))
+        cols["timing"].append(str(row.get("pane_timing") or "UNKNOWN"))
+        cols["final"].append(int(bool(row.get("is_final"))))
+    return out
+
+
+def windows_columns(
+    windows: Iterable[Row], latencies: Mapping[tuple[int, int], float] | None = None
+) -> Columns:
+    """The windows, newest first, for the windows table and the n_reports bars: ``window_start``,
+    ``window_end``, ``window`` (text), ``n_reports``, ``pane_index`` (last), ``timing`` (last),
+    ``final`` (``final`` / ``open``), ``color`` (by timing), ``line`` (black when final), ``width`` (ms, for
+    bars), ``latency_s`` (of the last pane, from ``latencies`` keyed by window)."""
+    cols: Columns = {
+        key: []
+        for key in (
+            "window_start",
+            "window_end",
+            "x",
+            "window",
+            "n_reports",
+            "pane_index",
+            "timing",
+            "final",
+            "color",
+            "line",
+            "width",
+            "latency_s",
+            "last_written",
+        )
+    }
+    for row in sorted(windows, key=_window_key, reverse=True):
+        start, end = int(row["window_start"]), int(row["window_end"])
+        timing = str(row.get("last_pane_timing") or "UNKNOWN")
+        cols["window_start"].append(start)
+        cols["window_end"].append(end)
+        cols["x"].append((start + end) / 2.0)
+        cols["window"].append(format_window(start, end))
+        cols["n_reports"].append(int(row.get("n_reports") or 0))
+        cols["pane_index"].append(int(row.get("last_pane_index") or 0))
+        cols["timing"].append(timing)
+        cols["final"].append("final" if row.get("is_final") else "open")
+        cols["color"].append(TIMING_COLORS.get(timing, TIMING_COLORS["UNKNOWN"]))
+        cols["line"].append("black" if row.get("is_final") else cols["color"][-1])
+        cols["width"].append(max(end - start, 1) * 0.9)
+        lat = (latencies or {}).get((start, end))
+        cols["latency_s"].append(NAN if lat is None else float(lat))
+        cols["last_written"].append(format_ms(row.get("last_written_ms")))
+    return cols
+
+
+def latency_columns(panes: Iterable[Row]) -> Columns:
+    """One entry per pane: ``x`` (window end, ms), ``latency_s`` (``(written_ms - window_end) / 1000``),
+    ``timing``, ``pane_index``, ``color``; the global window (end 0) has no latency and is left out."""
+    cols: Columns = {key: [] for key in ("x", "window_start", "latency_s", "timing", "pane_index", "color")}
+    for row in sorted(panes, key=lambda r: (*_window_key(r), int(r.get("pane_index") or 0))):
+        end = int(row["window_end"])
+        if end == 0 and int(row.get("window_start") or 0) == 0:
+            continue
+        timing = str(row.get("pane_timing") or "UNKNOWN")
+        cols["x"].append(end)
+        cols["window_start"].append(int(row["window_start"]))
+        cols["latency_s"].append((int(row["written_ms"]) - end) / 1000.0)
+        cols["timing"].append(timing)
+        cols["pane_index"].append(int(row.get("pane_index") or 0))
+        cols["color"].append(TIMING_COLORS.get(timing, TIMING_COLORS["UNKNOWN"]))
+    return cols
+
+
+def latest_pane_latency(panes: Iterable[Row]) -> dict[tuple[int, int], float]:
+    """Per window ``(start, end)``: the latency in seconds of its latest pane (highest pane index)."""
+    best: dict[tuple[int, int], tuple[int, float]] = {}
+    for row in panes:
+        start, end = int(row["window_start"]), int(row["window_end"])
+        if start == 0 and end == 0:
+            continue
+        idx = int(row.get("pane_index") or 0)
+        lat = (int(row["written_ms"]) - end) / 1000.0
+        if (start, end) not in best or idx >= best[(start, end)][0]:
+            best[(start, end)] = (idx, lat)
+    return {key: val for key, (_, val) in best.items()}
+
+
+def latency_summary(latencies_s: Sequence[float], timings: Sequence[str] | None = None) -> dict[str, Any]:
+    """``n``, ``median_s`` and ``max_s`` of the latencies of the panes written after their window closed
+    (ON_TIME and LATE; with ``timings`` None, of all given); None figures when there are none."""
+    values = [
+        float(v)
+        for i, v in enumerate(latencies_s)
+        if not math.isnan(float(v)) and (timings is None or timings[i] in ("ON_TIME", "LATE"))
+    ]
+    if not values:
+        return {"n": 0, "median_s": None, "max_s": None}
+    values.sort()
+    mid = len(values) // 2
+    median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+    return {"n": len(values), "median_s": median, "max_s": values[-1]}
+
+
+def counts_columns(counts: Iterable[Row]) -> Columns:
+    """Per counts window, oldest first: ``x`` (window middle, ms), ``width``, ``window``, ``read``,
+    ``accepted``, ``rejected``, ``late_dropped``, ``lost``, ``dead_letters`` (sum of the reasons)."""
+    keys = (
+        "x",
+        "width",
+        "window_start",
+        "window_end",
+        "window",
+        "read",
+        "accepted",
+        "rejected",
+        "late_dropped",
+        "lost",
+        "dead_letters",
+    )
+    cols: Columns = {key: [] for key in keys}
+    for row in sorted(counts, key=_window_key):
+        start, end = int(row["window_start"]), int(row["window_end"])
+        reasons = parse_json(row.get("reasons_json"))
+        cols["x"].append((start + end) / 2.0)
+        cols["width"].append(max(end - start, 1) * 0.9)
+        cols["window_start"].append(start)
+        cols["window_end"].append(end)
+        cols["window"].append(format_window(start, end))
+        for key in ("read", "accepted", "rejected", "late_dropped", "lost"):
+            cols[key].append(int(row.get(key) or 0))
+        total = sum(int(v) for v in reasons.values()) if isinstance(reasons, Mapping) else 0
+        cols["dead_letters"].append(total)
+    return cols
+
+
+def reasons_columns(counts: Iterable[Row], max_windows: int = 10) -> Columns:
+    """The dead-letter reasons of the newest ``max_windows`` counts windows, one row per (window, reason),
+    newest window first, reasons by count; plus one ``all shown windows`` total per reason at the top."""
+    cols: Columns = {"window": [], "reason": [], "count": []}
+    rows = sorted(counts, key=_window_key, reverse=True)[:max_windows]
+    totals: dict[str, int] = {}
+    per_window: list[tuple[str, list[tuple[str, int]]]] = []
+    for row in rows:
+        reasons = parse_json(row.get("reasons_json"))
+        if not isinstance(reasons, Mapping) or not reasons:
+            continue
+        items = sorted(((str(k), int(v)) for k, v in reasons.items()), key=lambda kv: (-kv[1], kv[0]))
+        per_window.append((format_window(int(row["window_start"]), int(row["window_end"])), items))
+        for reason, n in items:
+            totals[reason] = totals.get(reason, 0) + n
+    for reason, n in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])):
+        cols["window"].append("all shown windows")
+        cols["reason"].append(reason)
+        cols["count"].append(n)
+    for window, items in per_window:
+        for reason, n in items:
+            cols["window"].append(window)
+            cols["reason"].append(reason)
+            cols["count"].append(n)
+    return cols
+
+
+def answers_columns(rows: Iterable[Row], k: int) -> Columns:
+    """The first ``k`` queries (by query index) of one window of a range or batch task, as the columns of
+    :func:`top_k` with ``name`` the query's text (from ``extra_json``) prefixed by its index."""
+    ordered = sorted(rows, key=lambda r: int(r["item"]))[: max(int(k), 0)]
+    cols = top_k([], 0)
+    for rank, row in enumerate(ordered, start=1):
+        item = int(row["item"])
+        flag = noise_level(row)
+        cols["rank"].append(rank)
+        cols["item"].append(item)
+        cols["name"].append(f"#{item}: {query_text(parse_json(row.get('extra_json')), item)}")
+        cols["estimate"].append(_num(row.get("estimate")))
+        cols["ci_low"].append(_num(row.get("ci_low")))
+        cols["ci_high"].append(_num(row.get("ci_high")))
+        cols["noise"].append(NO_CI if flag is None else (NOISE if flag else SIGNAL))
+        cols["color"].append(NO_CI_COLOR if flag is None else (NOISE_COLOR if flag else SIGNAL_COLOR))
+        cols["std"].append(_num(row.get("std")))
+        cols["method"].append(str(row.get("method") or ""))
+    return cols
+
+
+def query_text(extra: Mapping[str, Any] | None, item: int) -> str:
+    """A range query's text from a row's ``extra_json`` (``{"query": {"age": [lo, hi], ...}}`` or the query
+    object itself): ``age in [20, 29], income in [0, 3]``; ``query N`` when there is none."""
+    if not isinstance(extra, Mapping):
+        return f"query {item}"
+    query = extra.get("query", extra)
+    if isinstance(query, Mapping) and query:
+        parts = []
+        for attr, rng in query.items():
+            if isinstance(rng, Sequence) and not isinstance(rng, str) and len(rng) == 2:
+                parts.append(f"{attr} in [{rng[0]}, {rng[1]}]")
+            else:
+                parts.append(f"{attr}: {rng}")
+        return ", ".join(parts)
+    if isinstance(query, str) and query:
+        return query
+    return f"query {item}"
+
+
+def _flatten(prefix: str, value: Any, out: list[tuple[str, str]]) -> None:
+    if isinstance(value, Mapping):
+        for key, val in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), val, out)
+    elif isinstance(value, float):
+        out.append((prefix, f"{value:.6g}"))
+    elif isinstance(value, list) and len(value) > 8:
+        out.append((prefix, f"[{len(value)} values]"))
+    else:
+        out.append((prefix, json.dumps(value) if not isinstance(value, str) else value))
+
+
+#: Summary keys (any depth, case-insensitive substrings) that hold privacy budget or accounting figures.
+BUDGET_WORDS = ("budget", "accounting", "accountant", "composition", "epsilon_spent", "privacy_loss")
+
+
+def budget_items(summary: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The privacy budget and accounting figures of a task summary, flattened to ``(key.path, text)``
+    pairs: every top-level entry whose key names a budget, an accounting or a composition (issue 13's
+    helpers put e.g. basic and tight composition figures there); ``[]`` when the summary has none."""
+    if not summary:
+        return []
+    out: list[tuple[str, str]] = []
+    for key, val in summary.items():
+        if any(word in str(key).lower() for word in BUDGET_WORDS):
+            _flatten(str(key), val, out)
+    return out

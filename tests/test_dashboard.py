@@ -1,0 +1,489 @@
+"""The dashboard's data shaping, store reads and Bokeh document, without a browser or a server process
+(the browser tests are tests/test_dashboard_browser.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+from pathlib import Path
+
+import pytest
+from bokeh.document import Document
+
+from pipelines import dashboard
+from pipelines.dashboard_app import shape
+from pipelines.dashboard_app.app import SERIES_SLOTS, Dashboard
+from pipelines.dashboard_app.reader import StoreError, StoreReader, parse_store_url
+from pipelines.dashboard_app.simulated import LABELS, SimulatedStream, SqlWriter
+
+NAN = float("nan")
+
+
+def _row(item: int, estimate: float | None, lo: float | None = None, hi: float | None = None, **kw):
+    return {"item": item, "estimate": estimate, "ci_low": lo, "ci_high": hi, **kw}
+
+
+# -- shape --------------------------------------------------------------------------------------------------
+def test_noise_level_prefers_the_store_flag_then_the_interval():
+    assert shape.noise_level(_row(0, 0.1, 0.05, 0.15, ci_includes_zero=1)) is True  # the flag wins
+    assert shape.noise_level(_row(0, 0.1, -0.01, 0.2, ci_includes_zero=0)) is False
+    assert shape.noise_level(_row(0, 0.1, -0.01, 0.2)) is True
+    assert shape.noise_level(_row(0, 0.1, 0.0, 0.2)) is True  # 0 on the edge is inside
+    assert shape.noise_level(_row(0, 0.1, 0.01, 0.2)) is False
+    assert shape.noise_level(_row(0, 0.1)) is None  # no interval: not judged
+
+
+def test_top_k_orders_by_published_estimate_ties_by_index_and_skips_missing():
+    rows = [
+        _row(3, 0.2, 0.1, 0.3),
+        _row(1, 0.5, 0.4, 0.6),
+        _row(2, 0.2, -0.1, 0.5),
+        _row(0, None),
+        _row(4, 0.01),
+    ]
+    top = shape.top_k(rows, 3, {1: "red"})
+    assert top["item"] == [1, 2, 3]  # 0.5, then the tie 0.2 by index
+    assert top["name"] == ["red", "value 2", "value 3"]
+    assert top["rank"] == [1, 2, 3]
+    assert top["noise"] == [shape.SIGNAL, shape.NOISE, shape.SIGNAL]
+    assert top["color"][1] == shape.NOISE_COLOR
+    assert shape.top_k(rows, 10)["item"] == [1, 2, 3, 4]  # None estimates are not ranked
+    no_ci = shape.top_k([_row(4, 0.01)], 1)
+    assert no_ci["noise"] == [shape.NO_CI] and math.isnan(no_ci["ci_low"][0])
+    assert shape.top_k(rows, 0)["item"] == []
+
+
+def test_top_k_names_are_unique_for_the_category_axis():
+    rows = [_row(0, 0.3, label="same"), _row(1, 0.2, label="same"), _row(2, 0.1, label="other")]
+    assert shape.top_k(rows, 3)["name"] == ["same (#0)", "same (#1)", "other"]
+
+
+def test_labels_from_summary_accepts_lists_and_both_mappings():
+    assert shape.labels_from_summary({"labels": ["a", None, "c"]}) == {0: "a", 2: "c"}
+    assert shape.labels_from_summary({"labels": {"0": "a", "5": "f"}}) == {0: "a", 5: "f"}
+    assert shape.labels_from_summary({"labels": {"a": 0, "f": 5}}) == {0: "a", 5: "f"}
+    assert shape.labels_from_summary({"task": {"labels": ["x"]}}) == {0: "x"}
+    assert shape.labels_from_summary(None) == {} == shape.labels_from_summary({"labels": 3})
+    assert shape.value_name(2, None, {2: "blue"}) == "blue"
+    assert shape.value_name(2, "row label", {2: "blue"}) == "row label"
+    assert shape.value_name(7, None, {}) == "value 7"
+
+
+def test_current_window_is_the_latest_end_then_latest_start():
+    windows = [
+        {"window_start": 0, "window_end": 60},
+        {"window_start": 60, "window_end": 120},
+        {"window_start": 90, "window_end": 120},  # sliding: same end, later start
+    ]
+    assert shape.current_window(windows) == (90, 120)
+    assert shape.current_window([]) is None
+    assert shape.current_window([{"window_start": 0, "window_end": 0}]) == (0, 0)
+
+
+def test_latency_is_written_minus_window_end_and_the_global_window_has_none():
+    panes = [
+        {
+            "window_start": 0,
+            "window_end": 60_000,
+            "pane_index": 0,
+            "pane_timing": "EARLY",
+            "written_ms": 30_000,
+        },
+        {
+            "window_start": 0,
+            "window_end": 60_000,
+            "pane_index": 1,
+            "pane_timing": "ON_TIME",
+            "written_ms": 61_500,
+        },
+        {
+            "window_start": 0,
+            "window_end": 60_000,
+            "pane_index": 2,
+            "pane_timing": "LATE",
+            "written_ms": 72_000,
+        },
+        {
+            "window_start": 60_000,
+            "window_end": 120_000,
+            "pane_index": 0,
+            "pane_timing": "ON_TIME",
+            "written_ms": 122_500,
+        },
+        {"window_start": 0, "window_end": 0, "pane_index": 0, "pane_timing": "ON_TIME", "written_ms": 5},
+    ]
+    lat = shape.latency_columns(panes)
+    assert lat["latency_s"] == [-30.0, 1.5, 12.0, 2.5]
+    assert lat["timing"] == ["EARLY", "ON_TIME", "LATE", "ON_TIME"]
+    assert lat["color"][0] == shape.TIMING_COLORS["EARLY"]
+    # the summary covers panes written after their window closed (EARLY ones are not latencies)
+    assert shape.latency_summary(lat["latency_s"], lat["timing"]) == {"n": 3, "median_s": 2.5, "max_s": 12.0}
+    assert shape.latency_summary([1.0, 3.0]) == {"n": 2, "median_s": 2.0, "max_s": 3.0}
+    assert shape.latency_summary([], [])["median_s"] is None
+    assert shape.latest_pane_latency(panes) == {(0, 60_000): 12.0, (60_000, 120_000): 2.5}
+
+
+def test_windows_columns_newest_first_with_timing_and_final():
+    windows = [
+        {
+            "window_start": 0,
+            "window_end": 60_000,
+            "last_pane_index": 2,
+            "last_pane_timing": "LATE",
+            "is_final": 1,
+            "n_reports": 3060,
+            "last_written_ms": 72_000,
+        },
+        {
+            "window_start": 60_000,
+            "window_end": 120_000,
+            "last_pane_index": 0,
+            "last_pane_timing": "EARLY",
+            "is_final": 0,
+            "n_reports": 1500,
+            "last_written_ms": 90_000,
+        },
+    ]
+    cols = shape.windows_columns(windows, {(0, 60_000): 12.0})
+    assert cols["window_end"] == [120_000, 60_000]
+    assert cols["final"] == ["open", "final"]
+    assert cols["timing"] == ["EARLY", "LATE"]
+    assert cols["line"] == [shape.TIMING_COLORS["EARLY"], "black"]
+    assert cols["n_reports"] == [1500, 3060]
+    assert math.isnan(cols["latency_s"][0]) and cols["latency_s"][1] == 12.0
+    assert cols["x"] == [90_000.0, 30_000.0]
+
+
+def test_counts_and_reasons_columns():
+    counts = [
+        {
+            "window_start": 60,
+            "window_end": 120,
+            "read": 110,
+            "accepted": 100,
+            "rejected": 8,
+            "late_dropped": 2,
+            "lost": 0,
+            "reasons_json": json.dumps({"value_out_of_domain": 5, "wrong_task_id": 3}),
+        },
+        {
+            "window_start": 0,
+            "window_end": 60,
+            "read": 50,
+            "accepted": 49,
+            "rejected": 1,
+            "late_dropped": 0,
+            "lost": 0,
+            "reasons_json": json.dumps({"wrong_task_id": 1}),
+        },
+        {
+            "window_start": 120,
+            "window_end": 180,
+            "read": 7,
+            "accepted": 7,
+            "rejected": 0,
+            "late_dropped": 0,
+            "lost": 0,
+            "reasons_json": None,
+        },
+    ]
+    cols = shape.counts_columns(counts)
+    assert cols["window_end"] == [60, 120, 180]  # oldest first
+    assert cols["read"] == [50, 110, 7] and cols["dead_letters"] == [1, 8, 0]
+    reasons = shape.reasons_columns(counts)
+    # totals over the shown windows first (by count), then each window's reasons, newest window first
+    assert list(zip(reasons["window"], reasons["reason"], reasons["count"]))[:2] == [
+        ("all shown windows", "value_out_of_domain", 5),
+        ("all shown windows", "wrong_task_id", 4),
+    ]
+    assert reasons["count"][2:] == [5, 3, 1]
+    assert shape.reasons_columns(counts, max_windows=1)["count"] == []  # the newest has no dead letters
+
+
+def test_series_columns_follow_windows_and_keep_missing_intervals_as_gaps():
+    rows = [
+        {
+            "item": 1,
+            "window_start": 60,
+            "window_end": 120,
+            "estimate": 0.2,
+            "ci_low": 0.1,
+            "ci_high": 0.3,
+            "pane_timing": "ON_TIME",
+            "is_final": 1,
+        },
+        {
+            "item": 1,
+            "window_start": 0,
+            "window_end": 60,
+            "estimate": 0.1,
+            "ci_low": None,
+            "ci_high": None,
+            "pane_timing": "LATE",
+            "is_final": 0,
+        },
+        {"item": 2, "window_start": 0, "window_end": 60, "estimate": 0.3, "ci_low": 0.2, "ci_high": 0.4},
+        {"item": 9, "window_start": 0, "window_end": 60, "estimate": 0.9},
+    ]
+    series = shape.series_columns(rows, [1, 2, 5])
+    assert series[1]["x"] == [60, 120] and series[1]["estimate"] == [0.1, 0.2]
+    assert math.isnan(series[1]["lower"][0]) and series[1]["upper"][1] == 0.3
+    assert series[1]["final"] == [0, 1]
+    assert series[2]["x"] == [60] and series[5]["x"] == []
+    assert 9 not in series
+
+
+def test_answers_columns_and_query_text():
+    rows = [
+        {
+            "item": 1,
+            "estimate": 0.25,
+            "ci_low": 0.2,
+            "ci_high": 0.3,
+            "extra_json": json.dumps({"query": {"age": [20, 29], "income": [0, 3]}}),
+        },
+        {"item": 0, "estimate": 0.01, "ci_low": -0.02, "ci_high": 0.04, "extra_json": None},
+    ]
+    cols = shape.answers_columns(rows, 5)
+    assert cols["item"] == [0, 1]  # by query index, not by answer
+    assert cols["name"] == ["#0: query 0", "#1: age in [20, 29], income in [0, 3]"]
+    assert cols["noise"] == [shape.NOISE, shape.SIGNAL]
+    assert shape.query_text({"age": [1, 2]}, 3) == "age in [1, 2]"
+    assert shape.query_text("not a mapping", 3) == "query 3"
+
+
+def test_budget_items_pick_the_accounting_figures_of_a_summary():
+    summary = {
+        "task_id": "t",
+        "labels": ["a"],
+        "budget": {"epsilon_per_report": 1.0, "reports_per_period": 24},
+        "accounting": {"basic": {"epsilon": 24.0}, "tight": {"epsilon": 9.123456789, "delta": 1e-9}},
+    }
+    items = dict(shape.budget_items(summary))
+    assert items == {
+        "budget.epsilon_per_report": "1",
+        "budget.reports_per_period": "24",
+        "accounting.basic.epsilon": "24",
+        "accounting.tight.epsilon": "9.12346",
+        "accounting.tight.delta": "1e-09",
+    }
+    assert shape.budget_items({"task_id": "t", "labels": []}) == []
+    assert shape.budget_items(None) == []
+
+
+def test_format_window_and_ms():
+    assert shape.format_window(0, 0) == "whole run (global window)"
+    assert shape.format_window(1_795_000_000_000, 1_795_000_060_000) == "[2026-11-18 11:06:40, 11:07:40) UTC"
+    assert shape.format_ms(1_795_000_000_250) == "2026-11-18 11:06:40.250"
+    assert shape.format_ms(None) == "-"
+
+
+# -- reader -------------------------------------------------------------------------------------------------
+def test_parse_store_url_forms_and_errors(tmp_path: Path):
+    assert parse_store_url("sqlite:///out/e.db").target == "out/e.db"
+    assert parse_store_url("sqlite:////abs/e.db").target == "/abs/e.db"
+    assert parse_store_url(str(tmp_path / "e.db")).kind == "sqlite"
+    assert parse_store_url("postgresql://u@127.0.0.1:5432/db").kind == "postgresql"
+    for bad, words in (("", "empty"), ("sqlite://e.db", "sqlite:///PATH"), ("mysql://h/db", "unsupported")):
+        with pytest.raises(StoreError, match=words):
+            parse_store_url(bad)
+
+
+def test_reader_waits_for_the_file_and_the_tables_then_reads_what_was_written(tmp_path: Path):
+    with pytest.raises(StoreError, match="does not exist"):
+        StoreReader(str(tmp_path / "missing" / "e.db"))
+    url = f"sqlite:///{tmp_path}/e.db"
+    reader = StoreReader(url)
+    assert not reader.ready()  # no file yet
+    assert not (tmp_path / "e.db").exists()  # the reader never creates the store
+    writer = SqlWriter(url)
+    stream = SimulatedStream(users_per_window=500)
+    writer.write_task(stream.task_id, "frequency", "grr", stream.epsilon, stream.summary())
+    assert reader.ready()
+    token0 = reader.change_token(stream.task_id)
+    stream.write_window(writer, 0)
+    token1 = reader.change_token(stream.task_id)
+    assert token1 != token0
+    assert reader.change_token(stream.task_id) == token1  # stable while nothing is written
+    assert [t["task_id"] for t in reader.tasks()] == [stream.task_id]
+    (win,) = reader.windows(stream.task_id, 10)
+    assert (win["window_start"], win["window_end"]) == stream.window(0)
+    assert win["is_final"] == 1 and win["last_pane_timing"] == "ON_TIME"
+    rows = reader.window_rows(stream.task_id, "estimates", 0, *stream.window(0))
+    assert [r["item"] for r in rows] == list(range(len(LABELS)))
+    assert rows[0]["label"] == LABELS[0] and rows[0]["pane_index"] == 1
+    assert reader.outputs(stream.task_id) == [("estimates", 0)]
+    assert len(reader.panes(stream.task_id, 0)) == 2
+    assert reader.counts(stream.task_id, 5)[0]["accepted"] == 500
+    writer.close()
+    reader.close()
+
+
+def test_reader_reads_the_project_store_writer(tmp_path: Path):
+    """The dashboard's queries against the tables ``ldp.store`` creates and writes (the job's writer)."""
+    store_mod = pytest.importorskip("ldp.store")
+    from pipelines.dashboard_app.simulated import open_writer
+
+    url = f"sqlite:///{tmp_path}/e.db"
+    writer = open_writer(url)
+    stream = SimulatedStream(users_per_window=400)
+    writer.write_task(stream.task_id, "frequency", "grr", stream.epsilon, stream.summary())
+    stream.write_window(writer, 0)
+    stream.write_window(writer, 1)
+    reader = StoreReader(url)
+    assert reader.ready()
+    win = reader.windows(stream.task_id, 10)
+    assert [(w["window_start"], w["window_end"]) for w in win] == [stream.window(1), stream.window(0)]
+    ours = shape.top_k(reader.window_rows(stream.task_id, "estimates", 0, *stream.window(1)), 5)
+    theirs = store_mod.open_store(url, shared=False).current(
+        stream.task_id, *stream.window(1), output="estimates", grp=0, top_k=5
+    )
+    assert ours["item"] == [r["item"] for r in theirs]
+    assert ours["estimate"] == [r["estimate"] for r in theirs]
+    reasons = json.loads(reader.counts(stream.task_id, 1)[0]["reasons_json"])
+    assert reasons["wrong_task_id"] == 2
+    writer.close()
+    reader.close()
+
+
+# -- the Bokeh document -------------------------------------------------------------------------------------
+def _dashboard(url: str, **kw) -> tuple[Dashboard, Document]:
+    doc = Document()
+    return Dashboard(doc, url, **kw), doc
+
+
+def test_document_waits_then_shows_the_current_window_and_follows_new_windows(tmp_path: Path):
+    url = f"sqlite:///{tmp_path}/e.db"
+    dash, doc = _dashboard(url, top_k=5)
+    assert doc.get_model_by_name("topk_source") is dash.topk_source
+    assert "data-state='waiting'" in dash.status.text and "no tables yet" in dash.status.text
+
+    writer = SqlWriter(url)
+    stream = SimulatedStream(users_per_window=2000)
+    writer.write_task(stream.task_id, "frequency", "grr", stream.epsilon, stream.summary())
+    dash.poll()
+    assert "waiting for the first pane" in dash.status.text
+    stream.write_window(writer, 0)
+    dash.poll()
+    assert "data-state='live'" in dash.status.text
+    reader = StoreReader(url)
+    rows = reader.window_rows(stream.task_id, "estimates", 0, *stream.window(0))
+    expected = shape.top_k(rows, 5, dict(enumerate(LABELS)))
+    assert dash.topk_source.data["item"] == expected["item"]
+    assert dash.topk_source.data["estimate"] == expected["estimate"]
+    assert dash.topk_source.data["ci_high"] == expected["ci_high"]
+    assert list(dash.topk_plot.x_range.factors) == expected["name"]
+    assert "id='topk-table'" in dash.topk_table.text and expected["name"][0] in dash.topk_table.text
+    # the time series follow the current top 5 at first
+    assert dash.series_items.value == [str(i) for i in expected["item"]]
+    assert len(dash.series_sources[0].data["x"]) == 1
+    assert dash.series_items_legend[0].visible and not dash.series_items_legend[SERIES_SLOTS - 1].visible
+
+    # nothing new: no source is replaced
+    before = dash.topk_source.data
+    dash.poll()
+    assert dash.topk_source.data is before
+
+    # the next window closes: the page's sources follow without a new session
+    stream.write_window(writer, 1)
+    dash.poll()
+    rows1 = reader.window_rows(stream.task_id, "estimates", 0, *stream.window(1))
+    assert dash.topk_source.data["estimate"] == shape.top_k(rows1, 5)["estimate"]
+    assert shape.format_window(*stream.window(1)) in dash.status.text
+    assert len(dash.series_sources[0].data["x"]) == 2
+    assert dash.windows_source.data["window_end"] == [stream.window(1)[1], stream.window(0)[1]]
+    # window 1 has a LATE pane at +12 s (see SimulatedStream.panes): the latency plot has every pane
+    assert sorted(dash.latency_source.data["latency_s"]) == [-30.0, -30.0, 1.5, 1.9, 12.0]
+    assert "median 1.90 s" in dash.latency_summary.text and "max 12.00 s" in dash.latency_summary.text
+    assert dash.counts_source.data["accepted"] == [2000, 2040]
+    assert "value_out_of_domain" in dash.reasons_source.data["reason"]
+    assert not dash.budget.visible  # this summary has no budget figures
+
+    # the user's choices are kept: k and the series values
+    dash.k_select.value = "10"
+    assert len(dash.topk_source.data["item"]) == 10
+    dash.series_items.value = ["31"]
+    assert dash.series_items_legend[0].visible and not dash.series_items_legend[1].visible
+    assert dash.series_sources[0].data["estimate"] == [
+        r["estimate"]
+        for w in (0, 1)
+        for r in reader.window_rows(stream.task_id, "estimates", 0, *stream.window(w))
+        if r["item"] == 31
+    ]
+    writer.close()
+    reader.close()
+
+
+def test_document_shows_range_answers_and_budget_figures(tmp_path: Path):
+    url = f"sqlite:///{tmp_path}/e.db"
+    writer = SqlWriter(url)
+    summary = {"labels": None, "accounting": {"basic_epsilon": 30.0, "tight_epsilon": 11.5}}
+    writer.write_task("ranges", "range", "hdg", 1.0, summary)
+    for w in range(3):
+        window = (w * 60_000, (w + 1) * 60_000)
+        items = [
+            {
+                "item": q,
+                "estimate": 0.1 * (q + 1) + 0.01 * w,
+                "std": 0.01,
+                "ci_low": 0.1 * (q + 1) - 0.02,
+                "ci_high": 0.1 * (q + 1) + 0.02 + 0.01 * w,
+                "extra_json": json.dumps({"query": {"age": [q, q + 3]}}),
+            }
+            for q in range(4)
+        ]
+        writer.write_pane(
+            items,
+            task_id="ranges",
+            output="answers",
+            window=window,
+            grp=0,
+            pane_index=0,
+            timing="ON_TIME",
+            n_reports=1000,
+            written_ms=window[1] + 800,
+            method="hdg",
+        )
+    dash, _ = _dashboard(url)
+    assert dash.topk_source.data["item"] == [0, 1, 2, 3]
+    assert dash.topk_source.data["name"][1] == "#1: age in [1, 4]"
+    assert dash.topk_source.data["estimate"][3] == pytest.approx(0.42)
+    assert dash.series_whiskers[0].visible  # answers over time get error bars
+    assert dash.series_sources[0].data["x"] == [60_000, 120_000, 180_000]
+    assert dash.budget.visible and "tight_epsilon" in dash.budget.text and "11.5" in dash.budget.text
+    assert dash.latency_summary.text.count("median 0.80 s") == 1
+    writer.close()
+
+
+def test_document_reports_a_bad_store_in_its_status_line(tmp_path: Path):
+    dash, _ = _dashboard("mysql://h/db")
+    assert "data-state='error'" in dash.status.text and "unsupported store URL scheme" in dash.status.text
+    dash, _ = _dashboard(f"sqlite:///{tmp_path}/nowhere/e.db")
+    assert "does not exist" in dash.status.text
+
+
+# -- the command --------------------------------------------------------------------------------------------
+def test_command_refuses_a_bad_store_and_a_taken_port_in_one_line(tmp_path: Path, capsys):
+    for args, words in (
+        (["--store", "mysql://h/db"], "unsupported store URL scheme"),
+        (["--store", f"sqlite:///{tmp_path}/nowhere/e.db"], "does not exist"),
+        (["--store", f"{tmp_path}/e.db", "--refresh", "0"], "--refresh"),
+        (["--store", f"{tmp_path}/e.db", "--port", "70000"], "--port"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            dashboard.run(args)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err, err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match="already in use"):
+            dashboard.check_port("127.0.0.1", port)
+        with pytest.raises(SystemExit):
+            dashboard.run(["--store", f"{tmp_path}/e.db", "--port", str(port)])
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"port {port} on 127.0.0.1 is already in use" in err
+    assert dashboard.check_port("127.0.0.1", 0) > 0
