@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 from pathlib import Path
 
@@ -15,9 +16,24 @@ from pipelines import dashboard
 from pipelines.dashboard_app import shape
 from pipelines.dashboard_app.app import SERIES_SLOTS, Dashboard
 from pipelines.dashboard_app.reader import StoreError, StoreReader, parse_store_url
-from pipelines.dashboard_app.simulated import LABELS, SimulatedStream, SqlWriter
+from pipelines.dashboard_app.simulated import LABELS, SimulatedStream, open_writer
 
 NAN = float("nan")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store: a SQLite file, or a new database on the session's throw-away PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/estimates.db"
+    import psycopg
+
+    base = request.getfixturevalue("postgres_url")
+    name = f"dash_unit_{os.getpid()}_{abs(hash(request.node.nodeid)) % 10**8}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return base.rsplit("/", 1)[0] + "/" + name
 
 
 def _row(item: int, estimate: float | None, lo: float | None = None, hi: float | None = None, **kw):
@@ -285,7 +301,11 @@ def test_parse_store_url_forms_and_errors(tmp_path: Path):
     assert parse_store_url("sqlite:////abs/e.db").target == "/abs/e.db"
     assert parse_store_url(str(tmp_path / "e.db")).kind == "sqlite"
     assert parse_store_url("postgresql://u@127.0.0.1:5432/db").kind == "postgresql"
-    for bad, words in (("", "empty"), ("sqlite://e.db", "sqlite:///PATH"), ("mysql://h/db", "unsupported")):
+    for bad, words in (
+        ("", "empty"),
+        ("sqlite://e.db", "sqlite:///PATH"),
+        ("mysql://h/db", "unsupported scheme"),
+    ):
         with pytest.raises(StoreError, match=words):
             parse_store_url(bad)
 
@@ -297,7 +317,7 @@ def test_reader_waits_for_the_file_and_the_tables_then_reads_what_was_written(tm
     reader = StoreReader(url)
     assert not reader.ready()  # no file yet
     assert not (tmp_path / "e.db").exists()  # the reader never creates the store
-    writer = SqlWriter(url)
+    writer = open_writer(url)
     stream = SimulatedStream(users_per_window=500)
     writer.write_task(stream.task_id, "frequency", "grr", stream.epsilon, stream.summary())
     assert reader.ready()
@@ -322,8 +342,7 @@ def test_reader_waits_for_the_file_and_the_tables_then_reads_what_was_written(tm
 
 def test_reader_reads_the_project_store_writer(tmp_path: Path):
     """The dashboard's queries against the tables ``ldp.store`` creates and writes (the job's writer)."""
-    store_mod = pytest.importorskip("ldp.store")
-    from pipelines.dashboard_app.simulated import open_writer
+    from ldp import store as store_mod
 
     url = f"sqlite:///{tmp_path}/e.db"
     writer = open_writer(url)
@@ -353,13 +372,13 @@ def _dashboard(url: str, **kw) -> tuple[Dashboard, Document]:
     return Dashboard(doc, url, **kw), doc
 
 
-def test_document_waits_then_shows_the_current_window_and_follows_new_windows(tmp_path: Path):
-    url = f"sqlite:///{tmp_path}/e.db"
+def test_document_waits_then_shows_the_current_window_and_follows_new_windows(store_url: str):
+    url = store_url
     dash, doc = _dashboard(url, top_k=5)
     assert doc.get_model_by_name("topk_source") is dash.topk_source
     assert "data-state='waiting'" in dash.status.text and "no tables yet" in dash.status.text
 
-    writer = SqlWriter(url)
+    writer = open_writer(url)
     stream = SimulatedStream(users_per_window=2000)
     writer.write_task(stream.task_id, "frequency", "grr", stream.epsilon, stream.summary())
     dash.poll()
@@ -415,9 +434,9 @@ def test_document_waits_then_shows_the_current_window_and_follows_new_windows(tm
     reader.close()
 
 
-def test_document_shows_range_answers_and_budget_figures(tmp_path: Path):
-    url = f"sqlite:///{tmp_path}/e.db"
-    writer = SqlWriter(url)
+def test_document_shows_range_answers_and_budget_figures(store_url: str):
+    url = store_url
+    writer = open_writer(url)
     summary = {"labels": None, "accounting": {"basic_epsilon": 30.0, "tight_epsilon": 11.5}}
     writer.write_task("ranges", "range", "hdg", 1.0, summary)
     for w in range(3):
@@ -458,7 +477,7 @@ def test_document_shows_range_answers_and_budget_figures(tmp_path: Path):
 
 def test_document_reports_a_bad_store_in_its_status_line(tmp_path: Path):
     dash, _ = _dashboard("mysql://h/db")
-    assert "data-state='error'" in dash.status.text and "unsupported store URL scheme" in dash.status.text
+    assert "data-state='error'" in dash.status.text and "unsupported scheme" in dash.status.text
     dash, _ = _dashboard(f"sqlite:///{tmp_path}/nowhere/e.db")
     assert "does not exist" in dash.status.text
 
@@ -466,7 +485,7 @@ def test_document_reports_a_bad_store_in_its_status_line(tmp_path: Path):
 # -- the command --------------------------------------------------------------------------------------------
 def test_command_refuses_a_bad_store_and_a_taken_port_in_one_line(tmp_path: Path, capsys):
     for args, words in (
-        (["--store", "mysql://h/db"], "unsupported store URL scheme"),
+        (["--store", "mysql://h/db"], "unsupported scheme"),
         (["--store", f"sqlite:///{tmp_path}/nowhere/e.db"], "does not exist"),
         (["--store", f"{tmp_path}/e.db", "--refresh", "0"], "--refresh"),
         (["--store", f"{tmp_path}/e.db", "--port", "70000"], "--port"),

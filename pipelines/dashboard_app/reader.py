@@ -41,31 +41,17 @@ class StoreURL:
 
 
 def parse_store_url(url: str) -> StoreURL:
-    """``sqlite:///PATH`` (PATH as written after the third slash, so ``sqlite:////abs/x.db`` and
-    ``sqlite:///rel/x.db``; the store writer's ``sqlite:///`` + an absolute path reads the same), a plain
-    file path (SQLite) or ``postgresql://...`` / ``postgres://...``. Anything else is a :class:`StoreError`
-    naming the accepted forms."""
-    text = (url or "").strip()
-    if not text:
-        raise StoreError(
-            "empty store URL (give sqlite:///PATH/estimates.db or postgresql://USER@HOST:PORT/DB)"
-        )
-    if text.startswith(("postgresql://", "postgres://")):
-        return StoreURL("postgresql", text, text)
-    if text.startswith("sqlite:"):
-        rest = text[len("sqlite:") :]
-        if not rest.startswith("///") or len(rest) == 3:
-            raise StoreError(
-                f"bad SQLite store URL {url!r}: write sqlite:///PATH (e.g. sqlite:///out/estimates.db)"
-            )
-        path = rest[3:]
-        return StoreURL("sqlite", path, text)
-    if "://" in text:
-        scheme = text.split("://", 1)[0]
-        raise StoreError(
-            f"unsupported store URL scheme {scheme!r} in {url!r}: use sqlite:///PATH or postgresql://..."
-        )
-    return StoreURL("sqlite", text, text)
+    """The store's own URL rules (``ldp.store.parse_store_url``): ``sqlite:///PATH`` (the rest after the three
+    slashes: ``sqlite:///out/e.db`` relative, ``sqlite:////abs/e.db`` absolute), a plain file path (SQLite),
+    or ``postgresql://...`` / ``postgres://...``; anything else is a :class:`StoreError` naming the forms."""
+    from ldp.store import StoreError as _LdpStoreError
+    from ldp.store import parse_store_url as _parse
+
+    try:
+        kind, target = _parse(url)
+    except _LdpStoreError as exc:
+        raise StoreError(str(exc)) from None
+    return StoreURL(kind, target, url.strip())
 
 
 class StoreReader:
@@ -256,11 +242,7 @@ class StoreReader:
 
 
 def _redact(url: str) -> str:
-    """A PostgreSQL URL without its password (``postgresql://user:***@host/db``)."""
-    if "://" not in url or "@" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    if ":" in creds:
-        creds = creds.split(":", 1)[0] + ":***"
-    return f"{scheme}://{creds}@{host}"
+    """A store URL without its password (``postgresql://user:***@host/db``)."""
+    from ldp.store import redact_url
+
+    return redact_url(url)

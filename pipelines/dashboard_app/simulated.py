@@ -3,100 +3,34 @@
 Each window's estimates are computed by the numpy core (``ldp.oracles``: a population drawn from a Zipf
 law, its reports encoded and estimated), published unpost-processed (method ``base``) so the 95% interval
 ``estimate +- 1.96 std`` describes the published number; panes (EARLY, ON_TIME, LATE), final flags, counts
-and dead-letter reasons follow the store contract (/work/notes/store_contract.md). The rows are written with
-plain SQL against the contract's tables (SQLite or PostgreSQL), in one transaction per pane, the way the
-job's sink replaces a window's rows atomically.
+and dead-letter reasons are written through the store's own write API (``ldp.store``, one transaction per
+pane), as the job's sink writes them.
 
-This is test and demo tooling, not the job's writer (``--store`` on the aggregation jobs is).
+This is test and demo tooling; the real writer is ``--store`` on the aggregation jobs.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["SimulatedStream", "SqlWriter", "open_writer"]
-
-DDL = (
-    "CREATE TABLE IF NOT EXISTS ldp_meta (key TEXT PRIMARY KEY, value TEXT)",
-    "CREATE TABLE IF NOT EXISTS ldp_tasks (task_id TEXT PRIMARY KEY, kind TEXT, mechanism TEXT, "
-    "epsilon DOUBLE PRECISION, task_json TEXT, summary_json TEXT, updated_ms BIGINT)",
-    "CREATE TABLE IF NOT EXISTS ldp_current (task_id TEXT, output TEXT, window_start BIGINT, "
-    "window_end BIGINT, "
-    "grp BIGINT, item BIGINT, label TEXT, estimate DOUBLE PRECISION, std DOUBLE PRECISION, "
-    "ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, unbiased DOUBLE PRECISION, unbiased_std "
-    "DOUBLE PRECISION, "
-    "ci_includes_zero SMALLINT, method TEXT, n_reports BIGINT, pane_index INTEGER, pane_timing TEXT, "
-    "is_final SMALLINT, written_ms BIGINT, extra_json TEXT, "
-    "PRIMARY KEY (task_id, output, window_start, window_end, grp, item))",
-    "CREATE TABLE IF NOT EXISTS ldp_history (task_id TEXT, output TEXT, window_start BIGINT, "
-    "window_end BIGINT, "
-    "grp BIGINT, item BIGINT, label TEXT, estimate DOUBLE PRECISION, std DOUBLE PRECISION, "
-    "ci_low DOUBLE PRECISION, ci_high DOUBLE PRECISION, unbiased DOUBLE PRECISION, unbiased_std "
-    "DOUBLE PRECISION, "
-    "ci_includes_zero SMALLINT, method TEXT, n_reports BIGINT, pane_index INTEGER, pane_timing TEXT, "
-    "is_final SMALLINT, written_ms BIGINT, extra_json TEXT, "
-    "PRIMARY KEY (task_id, output, window_start, window_end, grp, item, pane_index))",
-    "CREATE TABLE IF NOT EXISTS ldp_panes (task_id TEXT, output TEXT, window_start BIGINT, "
-    "window_end BIGINT, "
-    "grp BIGINT, pane_index INTEGER, pane_timing TEXT, is_final SMALLINT, n_reports BIGINT, "
-    "written_ms BIGINT, "
-    "PRIMARY KEY (task_id, output, window_start, window_end, grp, pane_index))",
-    "CREATE TABLE IF NOT EXISTS ldp_windows (task_id TEXT, window_start BIGINT, window_end BIGINT, "
-    "last_pane_index INTEGER, last_pane_timing TEXT, is_final SMALLINT, n_reports BIGINT, "
-    "first_written_ms BIGINT, last_written_ms BIGINT, final_ms BIGINT, "
-    "PRIMARY KEY (task_id, window_start, window_end))",
-    "CREATE TABLE IF NOT EXISTS ldp_counts (task_id TEXT, window_start BIGINT, window_end BIGINT, "
-    "read BIGINT, "
-    "accepted BIGINT, rejected BIGINT, lost BIGINT, late_dropped BIGINT, reasons_json TEXT, "
-    "written_ms BIGINT, "
-    "PRIMARY KEY (task_id, window_start, window_end))",
-)
-
-CURRENT_COLUMNS = (
-    "task_id",
-    "output",
-    "window_start",
-    "window_end",
-    "grp",
-    "item",
-    "label",
-    "estimate",
-    "std",
-    "ci_low",
-    "ci_high",
-    "unbiased",
-    "unbiased_std",
-    "ci_includes_zero",
-    "method",
-    "n_reports",
-    "pane_index",
-    "pane_timing",
-    "is_final",
-    "written_ms",
-    "extra_json",
-)
+__all__ = ["SimulatedStream", "StoreWriter", "open_writer"]
 
 
 def open_writer(url: str) -> Any:
-    """A writer for ``url``: the project's store (``ldp.store.open_store``) when it is installed, else
-    :class:`SqlWriter` (plain SQL against the contract's tables). Both take the calls of
-    :class:`SqlWriter`."""
-    try:
-        from ldp.store import open_store
-    except ImportError:
-        return SqlWriter(url)
-    return _LdpStoreWriter(open_store(url, shared=False))
+    """A writer for ``url`` over the project's store (``ldp.store.open_store``, the job's own writer),
+    taking the keyword calls :class:`SimulatedStream` makes."""
+    from ldp.store import open_store
+
+    return StoreWriter(open_store(url, shared=False))
 
 
-class _LdpStoreWriter:
-    """The :class:`SqlWriter` calls on an ``ldp.store.Store`` (the job's own writer)."""
+class StoreWriter:
+    """Window-tuple keyword calls on an ``ldp.store.Store``."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -178,196 +112,6 @@ class _LdpStoreWriter:
             **{f"rejected_{k}": int(v) for k, v in reasons.items()},
         }
         self.store.write_counts(task_id, window[0], window[1], counts, written_ms=written_ms)
-
-
-class SqlWriter:
-    """Plain-SQL writes of the contract's rows (one transaction per call), for a tree without
-    ``ldp.store``."""
-
-    def __init__(self, url: str) -> None:
-        from pipelines.dashboard_app.reader import parse_store_url
-
-        parsed = parse_store_url(url)
-        if parsed.kind == "sqlite":
-            self.conn: Any = sqlite3.connect(parsed.target, timeout=30.0, isolation_level=None)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-        else:
-            import psycopg
-
-            self.conn = psycopg.connect(parsed.target, autocommit=True)
-        self.kind = parsed.kind
-        for stmt in DDL:
-            self._exec(stmt)
-        self._exec(
-            "INSERT INTO ldp_meta (key, value) VALUES ('schema_version', '1') ON CONFLICT (key) DO NOTHING"
-        )
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def _exec(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.conn.execute(sql.replace("?", "%s") if self.kind == "postgresql" else sql, tuple(params))
-
-    def _begin(self) -> None:
-        self._exec("BEGIN")
-
-    def _commit(self) -> None:
-        self._exec("COMMIT")
-
-    def write_task(
-        self,
-        task_id: str,
-        kind: str,
-        mechanism: str,
-        epsilon: float,
-        summary: Mapping[str, Any],
-        written_ms: int | None = None,
-    ) -> None:
-        now = int(time.time() * 1000) if written_ms is None else written_ms
-        self._exec(
-            "INSERT INTO ldp_tasks (task_id, kind, mechanism, epsilon, task_json, summary_json, updated_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET kind = excluded.kind, "
-            "mechanism = excluded.mechanism, epsilon = excluded.epsilon, task_json = excluded.task_json, "
-            "summary_json = excluded.summary_json, updated_ms = excluded.updated_ms",
-            (
-                task_id,
-                kind,
-                mechanism,
-                float(epsilon),
-                json.dumps({"task_id": task_id}),
-                json.dumps(summary),
-                now,
-            ),
-        )
-
-    def write_pane(
-        self,
-        rows: Sequence[Mapping[str, Any]],
-        *,
-        task_id: str,
-        output: str,
-        window: tuple[int, int],
-        grp: int,
-        pane_index: int,
-        timing: str,
-        n_reports: int,
-        written_ms: int,
-        method: str = "base",
-    ) -> None:
-        """One pane of one window and group: its current rows replaced, its history and pane rows added and
-        the window's row updated, in one transaction."""
-        start, end = window
-        self._begin()
-        try:
-            marks = ", ".join("?" for _ in CURRENT_COLUMNS)
-            updates = ", ".join(f"{c} = excluded.{c}" for c in CURRENT_COLUMNS[6:])
-            for row in rows:
-                values = {
-                    "task_id": task_id,
-                    "output": output,
-                    "window_start": start,
-                    "window_end": end,
-                    "grp": grp,
-                    "label": None,
-                    "std": None,
-                    "ci_low": None,
-                    "ci_high": None,
-                    "unbiased": None,
-                    "unbiased_std": None,
-                    "ci_includes_zero": None,
-                    "method": method,
-                    "n_reports": n_reports,
-                    "pane_index": pane_index,
-                    "pane_timing": timing,
-                    "is_final": 0,
-                    "written_ms": written_ms,
-                    "extra_json": None,
-                    **row,
-                }
-                params = [values[c] for c in CURRENT_COLUMNS]
-                self._exec(
-                    f"INSERT INTO ldp_current ({', '.join(CURRENT_COLUMNS)}) VALUES ({marks}) ON CONFLICT "
-                    "(task_id, output, window_start, window_end, grp, item) DO UPDATE SET "
-                    f"{updates} WHERE excluded.pane_index >= ldp_current.pane_index",
-                    params,
-                )
-                self._exec(
-                    f"INSERT INTO ldp_history ({', '.join(CURRENT_COLUMNS)}) VALUES ({marks}) ON CONFLICT "
-                    "(task_id, output, window_start, window_end, grp, item, pane_index) DO NOTHING",
-                    params,
-                )
-            self._exec(
-                "INSERT INTO ldp_panes (task_id, output, window_start, window_end, grp, pane_index, "
-                "pane_timing, "
-                "is_final, n_reports, written_ms) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?) ON CONFLICT "
-                "(task_id, output, window_start, window_end, grp, pane_index) DO NOTHING",
-                (task_id, output, start, end, grp, pane_index, timing, n_reports, written_ms),
-            )
-            self._exec(
-                "INSERT INTO ldp_windows (task_id, window_start, window_end, last_pane_index, "
-                "last_pane_timing, "
-                "is_final, n_reports, first_written_ms, last_written_ms, final_ms) VALUES (?, ?, ?, "
-                "?, ?, 0, ?, ?, ?, "
-                "NULL) ON CONFLICT (task_id, window_start, window_end) DO UPDATE SET "
-                "last_pane_index = excluded.last_pane_index, last_pane_timing = excluded.last_pane_timing, "
-                "n_reports = excluded.n_reports, last_written_ms = excluded.last_written_ms "
-                "WHERE excluded.last_pane_index >= ldp_windows.last_pane_index",
-                (task_id, start, end, pane_index, timing, n_reports, written_ms, written_ms),
-            )
-            self._commit()
-        except BaseException:
-            self._exec("ROLLBACK")
-            raise
-
-    def mark_final(self, task_id: str, window: tuple[int, int], final_ms: int) -> None:
-        """The watermark passed the window's end plus allowed lateness: its rows are final."""
-        start, end = window
-        self._begin()
-        self._exec(
-            "UPDATE ldp_windows SET is_final = 1, final_ms = ? WHERE task_id = ? AND window_start = ? "
-            "AND window_end = ?",
-            (final_ms, task_id, start, end),
-        )
-        self._exec(
-            "UPDATE ldp_current SET is_final = 1 WHERE task_id = ? AND window_start = ? AND window_end = ?",
-            (task_id, start, end),
-        )
-        self._commit()
-
-    def write_counts(
-        self,
-        task_id: str,
-        window: tuple[int, int],
-        *,
-        read: int,
-        accepted: int,
-        rejected: int,
-        late_dropped: int,
-        reasons: Mapping[str, int],
-        written_ms: int,
-        lost: int = 0,
-    ) -> None:
-        start, end = window
-        self._exec(
-            "INSERT INTO ldp_counts (task_id, window_start, window_end, read, accepted, rejected, lost, "
-            "late_dropped, reasons_json, written_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT "
-            "(task_id, window_start, window_end) DO UPDATE SET read = excluded.read, accepted = "
-            "excluded.accepted, "
-            "rejected = excluded.rejected, lost = excluded.lost, late_dropped = excluded.late_dropped, "
-            "reasons_json = excluded.reasons_json, written_ms = excluded.written_ms",
-            (
-                task_id,
-                start,
-                end,
-                read,
-                accepted,
-                rejected,
-                lost,
-                late_dropped,
-                json.dumps(dict(reasons)),
-                written_ms,
-            ),
-        )
 
 
 #: Labels of the simulated browser task (value i is LABELS[i]).
