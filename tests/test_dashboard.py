@@ -284,6 +284,9 @@ def test_budget_items_pick_the_accounting_figures_of_a_summary():
         "accounting.tight.epsilon": "9.12346",
         "accounting.tight.delta": "1e-09",
     }
+    nested = {"budget": {"basic": 3.0, "tight": 2.5, "any_history": {"basic": 3.0, "tight": 2.9}}, "x": {}}
+    assert shape.composition_pairs(nested) == [("budget", 3.0, 2.5), ("budget.any_history", 3.0, 2.9)]
+    assert shape.composition_pairs(summary) == []  # no {basic: number, tight: number} pair in it
     assert shape.budget_items({"task_id": "t", "labels": []}) == []
     assert shape.budget_items(None) == []
 
@@ -437,7 +440,7 @@ def test_document_waits_then_shows_the_current_window_and_follows_new_windows(st
 def test_document_shows_range_answers_and_budget_figures(store_url: str):
     url = store_url
     writer = open_writer(url)
-    summary = {"labels": None, "accounting": {"basic_epsilon": 30.0, "tight_epsilon": 11.5}}
+    summary = {"labels": None, "budget": {"windows": 30, "basic": 30.0, "tight": 11.5}}
     writer.write_task("ranges", "range", "hdg", 1.0, summary)
     for w in range(3):
         window = (w * 60_000, (w + 1) * 60_000)
@@ -470,7 +473,9 @@ def test_document_shows_range_answers_and_budget_figures(store_url: str):
     assert dash.topk_source.data["estimate"][3] == pytest.approx(0.42)
     assert dash.series_whiskers[0].visible  # answers over time get error bars
     assert dash.series_sources[0].data["x"] == [60_000, 120_000, 180_000]
-    assert dash.budget.visible and "tight_epsilon" in dash.budget.text and "11.5" in dash.budget.text
+    assert dash.budget.visible and "id='budget-spent'" in dash.budget.text
+    assert "<td>30.0000</td><td>11.5000</td>" in dash.budget.text  # basic next to tight
+    assert "budget.windows" in dash.budget.text
     assert dash.latency_summary.text.count("median 0.80 s") == 1
     writer.close()
 

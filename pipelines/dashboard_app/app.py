@@ -599,13 +599,26 @@ class Dashboard:
         if not items:
             self.budget.visible = False
             return
+        pairs = shape.composition_pairs(summary)
+        spent = ""
+        if pairs:
+            rows = "".join(
+                f"<tr><td class='name'>{html.escape(path)}</td><td>{_fmt(basic, 4)}</td>"
+                f"<td>{_fmt(tight, 4)}</td></tr>"
+                for path, basic, tight in pairs
+            )
+            spent = (
+                "<table class='ldp' id='budget-spent'><tr><th class='name'>privacy loss spent</th>"
+                f"<th>basic composition</th><th>tight (accountant)</th></tr>{rows}</table>"
+            )
         body = "".join(
             f"<tr><td class='name'>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in items
         )
         text = (
             "<b class='ldp-h'>privacy budget and accounting (task summary)</b>"
-            "<table class='ldp' id='budget-table'><tr><th "
-            f"class='name'>figure</th><th>value</th></tr>{body}</table>"
+            f"{spent}<details><summary class='ldp-h'>all figures</summary><table class='ldp' "
+            "id='budget-table'>"
+            f"<tr><th class='name'>figure</th><th>value</th></tr>{body}</table></details>"
         )
         if self.budget.text != _CSS + text:
             self.budget.text = _CSS + text

@@ -30,6 +30,7 @@ __all__ = [
     "TIMING_COLORS",
     "answers_columns",
     "budget_items",
+    "composition_pairs",
     "counts_columns",
     "current_window",
     "format_ms",
@@ -432,6 +433,31 @@ def _flatten(prefix: str, value: Any, out: list[tuple[str, str]]) -> None:
 
 #: Summary keys (any depth, case-insensitive substrings) that hold privacy budget or accounting figures.
 BUDGET_WORDS = ("budget", "accounting", "accountant", "composition", "epsilon_spent", "privacy_loss")
+
+
+def composition_pairs(summary: Mapping[str, Any] | None) -> list[tuple[str, float, float]]:
+    """Every ``{"basic": x, "tight": y}`` pair (numbers) inside the summary's budget and accounting entries,
+    as ``(key.path, basic, tight)``, in the summary's order: basic composition next to the tight figure
+    (``"spent"`` names a pair at the top of an entry)."""
+    out: list[tuple[str, float, float]] = []
+
+    def walk(path: str, value: Any) -> None:
+        if not isinstance(value, Mapping):
+            return
+        basic, tight = value.get("basic"), value.get("tight")
+        if _is_number(basic) and _is_number(tight):
+            out.append((path, float(basic), float(tight)))
+        for key, val in value.items():
+            walk(f"{path}.{key}", val)
+
+    for key, val in (summary or {}).items():
+        if any(word in str(key).lower() for word in BUDGET_WORDS):
+            walk(str(key), val)
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def budget_items(summary: Mapping[str, Any] | None) -> list[tuple[str, str]]:
