@@ -216,3 +216,62 @@ def test_pubsub_messages_carry_client_ids():
         out = p | beam.Create([msg]) | DecodeReportMessages("sub", FrequencyAggregator(task))
         got = out.records | beam.FlatMap(ids_of)
         assert_that(got, equal_to(expected))
+
+
+# ----------------------------------------------------------------------------------------------------
+# transforms.budget: the per-client count of one batch against the state (numpy)
+# ----------------------------------------------------------------------------------------------------
+def _brute_force(batches, limit):
+    """Per-report Python reference: accept a client's first ``limit`` reports (event time order within a
+    batch, batches in order)."""
+    seen: dict[bytes, int] = {}
+    out = []
+    for ids, ev in batches:
+        acc = np.zeros(len(ids), dtype=bool)
+        for i in np.argsort(ev, kind="stable"):
+            c = seen.get(ids[i], 0)
+            acc[i] = c < limit
+            seen[ids[i]] = min(c + 1, limit)
+        out.append(acc)
+    return out
+
+
+def test_check_batch_equals_a_per_report_count():
+    from transforms.budget import check_batch
+
+    rng = _rng(6)
+    limit = 3
+    pool = [bytes(rng.integers(0, 256, int(k), dtype=np.uint8)) for k in rng.integers(1, 65, 50)]
+    pool += [b"a", b"a\x00", b"\x00"]  # ids that differ only by trailing zeros stay apart
+    batches = []
+    for _ in range(6):
+        n = int(rng.integers(0, 120))
+        pick = rng.integers(0, len(pool), n)
+        batches.append(([pool[i] for i in pick], rng.integers(0, 1000, n)))
+    expected = _brute_force(batches, limit)
+    from transforms.records import client_id_column
+
+    keys = np.zeros(0, dtype=f"V{1 + MAX_CLIENT_ID_BYTES}")
+    counts = np.zeros(0, dtype=np.int64)
+    for (ids, ev), exp in zip(batches, expected):
+        col, _, _ = client_id_column(ids)
+        accept, rank, keys, counts = check_batch(keys, counts, client_id_keys(col), ev, limit)
+        assert np.array_equal(accept, exp)
+        assert np.array_equal(accept, rank <= limit)
+        assert np.array_equal(np.sort(keys), keys) and len(np.unique(keys)) == len(keys)
+        assert counts.max(initial=0) <= limit
+    seen_ids = {i for ids, _ in batches for i in ids}
+    assert len(keys) == len(seen_ids)
+
+
+def test_shards_spread_similar_ids():
+    from transforms.budget import shard_of
+    from transforms.records import client_id_column
+
+    ids = [f"user-{i}".encode() for i in range(3200)]
+    col, _, _ = client_id_column(ids)
+    shard = shard_of(client_id_keys(col), 32)
+    counts = np.bincount(shard, minlength=32)
+    # 3200 ids in 32 shards: 100 expected per shard, binomial sd ~ 9.8; z = 5 -> within [51, 149]
+    assert counts.min() >= 51 and counts.max() <= 149
+    assert np.array_equal(shard, shard_of(client_id_keys(col), 32))  # deterministic
