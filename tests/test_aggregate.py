@@ -111,6 +111,7 @@ def test_shards_merged_in_any_order_equal_one_pass(kind):
 
 
 def test_frequency_finalize_equals_the_oracle_per_group():
+    from ldp.intervals import frequency_intervals
     from ldp.postprocess import postprocess
 
     rng = np.random.default_rng(SEEDS[1])
@@ -125,7 +126,15 @@ def test_frequency_finalize_equals_the_oracle_per_group():
     for row in rows:
         est = agg.oracle.estimate_reports(per_group[row.group])
         want = postprocess(est.frequencies, "norm-sub", variance=est.variance, n=est.n)
-        assert row.frequencies == want.tolist() and row.std == est.std.tolist() and row.n_reports == est.n
+        assert row.frequencies == want.tolist() and row.n_reports == est.n
+        assert row.unbiased == est.frequencies.tolist() and row.unbiased_std == est.std.tolist()
+        iv = frequency_intervals(agg.oracle, est, "norm-sub", want)  # seeded from the counts: reproducible
+        assert row.std == iv.std.tolist() and row.ci_method == "simulated-inversion"
+        assert row.ci_low == iv.ci_low.tolist() and row.ci_high == iv.ci_high.tolist()
+        assert all(lo <= f <= hi for lo, f, hi in zip(row.ci_low, row.frequencies, row.ci_high))
+        assert row.ci_includes_zero == [bool(abs(u) <= 1.959963984540054 * s) for u, s in
+                                        zip(row.unbiased, row.unbiased_std)]
+        assert row.labels is None
         assert (row.window_start, row.window_end, row.pane_timing, row.pane_index, row.is_last_pane) == (
             1000,
             2000,

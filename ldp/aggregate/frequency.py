@@ -3,7 +3,8 @@
 * validation: the oracle's ``report_fields`` / ``validate`` (the same for every group);
 * accumulate: the oracle's fixed-size :class:`~ldp.oracles.SupportAccumulator` (exact integer sums);
 * finalize: per group with reports, ``oracle.estimate`` then ``ldp.postprocess.postprocess`` (the task's
-  method or the job's), one :class:`EstimateRow` (``schemas/estimate.avsc``) per group.
+  method or the job's), then ``ldp.intervals.frequency_intervals`` (an interval valid for the published
+  numbers, ``docs/intervals.md``), one :class:`EstimateRow` (``schemas/estimate.avsc``) per group.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.intervals import frequency_intervals
 from ldp.oracles import FrequencyEstimate, FrequencyOracle, SupportAccumulator
 from ldp.postprocess import postprocess
 from ldp.reports import Reports
@@ -23,7 +25,16 @@ __all__ = ["EstimateRow", "FrequencyAggregator", "postprocess_estimate", "ESTIMA
 
 
 class EstimateRow(NamedTuple):
-    """The estimates of one task, group, window and pane (the fields of ``schemas/estimate.avsc``)."""
+    """The estimates of one task, group, window and pane (the fields of ``schemas/estimate.avsc``).
+
+    ``frequencies`` are the published (post-processed, method ``postprocess``) numbers; ``std`` the
+    standard deviation of their estimator (of the unbiased estimate for ``base``; a spread, not an error
+    bar, for the other methods); ``ci_low`` / ``ci_high`` a 95% interval for each true frequency that is
+    valid for the published numbers and contains them, made as ``ci_method`` says; ``unbiased`` /
+    ``unbiased_std`` the base estimate and its closed-form standard deviation; ``ci_includes_zero`` flags
+    values at noise level (the unbiased estimate's normal interval contains 0); ``labels`` the task's
+    value labels (None: none). The fields after ``std`` have defaults (rows written before them).
+    """
 
     task_id: str
     schema_version: int
@@ -40,6 +51,13 @@ class EstimateRow(NamedTuple):
     postprocess: str
     frequencies: list[float]
     std: list[float]
+    unbiased: list[float] | None = None
+    unbiased_std: list[float] | None = None
+    ci_low: list[float] | None = None
+    ci_high: list[float] | None = None
+    ci_method: str | None = None
+    ci_includes_zero: list[bool] | None = None
+    labels: list[str] | None = None
     output = "estimates"
 
 
@@ -114,6 +132,8 @@ class FrequencyAggregator:
             if acc.n == 0:
                 continue
             est, freqs = postprocess_estimate(o, acc, self.method)
+            iv = frequency_intervals(o, est, self.method, freqs)
+            labels = getattr(self.task, "labels", None)
             rows.append(
                 EstimateRow(
                     task_id=self.task.task_id,
@@ -130,7 +150,14 @@ class FrequencyAggregator:
                     domain_size=int(o.d),
                     postprocess=self.method,
                     frequencies=freqs.tolist(),
-                    std=np.asarray(est.std, dtype=np.float64).tolist(),
+                    std=iv.std.tolist(),
+                    unbiased=iv.unbiased.tolist(),
+                    unbiased_std=iv.unbiased_std.tolist(),
+                    ci_low=iv.ci_low.tolist(),
+                    ci_high=iv.ci_high.tolist(),
+                    ci_method=iv.ci_method,
+                    ci_includes_zero=iv.ci_includes_zero.tolist(),
+                    labels=None if labels is None else list(labels),
                 )
             )
         return rows
