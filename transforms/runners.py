@@ -1,5 +1,11 @@
-"""Every adaptation to a Beam runner's limits (apache-beam 2.77), in one place.
+"""Every adaptation to a Beam runner's limits (apache-beam 2.77), in one place; :func:`plan_runner` applies
+them to a job (docs/live.md says which runner gives what latency).
 
+* **DirectRunner** (the default runner). In 2.77 it first tries to run a job on Prism, downloading the
+  Prism binary from GitHub, and falls back to its own runners when that fails (always, offline). The
+  jobs run it as :class:`DirectRunnerWithoutPrism`: the same choice between the FnApiRunner and the
+  streaming BundleBasedDirectRunner, never a download, and never Prism behind the adaptations below
+  (use ``--runner=PrismRunner`` for that).
 * **FnApiRunner** (what the DirectRunner runs a job without Pub/Sub on, and the PortableRunner with
   ``--job_endpoint=embed``; :func:`runs_on_fnapi_runner`):
   - it re-runs a deferred splittable DoFn at once, ignoring the delay it asks for, so the directory
@@ -7,7 +13,22 @@
     job's metrics overflow Python's recursion limit when they are read;
   - it has no processing-time triggers and runs a streaming job stage by stage, so windows are emitted
     only when a directory watch ends: early firings are dropped and a watch duration is required
-    (:func:`adapt_directory_streaming`).
+    (:func:`adapt_directory_streaming`); the live local path from a directory is Prism.
+* **BundleBasedDirectRunner** (what the DirectRunner runs a Pub/Sub job on): live, with early panes; its
+  Pub/Sub watermark is the wall clock of its last pull.
+* **PrismRunner** (Beam's Go portable runner; ``bash tools/prism/get_prism.sh`` builds it): live
+  directory streaming with early panes. :func:`plan_runner` gives it the locally built binary
+  (``--prism_location``; never the GitHub download), refuses Pub/Sub (Python's Pub/Sub source is native to
+  the DirectRunner and Dataflow), and works around a Prism 2.77 crash: a processing-time (early-firing)
+  timer that fires after its window was garbage-collected panics Prism ("assignment to entry in nil
+  map" in ``aggregateStageKind.buildProcessingTimeBundle``), which happens whenever the allowed lateness
+  is shorter than the early-firing period, so the lateness is raised to the period plus 2 s.
+* **Watched directories on every runner**: ``PeriodicImpulse``'s generator sets the watermark to the
+  *next* tick's time while it waits, i.e. ahead of the wall clock, and a file is read a tick or two after
+  it was written, so the reports of a window's last seconds arrived behind the watermark (late, or
+  dropped without allowed lateness). :class:`LaggedTicks` holds the watch's watermark
+  ``watermark_lag_s`` behind the ticks (default :func:`default_watermark_lag`: two watch intervals plus
+  1 s, the longest a complete file waits to be read).
 * **Batch runners** cannot drive processing-time triggers and a bounded job's panes are final anyway:
   early firings apply to streaming only (:func:`effective_window`).
 * **Runner API translation**: ``AfterProcessingTime(2.5)`` fails to translate; processing-time delays
@@ -22,44 +43,167 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
-from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    PipelineOptions,
+    PortableOptions,
+    PrismRunnerOptions,
+    StandardOptions,
+    TypeOptions,
+)
+from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+from apache_beam.runners.runner import PipelineRunner
 from apache_beam.transforms import window as bw
 from apache_beam.transforms.periodicsequence import ImpulseSeqGenDoFn, ImpulseSeqGenRestrictionProvider
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ldp.task import WindowConfig
 
 __all__ = [
     "RunnerLimitation",
+    "RunnerPlan",
+    "plan_runner",
+    "runner_name",
     "runs_on_fnapi_runner",
     "adapt_directory_streaming",
+    "adapt_prism_window",
+    "find_prism_binary",
+    "DirectRunnerWithoutPrism",
     "effective_window",
     "whole_seconds",
+    "default_watermark_lag",
+    "LaggedTicks",
     "PacedTicks",
     "pane_file_naming",
 ]
 
 _LOG = logging.getLogger(__name__)
 
+#: Where ``tools/prism/get_prism.sh`` leaves the binary (a link to the versioned build), in a source tree.
+PRISM_CACHE_BINARY = Path(__file__).resolve().parent.parent / ".cache" / "prism" / "prism"
+#: Environment variable naming a Prism binary (takes precedence over the cache).
+PRISM_ENV = "LDP_PRISM_BIN"
+_PRISM_HINT = "build it with `bash tools/prism/get_prism.sh` (docs/live.md) or pass --prism_location=BIN"
+
 
 class RunnerLimitation(ValueError):
     """A job the chosen runner cannot run as asked (the message says what to change)."""
 
 
+def runner_name(options: PipelineOptions) -> str:
+    """The runner's short lower-case name: ``direct`` (also for no runner, the default), ``prism``,
+    ``flink``, ``portable``, ``dataflow``, ... (``--runner`` without its module path and ``Runner``)."""
+    runner = options.view_as(StandardOptions).runner
+    name = "direct" if runner is None else runner if isinstance(runner, str) else type(runner).__name__
+    name = name.rsplit(".", 1)[-1].lower().removesuffix("runner")
+    return "direct" if name in ("switchingdirect", "") else name
+
+
 def runs_on_fnapi_runner(options: PipelineOptions) -> bool:
     """True when the job will run on Beam's in-process FnApiRunner: the DirectRunner (the default runner,
     in any of its spellings and running modes) or the PortableRunner with ``--job_endpoint=embed``."""
-    runner = options.view_as(StandardOptions).runner
-    name = "direct" if runner is None else runner if isinstance(runner, str) else type(runner).__name__
-    name = name.lower().removesuffix("runner")
-    if name in ("direct", "switchingdirect"):
+    name = runner_name(options)
+    if name == "direct":
         return True
     return name == "portable" and options.view_as(PortableOptions).job_endpoint == "embed"
+
+
+class DirectRunnerWithoutPrism(SwitchingDirectRunner):
+    """Beam's DirectRunner without its first attempt to run the job on Prism.
+
+    apache-beam 2.77's ``SwitchingDirectRunner`` tries Prism first, downloading the binary from GitHub
+    (a network call; offline it fails and the runner falls back), and only then chooses between the
+    FnApiRunner and the BundleBasedDirectRunner. Its Prism check starts with ``allow_unsafe_triggers``
+    (the flag only relaxes trigger checks while transforms are *built*, which they are by now), so the
+    flag is set while the runner chooses: the rest of the choice is Beam's own."""
+
+    def run_pipeline(self, pipeline, options):
+        types = pipeline.options.view_as(TypeOptions)
+        saved = types.allow_unsafe_triggers
+        types.allow_unsafe_triggers = True
+        try:
+            return super().run_pipeline(pipeline, options)
+        finally:
+            types.allow_unsafe_triggers = saved
+
+
+def find_prism_binary() -> str | None:
+    """The Prism binary to run: ``$LDP_PRISM_BIN``, else the one ``tools/prism/get_prism.sh`` built into
+    ``.cache/prism/`` (None: neither exists)."""
+    env = os.environ.get(PRISM_ENV)
+    if env:
+        return env if os.path.isfile(env) and os.access(env, os.X_OK) else None
+    if PRISM_CACHE_BINARY.is_file() and os.access(PRISM_CACHE_BINARY, os.X_OK):
+        return str(PRISM_CACHE_BINARY.resolve())
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerPlan:
+    """How a job runs: the runner object to give ``beam.Pipeline`` (None: Beam makes it from the
+    options), the window after the runner's adaptations, whether the watch's ticks are paced by sleeping
+    (the FnApiRunner), and the runner's short name."""
+
+    runner: PipelineRunner | None
+    window: WindowConfig
+    paced: bool
+    name: str
+
+
+def plan_runner(
+    options: PipelineOptions,
+    window: WindowConfig,
+    *,
+    streaming: bool,
+    files: bool,
+    streaming_duration_s: float = 0.0,
+    output_topic: str | None = None,
+) -> RunnerPlan:
+    """The runner adaptations of one job (see the module docstring). ``files``: the job reads ``--input``
+    (watched when ``streaming``), else Pub/Sub. May set ``--prism_location`` in ``options``.
+
+    Raises:
+        RunnerLimitation: a job the runner cannot run (one line naming what to change).
+    """
+    name = runner_name(options)
+    runner: PipelineRunner | None = None
+    if name == "direct":
+        runner = DirectRunnerWithoutPrism()
+    elif name == "prism":
+        prism = options.view_as(PrismRunnerOptions)
+        if not prism.prism_location:
+            found = find_prism_binary()
+            if found is None:
+                where = f"${PRISM_ENV} ({os.environ[PRISM_ENV]})" if os.environ.get(PRISM_ENV) else (
+                    f"{PRISM_CACHE_BINARY}"
+                )
+                raise RunnerLimitation(
+                    f"--runner=PrismRunner needs the Prism binary, not found at {where}: {_PRISM_HINT} "
+                    "(Beam would otherwise download it from GitHub)"
+                )
+            prism.prism_location = found
+        if streaming and not files:
+            raise RunnerLimitation(
+                "Pub/Sub input does not run on Prism (Python's Pub/Sub source is native to the DirectRunner "
+                "and Dataflow): run it on the DirectRunner (the default), which emits panes live"
+            )
+        if output_topic:
+            raise RunnerLimitation(
+                "--output_topic does not run on Prism (Python's Pub/Sub sink is native to the DirectRunner "
+                "and Dataflow): leave it out (the files and --store carry every pane) or use the DirectRunner"
+            )
+    paced = runs_on_fnapi_runner(options)
+    if streaming and files and paced:
+        window = adapt_directory_streaming(window, streaming_duration_s, output_topic)
+    if streaming and name == "prism":
+        window = adapt_prism_window(window)
+    return RunnerPlan(runner, window, paced, name)
 
 
 def adapt_directory_streaming(
@@ -73,7 +217,8 @@ def adapt_directory_streaming(
     if streaming_duration_s <= 0:
         raise RunnerLimitation(
             "streaming from --input on the DirectRunner (FnApiRunner) emits results only when the watch "
-            "ends: give --streaming_duration SECONDS (or run on Flink, see docs/flink.md)"
+            "ends: give --streaming_duration SECONDS, or run it live with --runner=PrismRunner "
+            "(bash tools/prism/get_prism.sh; docs/live.md)"
         )
     if output_topic:
         raise RunnerLimitation(
@@ -87,6 +232,26 @@ def adapt_directory_streaming(
         )
         window = dataclasses.replace(window, early_firing_s=None)
     return window
+
+
+#: Seconds of allowed lateness beyond the early-firing period that keep Prism's timers inside their window.
+PRISM_LATENESS_MARGIN_S = 2.0
+
+
+def adapt_prism_window(window: WindowConfig) -> WindowConfig:
+    """Raises the allowed lateness of a windowed job with early firings to at least the early-firing period
+    plus :data:`PRISM_LATENESS_MARGIN_S` on Prism (the timer crash of the module docstring), warning."""
+    if window.size_s is None or window.early_firing_s is None:
+        return window
+    need = whole_seconds(window.early_firing_s) + PRISM_LATENESS_MARGIN_S
+    if window.allowed_lateness_s >= need:
+        return window
+    _LOG.warning(
+        "Prism 2.77 crashes when an early-firing timer outlives its window: allowed lateness raised from "
+        "%g s to %g s (the early-firing period plus %g s; docs/live.md)",
+        window.allowed_lateness_s, need, PRISM_LATENESS_MARGIN_S,
+    )
+    return dataclasses.replace(window, allowed_lateness_s=need)
 
 
 def effective_window(window: WindowConfig, streaming: bool) -> WindowConfig:
@@ -104,9 +269,39 @@ def whole_seconds(x: float) -> int:
 _WATERMARK_PROVIDER = ManualWatermarkEstimator.default_provider()
 
 
-class PacedTicks(ImpulseSeqGenDoFn):
-    """``PeriodicImpulse``'s tick generator, sleeping until the next tick is due before deferring (for the
-    FnApiRunner; other runners honour the delay a deferred residual asks for)."""
+def default_watermark_lag(watch_interval_s: float) -> float:
+    """The default lag of a watched directory's watermark behind its ticks: two watch intervals (a complete
+    file is read at the first or second tick after it was written) plus 1 s."""
+    return 2.0 * float(watch_interval_s) + 1.0
+
+
+class _LaggedEstimator:
+    """A watermark estimator seen ``lag`` behind the one it wraps (what ``ImpulseSeqGenDoFn`` sets is the
+    tick's time; what the runner gets is that minus ``lag``)."""
+
+    def __init__(self, inner, lag: Duration) -> None:
+        self.inner, self.lag = inner, lag
+
+    def current_watermark(self):
+        w = self.inner.current_watermark()
+        return None if w is None else w + self.lag
+
+    def set_watermark(self, ts) -> None:
+        self.inner.set_watermark(ts - self.lag)
+
+
+class LaggedTicks(ImpulseSeqGenDoFn):
+    """``PeriodicImpulse``'s tick generator whose ticks (the element is still the tick's own time) and
+    watermark run ``lag_s`` behind the ticks' times, so a window closes only when the files written before
+    its end have been read (:func:`default_watermark_lag`). ``paced``: sleep until the next tick is due
+    before deferring (for the FnApiRunner; other runners honour the delay a deferred residual asks for)."""
+
+    def __init__(self, lag_s: float = 0.0, paced: bool = False) -> None:
+        super().__init__()
+        if not lag_s >= 0:
+            raise ValueError(f"watermark lag must be >= 0 seconds, got {lag_s}")
+        self.lag_s = float(lag_s)
+        self.paced = paced
 
     @beam.DoFn.unbounded_per_element()
     def process(
@@ -116,12 +311,26 @@ class PacedTicks(ImpulseSeqGenDoFn):
         watermark_estimator=beam.DoFn.WatermarkEstimatorParam(_WATERMARK_PROVIDER),  # noqa: B008
     ):
         start, _stop, interval = element
-        start_s = start.micros / 1e6 if isinstance(start, Timestamp) else float(start)
-        due = start_s + interval * restriction_tracker.current_restriction().start
-        wait = due - time.time()
-        if wait > 0:
-            time.sleep(min(wait, interval))
-        yield from ImpulseSeqGenDoFn.process(self, element, restriction_tracker, watermark_estimator)
+        if self.paced:
+            start_s = start.micros / 1e6 if isinstance(start, Timestamp) else float(start)
+            due = start_s + interval * restriction_tracker.current_restriction().start
+            wait = due - time.time()
+            if wait > 0:
+                time.sleep(min(wait, interval))
+        if not self.lag_s:
+            yield from ImpulseSeqGenDoFn.process(self, element, restriction_tracker, watermark_estimator)
+            return
+        lag = Duration.of(self.lag_s)
+        estimator = _LaggedEstimator(watermark_estimator, lag)
+        for tick in ImpulseSeqGenDoFn.process(self, element, restriction_tracker, estimator):
+            yield bw.TimestampedValue(tick.value, tick.timestamp - lag)
+
+
+class PacedTicks(LaggedTicks):
+    """:class:`LaggedTicks` paced by sleeping, without lag (for the FnApiRunner)."""
+
+    def __init__(self, lag_s: float = 0.0) -> None:
+        super().__init__(lag_s, paced=True)
 
 
 def pane_file_naming(prefix: str, suffix: str) -> Callable[..., str]:

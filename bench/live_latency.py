@@ -1,0 +1,219 @@
+"""Window-end-to-pane latency of the live local paths (docs/live.md; not part of the test suite).
+
+    .venv/bin/python -m bench.live_latency --source directory --runner prism --seconds 90
+    .venv/bin/python -m bench.live_latency --source pubsub --runner direct --seconds 90
+    .venv/bin/python -m bench.live_latency --source directory --runner flink --seconds 90
+    .venv/bin/python -m bench.live_latency --source directory --runner direct --seconds 60
+
+Runs ``pipelines.frequency --streaming`` as a child process (its own process group, stopped by PID) while
+simulated clients feed it ``--rate`` reports/s with event time = now: one Avro file per second moved into
+a watched directory (``--source directory``), or Pub/Sub messages to the emulator (``--source pubsub``,
+started on 127.0.0.1 and stopped by PID). A watcher polls ``OUT/estimates-*.jsonl`` every 0.2 s and
+records when each (window, pane) file first appears.
+
+Per window whose end falls inside the feeding period (after ``--warmup`` s): the latency of its on-time
+pane (the first pane at or after the window's end that is not EARLY; a LATE pane counts when the on-time
+pane was empty) = first seen - window end; the latency of its first complete pane (panes accumulate: the
+first with all of the window's reports); and how many EARLY panes appeared before the end. The summary
+(median, max) and every window go to ``bench/results/live_latency_<source>_<runner>.json`` (``--json``).
+The poll adds up to 0.2 s; the windows' ends are the wall clock (event time = feed time).
+
+Runner arguments: ``direct`` none (the DirectRunner: FnApiRunner for a directory, which needs
+``--streaming_duration`` and emits at the end; BundleBasedDirectRunner for Pub/Sub); ``prism``
+``--runner=PrismRunner`` (the binary of ``tools/prism/get_prism.sh``); ``flink`` the embedded Flink
+mini-cluster with the jar of ``tools/flink/get_job_server.sh``, ``--parallelism=2``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ldp.task import parse_task
+from pipelines.cli import fail, job_parser, parse_job_args
+from pipelines.live import ChildJob, FileFeeder, PaneWatcher, PubSubFeeder, latency_summary
+
+__all__ = ["main", "measure"]
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "ldp-live"
+
+
+def _runner_args(runner: str) -> list[str]:
+    if runner == "direct":
+        return []
+    if runner == "prism":
+        return ["--runner=PrismRunner"]
+    if runner == "flink":
+        jar = subprocess.run(
+            ["bash", str(ROOT / "tools" / "flink" / "get_job_server.sh")], capture_output=True, text=True,
+            check=True,
+        ).stdout.strip().splitlines()[-1]  # fmt: skip
+        return [
+            "--runner=FlinkRunner", "--flink_master=[local]", f"--flink_job_server_jar={jar}",
+            "--environment_type=LOOPBACK", "--parallelism=2",
+        ]  # fmt: skip
+    raise ValueError(f"unknown runner {runner!r}")
+
+
+def measure(
+    source: str,
+    runner: str,
+    *,
+    seconds: float,
+    window_s: int,
+    early_s: int,
+    lateness_s: int,
+    rate: float,
+    watch_interval_s: float,
+    warmup_s: float,
+    workdir: Path,
+    extra_args: list[str],
+) -> dict[str, Any]:
+    """One run; returns the summary (see the module docstring)."""
+    task = parse_task(
+        {"task_id": "live-latency", "mechanism": "olh", "epsilon": 1.0, "domain_size": 64},
+        source="live latency task",
+    )
+    task.save(workdir / "task.json")
+    out = workdir / "out"
+    cmd = [
+        sys.executable, "-m", "pipelines.frequency", "--task", str(workdir / "task.json"), "--streaming",
+        "--output", str(out), "--window_size", str(window_s), "--early_firing", str(early_s),
+        "--allowed_lateness", str(lateness_s), "--accumulating", "--counts_window", str(window_s),
+        "--dead_letter_window", str(window_s), *_runner_args(runner), *extra_args,
+    ]  # fmt: skip
+    emulator = None
+    env = dict(os.environ)
+    if source == "directory":
+        incoming = workdir / "incoming"
+        incoming.mkdir()
+        cmd += ["--input", str(incoming / "*.avro"), "--watch_interval", str(watch_interval_s)]
+        if runner == "direct":  # the FnApiRunner needs a bounded watch (it emits when the watch ends)
+            cmd += ["--streaming_duration", str(seconds + warmup_s + 5)]
+    else:
+        from google.cloud import pubsub_v1
+
+        from pipelines.pubsub_emulator import PubSubEmulator
+
+        emulator = PubSubEmulator(project=PROJECT, log_path=str(workdir / "emulator.log")).start()
+        os.environ["PUBSUB_EMULATOR_HOST"] = env["PUBSUB_EMULATOR_HOST"] = emulator.host
+        pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        topic = pub.topic_path(PROJECT, "reports")
+        subscription = sub.subscription_path(PROJECT, "aggregator")
+        pub.create_topic(name=topic)
+        sub.create_subscription(name=subscription, topic=topic)
+        cmd += ["--input_subscription", subscription, "--timestamp_attribute", "event_time"]
+    job = ChildJob(cmd, workdir / "job.log", env=env)
+    watcher = PaneWatcher(out).start()
+    feeder = None
+    try:
+        # start feeding once the job runs (its output directory exists), so start-up is not measured
+        deadline = time.time() + 120
+        while not (out / ".ldp-beam-output.json").exists() and job.running() and time.time() < deadline:
+            time.sleep(0.2)
+        if not job.running():
+            raise RuntimeError(f"the job exited with status {job.proc.returncode}:\n{job.tail()}")
+        t_start = time.time()
+        if source == "directory":
+            feeder = FileFeeder(task, workdir / "incoming", rate=rate, duration_s=seconds + warmup_s, seed=7)
+        else:
+            feeder = PubSubFeeder(task, topic, rate=rate, duration_s=seconds + warmup_s, seed=7)
+        feeder.start()
+        t_feed_end = t_start + seconds + warmup_s
+        while time.time() < t_feed_end and job.running():
+            time.sleep(0.5)
+        # the windows ending in the feeding period: wait for their on-time panes (at most a minute)
+        ends = [
+            e for e in range(int((t_start + warmup_s) // window_s + 1) * window_s,
+                             int(t_feed_end), window_s)  # fmt: skip
+        ]
+        ends_ms = [e * 1000 for e in ends]
+        limit = time.time() + 60 + (seconds if runner == "direct" and source == "directory" else 0)
+        while time.time() < limit and job.running():
+            got = {p.window_end_ms for p in watcher.panes if p.pane_timing != "EARLY"}
+            if all(e in got for e in ends_ms):
+                break
+            time.sleep(0.5)
+        if source == "directory" and runner == "direct":
+            job.wait(120)  # the bounded watch ends by itself and writes every window
+    finally:
+        if feeder is not None:
+            feeder.stop()
+        code = job.stop()
+        watcher.stop()
+        if emulator is not None:
+            emulator.stop()
+    summary = latency_summary(watcher.panes, ends_ms)
+    return {
+        "source": source,
+        "runner": runner,
+        "command": " ".join(cmd),
+        "seconds": seconds,
+        "warmup_s": warmup_s,
+        "window_s": window_s,
+        "early_firing_s": early_s,
+        "allowed_lateness_s": lateness_s,
+        "watch_interval_s": watch_interval_s if source == "directory" else None,
+        "rate_reports_per_s": rate,
+        "reports_fed": feeder.sent if feeder else 0,
+        "job_exit": code,
+        "panes_seen": len(watcher.panes),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpu, load {os.getloadavg()[0]:.1f}",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **summary,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = job_parser(__doc__.splitlines()[0])
+    ap.add_argument("--source", choices=("directory", "pubsub"), default="directory")
+    ap.add_argument("--runner", choices=("direct", "prism", "flink"), default="prism")
+    ap.add_argument("--seconds", type=float, default=90.0, help="seconds of feeding measured (after warm-up)")
+    ap.add_argument("--warmup", type=float, default=10.0, help="seconds of feeding not measured")
+    ap.add_argument("--window_size", type=int, default=10, help="window length (s)")
+    ap.add_argument("--early_firing", type=int, default=2, help="early panes every so many seconds")
+    ap.add_argument("--allowed_lateness", type=int, default=5, help="allowed lateness (s)")
+    ap.add_argument("--rate", type=float, default=2000.0, help="reports per second fed")
+    ap.add_argument("--watch_interval", type=float, default=1.0, help="directory: seconds between matches")
+    ap.add_argument("--json", help="result file (default bench/results/live_latency_<source>_<runner>.json)")
+    ap.add_argument("--keep", help="keep the work directory here (default: a temporary one, removed)")
+    ns, _ = parse_job_args(ap, argv)
+    if ns.source == "pubsub" and ns.runner != "direct":
+        fail("Pub/Sub input runs on the DirectRunner only here (Prism and the portable Flink runner lack "
+             "Python's Pub/Sub source)")
+    work = Path(ns.keep) if ns.keep else Path(tempfile.mkdtemp(prefix="live-latency-"))
+    if ns.keep and work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        res = measure(
+            ns.source, ns.runner, seconds=ns.seconds, window_s=ns.window_size, early_s=ns.early_firing,
+            lateness_s=ns.allowed_lateness, rate=ns.rate, watch_interval_s=ns.watch_interval,
+            warmup_s=ns.warmup, workdir=work, extra_args=ns.beam_args,
+        )  # fmt: skip
+    finally:
+        if not ns.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    path = Path(ns.json or ROOT / "bench" / "results" / f"live_latency_{ns.source}_{ns.runner}.json")
+    path.write_text(json.dumps(res, indent=2) + "\n")
+    print(
+        f"{ns.source} on {ns.runner}: {res['with_on_time_pane']}/{res['windows']} windows with an on-time "
+        f"pane; window end -> pane median {res['on_time_latency_s_median']} s, max "
+        f"{res['on_time_latency_s_max']} s; complete pane median {res['complete_latency_s_median']} s, max "
+        f"{res['complete_latency_s_max']} s; early panes per window (median) "
+        f"{res['early_panes_per_window_median']}; job exit {res['job_exit']}; {path}"
+    )
+    return res
+
+
+if __name__ == "__main__":
+    main()
