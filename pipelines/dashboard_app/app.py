@@ -34,6 +34,7 @@ from bokeh.models import (
     HoverTool,
     LegendItem,
     MultiChoice,
+    NumberFormatter,
     Select,
     TableColumn,
     Whisker,
@@ -185,6 +186,9 @@ class Dashboard:
                 level="overlay",
             )
         )
+        # invisible ends of the whiskers, so the y range covers the intervals (annotations do not count)
+        self.topk_plot.scatter(x="name", y="ci_high", source=self.topk_source, alpha=0, size=1)
+        self.topk_plot.scatter(x="name", y="ci_low", source=self.topk_source, alpha=0, size=1)
         self.topk_plot.add_tools(
             HoverTool(
                 tooltips=[
@@ -288,13 +292,18 @@ class Dashboard:
                 index_position=None,
                 reorderable=False,
                 columns=[
-                    TableColumn(field="window", title="window"),
-                    TableColumn(field="n_reports", title="n_reports"),
-                    TableColumn(field="pane_index", title="latest pane"),
-                    TableColumn(field="timing", title="timing"),
-                    TableColumn(field="final", title="final"),
-                    TableColumn(field="latency_s", title="latency of latest pane (s)"),
-                    TableColumn(field="last_written", title="written (UTC)"),
+                    TableColumn(field="window", title="window", width=300),
+                    TableColumn(field="n_reports", title="n_reports", width=90),
+                    TableColumn(field="pane_index", title="latest pane", width=90),
+                    TableColumn(field="timing", title="timing", width=90),
+                    TableColumn(field="final", title="final", width=70),
+                    TableColumn(
+                        field="latency_s",
+                        title="latency of latest pane (s)",
+                        width=170,
+                        formatter=NumberFormatter(format="0.00"),
+                    ),
+                    TableColumn(field="last_written", title="written (UTC)", width=200),
                 ],
             ),
             "windows_table",
@@ -345,9 +354,9 @@ class Dashboard:
                 index_position=None,
                 reorderable=False,
                 columns=[
-                    TableColumn(field="window", title="window"),
-                    TableColumn(field="reason", title="dead-letter reason"),
-                    TableColumn(field="count", title="count"),
+                    TableColumn(field="window", title="window", width=300),
+                    TableColumn(field="reason", title="dead-letter reason", width=250),
+                    TableColumn(field="count", title="count", width=100),
                 ],
             ),
             "reasons_table",

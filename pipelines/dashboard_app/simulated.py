@@ -157,7 +157,7 @@ class SimulatedStream:
     population (``exponent``) of ``users_per_window`` reports per window, seeded from ``seed``."""
 
     task_id: str = "browsers"
-    epsilon: float = 2.0
+    epsilon: float = 1.5
     window_s: int = 60
     users_per_window: int = 3000
     exponent: float = 1.3
