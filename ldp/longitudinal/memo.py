@@ -405,6 +405,15 @@ class MemoizedOracle(FrequencyOracle):
             seeds = self.seeds_from_words(memo_words_sim(uk, task_id, "seed", np.zeros(len(uk), np.int64), 1))
         return self.memo_keys(vals, seeds)
 
+    def client_memo_key(self, secret: bytes, task_id: str, value: int) -> int:
+        """The memoization key of one real user's value (the value; LOLOHA: its bucket under the user's
+        permanent hash), without drawing a report (the budget ledger charges per key)."""
+        v = check_values(np.asarray([value]), self.d)
+        seeds = None
+        if self.uses_seed:
+            seeds = self.seeds_from_words(memo_words_hmac(secret, task_id, "seed", 0, 1)[None, :])
+        return int(self.memo_keys(v, seeds)[0])
+
     def client_report(self, secret: bytes, task_id: str, value: int, *,
                       rng: np.random.Generator | int | None = None) -> tuple[Reports, int]:
         """One report of one real user (the on-device path; :class:`ldp.longitudinal.client.Client` wraps
