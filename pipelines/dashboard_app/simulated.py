@@ -197,7 +197,7 @@ class SimulatedStream:
         oracle = make_oracle("grr", self.epsilon, d)
         values = sample_population(f"zipf:{self.exponent}", n, d, rng=self._rng)
         est = oracle.estimate_reports(oracle.encode(values, rng=self._rng))
-        std = np.sqrt(np.asarray(est.variance, dtype=np.float64))
+        std = np.asarray(est.std, dtype=np.float64)  # Eq. 4 at the clipped estimate (ldp.intervals "normal")
         freqs = np.asarray(est.frequencies, dtype=np.float64)
         lo, hi = freqs - 1.96 * std, freqs + 1.96 * std
         rows = []
