@@ -2,9 +2,11 @@
 
 Counter names (namespace ``ldp``): ``reports_read``, ``reports_accepted``, ``reports_rejected`` and
 ``rejected_<reason>`` (the validate step and the sources), ``<output>_rows`` per kind of result row,
-``finalized_panes`` / ``empty_panes`` and the distribution ``finalize_ms`` (the finalize step), and
+``finalized_panes`` / ``empty_panes`` and the distribution ``finalize_ms`` (the finalize step),
 ``lost_bytes`` / ``lost_blocks`` / ``lost_records``: what the parts of inputs that are not records cost
-(the sources; see :data:`transforms.avro_fast.LOSS_REASONS`).
+(the sources; see :data:`transforms.avro_fast.LOSS_REASONS`), and ``late_dropped`` / ``late_batches``:
+accepted reports that arrived after their window closed (:mod:`transforms.lateness`; they stay in
+``accepted``: ``read = accepted + rejected`` and ``accepted = reports in estimates + late_dropped``).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.runner import PipelineResult
 from apache_beam.transforms import window as bw
+from apache_beam.utils.timestamp import Timestamp
 
 __all__ = [
     "COUNTER_NAMESPACE",
     "Counts",
     "SumCounts",
     "WindowedCounts",
+    "AtProcessingTime",
     "job_counts",
     "job_distribution",
     "format_counts",
@@ -62,11 +66,24 @@ class _WithWindow(beam.DoFn):
         yield out
 
 
+class AtProcessingTime(beam.DoFn):
+    """Re-timestamps an element to the later of its timestamp and the wall clock (never earlier), so it is
+    not late data for the windows downstream: a count or dead letter about a late batch (e.g. a Pub/Sub
+    message whose time attribute is old) would otherwise be dropped by its own window."""
+
+    def process(self, element, timestamp=beam.DoFn.TimestampParam):  # noqa: B008 - Beam's param idiom
+        yield bw.TimestampedValue(element, max(timestamp, Timestamp.now()))
+
+
 class WindowedCounts(beam.PTransform):
-    """Per-batch count dicts -> one summed dict per fixed window of ``window_s`` (input timestamps).
+    """Per-batch count dicts -> one summed dict per fixed window of ``window_s`` of the time they were
+    counted: the later of the batch's timestamp and the wall clock (:class:`AtProcessingTime`), so the
+    counts of a late batch land in the current window instead of being dropped with their old one.
 
     The streaming job's record of what it read, accepted and refused (see ``transforms.runners`` for why
-    the counters alone are not enough on the DirectRunner).
+    the counters alone are not enough on the DirectRunner). A window closes when the watermark passes its
+    end; a source whose watermark runs ahead of the wall clock (future event times) could still make a
+    window late -- the wall clock of the worker is the reference.
     """
 
     def __init__(self, window_s: float) -> None:
@@ -76,6 +93,7 @@ class WindowedCounts(beam.PTransform):
     def expand(self, counts):
         return (
             counts
+            | "AtProcessingTime" >> beam.ParDo(AtProcessingTime())
             | "Window" >> beam.WindowInto(bw.FixedWindows(self.window_s))
             | "Sum" >> beam.CombineGlobally(SumCounts()).without_defaults()
             | "AddWindow" >> beam.ParDo(_WithWindow())
@@ -119,6 +137,8 @@ def format_counts(counts: Counts) -> str:
     )
     text = f"reports read={counts['read']} accepted={counts['accepted']} rejected={counts['rejected']}"
     text += f" ({reasons})" if reasons else ""
+    if counts.get("late_dropped"):
+        text += f"; late_dropped={counts['late_dropped']} (accepted, arrived after their window closed)"
     lost = [(k[len("lost_") :], counts.get(k, 0)) for k in ("lost_records", "lost_blocks", "lost_bytes")]
     if any(v for _, v in lost):
         text += "; lost " + ", ".join(f"{name}={v}" for name, v in lost)
