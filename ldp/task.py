@@ -108,6 +108,7 @@ __all__ = [
     "MAX_LABELS",
     "MAX_LABEL_CHARS",
     "MAX_LABELS_FILE_BYTES",
+    "read_labels_file",
 ]
 
 #: 1-D frequency-oracle mechanisms (``ldp.oracles.MECHANISMS``); ``auto`` picks the lowest-variance one.
@@ -878,6 +879,21 @@ TASK_KINDS: dict[str, TaskKind] = {
 # ------------------------------------------------------------------------------------------------------------
 # entry points
 # ------------------------------------------------------------------------------------------------------------
+
+
+def read_labels_file(path: str | Path, domain_size: int | None = None) -> tuple[str, ...]:
+    """Value labels from a file in the ``labels_file`` format (one per line, or a JSON list), checked like a
+    task's (``domain_size`` None: any count up to :data:`MAX_LABELS`).
+
+    Raises:
+        TaskError: listing every problem.
+    """
+    p = Path(path)
+    problems: Problems = []
+    labels = _labels_from_file(str(p.resolve()), domain_size, Path("."), problems)
+    if problems or labels is None:
+        raise TaskError(problems or ["no labels"], str(p))
+    return labels
 
 
 def parse_task(

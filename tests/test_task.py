@@ -390,3 +390,11 @@ def test_window_times_must_be_whole_milliseconds():
             ("early_firing_s", 2.00001),
         )
     )
+
+
+def test_read_labels_file(tmp_path):
+    (tmp_path / "l.txt").write_text("a\nb\nc\n", encoding="utf-8")
+    assert T.read_labels_file(tmp_path / "l.txt") == ("a", "b", "c")
+    assert T.read_labels_file(tmp_path / "l.txt", 3) == ("a", "b", "c")
+    with pytest.raises(T.TaskError, match="has 3 entries but domain_size is 4"):
+        T.read_labels_file(tmp_path / "l.txt", 4)
