@@ -166,6 +166,23 @@ def test_range_finalize_equals_the_mechanism():
     # the model row (its JSON Lines form) answers the same queries later
     again = answer_from_model_records([model_json(models[0]._asdict())], QUERIES)
     assert [a["answer"] for a in again] == [r.answer for r in answers]
+    # error bars valid for the published (clipped) answer, and the groups' report counts
+    counts = [len(per_group[g]) if g in per_group else 0 for g in range(mech.n_groups)]
+    assert models[0].group_reports == counts and models[0].empty_groups == counts.count(0)
+    raw = model.answer(queries, clip=False)
+    for r, u in zip(answers, raw):
+        assert r.group_reports == counts and r.empty_groups == 0
+        assert r.ci_method.startswith("normal-clipped:") and r.ci_low <= r.answer <= r.ci_high
+        assert r.ci_low == max(0.0, min(u - 1.959963984540054 * r.std, r.answer)) or r.ci_low == 0.0
+    assert [a["ci_low"] for a in again] == [r.ci_low for r in answers]
+    # a window in which a group had no reports is flagged and its answers get no interval
+    accs2 = GroupAccumulators()
+    for g, rep in per_group.items():
+        if g != 0:
+            accumulate(agg, accs2, g, rep)
+    rows2 = finalize_window(agg, accs2, GLOBAL_WINDOW)
+    assert all(r.empty_groups == 1 and r.group_reports[0] == 0 for r in rows2)
+    assert all(r.ci_low is None for r in rows2 if r.output == "answers")
 
 
 def test_task_accumulator_is_sparse():

@@ -182,3 +182,26 @@ def test_answer_interval_contains_the_clipped_answer():
     np.testing.assert_allclose([lo[1], hi[1]], [0.5 - Z * 0.02, 0.5 + Z * 0.02])
     assert lo[2] == 1.0 and hi[2] == 1.0  # 1.02 -+ z 0.01 clipped: [1, 1], the published 1 inside
     assert math.isnan(lo[3]) and math.isnan(hi[3])
+
+
+@pytest.mark.parametrize("method", ["hdg", "lhio", "msw"])
+def test_range_std_for_every_dimension_and_method(method):
+    """lambda = 3 answers (Weighted Update) and LHIO / MSW answers had no std; now every answer has one,
+    reproducible from the model (seeded from its contents) and kept by its JSON form."""
+    import json as _json
+
+    from ldp.rangequery.queries import parse_queries
+    from ldp.rangequery.registry import make_mechanism, model_from_dict
+
+    rng = np.random.default_rng(SEEDS[6])
+    c, n = 16, 30_000
+    rec = np.clip(np.rint(rng.normal(8, 3, (n, 3))), 0, c - 1).astype(np.int64)
+    opts = {"em_resolution": 2} if method == "msw" else {}  # a small EM keeps the bootstrap fast
+    model = make_mechanism(method, 1.0, [c] * 3, n, **opts).fit(rec, rng=rng)
+    q3 = {"a0": [2, 9], "a1": [4, 12], "a2": [0, 8]}
+    qs = parse_queries([{"a0": [0, 7]}, {"a0": [2, 9], "a1": [4, 12]}, q3], ["a0", "a1", "a2"], [c] * 3)
+    std = model.answer_std(qs)
+    assert np.all(np.isfinite(std) & (std > 0) & (std < 0.5)), std
+    again = model_from_dict(_json.loads(_json.dumps(model.to_dict())))
+    np.testing.assert_array_equal(again.answer_std(qs), std)
+    assert model.std_method(3) in ("simulated-wu", "bootstrap-em")

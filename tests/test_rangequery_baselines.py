@@ -262,9 +262,11 @@ def test_msw_on_independent_data():
     truth = true_answers(rec, qs)
     mae = np.abs(model.answer(qs) - truth).mean()
     assert mae < 0.2 * np.abs(_uni(qs, [c] * d) - truth).mean()
-    assert model.answer_std(qs) is None
+    std = model.answer_std(qs)  # a parametric bootstrap of the EM(S) estimates (seeded from the model)
+    assert np.all(np.isfinite(std) & (std > 0))
     again = model_from_dict(json.loads(json.dumps(model.to_dict())))
     np.testing.assert_allclose(again.answer(qs), model.answer(qs), atol=1e-12)
+    np.testing.assert_array_equal(again.answer_std(qs), std)
 
 
 def test_msw_reports_are_square_wave_reals():

@@ -7,7 +7,10 @@
 * finalize: ``mechanism.finalize`` once per window and pane over all groups (estimates, Norm-Sub,
   consistency, response matrices ...), then one :class:`AnswerRow` per query of the job
   (``schemas/range_answer.avsc``) and one :class:`ModelRow` (``schemas/range_model.avsc``) holding the
-  model, which answers new queries later (:func:`answer_from_model_records`).
+  model, which answers new queries later (:func:`answer_from_model_records`). Every answer carries its std
+  and a 95% interval valid for the published (clipped) answer (:func:`ldp.intervals.answer_interval`,
+  ``docs/intervals.md``); answers and models carry the per-group report counts, so a window in which some
+  group had no reports (its part of the model is a uniform guess) is flagged (``empty_groups``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ldp.aggregate import (
     json_record,
     json_safe,
 )
+from ldp.intervals import answer_interval
 from ldp.rangequery.base import FORMAT_VERSION, RangeMechanism, RangeModel
 from ldp.rangequery.queries import RangeQuery, parse_queries
 from ldp.rangequery.registry import model_from_dict
@@ -47,6 +51,7 @@ __all__ = [
     "RangeAggregator",
     "load_queries",
     "answer_rows",
+    "group_report_counts",
     "model_row",
     "model_json",
     "answer_from_model_records",
@@ -58,7 +63,14 @@ MODEL_FILE_VERSION = 1
 
 
 class AnswerRow(NamedTuple):
-    """One query's answer in one window and pane (the fields of ``schemas/range_answer.avsc``)."""
+    """One query's answer in one window and pane (the fields of ``schemas/range_answer.avsc``).
+
+    ``answer`` is the published (clipped to [0, 1] unless the task says otherwise) answer, ``std`` the
+    standard deviation of the unclipped answer (how: ``ci_method``), ``ci_low`` / ``ci_high`` a 95%
+    interval for the true answer containing the published one (None where the std is unknown or a group
+    behind the model had no reports), ``group_reports`` the reports of each user group and
+    ``empty_groups`` how many groups had none. The fields after ``model_format_version`` have defaults.
+    """
 
     task_id: str
     schema_version: int
@@ -73,11 +85,17 @@ class AnswerRow(NamedTuple):
     method: str
     n_reports: int
     model_format_version: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ci_method: str | None = None
+    group_reports: list[int] | None = None
+    empty_groups: int | None = None
     output = "answers"
 
 
 class ModelRow(NamedTuple):
-    """The finalized model of one window and pane (the fields of ``schemas/range_model.avsc``)."""
+    """The finalized model of one window and pane (the fields of ``schemas/range_model.avsc``);
+    ``group_reports`` / ``empty_groups`` as in :class:`AnswerRow` (defaults: rows written before them)."""
 
     task_id: str
     schema_version: int
@@ -90,6 +108,8 @@ class ModelRow(NamedTuple):
     format_version: int
     task_json: str
     model_json: str
+    group_reports: list[int] | None = None
+    empty_groups: int | None = None
     output = "models"
 
 
@@ -112,6 +132,8 @@ def model_json(rec: Record) -> Record:
         "format_version": rec["format_version"],
         "task": json.loads(str(rec["task_json"])),
         "model": json.loads(str(rec["model_json"])),
+        "group_reports": rec.get("group_reports"),
+        "empty_groups": rec.get("empty_groups"),
     }
 
 
@@ -156,15 +178,55 @@ def load_queries(path: str | Path, task: RangeTask) -> list[RangeQuery]:
     return queries
 
 
+def group_report_counts(n_groups: int, accs: Mapping[int, object]) -> list[int]:
+    """Reports per group (0 for a group without an accumulator); accumulators have ``n`` (or ``["n"]``)."""
+    out = [0] * int(n_groups)
+    for g, acc in accs.items():
+        n = getattr(acc, "n", None)
+        if n is None and isinstance(acc, Mapping):
+            n = acc.get("n", 0)
+        if 0 <= int(g) < n_groups:
+            out[int(g)] = int(n or 0)
+    return out
+
+
 def answer_rows(
-    task: RangeTask, model: RangeModel, queries: Sequence[RangeQuery], window: WindowInfo
+    task: RangeTask,
+    model: RangeModel,
+    queries: Sequence[RangeQuery],
+    window: WindowInfo,
+    group_reports: Sequence[int] | None = None,
 ) -> list[AnswerRow]:
-    """One :class:`AnswerRow` per query: ``model.answer`` / ``model.answer_std``."""
-    answers = np.asarray(model.answer(queries), dtype=np.float64).tolist()
+    """One :class:`AnswerRow` per query: ``model.answer`` / ``model.answer_std`` and the interval of
+    :func:`ldp.intervals.answer_interval` around the unclipped answer (``ci_method``: ``normal-clipped``
+    plus how the std was made: ``closed-form``, ``simulated-wu`` (lambda > 2), ``simulated-inference``
+    (LHIO), ``bootstrap-em`` (MSW)). A window with an empty group gets no interval (the group's part of
+    the model is a guess; its std is inf where the method tracks it)."""
+    published = np.asarray(model.answer(queries), dtype=np.float64)
+    try:
+        raw = np.asarray(model.answer(queries, clip=False), dtype=np.float64)  # type: ignore[call-arg]
+    except TypeError:
+        raw = published
+    answers = published.tolist()
     std = model.answer_std(queries)
     stds: list[float | None] = [None] * len(queries)
+    lows: list[float | None] = [None] * len(queries)
+    highs: list[float | None] = [None] * len(queries)
+    methods: list[str | None] = [None] * len(queries)
+    gr = None if group_reports is None else [int(x) for x in group_reports]
+    empty = None if gr is None else sum(1 for x in gr if x == 0)
     if std is not None:
-        stds = [float(s) if math.isfinite(s) else None for s in np.asarray(std, dtype=np.float64).tolist()]
+        sd = np.asarray(std, dtype=np.float64)
+        stds = [float(s) if math.isfinite(s) else None for s in sd.tolist()]
+        if empty:
+            sd = np.full_like(sd, np.nan)
+        lo, hi = answer_interval(published, np.where(np.isfinite(sd), sd, np.nan), raw)
+        std_method = getattr(model, "std_method", None)
+        for i, q in enumerate(queries):
+            if math.isfinite(lo[i]) and math.isfinite(hi[i]):
+                lows[i], highs[i] = float(lo[i]), float(hi[i])
+                how = std_method(q.dimension) if callable(std_method) else "closed-form"
+                methods[i] = f"normal-clipped:{how}"
     names = task.attribute_names
     return [
         AnswerRow(
@@ -181,14 +243,22 @@ def answer_rows(
             method=task.mechanism,
             n_reports=int(model.n_users),
             model_format_version=FORMAT_VERSION,
+            ci_low=lows[i],
+            ci_high=highs[i],
+            ci_method=methods[i],
+            group_reports=gr,
+            empty_groups=empty,
         )
         for i, (q, a, s) in enumerate(zip(queries, answers, stds))
     ]
 
 
-def model_row(task: RangeTask, model: RangeModel, window: WindowInfo) -> ModelRow:
+def model_row(
+    task: RangeTask, model: RangeModel, window: WindowInfo, group_reports: Sequence[int] | None = None
+) -> ModelRow:
     """The :class:`ModelRow` of one window and pane: task and model as JSON text."""
     d = model.to_dict()
+    gr = None if group_reports is None else [int(x) for x in group_reports]
     return ModelRow(
         task_id=task.task_id,
         schema_version=task.schema_version,
@@ -201,6 +271,8 @@ def model_row(task: RangeTask, model: RangeModel, window: WindowInfo) -> ModelRo
         format_version=int(d.get("format_version", FORMAT_VERSION)),
         task_json=json.dumps(task.to_dict(), sort_keys=True),
         model_json=_dumps(d),
+        group_reports=gr,
+        empty_groups=None if gr is None else sum(1 for x in gr if x == 0),
     )
 
 
@@ -247,9 +319,10 @@ class RangeAggregator:
     def finalize(self, accs: Mapping[int, object], window: WindowInfo) -> list[ResultRow]:
         """``mechanism.finalize`` once for all groups, then the model row and one answer row per query."""
         model = self.mechanism.finalize(accs)
-        rows: list[ResultRow] = [model_row(self.task, model, window)]
+        counts = group_report_counts(self.mechanism.n_groups, accs)
+        rows: list[ResultRow] = [model_row(self.task, model, window, counts)]
         if self.queries:
-            rows.extend(answer_rows(self.task, model, self.queries, window))
+            rows.extend(answer_rows(self.task, model, self.queries, window, counts))
         return rows
 
 
@@ -273,5 +346,7 @@ def answer_from_model_records(
             pane_timing=str(rec.get("pane_timing", "UNKNOWN")),
             pane_index=int(rec.get("pane_index", 0)),  # type: ignore[arg-type]
         )
-        out.extend(json_record(r._asdict()) for r in answer_rows(task, model, queries, window))
+        counts = rec.get("group_reports")
+        rows = answer_rows(task, model, queries, window, counts)  # type: ignore[arg-type]
+        out.extend(json_record(r._asdict()) for r in rows)
     return out

@@ -397,6 +397,10 @@ class RangeModel(abc.ABC):
         """Standard deviation of each answer where the method allows it (NaN elsewhere), or None."""
         return None
 
+    def std_method(self, lam: int) -> str:
+        """How :meth:`answer_std` gets the std of a lambda-D answer (named in the answers' ``ci_method``)."""
+        return "closed-form"
+
     @abc.abstractmethod
     def _payload(self) -> dict[str, Any]:
         """Method-specific JSON-able state."""
@@ -519,7 +523,13 @@ class PairwiseRangeModel(RangeModel):
         return out
 
     def answer_std(self, queries: Sequence[RangeQuery]) -> np.ndarray | None:
-        """Standard deviations for lambda <= 2 where :meth:`answer_2d_std` is implemented, NaN otherwise."""
+        """Standard deviations where :meth:`answer_2d_std` is implemented, NaN otherwise: the closed form
+        for lambda <= 2; for lambda >= 3 the 2-D answers' noise carried through Weighted Update by
+        simulation (:func:`ldp.rangequery.weighted_update.lambda_d_std`, seeded from the 2-D answers, so
+        the same model gives the same std)."""
+        from ldp.intervals import data_seed
+        from ldp.rangequery.weighted_update import lambda_d_std
+
         queries = self.check_queries(queries)
         out = np.full(len(queries), np.nan)
         for lam, idx in self._by_dimension(queries).items():
@@ -532,4 +542,14 @@ class PairwiseRangeModel(RangeModel):
                         out[idx[sel]] = s
             elif lam == 2:
                 out[idx] = self._pair_answers(queries, idx, std=True)[:, 0]
+            else:
+                pair = self._pair_answers(queries, idx, std=False)
+                pstd = self._pair_answers(queries, idx, std=True)
+                thr = self.wu_threshold if self.wu_threshold is not None else 1.0 / max(self.n_users, 1)
+                rng = np.random.default_rng(data_seed(pair, pstd, lam))
+                out[idx] = lambda_d_std(pair, pstd, lam, threshold=thr, max_iter=self.wu_max_iter, rng=rng)
         return out
+
+    def std_method(self, lam: int) -> str:
+        """How :meth:`answer_std` gets the std of a lambda-D answer (``closed-form`` or ``simulated-wu``)."""
+        return "closed-form" if lam <= 2 else "simulated-wu"

@@ -169,13 +169,19 @@ class LHIOMechanism(RangeMechanism):
             grid[0][0] = np.ones((1, 1))
             est[p] = grid
         n_total = 0
+        var0 = {
+            p: np.zeros((self.hierarchies[j].h + 1, self.hierarchies[k].h + 1))
+            for p, (j, k) in enumerate(self.pairs)
+        }
         for g in range(self.n_groups):
             p, lj, lk = self._groups[g]
             j, k = self.pairs[p]
             shape = self.group_shape(g)
             acc = accumulators.get(g)
+            var0[p][lj, lk] = math.inf
             if acc is not None and acc.n > 0:
                 n_total += int(acc.n)
+                var0[p][lj, lk] = float(self.group_oracle(g).variance(int(acc.n)))
                 f = self.group_oracle(g).estimate(acc).frequencies.reshape(shape)
             else:  # no reports: uniform share of each cell
                 hj, hk = self.hierarchies[j], self.hierarchies[k]
@@ -192,19 +198,45 @@ class LHIOMechanism(RangeMechanism):
             post_process(tables, self.n_attributes, max_rounds=self.consistency_rounds)
         elif self.consistency:
             make_consistent(tables, self.n_attributes)
-        model = LHIOModel(self.domain_sizes, n_total, {pair: t.values for pair, t in zip(self.pairs, tables)})
+        model = LHIOModel(
+            self.domain_sizes,
+            n_total,
+            {pair: t.values for pair, t in zip(self.pairs, tables)},
+            branching=self.branching,
+            level_var0={pair: var0[p] for p, pair in enumerate(self.pairs)},
+        )
         model.clip = self.clip
         return model
 
 
+#: Most cells (replicas x table cells) of the simulated noise tables of one pair (:meth:`answer_2d_std`).
+_NOISE_CELLS = 1 << 22
+
+
 @register_model("lhio")
 class LHIOModel(AnswerPostprocessing, PairwiseRangeModel):
-    """Consistent finest ``c_j x c_k`` table per attribute pair; 2-D answers by prefix sums."""
+    """Consistent finest ``c_j x c_k`` table per attribute pair; 2-D answers by prefix sums.
+
+    ``level_var0[(j, k)]`` (optional, with ``branching``): the per-cell Eq. 6 variance of each 2-dim
+    level's estimates (``(h_j + 1, h_k + 1)``; 0 for the all-root level, inf for a level without reports),
+    which :meth:`answer_2d_std` carries through the constrained inference.
+    """
 
     def __init__(
-        self, domain_sizes: Sequence[int], n_users: int, tables: Mapping[tuple[int, int], np.ndarray]
+        self,
+        domain_sizes: Sequence[int],
+        n_users: int,
+        tables: Mapping[tuple[int, int], np.ndarray],
+        *,
+        branching: int | None = None,
+        level_var0: Mapping[tuple[int, int], np.ndarray] | None = None,
     ) -> None:
         super().__init__(domain_sizes, n_users)
+        self.branching = None if branching is None else int(branching)
+        self.level_var0 = {
+            (int(j), int(k)): np.asarray(v, dtype=np.float64) for (j, k), v in (level_var0 or {}).items()
+        }
+        self._noise: dict[tuple[int, int], np.ndarray | None] = {}
         self.tables = {(int(j), int(k)): np.asarray(t, dtype=np.float64) for (j, k), t in tables.items()}
         self._prefix = {}
         for (j, k), t in self.tables.items():
@@ -220,10 +252,79 @@ class LHIOModel(AnswerPostprocessing, PairwiseRangeModel):
         lo_k, hi_k = np.asarray(lo_k), np.asarray(hi_k) + 1
         return pre[hi_j, hi_k] - pre[lo_j, hi_k] - pre[hi_j, lo_k] + pre[lo_j, lo_k]
 
+    def _noise_prefix(self, j: int, k: int) -> np.ndarray | None:
+        """``(B, c_j + 1, c_k + 1)`` prefix sums of ``B`` simulated noise tables of pair ``(j, k)``, or None
+        (no level variances, or a level without reports)."""
+        if (j, k) in self._noise:
+            return self._noise[(j, k)]
+        from ldp.intervals import data_seed
+
+        v0 = self.level_var0.get((j, k))
+        out = None
+        if v0 is not None and self.branching is not None and np.all(np.isfinite(v0)):
+            hj = Hierarchy(self.domain_sizes[j], self.branching)
+            hk = Hierarchy(self.domain_sizes[k], self.branching)
+            cells = hj.c * hk.c
+            reps = int(max(8, min(32, _NOISE_CELLS // cells)))
+            rng = np.random.default_rng(data_seed(self.tables[(j, k)], v0))
+            out = np.zeros((reps, hj.c + 1, hk.c + 1))
+            for b in range(reps):
+                noise = [
+                    [
+                        math.sqrt(v0[lj, lk]) * rng.standard_normal((hj.sizes[lj], hk.sizes[lk]))
+                        for lk in range(hk.h + 1)
+                    ]
+                    for lj in range(hj.h + 1)
+                ]
+                fine = hierarchy_2d_inference(noise, hj, hk)
+                fine -= fine.sum() / fine.size  # the shift to the known total, linear part
+                out[b, 1:, 1:] = fine.cumsum(axis=0).cumsum(axis=1)
+        self._noise[(j, k)] = out
+        return out
+
+    def answer_2d_std(self, j, k, lo_j, hi_j, lo_k, hi_k) -> np.ndarray | None:
+        """Noise std of 2-D answers, simulated: ``B`` tables of the levels' Eq. 6 noise (independent cells,
+        the oracles' ``O(f)`` terms and covariances dropped) through the same constrained inference and
+        shift to the total as the model's tables, then the query's rectangle sum; the std across the
+        replicas (seeded from the table, so the same model gives the same std). The cross-pair
+        consistency step is not simulated: it averages every marginal over the pairs that share an
+        attribute, which lowers the variance, so this std overstates it (measured in
+        ``experiments/coverage.py``). inf where a level had no reports; None for models without level
+        variances (saved before they were recorded)."""
+        if (j, k) in self.level_var0 and not np.all(np.isfinite(self.level_var0[(j, k)])):
+            return np.full(len(np.atleast_1d(lo_j)), np.inf)
+        pre = self._noise_prefix(j, k)
+        if pre is None:
+            return None
+        lo_j, hi_j = np.asarray(lo_j), np.asarray(hi_j) + 1
+        lo_k, hi_k = np.asarray(lo_k), np.asarray(hi_k) + 1
+        rect = pre[:, hi_j, hi_k] - pre[:, lo_j, hi_k] - pre[:, hi_j, lo_k] + pre[:, lo_j, lo_k]
+        return rect.std(axis=0, ddof=1)
+
+    def std_method(self, lam: int) -> str:
+        return "simulated-inference" if lam <= 2 else "simulated-wu"
+
     def _payload(self) -> dict[str, Any]:
-        return {"tables": [{"pair": [j, k], "values": t.tolist()} for (j, k), t in self.tables.items()]}
+        out: dict[str, Any] = {
+            "tables": [{"pair": [j, k], "values": t.tolist()} for (j, k), t in self.tables.items()]
+        }
+        if self.branching is not None and self.level_var0:
+            out["branching"] = self.branching
+            out["level_var0"] = [
+                {"pair": [j, k], "var0": [[x if math.isfinite(x) else None for x in r] for r in v.tolist()]}
+                for (j, k), v in self.level_var0.items()
+            ]
+        return out
 
     @classmethod
     def _from_dict(cls, d: Mapping[str, Any]) -> LHIOModel:
         tables = {tuple(e["pair"]): np.asarray(e["values"]) for e in d["tables"]}
-        return cls(d["domain_sizes"], d["n_users"], tables)._restore_options(d)
+        var0 = {
+            tuple(e["pair"]): np.array(
+                [[math.inf if x is None else float(x) for x in row] for row in e["var0"]], dtype=np.float64
+            )
+            for e in d.get("level_var0", [])
+        }
+        return cls(
+            d["domain_sizes"], d["n_users"], tables, branching=d.get("branching"), level_var0=var0 or None
+        )._restore_options(d)

@@ -29,7 +29,10 @@ from itertools import combinations
 
 import numpy as np
 
-__all__ = ["block_sums", "response_matrices", "lambda_d_answers"]
+__all__ = ["block_sums", "response_matrices", "lambda_d_answers", "lambda_d_std", "WU_STD_REPLICAS"]
+
+#: Replicas of :func:`lambda_d_std`.
+WU_STD_REPLICAS = 64
 
 
 def block_sums(m: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -158,3 +161,37 @@ def lambda_d_answers(
             break
     ans = z[:, -1].copy()
     return (ans, z) if return_vectors else ans
+
+
+def lambda_d_std(
+    pair_answers: np.ndarray,
+    pair_std: np.ndarray,
+    lam: int,
+    *,
+    threshold: float,
+    max_iter: int = 1000,
+    replicas: int = WU_STD_REPLICAS,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Standard deviation of Algorithm 2's lambda-D answers from the noise of their 2-D answers (simulated).
+
+    The C(lambda, 2) 2-D answers of a lambda-D query come from different attribute pairs, i.e. different
+    user groups, so their noise is independent: each replica adds ``pair_std * N(0, 1)`` to every 2-D
+    answer and runs :func:`lambda_d_answers` on the result (all ``replicas x Q`` queries in one batched
+    call). The returned standard deviation of the replicas' answers carries the 2-D noise through
+    Weighted Update, nonlinearity and the clip to [0, 1] included; it does not describe Weighted Update's
+    own approximation error (its independence-style fill-in of the lambda-D cells). NaN where a 2-D std
+    is unknown. Cost O(replicas Q 2^lambda) per sweep.
+    """
+    f = np.asarray(pair_answers, dtype=np.float64)
+    s = np.asarray(pair_std, dtype=np.float64)
+    q, m = f.shape
+    out = np.full(q, np.nan)
+    ok = np.all(np.isfinite(s), axis=1)
+    if not ok.any():
+        return out
+    fo, so = f[ok], s[ok]
+    noisy = fo[None, :, :] + so[None, :, :] * rng.standard_normal((replicas, fo.shape[0], m))
+    ans = lambda_d_answers(noisy.reshape(-1, m), lam, threshold=threshold, max_iter=max_iter)
+    out[ok] = ans.reshape(replicas, -1).std(axis=0, ddof=1)
+    return out
