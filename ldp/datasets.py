@@ -7,7 +7,9 @@ A dataset spec is a short string:
 * ``uniform``: every value equally likely;
 * ``csv:PATH:COLUMN``: a CSV file with a header row; COLUMN names the column holding one integer in
   ``[0, d)`` per user. The population is the file's rows in order (``n`` must not exceed the row count;
-  the first ``n`` rows are used).
+  the first ``n`` rows are used). With value ``labels`` (a task's, ``ldp.task``), a cell may hold a label
+  instead: label ``i`` is value ``i`` (a cell that is a label is always read as one; other cells must be
+  integers in ``[0, d)``); unknown categories are an error naming them.
 
 Sampling is batched numpy with an explicit generator (``rng`` is normalised by
 ``numpy.random.default_rng``), so a million users take a fraction of a second and runs reproduce.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -92,11 +94,16 @@ def population_probabilities(pop: Population, d: int) -> np.ndarray:
     raise ValueError(f"{pop.kind!r} populations have no closed-form distribution")
 
 
-def read_csv_column(path: str | Path, column: str, d: int) -> np.ndarray:
+def read_csv_column(
+    path: str | Path, column: str, d: int, *, labels: Sequence[str] | None = None
+) -> np.ndarray:
     """Reads one integer column of a CSV file with a header row; every value must be in ``[0, d)``.
 
+    With ``labels``, cells that are labels are mapped to their index (see the module docstring).
+
     Raises:
-        ValueError: missing column, non-integer cell or value outside the domain (with the row number).
+        ValueError: missing column, non-integer cell or value outside the domain (with the row number);
+            with labels, every unknown category (with its count and first row).
     """
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
@@ -109,6 +116,8 @@ def read_csv_column(path: str | Path, column: str, d: int) -> np.ndarray:
             raise ValueError(f"{path}: no column {column!r}; columns are {header}")
         j = header.index(column)
         cells = [row[j].strip() if j < len(row) else "" for row in reader]
+    if labels is not None:
+        return _map_labels(path, column, cells, labels, d)
     try:
         vals = np.array([int(c) for c in cells], dtype=np.int64)
     except ValueError:
@@ -123,6 +132,33 @@ def read_csv_column(path: str | Path, column: str, d: int) -> np.ndarray:
     return vals
 
 
+def _map_labels(path: str | Path, column: str, cells: list[str], labels: Sequence[str], d: int) -> np.ndarray:
+    """Cells -> values: a label's index, else an integer in ``[0, d)``; every unknown category listed.
+    One dictionary look-up per distinct category (``numpy.unique``), not per row."""
+    index = {lab: i for i, lab in enumerate(labels)}
+    uniq, inv, counts = np.unique(np.array(cells, dtype=str), return_inverse=True, return_counts=True)
+    code = np.empty(len(uniq), dtype=np.int64)
+    bad: list[int] = []
+    for u, c in enumerate(uniq.tolist()):
+        v = index.get(c)
+        if v is None and c.lstrip("-").isdigit() and 0 <= int(c) < d:
+            v = int(c)
+        if v is None:
+            bad.append(u)
+            v = -1
+        code[u] = v
+    if bad:
+        first = {u: int(np.argmax(inv == u)) + 2 for u in bad[:20]}
+        names = uniq.tolist()
+        shown = "; ".join(f"{names[u]!r} ({int(counts[u])} row(s), first row {first[u]})" for u in bad[:20])
+        more = f"; and {len(bad) - 20} more" if len(bad) > 20 else ""
+        raise ValueError(
+            f"{path}: column {column!r} holds {len(bad)} categor{'y' if len(bad) == 1 else 'ies'} that are "
+            f"not task labels (nor integers in [0, {d})): {shown}{more}"
+        )
+    return code[inv.reshape(-1)] if len(cells) else np.zeros(0, dtype=np.int64)
+
+
 def iter_population(
     spec: str | Population,
     n: int,
@@ -130,11 +166,12 @@ def iter_population(
     *,
     batch_size: int = 1 << 18,
     rng: np.random.Generator | int | None = None,
+    labels: Sequence[str] | None = None,
 ) -> Iterator[np.ndarray]:
     """Yields the values of ``n`` users in int64 batches of at most ``batch_size``.
 
     Synthetic values are drawn i.i.d. from :func:`population_probabilities` by inverse-CDF lookup
-    (one ``searchsorted`` per batch).
+    (one ``searchsorted`` per batch). ``labels``: the value labels a ``csv:`` column may hold.
     """
     pop = parse_dataset(spec) if isinstance(spec, str) else spec
     if not isinstance(n, (int, np.integer)) or n < 0:
@@ -145,7 +182,7 @@ def iter_population(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     rng = np.random.default_rng(rng)
     if pop.kind == "csv":
-        vals = read_csv_column(pop.path, pop.column, d)
+        vals = read_csv_column(pop.path, pop.column, d, labels=labels)
         if n > len(vals):
             raise ValueError(f"{pop.path}: asked for {n} users but the file has {len(vals)} rows")
         for start in range(0, n, batch_size):
@@ -159,8 +196,13 @@ def iter_population(
 
 
 def sample_population(
-    spec: str | Population, n: int, d: int, *, rng: np.random.Generator | int | None = None
+    spec: str | Population,
+    n: int,
+    d: int,
+    *,
+    rng: np.random.Generator | int | None = None,
+    labels: Sequence[str] | None = None,
 ) -> np.ndarray:
     """All ``n`` values at once (see :func:`iter_population`)."""
-    batches = list(iter_population(spec, n, d, rng=rng))
+    batches = list(iter_population(spec, n, d, rng=rng, labels=labels))
     return np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)

@@ -239,10 +239,12 @@ def run_streaming(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any
                 resp = sub.pull(subscription=out_sub, max_messages=100, timeout=2)
                 for m in resp.received_messages:
                     e = json.loads(m.message.data)
-                    top = np.argsort(-np.asarray(e["frequencies"]))[:3]
+                    top = np.argsort(-np.asarray(e["frequencies"]))[:3].tolist()
+                    names, zero = e.get("labels"), e.get("ci_includes_zero")  # (* = noise level)
+                    shown = [f"{names[v] if names else v}{'*' if zero and zero[v] else ''}" for v in top]
                     print(
                         f"  window {e['window_start']} .. {e['window_end'][11:]} {e['pane_timing']:<7} "
-                        f"n={e['n_reports']:>7,}  top values {top.tolist()}",
+                        f"n={e['n_reports']:>7,}  top values [{', '.join(shown)}]",
                         flush=True,
                     )
                 if resp.received_messages:

@@ -25,11 +25,13 @@ aggregation jobs read it with ``--input_topic`` / ``--input_subscription``::
 Each message is an Avro object container of up to ``--message_size`` reports stamped with the current
 time (attribute ``event_time`` = milliseconds).
 
-``--dataset``: frequency tasks ``zipf[:EXPONENT]`` (default), ``uniform`` or ``csv:PATH:COLUMN``; range
-tasks ``gaussian[:RHO]`` (default), ``laplace[:RHO]``, ``uniform`` or ``csv:PATH`` (the header names the
-attributes). ``--assignment`` (range tasks): ``random`` (default) draws each user's group uniformly (what
-independent clients do), ``balanced`` deals equal-size groups (the papers' simulations), ``user_id`` hashes
-the user index with the task's ``group_salt``. Frequency tasks with ``n_groups > 1`` assign at random.
+``--dataset``: frequency tasks ``zipf[:EXPONENT]`` (default), ``uniform`` or ``csv:PATH:COLUMN`` (the
+column holds integers in [0, d), or the task's value labels when it has some: ``"labels"`` or
+``"labels_file"``); range tasks ``gaussian[:RHO]`` (default), ``laplace[:RHO]``, ``uniform`` or
+``csv:PATH`` (the header names the attributes). ``--assignment`` (range tasks): ``random`` (default)
+draws each user's group uniformly (what independent clients do), ``balanced`` deals equal-size groups (the
+papers' simulations), ``user_id`` hashes the user index with the task's ``group_salt``. Frequency tasks
+with ``n_groups > 1`` assign at random.
 
 ``--inject_bad K`` adds K records of every kind of bad report (``bad-records.avro``: another task, an
 unknown schema version, a group out of range, missing or out-of-domain payloads, a field the oracle does not
@@ -158,7 +160,9 @@ class _FrequencyPopulation:
     def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
         d, n_groups = self.oracle.d, self.task.n_groups
         done = 0
-        batches = iter_population(self.dataset, self.n_users, d, batch_size=self.batch_size, rng=self.r_val)
+        batches = iter_population(
+            self.dataset, self.n_users, d, batch_size=self.batch_size, rng=self.r_val, labels=self.task.labels
+        )
         for values in batches:
             m = len(values)
             self.counts += np.bincount(values, minlength=d)
