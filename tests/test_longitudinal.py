@@ -25,6 +25,7 @@ from ldp.longitudinal.accounting import (
     composed_epsilon,
     fresh_epsilon,
     grr_pld,
+    interval_for,
     memoized_epsilon,
     pld_reports_allowed,
     policy_problems,
@@ -241,17 +242,12 @@ def test_hmac_memos_are_stable_and_independent_across_users():
     rng = _rng(4)
     secrets_ = [rng.bytes(32) for _ in range(N)]
 
-    def memo(sec: bytes, key: int) -> int:
-        w = memo_words_hmac(sec, "t", "memo", key, 2)[None, :]
-        return int(o.memo_from_words(np.asarray([key]), w)[0])
+    def memos(key: int, task: str = "t", who=secrets_) -> np.ndarray:
+        words = np.stack([memo_words_hmac(sec, task, "memo", key, 2) for sec in who])
+        return o.memo_from_words(np.full(len(who), key), words)
 
-    def memo_other_task(sec: bytes) -> int:
-        w = memo_words_hmac(sec, "u", "memo", 0, 2)[None, :]
-        return int(o.memo_from_words(np.asarray([0]), w)[0])
-
-    m0 = np.array([memo(s, 0) for s in secrets_])
-    m1 = np.array([memo(s, 1) for s in secrets_])
-    assert np.array_equal(m0[:50], [memo(s, 0) for s in secrets_[:50]])
+    m0, m1 = memos(0), memos(1)
+    assert np.array_equal(m0[:50], memos(0, who=secrets_[:50]))
     p1, q1 = o.perm_p, o.perm_q
     assert abs(np.mean(m0 == 0) - p1) < 5 * math.sqrt(p1 * (1 - p1) / N)
     agree = np.mean(m0[1:] == m0[:-1])
@@ -260,7 +256,7 @@ def test_hmac_memos_are_stable_and_independent_across_users():
     both = np.mean((m0 == 0) & (m1 == 1))
     assert abs(both - p1**2) < 5 * math.sqrt(p1**2 * (1 - p1**2) / N), both
     # another task, same secret: unrelated memos (agreement as for two users)
-    other = np.array([memo_other_task(s) for s in secrets_])
+    other = memos(0, task="u")
     assert abs(np.mean(other == m0) - a) < 5 * math.sqrt(a * (1 - a) / N)
 
 
@@ -412,23 +408,28 @@ def test_accountant_against_the_hand_computation(eps, k, delta):
     assert exact - 1e-9 <= acc <= exact + k * 1e-4 + 1e-9, (acc, exact)
     # GRR on 2 values is the same channel
     assert composed_epsilon(grr_pld(eps, 2), k, delta) == pytest.approx(acc, abs=k * 1e-4)
+    # the figures the package reports use interval_for(eps) = max(1e-4, 1e-3 eps): within k + 1 intervals
+    h = interval_for(eps)
+    used = fresh_epsilon(GRR(eps, 2), k, delta)["tight"]
+    assert exact - 1e-9 <= used <= exact + (k + 1) * h, (used, exact, h)
 
 
 def test_fresh_and_memoized_figures():
     olh = OLH(1.0, 100)
     f = fresh_epsilon(olh, 30)
     assert f["basic"] == 30.0 and 20 < f["tight"] < 30  # the collisions (1/g) make OLH compose below basic
-    assert fresh_epsilon(GRR(1.0, 2), 1)["tight"] == pytest.approx(1.0, abs=1e-4)
-    assert fresh_epsilon(OUE(1.0, 100), 1)["tight"] == pytest.approx(1.0, abs=1e-4)
+    assert fresh_epsilon(GRR(1.0, 2), 1)["tight"] == pytest.approx(1.0, abs=1e-3)  # one interval
+    assert fresh_epsilon(OUE(1.0, 100), 1)["tight"] == pytest.approx(1.0, abs=1e-3)
     for name in NAMES:
         o = make_memo_oracle(name, 1.0, 16, epsilon_1=0.5)
         const = memoized_epsilon(o, reports=1000, keys=1)
-        assert const["basic"] == 1.0 and const["tight"] == pytest.approx(1.0, abs=1e-4)  # no growth
+        assert const["basic"] == 1.0 and const["tight"] == pytest.approx(1.0, abs=1e-3)  # no growth
         many = memoized_epsilon(o, reports=30, keys=30)
         assert many["basic"] == min(30, o.max_memo_keys) * 1.0
         assert many["tight"] <= many["basic"] * SLACK
         one = memoized_epsilon(o, reports=1, keys=1)
-        assert one["tight_any_history"] == pytest.approx(o.epsilon_instantaneous, abs=o.d * 1e-4 + 1e-4)
+        assert one["tight_any_history"] <= o.epsilon_instantaneous * SLACK
+        assert one["tight_any_history"] >= 0.9 * o.epsilon_instantaneous
     lo = LOLOHA(1.0, 100, epsilon_1=0.5, g=2)
     assert memoized_epsilon(lo, 30, 30)["basic"] == 2.0
     with pytest.raises(ValueError, match="keys"):
