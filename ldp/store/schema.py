@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "SCHEMA_VERSION",
     "ROW_COLUMNS",
+    "ROW_TYPES",
     "PANE_COLUMNS",
     "TABLES",
     "DDL",
@@ -51,6 +52,13 @@ ROW_COLUMNS: tuple[str, ...] = (
     "written_ms",
     "extra_json",
 )
+
+#: The PostgreSQL type of each of :data:`ROW_COLUMNS` (bulk writes pass one array per column).
+ROW_TYPES: tuple[str, ...] = (
+    "text", "text", "bigint", "bigint", "bigint", "bigint", "text", "double precision", "double precision",
+    "double precision", "double precision", "double precision", "double precision", "smallint", "text",
+    "bigint", "integer", "text", "smallint", "bigint", "text",
+)  # fmt: skip
 
 _ROW_DEF = (
     _KEY + ", grp BIGINT NOT NULL, item BIGINT NOT NULL, label TEXT NULL, estimate DOUBLE PRECISION NULL, "

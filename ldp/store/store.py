@@ -124,6 +124,10 @@ class _SqliteCursor:
     def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         self.conn.executemany(text, rows)
 
+    def bulk(self, text: str, rows: Sequence[Sequence[Any]], types: Sequence[str]) -> None:
+        """``text`` (an INSERT with one ``VALUES (?, ...)`` row) for every row."""
+        self.conn.executemany(text, rows)
+
     def one(self, text: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         return self.conn.execute(text, tuple(params)).fetchone()
 
@@ -181,6 +185,19 @@ class _PgCursor:
         rows = list(rows)
         if rows:
             self.cur.executemany(self.backend.sql(text), rows)
+
+    def bulk(self, text: str, rows: Sequence[Sequence[Any]], types: Sequence[str]) -> None:
+        """``text`` (an INSERT with one ``VALUES (?, ...)`` row) for every row, as ONE statement: the
+        VALUES row becomes ``SELECT * FROM unnest(?::type[], ...)`` with one array per column (one round
+        trip whatever the number of rows)."""
+        if not rows:
+            return
+        values = "VALUES (" + ", ".join("?" * len(types)) + ")"
+        if values not in text:
+            raise ValueError("bulk() needs an INSERT ... VALUES (?, ...) statement")
+        unnest = "SELECT * FROM unnest(" + ", ".join(f"?::{t}[]" for t in types) + ")"
+        columns = [list(col) for col in zip(*rows)]
+        self.cur.execute(self.backend.sql(text.replace(values, unnest)), columns)
 
     def one(self, text: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         self.cur.execute(self.backend.sql(text), tuple(params))
@@ -446,9 +463,9 @@ class Store:
                     )
                     for it in fp.items
                 ]
-                cur.executemany(schema.upsert_history_sql(), values)
+                cur.bulk(schema.upsert_history_sql(), values, schema.ROW_TYPES)
                 if newest_index is None or newest_index <= pane_index:
-                    cur.executemany(schema.upsert_current_sql(), values)
+                    cur.bulk(schema.upsert_current_sql(), values, schema.ROW_TYPES)
                     if newest_index is not None and newest_index < pane_index:
                         # numbers an older pane stored that this one does not have (a capped domain's
                         # top items changed) are no longer current
@@ -617,13 +634,17 @@ class Store:
             rows = self._b.query(
                 f"SELECT {cols} FROM ldp_current WHERE {where} ORDER BY output, grp, item", params
             )
-        else:
-            rows = self._b.query(
-                f"SELECT {cols} FROM (SELECT {cols}, ROW_NUMBER() OVER (PARTITION BY output, grp ORDER BY "
-                "CASE WHEN estimate IS NULL THEN 1 ELSE 0 END, estimate DESC, item) AS rank_ "
-                f"FROM ldp_current WHERE {where}) ranked WHERE rank_ <= ? ORDER BY output, grp, rank_",
-                [*params, int(top_k)],
+        else:  # the k largest of each (output, group): one LIMIT query per pair (a top-k sort, not a rank)
+            pairs = self._b.query(
+                f"SELECT DISTINCT output, grp FROM ldp_current WHERE {where} ORDER BY output, grp", params
             )
+            rows = []
+            for pair in pairs:
+                rows += self._b.query(
+                    f"SELECT {cols} FROM ldp_current WHERE {where} AND output = ? AND grp = ? ORDER BY "
+                    "CASE WHEN estimate IS NULL THEN 1 ELSE 0 END, estimate DESC, item LIMIT ?",
+                    [*params, pair["output"], pair["grp"], int(top_k)],
+                )
         for r in rows:
             r["extra"] = _loads(r.pop("extra_json"))
         return rows
