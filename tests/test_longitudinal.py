@@ -330,6 +330,16 @@ def test_client_refuses_inconsistent_tasks(tmp_path):
     assert c.ledger_state("t").reports == 1
 
 
+def test_client_id_is_a_per_task_pseudonym(tmp_path):
+    import ldp.reports
+
+    if not hasattr(ldp.reports, "client_pseudonym"):
+        pytest.skip("ldp.reports.client_pseudonym (the pipeline side of issue 13) is not in this tree yet")
+    a, b = Client.create(tmp_path / "a.json"), Client.create(tmp_path / "b.json")
+    assert len(a.client_id("t")) == 32 and a.client_id("t") == Client.load(tmp_path / "a.json").client_id("t")
+    assert a.client_id("t") != a.client_id("u") and a.client_id("t") != b.client_id("t")
+
+
 def test_state_file_round_trip_permissions_and_version(tmp_path):
     path = tmp_path / "state.json"
     c = Client.create(path)

@@ -33,6 +33,13 @@ def test_parse_budget_lists_every_problem():
         parse_budget([1])
     with pytest.raises(ValueError, match="period_s must be"):
         BudgetPolicy(1.0, reports_per_period=2, period_s=float("nan"))
+    with pytest.raises(ValueError, match="client_ids: true needs reports_per_period"):
+        parse_budget({"epsilon_per_report": 1.0, "total_epsilon": 3.0, "client_ids": True})
+    with pytest.raises(ValueError, match="client_ids must be true or false"):
+        parse_budget({"epsilon_per_report": 1.0, "total_epsilon": 3.0, "client_ids": 1})
+    pol = parse_budget({"epsilon_per_report": 1.0, "reports_per_period": 2, "period_s": 60,
+                        "client_ids": True})
+    assert pol.client_ids and parse_budget(pol.to_dict()) == pol
 
 
 def test_ledger_refuses_past_the_period_limit_and_opens_the_next_period():

@@ -25,6 +25,9 @@ A collection that runs window after window asks the same users again and again. 
     (:mod:`ldp.longitudinal.accounting`); the ledger then enforces an ``(epsilon, delta)`` cap.
 * ``delta``: the delta of the tight figures (``"pld"`` enforcement and every tight figure reported by
   :func:`ldp.longitudinal.accounting.budget_summary`); default ``1e-9``.
+* ``client_ids``: whether reports carry the client's pseudonymous id of the task
+  (:meth:`ldp.longitudinal.client.Client.client_id`) so that the aggregator can count reports per client and
+  period and dead-letter the excess (needs ``reports_per_period``); default false.
 
 At least one limit (``reports_per_period`` or ``total_epsilon``) must be set: a policy without one
 bounds nothing. :func:`parse_budget` reads the JSON block of a task and lists every problem at once.
@@ -43,7 +46,8 @@ JSON form of the policy (the ``"budget"`` block of a task; keys not listed are a
       "period_s": 86400,              # optional seconds > 0 (with reports_per_period)
       "total_epsilon": 30.0,          # optional cap over the policy's lifetime, >= epsilon_per_report
       "composition": "basic",         # optional: "basic" (default), "memoized" or "pld"
-      "delta": 1e-9                   # optional, in (0, 1e-3]; default 1e-9
+      "delta": 1e-9,                  # optional, in (0, 1e-3]; default 1e-9
+      "client_ids": false             # optional: reports carry a per-task pseudonymous client id
     }
 """
 
@@ -87,6 +91,7 @@ BUDGET_KEYS: tuple[str, ...] = (
     "total_epsilon",
     "composition",
     "delta",
+    "client_ids",
 )
 
 
@@ -117,6 +122,7 @@ class BudgetPolicy:
     total_epsilon: float | None = None
     composition: str = "basic"
     delta: float = DEFAULT_DELTA
+    client_ids: bool = False
 
     def __post_init__(self) -> None:
         problems = _problems(dataclasses.asdict(self))
@@ -191,6 +197,12 @@ def _problems(raw: Mapping[str, Any]) -> list[str]:
     delta = raw.get("delta", DEFAULT_DELTA)
     if not _is_num(delta) or not 0 < float(delta) <= MAX_DELTA:
         out.append(f"delta must be a number in (0, {MAX_DELTA:g}], got {delta!r}")
+    ids = raw.get("client_ids", False)
+    if not isinstance(ids, bool):
+        out.append(f"client_ids must be true or false, got {ids!r}")
+    elif ids and rpp is None:
+        out.append("client_ids: true needs reports_per_period (the aggregator counts reports per client "
+                   "and period)")
     return out
 
 
@@ -213,6 +225,7 @@ def parse_budget(raw: Mapping[str, Any]) -> BudgetPolicy:
         total_epsilon=None if total is None else float(total),
         composition=str(raw.get("composition", "basic")),
         delta=float(raw.get("delta", DEFAULT_DELTA)),
+        client_ids=bool(raw.get("client_ids", False)),
     )
 
 

@@ -175,6 +175,14 @@ class Client:
             raise StateFileError(f"{self.path}: the secret changed under this client (another create?)")
         self.created_s, self._tasks = created, tasks
 
+    def client_id(self, task_id: str) -> bytes:
+        """The pseudonymous client id of this user in one task's reports (``client_id`` of
+        ``schemas/report.avsc``): :func:`ldp.reports.client_pseudonym` of the secret, 32 bytes; unlinkable
+        across tasks without the secret."""
+        from ldp.reports import client_pseudonym
+
+        return client_pseudonym(self.__secret, task_id)
+
     # -- what the client knows ------------------------------------------------------------------------------
     def tasks(self) -> list[str]:
         """Task ids with state."""
