@@ -92,7 +92,7 @@ from typing import Any
 
 import numpy as np
 
-from ldp.hashing import DEFAULT_HASH_FAMILY, GOLDEN, seed_words, splitmix64
+from ldp.hashing import DEFAULT_HASH_FAMILY, GOLDEN, client_streams, public_seeds, seed_words, splitmix64
 from ldp.oracles import (
     GRR,
     MIN_SAMPLED_PROBABILITY,
@@ -428,13 +428,22 @@ class MemoizedOracle(FrequencyOracle):
         memo = self.memo_from_words(np.asarray([key], dtype=np.int64), words, seeds)
         return self.instantaneous(memo, np.random.default_rng(rng), seeds), key
 
-    def _encode(self, values, rng):
-        """``encode``: one report each from *fresh, independent* users (permanent randomness drawn from
-        ``rng`` too): the one-report distribution (``epsilon_1``). Repeated collection goes through
+    def _encode_with(self, values, rng):
+        """``encode``: one report each from *fresh, independent* users: the one-report distribution
+        (``epsilon_1``). The permanent and instantaneous randomness come from the perturbation stream, the
+        public hash seeds (local hashing) from a separate one (:func:`ldp.hashing.client_streams`: the OS
+        CSPRNG for ``rng=None``), as for :class:`~ldp.oracles.OLH`. Repeated collection goes through
         :meth:`client_report` (real clients) or :meth:`simulate` (simulations)."""
+        perturb, seed_rng = client_streams(rng)
         seeds = None
         if self.uses_seed:
-            seeds = self.seeds_from_words(rng.integers(0, 2**64, size=(len(values), 1), dtype=np.uint64))
+            seeds = public_seeds(len(values), seed_rng)
+        return self._encode_seeded(values, perturb, seeds)
+
+    def _encode(self, values, rng):  # pragma: no cover - encode goes through _encode_with
+        return self._encode_with(values, rng)
+
+    def _encode_seeded(self, values, rng, seeds):
         keys = self.memo_keys(values, seeds)
         words = rng.integers(0, 2**64, size=(len(values), self.words_per_memo), dtype=np.uint64)
         return self.instantaneous(self.memo_from_words(keys, words, seeds), rng, seeds)
