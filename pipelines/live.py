@@ -95,7 +95,7 @@ class FileFeeder(_Feeder):
     def _run(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         per_file = max(1, int(round(self.rate * self.file_interval_s)))
-        n_files = max(1, int(self.duration_s / self.file_interval_s))
+        n_files = max(1, int(round(self.duration_s / self.file_interval_s)))
         pop = make_population(self.task, per_file * n_files, self.dataset, seed=self.seed)
         bounds = np.arange(0, per_file * (n_files + 1), per_file, dtype=np.int64)
         t0 = time.time()

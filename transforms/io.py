@@ -42,6 +42,7 @@ from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
 from ldp.aggregate.range import MODEL_FILE_VERSION, model_json
 from transforms.avro_fast import Loss, iter_report_batches
 from transforms.counts import COUNTER_NAMESPACE
+from transforms.progress import progress
 from transforms.records import RecordBatch, decode_params, make_dead_letter
 from transforms.runners import LaggedTicks, default_watermark_lag, pane_file_naming
 
@@ -142,11 +143,13 @@ class _ReadAvroBatches(_ReportSourceFn):
         losses: list[Loss] = []
         with readable_file.open() as fh:
             for batch in iter_report_batches(fh, self.batch_size, losses=losses, **self._params):
+                progress().add_input(len(batch))
                 yield RecordBatch(path, batch)
                 while losses:
                     yield from self._loss(readable_file, path, losses.pop(0))
         for loss in losses:
             yield from self._loss(readable_file, path, loss)
+        progress().add_input(0, files=1)
 
     def _loss(self, readable_file: fileio.ReadableFile, path: str, loss: Loss) -> list[TaggedOutput]:
         identity = ""
@@ -376,6 +379,7 @@ class _DecodeMessage(_ReportSourceFn):
                 return
         losses: list[Loss] = []
         batches = list(iter_report_batches(io.BytesIO(data), 1 << 30, losses=losses, **self._params))
+        progress().add_input(sum(len(b) for b in batches), messages=1)
         for batch in batches:
             if len(batch):
                 rb = RecordBatch(self.source, batch)
@@ -452,7 +456,11 @@ def _pane_destination(rec: Record) -> str:
 
 
 def _as_record(row: ResultRow) -> Record:
-    return row._asdict()
+    rec = row._asdict()
+    progress().add_row(
+        rec.get("window_start"), rec.get("window_end"), rec.get("pane_index", 0), rec.get("pane_timing", "")
+    )
+    return rec
 
 
 class WriteResults(beam.PTransform):
