@@ -386,6 +386,20 @@ def test_document_waits_then_shows_the_current_window_and_follows_new_windows(st
     writer.write_task(stream.task_id, "frequency", "grr", stream.epsilon, stream.summary())
     dash.poll()
     assert "waiting for the first pane" in dash.status.text
+    # counts before any estimate (every report dead-lettered so far) show while the page waits
+    writer.write_counts(
+        stream.task_id,
+        (0, 60_000),
+        read=5,
+        accepted=0,
+        rejected=5,
+        late_dropped=0,
+        reasons={"wrong_task_id": 5},
+        written_ms=61_000,
+    )
+    dash.poll()
+    assert "5 reports read, 5 rejected so far" in dash.status.text
+    assert dash.counts_source.data["rejected"] == [5] and dash.reasons_source.data["count"] == [5, 5]
     stream.write_window(writer, 0)
     dash.poll()
     assert "data-state='live'" in dash.status.text
@@ -418,7 +432,7 @@ def test_document_waits_then_shows_the_current_window_and_follows_new_windows(st
     # window 1 has a LATE pane at +12 s (see SimulatedStream.panes): the latency plot has every pane
     assert sorted(dash.latency_source.data["latency_s"]) == [-30.0, -30.0, 1.5, 1.9, 12.0]
     assert "median 1.90 s" in dash.latency_summary.text and "max 12.00 s" in dash.latency_summary.text
-    assert dash.counts_source.data["accepted"] == [2000, 2040]
+    assert dash.counts_source.data["accepted"] == [0, 2000, 2040]
     assert "value_out_of_domain" in dash.reasons_source.data["reason"]
     assert not dash.budget.visible  # this summary has no budget figures
 

@@ -27,6 +27,8 @@ from pipelines.dashboard_app.browser import (
     headless_chromium,
     model_text,
     page_sources,
+    record_topk_changes,
+    seen_ms,
     shadow_text,
     wait_until,
 )
@@ -115,6 +117,7 @@ def test_page_shows_the_first_window_and_updates_without_reload(
             message=lambda: f"the waiting state; status {model_text(browser, 'status')!r}\n{dash.output}",
         )
         browser.execute_script("window.__ldp_same_page = 'yes';")  # gone if the page reloads
+        record_topk_changes(browser)
 
         writer = open_writer(store_url)
         try:
@@ -123,7 +126,7 @@ def test_page_shows_the_first_window_and_updates_without_reload(
             for index in (0, 1):
                 # the window's panes (the last one's rows are what the page must show), then its final flag
                 stream.write_window(writer, index, now_ms=int(time.time() * 1000), final=False)
-                written = time.monotonic()
+                written_ms = int(time.time() * 1000)  # the last pane's transaction has committed
                 top = _store_top(store_url, stream.task_id, stream.window(index), TOP_K)
                 assert len(top) == TOP_K
                 wait_until(
@@ -133,7 +136,9 @@ def test_page_shows_the_first_window_and_updates_without_reload(
                         f"window {index}'s top values on the page: {_page_top(browser)}"
                     ),
                 )
-                latencies.append(time.monotonic() - written)
+                last_pane = max(int(r["pane_index"]) for r in top)
+                shown_ms = seen_ms(browser)[(*stream.window(index), last_pane)]
+                latencies.append((shown_ms - written_ms) / 1000)
                 # the rendered table names the store's top values, largest first, with their intervals
                 text = shadow_text(browser, "ldp-topk-table")
                 names = [LABELS[int(r["item"])] for r in top]
@@ -165,3 +170,252 @@ def test_page_shows_the_first_window_and_updates_without_reload(
         browser.get("about:blank")  # leave the page before its server stops
     record_property("page_update_latency_s", [round(x, 3) for x in latencies])
     print(f"store write -> page shows it: {', '.join(f'{x:.2f} s' for x in latencies)} (refresh 0.5 s)")
+
+
+# -- end to end: a streaming job on the DirectRunner reading the Pub/Sub emulator writes the store ----------
+#: The emulator fixture's project (tests/conftest.py reads the module's PROJECT).
+PROJECT = "ldp-dashboard"
+#: Event-time window of the streaming job, seconds: long enough that the page shows a window while it is
+#: still the newest one, short enough that two close within the test.
+LIVE_WINDOW_S = 6
+LIVE_LABELS = [f"item-{chr(ord('a') + i)}" for i in range(16)]
+
+
+def _one_window_of_reports() -> int:
+    """The end (epoch ms) of the event-time window reports sent from now fall in, or of the next one when
+    fewer than 2 s of this one remain (fixed windows are aligned to multiples of their size)."""
+    size = LIVE_WINDOW_S * 1000
+    now = int(time.time() * 1000)
+    end = now - now % size + size
+    return end if end - now >= 2000 else end + size
+
+
+class _Publisher:
+    """Every 0.2 s: until 0.3 s before ``real_until_ms``, 200 GRR reports of a skewed population (event time =
+    now, in the ``event_time`` attribute the job reads with ``--timestamp_attribute``);
+    otherwise an undecodable message (a dead letter: the watermark moves on, no estimate is made). The test
+    thus decides which windows get estimates: the job is seen running (its counts) before any report is
+    sent, and one window's reports are sent, then none until the page has shown that window, whatever the
+    machine's load."""
+
+    def __init__(self, topic: str, task: Any) -> None:
+        import threading
+
+        from google.cloud import pubsub_v1
+
+        self.pub = pubsub_v1.PublisherClient()
+        self.topic = topic
+        self.oracle = task.make_oracle()
+        self.task_id = task.task_id
+        self.stop = threading.Event()
+        self.real_until_ms = 0
+        self.error: BaseException | None = None
+        self.sent = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import numpy as np
+
+        from transforms.records import encode_report_container, reports_to_records
+
+        rng = np.random.default_rng(np.random.SeedSequence(2026_12_01_10))
+        probs = 0.6 ** np.arange(16)
+        probs /= probs.sum()
+        try:
+            while not self.stop.is_set():
+                if int(time.time() * 1000) >= self.real_until_ms - 300:
+                    self.pub.publish(self.topic, b"garbage, not Avro").result(timeout=30)
+                    self.stop.wait(0.2)
+                    continue
+                values = rng.choice(16, size=200, p=probs)
+                reports = self.oracle.encode(values, rng=rng)
+                now = int(time.time() * 1000)
+                body = encode_report_container(
+                    reports_to_records(self.task_id, reports, np.full(200, now), 0)
+                )
+                self.pub.publish(self.topic, body, event_time=str(now)).result(timeout=30)
+                self.sent += 200
+                self.stop.wait(0.2)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def _page_window(driver: Any) -> tuple[tuple[int, int], list[int], list[float]] | None:
+    data = (page_sources(driver, ["topk_source"]) or {}).get("topk_source")
+    if not data or not data.get("item"):
+        return None
+    window = (int(data["window_start"][0]), int(data["window_end"][0]))
+    return window, [int(i) for i in data["item"]], [float(e) for e in data["estimate"]]
+
+
+def _page_equals_store(driver: Any, url: str, task_id: str, after_end: int) -> dict[str, Any] | None:
+    """When the page shows a window ending after ``after_end`` whose top-k equals the store's current rows
+    for it: that window, and the newest write time of those rows; else None."""
+    shown = _page_window(driver)
+    if shown is None or shown[0][1] <= after_end:
+        return None
+    window, items, estimates = shown
+    top = _store_top(url, task_id, window, TOP_K)
+    if [int(r["item"]) for r in top] != items or [float(r["estimate"]) for r in top] != estimates:
+        return None
+    # the rendered table names the same values, largest first (read in the same poll: the page moves on)
+    text = shadow_text(driver, "ldp-topk-table")
+    positions = [text.find(f" {LIVE_LABELS[int(r['item'])]} ") for r in top]
+    if not (all(p >= 0 for p in positions) and positions == sorted(positions)):
+        return None
+    if _page_window(driver) != shown:
+        return None
+    return {
+        "window": window,
+        "pane": max(int(r["pane_index"]) for r in top),
+        "written_ms": max(int(r["written_ms"]) for r in top),
+        "rows": top,
+    }
+
+
+def _job_has_store_flag() -> bool:
+    """Whether the aggregation jobs take ``--store`` (helper STORE wires it into pipelines/job.py)."""
+    import argparse
+    import inspect
+
+    from pipelines import job
+
+    parser = argparse.ArgumentParser()
+    job.add_job_flags(parser)
+    flag = any("--store" in a.option_strings for a in parser._actions)
+    return flag and "WriteToStore" in inspect.getsource(job)
+
+
+@pytest.mark.skipif(not _job_has_store_flag(), reason="the aggregation jobs have no --store flag yet")
+def test_streaming_job_store_and_page_live(
+    emulator, browser: Any, store_url: str, tmp_path: Path, record_property
+):
+    """A streaming frequency job (DirectRunner, Pub/Sub emulator) writes the store with ``--store``; the page
+    shows its first closed window's top values (equal to the store's rows) and then the next window's,
+    without reloading."""
+    import signal
+    import subprocess
+    import sys
+    import uuid
+
+    from google.cloud import pubsub_v1
+
+    from ldp.task import parse_task
+
+    suffix = uuid.uuid4().hex[:8]
+    pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic = pub.topic_path(PROJECT, f"reports-{suffix}")
+    subscription = sub.subscription_path(PROJECT, f"aggregator-{suffix}")
+    pub.create_topic(name=topic)
+    sub.create_subscription(name=subscription, topic=topic)
+    task = parse_task(
+        {"task_id": "live-freq", "mechanism": "grr", "epsilon": 2.0, "domain_size": 16, "labels": LIVE_LABELS}
+    )
+    task.save(tmp_path / "task.json")
+    cmd = [
+        sys.executable, "-m", "pipelines.frequency", "--task", str(tmp_path / "task.json"), "--streaming",
+        "--input_subscription", subscription, "--output", str(tmp_path / "out"), "--store", store_url,
+        "--window_size", str(LIVE_WINDOW_S), "--allowed_lateness", "0", "--counts_window", str(LIVE_WINDOW_S),
+        "--dead_letter_window", str(LIVE_WINDOW_S), "--streaming_duration", "120",
+        "--timestamp_attribute", "event_time",
+    ]  # fmt: skip
+    log_path = tmp_path / "job.log"
+    publisher = _Publisher(topic, task)
+    with (
+        open(log_path, "wb") as log,
+        DashboardProcess(store_url, "--refresh", "0.5", "--top_k", str(TOP_K)) as dash,
+    ):
+        job = subprocess.Popen(
+            cmd,
+            env=emulator.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(Path(__file__).resolve().parents[1]),
+        )
+        try:
+            assert dash.url is not None
+            browser.get_log("browser")
+            browser.get(dash.url)
+            wait_until(
+                lambda: "waiting for the first pane" in (model_text(browser, "status") or ""),
+                60,
+                message=lambda: f"the waiting state; status {model_text(browser, 'status')!r}",
+            )
+            browser.execute_script("window.__ldp_same_page = 'yes';")
+            record_topk_changes(browser)
+            publisher.thread.start()
+
+            def job_alive() -> str:
+                if job.poll() is not None:
+                    raise AssertionError(
+                        f"the job exited ({job.returncode}):\n{log_path.read_text()[-3000:]}"
+                    )
+                if publisher.error is not None:
+                    raise AssertionError(f"publishing failed: {publisher.error!r}")
+                return f"the page to show a window equal to the store; page {_page_window(browser)}"
+
+            # the job is running when its first counts window (dead letters only) is on the page
+            wait_until(
+                lambda: (
+                    job_alive()
+                    and (page_sources(browser, ["counts_source"]) or {}).get("counts_source", {}).get("x")
+                ),
+                180,
+                interval=0.2,
+                message=lambda: f"the job's first counts on the page\n{log_path.read_text()[-2000:]}",
+            )
+            first_end = publisher.real_until_ms = _one_window_of_reports()
+            first = wait_until(
+                lambda: job_alive() and _page_equals_store(browser, store_url, task.task_id, 0),
+                180,
+                interval=0.1,
+                message=job_alive,
+            )
+            from ldp.store import open_store
+
+            store = open_store(store_url, create=False, shared=False)
+            try:
+                windows = store.windows(task.task_id, 100)
+            finally:
+                store.close()
+            # the page's window is the store's first window with estimates, the one the reports were sent in
+            assert [(w["window_start"], w["window_end"]) for w in windows] == [first["window"]], windows
+            assert first["window"][1] == first_end
+            second_end = publisher.real_until_ms = _one_window_of_reports()
+            second = wait_until(
+                lambda: (
+                    job_alive() and _page_equals_store(browser, store_url, task.task_id, first["window"][1])
+                ),
+                120,
+                interval=0.1,
+                message=job_alive,
+            )
+            assert second["window"][0] >= first["window"][1]
+            assert second["window"][1] == second_end
+            assert browser.execute_script("return window.__ldp_same_page;") == "yes"  # no reload
+            assert _local_resources_only(browser, dash.url.rstrip("/")) == []
+            seen = seen_ms(browser)  # when the page first showed each (window, pane), by the browser's clock
+            for p in (first, second):
+                p["seen_ms"] = seen[(*p["window"], p["pane"])]
+            browser.get("about:blank")
+        finally:
+            publisher.stop.set()
+            publisher.thread.join(30)
+            if job.poll() is None:
+                job.send_signal(signal.SIGINT)  # our own child, by PID
+                try:
+                    job.wait(60)
+                except subprocess.TimeoutExpired:
+                    job.kill()
+                    job.wait(30)
+    # store write -> page: the page saw the rows at seen_ms; the job wrote them at written_ms (same clock)
+    latencies = [(p["seen_ms"] - p["written_ms"]) / 1000 for p in (first, second)]
+    record_property("job_store_page_latency_s", latencies)
+    to_store = [(p["written_ms"] - p["window"][1]) / 1000 for p in (first, second)]
+    record_property("window_end_to_store_s", to_store)
+    print(
+        "job's store write -> page shows it: "
+        + ", ".join(f"{x:.2f} s" for x in latencies)
+        + " (refresh 0.5 s); window end -> store: "
+        + ", ".join(f"{x:.2f} s" for x in to_store)
+    )

@@ -484,9 +484,18 @@ class Dashboard:
         labels = shape.labels_from_summary(summary)
         self._update_budget(summary)
 
+        # the job's counts come first: they show before any estimate (e.g. every report dead-lettered)
+        counts = reader.counts(task_id, self.max_windows)
+        self._set_data("counts", self.counts_source, shape.counts_columns(counts))
+        self._set_data("reasons", self.reasons_source, shape.reasons_columns(counts))
         windows = reader.windows(task_id, self.max_windows)
         if not windows:
-            self._set_status("waiting", f"task {task_id}: waiting for the first pane")
+            so_far = ""
+            if counts:
+                read = sum(int(c.get("read") or 0) for c in counts)
+                rejected = sum(int(c.get("rejected") or 0) for c in counts)
+                so_far = f" ({read} reports read, {rejected} rejected so far; see the counts below)"
+            self._set_status("waiting", f"task {task_id}: waiting for the first pane{so_far}")
             return
         oldest_end = min(int(w["window_end"]) for w in windows)
 
@@ -586,9 +595,6 @@ class Dashboard:
         )
         if self.latency_summary.text != lat_text:
             self.latency_summary.text = lat_text
-        counts = reader.counts(task_id, self.max_windows)
-        self._set_data("counts", self.counts_source, shape.counts_columns(counts))
-        self._set_data("reasons", self.reasons_source, shape.reasons_columns(counts))
 
         if current is not None:
             final = "final" if current.get("is_final") else "not final"

@@ -28,7 +28,10 @@ __all__ = [
     "DashboardProcess",
     "browser_missing",
     "headless_chromium",
+    "model_text",
     "page_sources",
+    "record_topk_changes",
+    "seen_ms",
     "shadow_text",
     "wait_until",
 ]
@@ -246,3 +249,35 @@ def wait_until(
             text = message() if callable(message) else message
             raise TimeoutError(f"timed out after {timeout:g} s waiting for {text}")
         time.sleep(interval)
+
+
+_RECORDER_JS = """
+window.__ldp_seen = window.__ldp_seen || {};
+if (!window.__ldp_recorder) {
+  window.__ldp_recorder = setInterval(() => {
+    const doc = (window.Bokeh && Bokeh.documents && Bokeh.documents[0]) || null;
+    const m = doc && doc.get_model_by_name('topk_source');
+    if (!m) { return; }
+    const d = m.data instanceof Map ? Object.fromEntries(m.data) : m.data;
+    if (!d.window_end || d.window_end.length === 0) { return; }
+    const key = `${d.window_start[0]}/${d.window_end[0]}/${Math.max(...Array.from(d.pane_index))}`;
+    if (!(key in window.__ldp_seen)) { window.__ldp_seen[key] = Date.now(); }
+  }, 20);
+}
+"""
+
+
+def record_topk_changes(driver: Any) -> None:
+    """Starts recording, in the page, when the top-k first shows each ``(window, pane)``: every 20 ms the
+    browser's clock is noted for a new ``window_start/window_end/pane_index`` key (see :func:`seen_ms`)."""
+    driver.execute_script(_RECORDER_JS)
+
+
+def seen_ms(driver: Any) -> dict[tuple[int, int, int], int]:
+    """``(window_start, window_end, pane_index) -> epoch ms`` when the page's top-k first showed it."""
+    raw = driver.execute_script("return window.__ldp_seen || {};")
+    out: dict[tuple[int, int, int], int] = {}
+    for key, value in raw.items():
+        ws, we, pane = (int(float(x)) for x in key.split("/"))
+        out[(ws, we, pane)] = int(value)
+    return out

@@ -167,7 +167,8 @@ def top_k(rows: Iterable[Row], k: int, labels: Mapping[int, str] | None = None) 
     """The ``k`` largest published estimates among ``rows`` (one window, group and output), as columns:
     ``item``, ``name`` (unique display name), ``estimate``, ``ci_low``, ``ci_high`` (NaN without interval),
     ``noise`` (:data:`SIGNAL`, :data:`NOISE` or :data:`NO_CI`), ``color``, ``std``, ``method``,
-    ``rank`` (1-based)."""
+    ``rank`` (1-based), ``window_start`` / ``window_end`` / ``pane_index`` (of the row: what the page
+    shows)."""
     ordered = sorted(rows, key=lambda r: (-_num(r.get("estimate")), int(r["item"])))
     ordered = [r for r in ordered if not math.isnan(_num(r.get("estimate")))][: max(int(k), 0)]
     cols: Columns = {
@@ -183,6 +184,9 @@ def top_k(rows: Iterable[Row], k: int, labels: Mapping[int, str] | None = None) 
             "color",
             "std",
             "method",
+            "window_start",
+            "window_end",
+            "pane_index",
         )
     }
     names = [value_name(int(r["item"]), r.get("label"), labels) for r in ordered]
@@ -201,6 +205,7 @@ def top_k(rows: Iterable[Row], k: int, labels: Mapping[int, str] | None = None) 
         cols["color"].append(NO_CI_COLOR if flag is None else (NOISE_COLOR if flag else SIGNAL_COLOR))
         cols["std"].append(_num(row.get("std")))
         cols["method"].append(str(row.get("method") or ""))
+        _row_origin(cols, row)
     return cols
 
 
@@ -379,6 +384,13 @@ def reasons_columns(counts: Iterable[Row], max_windows: int = 10) -> Columns:
     return cols
 
 
+def _row_origin(cols: Columns, row: Row) -> None:
+    """Appends the row's window and pane (which pane of which window the page shows)."""
+    cols["window_start"].append(int(row.get("window_start") or 0))
+    cols["window_end"].append(int(row.get("window_end") or 0))
+    cols["pane_index"].append(int(row.get("pane_index") or 0))
+
+
 def answers_columns(rows: Iterable[Row], k: int) -> Columns:
     """The first ``k`` queries (by query index) of one window of a range or batch task, as the columns of
     :func:`top_k` with ``name`` the query's text (from ``extra_json``) prefixed by its index."""
@@ -397,6 +409,7 @@ def answers_columns(rows: Iterable[Row], k: int) -> Columns:
         cols["color"].append(NO_CI_COLOR if flag is None else (NOISE_COLOR if flag else SIGNAL_COLOR))
         cols["std"].append(_num(row.get("std")))
         cols["method"].append(str(row.get("method") or ""))
+        _row_origin(cols, row)
     return cols
 
 
