@@ -273,6 +273,12 @@ def _page_equals_store(driver: Any, url: str, task_id: str, after_end: int) -> d
     }
 
 
+def _emulator_available() -> bool:
+    from pipelines.pubsub_emulator import PubSubEmulator
+
+    return PubSubEmulator.available()
+
+
 def _job_has_store_flag() -> bool:
     """Whether the aggregation jobs take ``--store`` (helper STORE wires it into pipelines/job.py)."""
     import argparse
@@ -287,7 +293,8 @@ def _job_has_store_flag() -> bool:
 
 
 @pytest.mark.skipif(not _job_has_store_flag(), reason="the aggregation jobs have no --store flag yet")
-def test_streaming_job_store_and_page_live(
+@pytest.mark.skipif(not _emulator_available(), reason="Pub/Sub emulator binary not installed")
+def test_streaming_job_on_emulator_store_and_page_live(
     emulator, browser: Any, store_url: str, tmp_path: Path, record_property
 ):
     """A streaming frequency job (DirectRunner, Pub/Sub emulator) writes the store with ``--store``; the page
