@@ -312,6 +312,17 @@ def test_client_refuses_past_its_budget_and_produces_no_report(tmp_path):
         c.report("f", fresh, basic, 3, now_s=3.0, rng=rng)
 
 
+def test_client_pld_budget_allows_what_the_accountant_allows(tmp_path):
+    c = Client.create(tmp_path / "s.json")
+    o, pol = OLH(1.0, 16), BudgetPolicy(1.0, total_epsilon=5.0, composition="pld")
+    sent = 0
+    with pytest.raises(BudgetExceeded, match="pld composition"):
+        for t in range(100):
+            c.report("t", o, pol, 3, now_s=float(t), rng=t)
+            sent += 1
+    assert sent == pld_reports_allowed(o, 5.0) >= 5
+
+
 def test_client_refuses_inconsistent_tasks(tmp_path):
     c = Client.create(tmp_path / "s.json")
     o = MemoGRR(1.0, 8)

@@ -74,6 +74,18 @@ class StateFileError(ValueError):
     """A state file that cannot be used (missing, malformed, another version, readable by others)."""
 
 
+_TIGHT: dict[tuple[str, float], Any] = {}
+
+
+def _tight_fn(oracle: FrequencyOracle, delta: float):
+    """``tight_epsilon_fn`` cached per oracle parameters and delta (its figures are cached per k), so a
+    ``"pld"`` ledger composes each report count once per process."""
+    key = (json.dumps(_fingerprint(oracle), sort_keys=True), float(delta))
+    if key not in _TIGHT:
+        _TIGHT[key] = tight_epsilon_fn(oracle, delta)
+    return _TIGHT[key]
+
+
 def _fingerprint(oracle: FrequencyOracle) -> dict[str, Any]:
     """The parameters that must not change under one task id (JSON-safe)."""
     out: dict[str, Any] = {}
@@ -201,7 +213,7 @@ class Client:
         entry = self._tasks.get(task_id)
         state = None if entry is None else LedgerState.from_dict(entry["ledger"])
         per_key = oracle.epsilon_inf if isinstance(oracle, MemoizedOracle) else None
-        tight = tight_epsilon_fn(oracle, policy.delta) if policy.composition == "pld" else None
+        tight = _tight_fn(oracle, policy.delta) if policy.composition == "pld" else None
         return BudgetLedger(policy, epsilon_per_key=per_key, tight_epsilon=tight, state=state)
 
     def _check_task(self, task_id: str, oracle: FrequencyOracle, policy: BudgetPolicy) -> None:
