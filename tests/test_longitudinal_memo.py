@@ -192,3 +192,23 @@ def test_windowed_estimates_from_memoized_reports_are_unbiased(name):
         assert np.all(np.abs(errs[w].mean(axis=0)) < 5 * se), (w, errs[w].mean(axis=0) / se)
         ratio = float(np.mean(errs[w] ** 2 / vars_[w]))
         assert abs(ratio - 1) < 5 * math.sqrt(2 / (T * d)), (w, ratio)
+
+
+def test_one_memoized_report_is_a_fresh_report_at_epsilon_1():
+    """Two GRR stages compose to GRR at epsilon_1, two symmetric flips to SUE at epsilon_1, OUE flips then
+    symmetric ones to OUE at epsilon_1: the composed (p*, q*), hence the per-window variance, equal the
+    fresh oracle's at epsilon_1 (docs/longitudinal.md)."""
+    from ldp.oracles import SUE
+
+    for eps, eps1, d in ((1.0, 0.5, 100), (4.0, 2.0, 100), (2.0, 0.3, 7)):
+        pairs = [(MemoGRR(eps, d, epsilon_1=eps1), GRR(eps1, d))]
+        lo = LOLOHA(eps, d, epsilon_1=eps1)
+        pairs.append((lo, OLH(eps1, d, g=lo.g)))
+        pairs.append((MemoOLH(eps, d, epsilon_1=eps1, g=lo.g), OLH(eps1, d, g=lo.g)))
+        pairs.append((RAPPOR(eps, d, epsilon_1=eps1), SUE(eps1, d)))
+        for memo, fresh in pairs:
+            assert memo.p == pytest.approx(fresh.p, rel=1e-9) and memo.q == pytest.approx(fresh.q, rel=1e-9)
+            assert memo.variance(1000) == pytest.approx(fresh.variance(1000), rel=1e-8)
+        # with p1 = 1/2 the composed p* stays 1/2 whatever s: the OUE variant composes to OUE at epsilon_1
+        oue = RAPPOR(eps, d, epsilon_1=eps1, permanent="oue")
+        assert oue.p == 0.5 and oue.q == pytest.approx(OUE(eps1, d).q, rel=1e-9)
