@@ -167,21 +167,22 @@ class StoreReader:
         return sorted(rows, key=lambda r: r["task_id"])
 
     def change_token(self, task_id: str) -> tuple[Any, ...]:
-        """A cheap fingerprint of everything the page shows for ``task_id``: it changes whenever a pane, a
-        current row, a window's final flag, a counts row or the task's summary is written."""
+        """A cheap fingerprint of everything the page shows for ``task_id``: it changes whenever a pane is
+        written (its current rows are written in the same transaction as its ``ldp_panes`` row), a window
+        turns final, a counts row or the task's summary is written. It reads only the small tables
+        (``ldp_panes``, ``ldp_windows``, ``ldp_counts``, ``ldp_tasks``: a row per pane, window or task),
+        never the rows of every published number."""
         sql = (
             "SELECT "
             "(SELECT COUNT(*) FROM ldp_panes WHERE task_id = ?) AS panes, "
             "(SELECT MAX(written_ms) FROM ldp_panes WHERE task_id = ?) AS panes_ms, "
-            "(SELECT COUNT(*) FROM ldp_current WHERE task_id = ?) AS current_n, "
-            "(SELECT MAX(written_ms) FROM ldp_current WHERE task_id = ?) AS current_ms, "
             "(SELECT COUNT(*) FROM ldp_windows WHERE task_id = ? AND is_final = 1) AS finals, "
             "(SELECT MAX(last_written_ms) FROM ldp_windows WHERE task_id = ?) AS windows_ms, "
             "(SELECT COUNT(*) FROM ldp_counts WHERE task_id = ?) AS counts_n, "
             "(SELECT MAX(written_ms) FROM ldp_counts WHERE task_id = ?) AS counts_ms, "
             "(SELECT MAX(updated_ms) FROM ldp_tasks WHERE task_id = ?) AS task_ms"
         )
-        rows = self._query(sql, (task_id,) * 9)
+        rows = self._query(sql, (task_id,) * 7)
         return tuple(rows[0].values()) if rows else ()
 
     def windows(self, task_id: str, limit: int) -> list[dict[str, Any]]:
@@ -215,8 +216,8 @@ class StoreReader:
         )
 
     def outputs(self, task_id: str) -> list[tuple[str, int]]:
-        """The ``(output, grp)`` pairs the task has current rows for, sorted."""
-        rows = self._query("SELECT DISTINCT output, grp FROM ldp_current WHERE task_id = ?", (task_id,))
+        """The ``(output, grp)`` pairs the task has panes of, sorted."""
+        rows = self._query("SELECT DISTINCT output, grp FROM ldp_panes WHERE task_id = ?", (task_id,))
         return sorted((str(r["output"]), int(r["grp"])) for r in rows)
 
     def window_rows(self, task_id: str, output: str, grp: int, start: int, end: int) -> list[dict[str, Any]]:
