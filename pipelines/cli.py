@@ -330,6 +330,19 @@ def parse_job_args(
 
 
 _OUR_LOGGERS = ("ldp", "transforms", "pipelines", "bench", "experiments", "__main__")
+#: Beam's loggers whose INFO lines say what a job is and where it runs (job ids and states, the Dataflow
+#: console URL, staging, job servers started and their jars, the Prism binary): shown at INFO, unlike the
+#: rest of Beam (the FnApiRunner's INFO lines are one per stage).
+_BEAM_INFO_LOGGERS = (
+    "apache_beam.runners.dataflow",
+    "apache_beam.runners.portability.portable_runner",
+    "apache_beam.runners.portability.prism_runner",
+    "apache_beam.runners.portability.flink_runner",
+    "apache_beam.runners.portability.job_server",
+    "apache_beam.utils.subprocess_server",
+    "apache_beam.runners.direct.direct_runner",
+    "PrismRunner",
+)
 _HANDLER: logging.Handler | None = None
 
 
@@ -349,7 +362,8 @@ class _StderrHandler(logging.StreamHandler):
 def setup_logging(level: str | int = "INFO") -> None:
     """Logs ``LEVEL message`` lines with a timestamp to stderr. Our packages log at ``level``; Apache Beam
     and its dependencies log warnings and errors only, unless ``level`` is DEBUG (their INFO lines are the
-    runner's internals, one per stage)."""
+    runner's internals, one per stage), except Beam's launch lines (job ids and states, the Dataflow
+    console URL, job servers: ``_BEAM_INFO_LOGGERS``), which show at INFO."""
     numeric = logging.getLevelName(level.upper()) if isinstance(level, str) else int(level)
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}; choose one of {', '.join(LOG_LEVELS)}")
@@ -367,6 +381,8 @@ def setup_logging(level: str | int = "INFO") -> None:
     logging.getLogger().setLevel(others)
     for name in _OUR_LOGGERS:
         logging.getLogger(name).setLevel(numeric)
+    for name in _BEAM_INFO_LOGGERS:
+        logging.getLogger(name).setLevel(numeric if numeric <= logging.INFO else others)
 
 
 def require_inputs(pattern: str | None, allow_empty: bool = False, *, flag: str = "--input") -> list[str]:

@@ -56,8 +56,10 @@ from transforms.io import (
     WriteDeadLetters,
     WriteResults,
 )
+from transforms.progress import configure as configure_progress
+from transforms.progress import progress
 from transforms.records import decode_params
-from transforms.runners import RunnerLimitation, adapt_directory_streaming, runs_on_fnapi_runner
+from transforms.runners import RunnerLimitation, plan_runner
 
 __all__ = [
     "Job",
@@ -116,6 +118,12 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         help="streaming from --input: seconds between matches of the glob",
     )
     parser.add_argument(
+        "--watermark_lag",
+        type=float,
+        help="streaming from --input: seconds the watermark runs behind the wall clock, so a window closes "
+        "once the files written before its end are read (default: 2 x --watch_interval + 1)",
+    )
+    parser.add_argument(
         "--window_size",
         type=float,
         help="event-time window length in seconds (default: the task's; none: one global window)",
@@ -139,6 +147,13 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         help="streaming: seconds of dead letters per OUT/dead_letter/ file",
+    )
+    parser.add_argument(
+        "--progress_interval",
+        type=float,
+        default=30.0,
+        help="seconds between progress lines (files and reports read, reports/s, panes written, windows "
+        "closed) at --log_level INFO; 0: none",
     )
     parser.add_argument(
         "--streaming_duration",
@@ -203,8 +218,9 @@ def read_reports(p: beam.Pipeline, ns: argparse.Namespace, agg: Aggregator, *, s
     if ns.input and streaming:
         duration = ns.streaming_duration if ns.streaming_duration > 0 else None
         return p | "Read" >> WatchReportFiles(
-            ns.input, ns.watch_interval, ns.batch_size, agg, duration_s=duration, paced=paced
-        )
+            ns.input, ns.watch_interval, ns.batch_size, agg, duration_s=duration, paced=paced,
+            watermark_lag_s=getattr(ns, "watermark_lag", None),
+        )  # fmt: skip
     if ns.input:
         return p | "Read" >> ReadReportFiles(ns.input, ns.batch_size, agg)
     allow_large_messages()  # the emulator's channels: messages up to Pub/Sub's 10 MB, not gRPC's 4 MiB
@@ -254,6 +270,12 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
         fail("give exactly one of --input, --input_subscription, --input_topic")
     if not ns.input and not streaming:
         fail("Pub/Sub input (--input_subscription / --input_topic) needs --streaming")
+    v = getattr(ns, "progress_interval", 30.0)
+    if not (math.isfinite(v) and v >= 0):
+        fail(f"--progress_interval must be a finite number of seconds >= 0 (0: none), got {v}")
+    lag = getattr(ns, "watermark_lag", None)
+    if lag is not None and not (math.isfinite(lag) and lag >= 0):
+        fail(f"--watermark_lag must be a finite number of seconds >= 0, got {lag}")
     for flag in ("watch_interval", "counts_window", "dead_letter_window"):
         v = getattr(ns, flag, None)
         if v is not None and not (math.isfinite(v) and v > 0):
@@ -350,14 +372,15 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         decode_params(agg)
     except (ValueError, MemoryError, OverflowError) as exc:
         fail(f"{ns.task}: the task cannot run: {exc}")
-    fnapi = runs_on_fnapi_runner(options)
-    if streaming and ns.input and fnapi:
-        try:
-            window = adapt_directory_streaming(
-                window, ns.streaming_duration, getattr(ns, job.output_topic or "", None)
-            )
-        except RunnerLimitation as exc:
-            fail(str(exc))
+    try:  # the runner's limits and adaptations (transforms.runners)
+        plan = plan_runner(
+            options, window, streaming=streaming, files=bool(ns.input),
+            streaming_duration_s=ns.streaming_duration,
+            output_topic=getattr(ns, job.output_topic or "", None),
+        )  # fmt: skip
+    except RunnerLimitation as exc:
+        fail(str(exc))
+    window = plan.window
     try:
         prepare_output(ns.output, ns.overwrite)
     except OSError as exc:  # a parent that is a file, a read-only or missing mount, no permission, ...
@@ -372,12 +395,15 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         "streaming" if streaming else "batch",
         ns.output,
     )
-    p = beam.Pipeline(options=options)
-    outputs = build_pipeline(p, ns, agg, window, streaming=streaming, paced=fnapi)
+    p = beam.Pipeline(runner=plan.runner, options=options)
+    outputs = build_pipeline(p, ns, agg, window, streaming=streaming, paced=plan.paced)
     if job.extra_steps is not None:
         job.extra_steps(ns, outputs)
     _LOG.info("running on %s", type(p.runner).__name__)
+    configure_progress(ns.progress_interval)
     result, seconds = _run(p, ns, streaming)
+    if ns.progress_interval > 0:
+        progress().maybe_log(force=True)
     _LOG.info("job ended: %s after %.1f s", result.state, seconds)
     counts = _counts(result, ns.output, streaming)
     if not streaming or ns.input:
