@@ -17,11 +17,34 @@ reals      float64 ``(n,)``            numeric mechanisms (Square Wave)
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["Reports"]
+__all__ = ["Reports", "client_pseudonym", "CLIENT_ID_DOMAIN", "CLIENT_ID_BYTES"]
+
+#: Domain separation of the client-id PRF (the memoized responses use another label of the same secret).
+CLIENT_ID_DOMAIN = b"ldp-client-id/v1"
+#: Length of :func:`client_pseudonym` (the report schema allows 1 to 64 bytes).
+CLIENT_ID_BYTES = 32
+
+
+def client_pseudonym(secret: bytes, task_id: str) -> bytes:
+    """The pseudonymous client id a client puts in its reports of one task (``client_id`` of
+    ``schemas/report.avsc``): ``HMAC-SHA256(secret, CLIENT_ID_DOMAIN || 0x00 || task_id)``, 32 bytes.
+
+    The secret never leaves the client; without it the id cannot be recomputed or linked to the user's
+    ids of other tasks. It lets the aggregator count a client's reports per budget period
+    (``transforms.budget``); it does not hide *that* one client sent several reports of a task.
+    """
+    if not isinstance(secret, (bytes, bytearray)) or len(secret) < 16:
+        raise ValueError("secret must be at least 16 bytes")
+    if not isinstance(task_id, str) or not task_id:
+        raise ValueError("task_id must be a non-empty string")
+    msg = CLIENT_ID_DOMAIN + b"\x00" + task_id.encode("utf-8")
+    return hmac.new(bytes(secret), msg, hashlib.sha256).digest()
 
 _FIELDS = ("values", "seeds", "bits", "items", "reals")
 

@@ -41,6 +41,21 @@ Kinds of task (the mechanism names come from the mechanism registries, never fro
   label per line (UTF-8; trailing empty lines ignored) or a JSON list of strings. The parsed task (and
   :meth:`FrequencyTask.to_dict`) carries the labels inline. Label ``i`` names value ``i``: estimates and
   dashboards show it, and ``csv:PATH:COLUMN`` datasets may hold labels instead of integers.
+  The mechanism may also be one of the memoized mechanisms of repeated collection
+  (``ldp.longitudinal.memo.MEMO_MECHANISMS``: ``memo-grr``, ``rappor``, ``memo-olh``, ``loloha``; their
+  ``epsilon`` is ``epsilon_inf``, ``params`` may set ``epsilon_1``, ``g``, ``permanent``). Two optional
+  keys for repeated collection (``docs/longitudinal_pipeline.md``):
+
+  - ``"budget": {...}``: the per-user budget (``ldp.longitudinal.budget.parse_budget``'s block) plus
+    ``"client_ids": true|false`` (default false: reports carry the client's per-task pseudonym and the
+    aggregator counts them per client and period, dead-lettering the excess as ``over_budget``; needs
+    ``reports_per_period`` and ``period_s``). ``epsilon_per_report`` may be left out: it is derived from
+    the mechanism (its ``epsilon``, or ``epsilon_1`` of a memoized one) and, when given, must equal it;
+    ``composition`` defaults to ``"memoized"`` for memoized mechanisms (else ``"basic"``). The
+    accountant's consistency checks (``ldp.longitudinal.accounting.policy_problems``) run at parse time.
+  - ``"hide_participation": true`` (default false): clients send a report every window, a dummy one for
+    the extra value ``domain_size`` ("no event") when they have nothing to report; the oracle's domain is
+    ``domain_size + 1`` and estimates carry that value last (see :meth:`FrequencyTask.absent_value`).
 * ``range`` (:class:`RangeTask`): a method of ``ldp.rangequery.registry.METHODS`` plus
   ``"attributes": [{"name": "age", "domain_size": 64}, ...]`` (required, non-empty),
   ``"expected_users": 1000000`` (required), optional ``"granularity": {"g1": 16, "g2": 4}`` (HDG / TDG) and
@@ -77,6 +92,8 @@ from typing import ClassVar
 import ldp.hashing as _hashing
 import ldp.oracles as _oracles
 import ldp.postprocess as _postprocess
+from ldp.longitudinal import memo as _memo
+from ldp.longitudinal.budget import BudgetPolicy, parse_budget
 from ldp.rangequery import registry as _range_registry
 
 __all__ = [
@@ -109,10 +126,18 @@ __all__ = [
     "MAX_LABEL_CHARS",
     "MAX_LABELS_FILE_BYTES",
     "read_labels_file",
+    "MEMO_MECHANISMS",
+    "ABSENT_LABEL",
+    "budget_summary",
 ]
 
-#: 1-D frequency-oracle mechanisms (``ldp.oracles.MECHANISMS``); ``auto`` picks the lowest-variance one.
-ORACLE_MECHANISMS: tuple[str, ...] = (*_oracles.MECHANISMS, "auto")
+#: Memoized mechanisms of repeated collection (``ldp.longitudinal.memo.MEMO_MECHANISMS``).
+MEMO_MECHANISMS: tuple[str, ...] = tuple(_memo.MEMO_MECHANISMS)
+#: 1-D frequency-oracle mechanisms (``ldp.oracles.MECHANISMS``, then the memoized ones); ``auto`` picks the
+#: lowest-variance fresh one.
+ORACLE_MECHANISMS: tuple[str, ...] = (*_oracles.MECHANISMS, *MEMO_MECHANISMS, "auto")
+#: Label of the dummy value of a task that hides participation (appended to the task's labels).
+ABSENT_LABEL = "(no event)"
 #: Multi-attribute (range-query) methods (``ldp.rangequery.registry.METHODS``).
 MULTI_ATTRIBUTE_MECHANISMS: tuple[str, ...] = tuple(_range_registry.METHODS)
 #: Strategies of the central-DP batch-query kind (``ldp.matrix.strategies.make_strategy`` names).
@@ -244,6 +269,11 @@ class Task:
         """True for range-query tasks."""
         return self.kind == RangeTask.kind
 
+    @property
+    def requires_client_ids(self) -> bool:
+        """True when reports must carry a client id (the budget's ``client_ids``; frequency tasks only)."""
+        return False
+
     def _common_dict(self) -> dict[str, object]:
         return {
             "task_id": self.task_id,
@@ -279,8 +309,34 @@ class FrequencyTask(Task):
 
     kind: ClassVar[str] = "frequency"
     domain_size: int
-    #: ``labels[i]`` names value ``i`` (``None``: values are shown as numbers).
+    #: ``labels[i]`` names value ``i`` (``None``: values are shown as numbers); with ``hide_participation``
+    #: the last one is :data:`ABSENT_LABEL`, the dummy value's.
     labels: tuple[str, ...] | None = None
+    #: the per-user budget of repeated collection (``None``: none declared)
+    budget: BudgetPolicy | None = None
+    #: reports carry pseudonymous client ids and the aggregator counts them per budget period
+    budget_client_ids: bool = False
+    #: clients report every window, the dummy value :meth:`absent_value` when they have nothing to report
+    hide_participation: bool = False
+
+    @property
+    def requires_client_ids(self) -> bool:
+        return self.budget is not None and self.budget_client_ids
+
+    @property
+    def is_memoized(self) -> bool:
+        """True for the memoized mechanisms (``ldp.longitudinal.memo``)."""
+        return self.mechanism in MEMO_MECHANISMS
+
+    @property
+    def oracle_domain_size(self) -> int:
+        """The oracle's domain: ``domain_size``, plus the dummy value when participation is hidden."""
+        return self.domain_size + (1 if self.hide_participation else 0)
+
+    def absent_value(self) -> int | None:
+        """The dummy value clients report when they have nothing to report (``domain_size``), or None when
+        the task does not hide participation."""
+        return self.domain_size if self.hide_participation else None
 
     def label(self, value: int) -> str:
         """The name of ``value``: its label, else the number as text."""
@@ -296,13 +352,21 @@ class FrequencyTask(Task):
         return out
 
     def make_oracle(self) -> _oracles.FrequencyOracle:
-        """The task's frequency oracle (``ldp.oracles.make_oracle``); ``auto`` resolves deterministically."""
-        return _oracles.make_oracle(self.mechanism, self.epsilon, self.domain_size, **self.oracle_params())
+        """The task's frequency oracle (``ldp.oracles.make_oracle``, or ``ldp.longitudinal.memo`` for the
+        memoized mechanisms) over :attr:`oracle_domain_size`; ``auto`` resolves deterministically."""
+        d = self.oracle_domain_size
+        if self.is_memoized:
+            return _memo.make_memo_oracle(self.mechanism, self.epsilon, d, **self.oracle_params())
+        return _oracles.make_oracle(self.mechanism, self.epsilon, d, **self.oracle_params())
 
     def to_dict(self) -> dict[str, object]:
         out = {**self._common_dict(), "domain_size": self.domain_size}
         if self.labels is not None:
-            out["labels"] = list(self.labels)
+            out["labels"] = list(self.labels[: self.domain_size])
+        if self.budget is not None:
+            out["budget"] = {**self.budget.to_dict(), "client_ids": self.budget_client_ids}
+        if self.hide_participation:
+            out["hide_participation"] = True
         return out
 
 
@@ -730,15 +794,106 @@ def _frequency_task(
         labels = _labels_from_file(obj["labels_file"], d, base_dir, problems)
     elif obj.get("labels") is not None:
         labels = _check_labels(obj["labels"], d, problems)
+    hide = obj.get("hide_participation", False)
+    if not isinstance(hide, bool):
+        problems.append(f"hide_participation must be true or false, got {hide!r}")
+        hide = False
+    if hide and _is_int(d) and d >= _MAX_DOMAIN:
+        problems.append(f"hide_participation needs domain_size < 2^31 (one more value), got {d}")
     if problems:
         return None
-    task = FrequencyTask(domain_size=int(d), labels=labels, **common)
+    if hide and labels is not None:
+        if ABSENT_LABEL in labels:
+            problems.append(f"labels: {ABSENT_LABEL!r} names the dummy value of hide_participation")
+            return None
+        labels = (*labels, ABSENT_LABEL)
+    task = FrequencyTask(domain_size=int(d), labels=labels, hide_participation=hide, **common)
     try:  # the oracle is the final judge of mechanism parameters (e.g. g not a prime power)
-        task.make_oracle()
+        oracle = task.make_oracle()
     except ValueError as exc:
-        problems.append(f"mechanism parameters rejected by ldp.oracles: {exc}")
+        where = "ldp.longitudinal.memo" if task.is_memoized else "ldp.oracles"
+        problems.append(f"mechanism parameters rejected by {where}: {exc}")
         return None
+    if obj.get("budget") is not None:
+        policy, client_ids = _check_budget(obj["budget"], oracle, problems)
+        if policy is None:
+            return None
+        task = dataclasses.replace(task, budget=policy, budget_client_ids=client_ids)
     return task
+
+
+def _check_budget(
+    raw: object, oracle: _oracles.FrequencyOracle, problems: Problems
+) -> tuple[BudgetPolicy | None, bool]:
+    """The ``budget`` block (``ldp.longitudinal.budget.parse_budget`` plus ``client_ids``; see the module
+    docstring): every problem listed, the policy checked against the task's oracle."""
+    if not isinstance(raw, Mapping):
+        problems.append(f"budget must be an object, got {type(raw).__name__}")
+        return None, False
+    block = dict(raw)
+    ids = block.pop("client_ids", False)
+    if not isinstance(ids, bool):
+        problems.append(f"budget.client_ids must be true or false, got {ids!r}")
+        ids = False
+    memoized = isinstance(oracle, _memo.MemoizedOracle)
+    per_report = float(oracle.epsilon_1 if memoized else oracle.epsilon)
+    block.setdefault("epsilon_per_report", per_report)
+    block.setdefault("composition", "memoized" if memoized else "basic")
+    n = len(problems)
+    try:
+        policy = parse_budget(block)
+    except ValueError as exc:
+        text = str(exc).removeprefix("budget: ")
+        problems.extend(f"budget: {p}" for p in text.split("; "))
+        return None, False
+    from ldp.longitudinal.accounting import policy_problems  # dp-accounting: loaded for budgets only
+
+    problems.extend(policy_problems(policy, oracle))
+    if ids:
+        if policy.period_s is None:
+            problems.append(
+                "budget.client_ids needs reports_per_period and period_s: the aggregator counts reports per "
+                "client and period (a lifetime cap is enforced by the clients only)"
+            )
+        elif not _whole_ms(policy.period_s):
+            problems.append(f"budget.period_s must be a whole number of milliseconds, got {policy.period_s}")
+    return (policy if len(problems) == n else None), ids
+
+
+def budget_summary(task: Task, windows: int | None = None) -> dict[str, object] | None:
+    """The privacy figures of a task with a budget, for the job's summary, the store and the dashboard
+    (None without a budget): ``policy`` (with ``client_ids``), the mechanism's ``guarantees`` (``epsilon``;
+    ``epsilon_1`` / ``epsilon_inf`` of a memoized mechanism), and the accountant's basic next to tight
+    composition (``ldp.longitudinal.accounting.budget_summary``) after ``per_period`` reports (one full
+    budget period: ``reports_per_period`` windows), after ``windows`` reports when given, and at the
+    lifetime cap (``lifetime``, when the policy bounds the number of reports)."""
+    policy = getattr(task, "budget", None)
+    if policy is None:
+        return None
+    from ldp.longitudinal.accounting import budget_summary as _summary
+
+    oracle = task.make_oracle()
+    out: dict[str, object] = {
+        "policy": {**policy.to_dict(), "client_ids": bool(getattr(task, "budget_client_ids", False))},
+        "enforced_by": "clients and aggregator (per client id and period)"
+        if task.requires_client_ids
+        else "clients",
+    }
+    first = None
+    for name, k in (
+        ("per_period", policy.reports_per_period),
+        ("after_windows", windows),
+    ):
+        if k is not None:
+            fig = _summary(policy, oracle, int(k))
+            out[name] = fig
+            first = first or fig
+    life = _summary(policy, oracle, 1)
+    allowed = life.get("reports_allowed", {}).get("lifetime")
+    if allowed is not None and 0 < int(allowed) <= 1_000_000:
+        out["lifetime"] = _summary(policy, oracle, int(allowed))
+    out["guarantees"] = (first or life).get("guarantees")
+    return out
 
 
 def _range_task(obj: JsonObject, common: dict[str, object], problems: Problems) -> RangeTask | None:
@@ -856,7 +1011,7 @@ TASK_KINDS: dict[str, TaskKind] = {
     "frequency": TaskKind(
         "frequency",
         lambda: ORACLE_MECHANISMS,
-        ("domain_size", "labels", "labels_file"),
+        ("domain_size", "labels", "labels_file", "budget", "hide_participation"),
         _frequency_task,
         uses_base_dir=True,
     ),

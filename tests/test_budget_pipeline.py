@@ -275,3 +275,190 @@ def test_shards_spread_similar_ids():
     # 3200 ids in 32 shards: 100 expected per shard, binomial sd ~ 9.8; z = 5 -> within [51, 149]
     assert counts.min() >= 51 and counts.max() <= 149
     assert np.array_equal(shard, shard_of(client_id_keys(col), 32))  # deterministic
+
+
+# ----------------------------------------------------------------------------------------------------
+# the over-budget step in a pipeline
+# ----------------------------------------------------------------------------------------------------
+def _id_task(limit: int = 2, period_s: float = 60.0, mech: str = "olh", **kw):
+    return parse_task(
+        {
+            "task_id": f"ids-{mech}",
+            "mechanism": mech,
+            "epsilon": 1.0,
+            "domain_size": 16,
+            "window": {"size_s": period_s},
+            "budget": {"reports_per_period": limit, "period_s": period_s, "client_ids": True},
+            **kw,
+        }
+    )
+
+
+def _client_batches(task, rng, sends, start_ms=0, period_ms=60_000):
+    """One record list per client group: ``sends[c] = (period 0 reports, period 1 reports)``; each
+    client's reports are in one batch (so which ones are first is decided within a batch)."""
+    oracle = task.make_oracle()
+    out, per_client = [], {}
+    for c, counts in enumerate(sends):
+        cid = bytes([c + 1]) * 32
+        recs = []
+        for period, k in enumerate(counts):
+            if not k:
+                continue
+            et = start_ms + period * period_ms + np.sort(rng.integers(0, period_ms, k))
+            reps = oracle.encode(rng.integers(0, 16, k), rng=rng)
+            recs += reports_to_records(task.task_id, reps, et, client_ids=[cid] * k)
+            per_client[(cid, period)] = (reps, et)
+        out.append(recs)
+    return out, per_client
+
+
+def test_over_budget_reports_are_dead_lettered_and_counted():
+    """Clients send 1..5 reports per period (limit 2): each client's first two (by event time) count, the
+    rest are ``over_budget`` dead letters with the client id; reports without an id are
+    ``missing_client_id``; read = accepted + rejected over the count dicts; the estimates equal the core's
+    over exactly the accepted reports."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
+    from ldp.aggregate.frequency import FrequencyAggregator
+    from transforms.aggregate import Aggregate
+    from transforms.records import RecordBatch
+
+    task = _id_task()
+    agg = FrequencyAggregator(task)
+    rng = _rng(10)
+    sends = [(1, 0), (2, 1), (3, 2), (5, 4), (0, 3), (4, 0)]
+    batches, per_client = _client_batches(task, rng, sends)
+    oracle = task.make_oracle()
+    anon = reports_to_records(task.task_id, oracle.encode(np.array([1, 2]), rng=rng), np.array([5, 6]))
+    batches[0] += anon
+    # one batch decoded column-wise (fast path), the others as fastavro dicts
+    elements = [RecordBatch("fast", ColumnBatch.concat(_decode(task, _container(batches[0]))))]
+    elements += [RecordBatch(f"slow{i}", b) for i, b in enumerate(batches[1:])]
+    limit = 2
+    over = sum(max(0, k - limit) for c in sends for k in c)
+    n_all = sum(map(len, batches))
+    # the core over exactly the accepted reports, window by window (window = period here)
+    expected = []
+    for period in (0, 1):
+        acc = GroupAccumulators()
+        for (_cid, per), (reps, _et) in sorted(per_client.items()):
+            if per == period:
+                acc = accumulate(agg, acc, 0, reps.take(slice(0, limit)))
+        info = WindowInfo(period * 60_000, (period + 1) * 60_000, "ON_TIME", 0, True)
+        rows = finalize_window(agg, acc, info)
+        expected += [(r.window_start, r.n_reports, tuple(r.frequencies)) for r in rows]
+    with TestPipeline() as p:
+        out = p | beam.Create(elements) | Aggregate(agg)
+        rows = out["estimates"] | beam.Map(lambda r: (r.window_start, r.n_reports, tuple(r.frequencies)))
+        assert_that(rows, equal_to(expected), label="estimates")
+        reasons = out["dead_letter"] | beam.Map(lambda d: d["reason"])
+        assert_that(
+            reasons, equal_to(["over_budget"] * over + ["missing_client_id"] * 2), label="reasons"
+        )
+        ids = (
+            out["dead_letter"]
+            | beam.Filter(lambda d: d["reason"] == "over_budget")
+            | beam.Map(lambda d: json.loads(d["raw_record"])["client_id"][:2])
+        )
+        expected_ids = [bytes([c + 1]).hex() for c, s in enumerate(sends) for k in s for _ in range(k - 2)]
+        assert_that(ids, equal_to(expected_ids), label="ids")
+
+        def total(counts):
+            out_: dict = {}
+            for c in counts:
+                for k, v in c.items():
+                    out_[k] = out_.get(k, 0) + v
+            return [(out_["read"], out_["accepted"], out_["rejected"], out_.get("rejected_over_budget", 0))]
+
+        sums = out["counts"] | beam.combiners.ToList() | beam.FlatMap(total)
+        assert_that(sums, equal_to([(n_all, n_all - over - 2, over + 2, over)]), label="counts")
+
+
+def test_a_late_report_of_a_closed_budget_period_is_dead_lettered():
+    """After the watermark passes a period's end plus the allowed lateness, the counts of the period's
+    shards are released and a report for such a shard is ``budget_period_closed`` (it cannot be checked),
+    not accepted as a first report."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.transforms.window import TimestampedValue
+
+    from ldp.aggregate.frequency import FrequencyAggregator
+    from transforms.aggregate import Aggregate
+    from transforms.records import RecordBatch
+
+    task = _id_task(limit=1, period_s=10.0)
+    agg = FrequencyAggregator(task)
+    oracle = task.make_oracle()
+    rng = _rng(11)
+
+    def batch(name, ids, times):
+        reps = oracle.encode(rng.integers(0, 16, len(ids)), rng=rng)
+        return RecordBatch(name, reports_to_records(task.task_id, reps, np.array(times), client_ids=ids))
+
+    first = batch("a", [b"u1", b"u1", b"u2"], [1000, 2000, 3000])  # u1's second: over budget
+    late = batch("b", [b"u1"], [4000])  # period [0, 10 s) of u1's shard closed by then
+    stream = (
+        TestStream()
+        .advance_watermark_to(0)
+        .add_elements([TimestampedValue(first, 3)])
+        .advance_watermark_to(30)
+        .add_elements([TimestampedValue(late, 30)])
+        .advance_watermark_to_infinity()
+    )
+    opts = PipelineOptions()
+    opts.view_as(StandardOptions).streaming = True
+    with TestPipeline(options=opts) as p:
+        out = p | stream | Aggregate(agg)
+        assert_that(
+            out["dead_letter"] | beam.Map(lambda d: d["reason"]),
+            equal_to(["over_budget", "budget_period_closed"]),
+            label="reasons",
+        )
+
+
+# ----------------------------------------------------------------------------------------------------
+# participation hiding: dummies are one more value, estimated like the others
+# ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mech", ["grr", "oue", "olh"])
+def test_hidden_participation_estimates_are_unbiased(mech):
+    """Clients with nothing to report send the dummy value d. Over T = 300 trials of n = 2000 clients
+    (60% participating, Zipf values), the mean error of every value's estimate (the absent one included)
+    is within z = 5 standard errors sqrt(Var / T) of 0, Var the oracle's closed form (Eq. 4 at the true
+    fractions); the empirical MSE
+    over the T trials and d + 1 values is within 1 +- 5 * sqrt(2 / (T (d + 1))) of the closed form (about
+    +-0.29 for d + 1 = 6); split_absent's participating fraction is 1 - the absent estimate."""
+    from ldp.participation import split_absent
+
+    task = parse_task({"task_id": "hide", "mechanism": mech, "epsilon": 1.0, "domain_size": 5,
+                       "hide_participation": True})
+    oracle = task.make_oracle()
+    d1 = oracle.d
+    assert d1 == 6 and task.absent_value() == 5
+    rng = _rng(20)
+    n, trials = 2000, 300
+    present = rng.random(n) < 0.6
+    p = 1.0 / np.arange(1, 6) ** 1.1
+    values = np.where(present, rng.choice(5, size=n, p=p / p.sum()), task.absent_value())
+    truth = np.bincount(values, minlength=d1) / n
+    var = np.asarray(oracle.variance(n, truth), dtype=np.float64)  # Eq. 4 at the true fractions
+    errs = []
+    for _ in range(trials):
+        acc = oracle.add(oracle.create_accumulator(), oracle.encode(values, rng=rng))
+        est = oracle.estimate(acc)
+        errs.append(np.asarray(est.frequencies) - truth)
+    errs = np.array(errs)
+    se = np.sqrt(var / trials)
+    assert np.all(np.abs(errs.mean(axis=0)) < 5 * se)
+    ratio = float((errs**2).mean() / var.mean())
+    assert abs(ratio - 1) < 5 * np.sqrt(2 / (trials * d1))
+    split = split_absent(np.asarray(est.frequencies), n)
+    assert split.present == pytest.approx(1 - est.frequencies[-1]) and len(split.all_clients) == 5
+    assert np.allclose(split.counts, np.asarray(est.frequencies[:-1]) * n)
+    assert np.allclose(split.among_present * split.present, split.all_clients)

@@ -59,7 +59,9 @@ def test_auto_and_params():
 
 
 def test_name_lists_come_from_the_registries():
-    assert T.ORACLE_MECHANISMS == (*ldp.oracles.MECHANISMS, "auto")
+    from ldp.longitudinal.memo import MEMO_MECHANISMS
+
+    assert T.ORACLE_MECHANISMS == (*ldp.oracles.MECHANISMS, *MEMO_MECHANISMS, "auto")
     assert T.MULTI_ATTRIBUTE_MECHANISMS == tuple(registry.METHODS)
     assert T.POSTPROCESS_METHODS == tuple(m.value for m in ldp.postprocess.Method)
     assert T.HASH_FAMILY_NAMES == tuple(ldp.hashing.HASH_FAMILIES)
@@ -398,3 +400,72 @@ def test_read_labels_file(tmp_path):
     assert T.read_labels_file(tmp_path / "l.txt", 3) == ("a", "b", "c")
     with pytest.raises(T.TaskError, match="has 3 entries but domain_size is 4"):
         T.read_labels_file(tmp_path / "l.txt", 4)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the budget block and the memoized mechanisms (issue 13)
+# ----------------------------------------------------------------------------------------------------
+def _budget_task(mech: str = "olh", **budget):
+    return T.parse_task(
+        {"task_id": f"budget-{mech}", "mechanism": mech, "epsilon": 1.0, "domain_size": 16, "budget": budget}
+    )
+
+
+def test_budget_block_parses_derives_and_round_trips():
+    import math
+
+    from ldp.longitudinal.budget import BudgetPolicy
+
+    t = _budget_task(reports_per_period=24, period_s=86400, total_epsilon=100, client_ids=True)
+    assert isinstance(t.budget, BudgetPolicy) and t.requires_client_ids
+    assert t.budget.epsilon_per_report == 1.0 and t.budget.composition == "basic"  # derived from the task
+    assert T.parse_task(t.to_dict()) == t and t.to_dict()["budget"]["client_ids"] is True
+    m = _budget_task("loloha", reports_per_period=24, period_s=86400)
+    oracle = m.make_oracle()
+    assert m.is_memoized and oracle.name == "loloha" and not m.requires_client_ids
+    assert m.budget.composition == "memoized"
+    assert math.isclose(m.budget.epsilon_per_report, oracle.epsilon_1) and oracle.epsilon_inf == 1.0
+    assert T.parse_task(m.to_dict()) == m
+    plain = T.parse_task({"task_id": "x", "mechanism": "olh", "epsilon": 1.0, "domain_size": 4})
+    assert plain.budget is None and not plain.requires_client_ids and "budget" not in plain.to_dict()
+
+
+@pytest.mark.parametrize(
+    "budget, message",
+    [
+        ({"epsilon_per_report": 0.5, "reports_per_period": 2, "period_s": 60}, "must equal the mechanism's"),
+        ({"reports_per_period": 2}, "go together"),
+        ({"total_epsilon": 5, "client_ids": True}, "client_ids needs reports_per_period"),
+        ({"reports_per_period": 2, "period_s": 0.0005, "client_ids": True}, "whole number of milliseconds"),
+        ({"reports_per_period": 2, "period_s": 60, "client_ids": "yes"}, "client_ids must be true or false"),
+        ({"reports_per_period": 2, "period_s": 60, "composition": "memoized"}, "needs a memoized mechanism"),
+        ({"reports_per_period": 2, "period_s": 60, "colour": 1}, "unknown key 'colour'"),
+        ([], "budget must be an object"),
+    ],
+)
+def test_bad_budget_blocks_are_refused_with_every_problem(budget, message):
+    import re
+
+    with pytest.raises(T.TaskError, match=re.escape(message)):
+        T.parse_task({"task_id": "b", "mechanism": "olh", "epsilon": 1.0, "domain_size": 8, "budget": budget})
+
+
+def test_memoized_mechanisms_are_frequency_mechanisms():
+    from ldp.longitudinal.memo import MEMO_MECHANISMS
+
+    for name in MEMO_MECHANISMS:
+        t = T.parse_task({"task_id": "m", "mechanism": name, "epsilon": 2.0, "domain_size": 8})
+        assert t.kind == "frequency" and t.make_oracle().name == name
+    with pytest.raises(T.TaskError, match="rejected by ldp.longitudinal.memo"):
+        T.parse_task({"task_id": "m", "mechanism": "loloha", "epsilon": 2.0, "domain_size": 8,
+                    "params": {"epsilon_1": 3.0}})
+
+
+def test_hide_participation_adds_the_absent_value():
+    t = T.parse_task({"task_id": "h", "mechanism": "grr", "epsilon": 1.0, "domain_size": 3,
+                    "labels": ["a", "b", "c"], "hide_participation": True})
+    assert t.make_oracle().d == 4 and t.absent_value() == 3 and t.labels[-1] == "(no event)"
+    assert t.to_dict()["labels"] == ["a", "b", "c"] and T.parse_task(t.to_dict()) == t
+    with pytest.raises(T.TaskError, match="hide_participation must be true or false"):
+        T.parse_task({"task_id": "h", "mechanism": "grr", "epsilon": 1.0, "domain_size": 3,
+                    "hide_participation": 1})

@@ -34,6 +34,7 @@ that lies about its id, or uses many, is not caught here.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -322,7 +323,8 @@ class EnforceBudget(beam.PTransform):
         self.shards = shards
 
     def expand(self, reports: PCollection):
-        keyed = reports | "Shard" >> beam.ParDo(ShardByClientFn(self.aggregator.task, self.shards))
-        return keyed | "Count" >> beam.ParDo(
-            BudgetStateFn(self.aggregator, self.allowed_lateness_s)
-        ).with_outputs("dead_letter", "counts", main="reports")
+        key_type = beam.typehints.KV[beam.typehints.Tuple[int, int], typing.Any]  # a deterministic key coder
+        shard = beam.ParDo(ShardByClientFn(self.aggregator.task, self.shards)).with_output_types(key_type)
+        keyed = reports | "Shard" >> shard
+        count = beam.ParDo(BudgetStateFn(self.aggregator, self.allowed_lateness_s)).with_input_types(key_type)
+        return keyed | "Count" >> count.with_outputs("dead_letter", "counts", main="reports")

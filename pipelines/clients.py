@@ -1,0 +1,506 @@
+"""Stateful simulated clients for streaming runs of repeated collection (issue 13).
+
+``N`` simulated users report window after window for one frequency task with a budget: each has a secret,
+a budget ledger (the client refuses past its budget) and a pseudonymous client id
+(:func:`ldp.reports.client_pseudonym`); their values drift; every window each user with something to
+report (probability ``--active``) sends one report, or, when the task hides participation, a dummy one
+(the task's absent value) when it has nothing to report. Reports go to a watched directory (one Avro file
+per window plus its ``.done`` marker, the watched-directory contract of ``docs/pipelines.md``) or to a
+Pub/Sub topic (one or more messages per window, attribute ``event_time``)::
+
+    python -m pipelines.clients --task TASK.json --users 200 --windows 12 --window_s 60 \
+        --output DIR [--state_dir STATES] [--misconfigured 2] [--seed 1]
+    python -m pipelines.clients --task TASK.json --users 100000 --windows 30 --window_s 60 \
+        --output_topic projects/P/topics/T --pace
+
+Two client backends:
+
+* ``--state_dir DIR``: one :class:`ldp.longitudinal.client.Client` state file per user (secret from the
+  OS CSPRNG, file mode 0600, written atomically per report): exactly the on-device path, one user at a
+  time (per-report Python and a file write + fsync per report: for up to a few thousand users);
+* in memory (no ``--state_dir``): the same rules vectorized over all users (secrets from the OS CSPRNG
+  held in memory, memoized responses through :meth:`ldp.longitudinal.memo.MemoizedOracle.simulate`, the
+  ledger's rules on numpy arrays): for 10^5-10^6 users. ``tests/test_clients.py`` checks that both give
+  the same refusals.
+
+``--misconfigured K`` makes the first K users ignore their budget: they send ``--misconfigured_reports``
+reports every window without a ledger (the aggregator's per-client count dead-letters their excess as
+``over_budget``). Simulation randomness (values, drift, activity, event times, fresh noise) comes from
+one ``numpy.random.SeedSequence(--seed)``; the secrets always come from the OS CSPRNG. The truth of every
+window (histogram of the values of active users, dummies, refusals) is written to
+``OUT/clients-truth.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import numpy as np
+
+import schemas
+from ldp.longitudinal.accounting import tight_epsilon_fn
+from ldp.longitudinal.budget import BudgetExceeded, BudgetPolicy
+from ldp.longitudinal.memo import MemoizedOracle
+from ldp.reports import CLIENT_ID_BYTES, Reports, client_pseudonym
+from ldp.task import FrequencyTask, TaskError, load_task
+from pipelines.cli import fail, job_parser, parse_job_args
+from pipelines.simulate import parse_iso8601_ms
+from transforms.avro_fast import write_reports
+from transforms.io import DONE_SUFFIX
+from transforms.records import encode_report_container, reports_to_records
+
+__all__ = ["WindowBatch", "ClientPopulation", "write_window", "publish_window", "parser", "run"]
+
+_SLACK = 1e-12
+
+
+@dataclasses.dataclass
+class WindowBatch:
+    """The reports of one window and what they were made from.
+
+    Attributes:
+        window: the window's index; ``start_ms`` / ``end_ms`` its bounds.
+        reports, event_ms, groups: the reports (one row each), their event times and groups.
+        client_ids: uint8 ``(n, 32)``, each report's pseudonymous client id.
+        truth: ``histogram`` (values of the users with something to report), ``active``, ``dummies``,
+            ``refused`` (reports the clients' ledgers refused), ``misconfigured_reports``, ``reports``.
+    """
+
+    window: int
+    start_ms: int
+    end_ms: int
+    reports: Reports
+    event_ms: np.ndarray
+    groups: np.ndarray
+    client_ids: np.ndarray
+    truth: dict[str, Any]
+
+
+def _zipf_probabilities(d: int, s: float) -> np.ndarray:
+    w = 1.0 / np.arange(1, d + 1, dtype=np.float64) ** s
+    return w / w.sum()
+
+
+def _policy(task: FrequencyTask) -> BudgetPolicy:
+    policy = getattr(task, "budget", None)
+    if policy is None:
+        raise ValueError(f"task {task.task_id!r} has no budget: stateful clients need one")
+    return policy
+
+
+# ------------------------------------------------------------------------------------------------------------
+# client backends
+# ------------------------------------------------------------------------------------------------------------
+class _FileClients:
+    """One ``ldp.longitudinal.client.Client`` state file per user (the on-device path)."""
+
+    def __init__(self, task: FrequencyTask, users: int, state_dir: Path) -> None:
+        from ldp.longitudinal.client import Client
+
+        self.task, self.oracle, self.policy = task, task.make_oracle(), _policy(task)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.clients = []
+        ids = np.zeros((users, CLIENT_ID_BYTES), dtype=np.uint8)
+        self._secrets: list[bytes] = []
+        for u in range(users):
+            path = state_dir / f"user-{u:07d}.json"
+            client = Client.load(path) if path.exists() else Client.create(path)
+            self.clients.append(client)
+            secret = _secret_of(client)
+            self._secrets.append(secret)
+            ids[u] = np.frombuffer(client_pseudonym(secret, task.task_id), dtype=np.uint8)
+        self.client_ids = ids
+
+    def report(
+        self, users: np.ndarray, values: np.ndarray, times_ms: np.ndarray, rng: np.random.Generator
+    ) -> tuple[Reports, np.ndarray]:
+        """Reports of ``users`` (one each) through their clients; ``(reports of the accepted, accepted)``."""
+        out: list[Reports] = []
+        ok = np.zeros(len(users), dtype=bool)
+        for i, (u, v, t) in enumerate(zip(users.tolist(), values.tolist(), times_ms.tolist())):
+            try:
+                rep = self.clients[u].report(
+                    self.task.task_id, self.oracle, self.policy, int(v), now_s=t / 1000, rng=rng
+                )
+            except BudgetExceeded:
+                continue
+            out.append(rep)
+            ok[i] = True
+        return Reports.concat(out), ok
+
+    def unchecked(self, users: np.ndarray, values: np.ndarray, rng: np.random.Generator) -> Reports:
+        """Reports that bypass the ledger (a misconfigured client)."""
+        if isinstance(self.oracle, MemoizedOracle):
+            reps = [
+                self.oracle.client_report(self._secrets[u], self.task.task_id, int(v), rng=rng)[0]
+                for u, v in zip(users.tolist(), values.tolist())
+            ]
+            return Reports.concat(reps)
+        return self.oracle.encode(values, rng=rng)
+
+    def spent(self) -> np.ndarray:
+        return np.array([c.spent(self.task.task_id, self.oracle, self.policy) for c in self.clients])
+
+
+def _secret_of(client: Any) -> bytes:
+    """The client's secret, to derive its pseudonym: ``client.secret_for_pseudonym()`` when the Client
+    offers it, else the ``secret`` field of its state file (the documented format of
+    ``ldp.longitudinal.client``). The simulator runs where the state files are, as a device app does."""
+    getter = getattr(client, "pseudonym_secret", None)
+    if callable(getter):
+        return getter()
+    doc = json.loads(Path(client.path).read_text(encoding="utf-8"))
+    return bytes.fromhex(doc["secret"])
+
+
+class _MemoryClients:
+    """Every user's client in numpy arrays: the ledger's rules (``ldp.longitudinal.budget.BudgetLedger``)
+    vectorized, memoized responses through ``MemoizedOracle.simulate`` (per-user 64-bit keys drawn from
+    the OS CSPRNG stand in for the HMAC secrets)."""
+
+    def __init__(self, task: FrequencyTask, users: int) -> None:
+        self.task, self.oracle, self.policy = task, task.make_oracle(), _policy(task)
+        secrets = np.frombuffer(os.urandom(32 * users), dtype=np.uint8).reshape(users, 32)
+        self.user_keys = secrets[:, :8].copy().view(np.uint64).reshape(-1)
+        self.client_ids = np.stack(
+            [np.frombuffer(client_pseudonym(s.tobytes(), task.task_id), dtype=np.uint8) for s in secrets]
+        ) if users else np.zeros((0, CLIENT_ID_BYTES), dtype=np.uint8)
+        self.reports = np.zeros(users, dtype=np.int64)
+        self.period = np.full(users, np.iinfo(np.int64).min, dtype=np.int64)
+        self.period_reports = np.zeros(users, dtype=np.int64)
+        self.last_ms = np.full(users, -1, dtype=np.int64)
+        self.memo = isinstance(self.oracle, MemoizedOracle)
+        self.keys = np.zeros(0, dtype=np.int64)  # sorted codes user * max_keys + memo key already charged
+        self.n_keys = np.zeros(users, dtype=np.int64)
+        self.max_keys = int(self.oracle.d) + 1
+        pld = self.policy.composition == "pld"
+        self._tight = tight_epsilon_fn(self.oracle, self.policy.delta) if pld else None
+
+    def _spent(self, reports: np.ndarray, n_keys: np.ndarray) -> np.ndarray:
+        pol = self.policy
+        if pol.composition == "basic":
+            return reports * pol.epsilon_per_report
+        if pol.composition == "memoized":
+            return n_keys * float(self.oracle.epsilon_inf)
+        assert self._tight is not None
+        uniq, inv = np.unique(reports, return_inverse=True)
+        vals = np.array([0.0 if k == 0 else self._tight(int(k)) for k in uniq.tolist()])
+        return vals[inv.reshape(-1)]
+
+    def report(
+        self, users: np.ndarray, values: np.ndarray, times_ms: np.ndarray, rng: np.random.Generator
+    ) -> tuple[Reports, np.ndarray]:
+        pol = self.policy
+        if len(np.unique(users)) != len(users):
+            raise ValueError("one report per user per call")
+        if np.any(times_ms < self.last_ms[users]):
+            raise ValueError("report times must not go back (the ledger refuses a clock moved back)")
+        ok = np.ones(len(users), dtype=bool)
+        new_period = self.period[users].copy()
+        new_pr = self.period_reports[users].copy()
+        if pol.period_s is not None:
+            per = np.floor(times_ms / 1000 / pol.period_s).astype(np.int64)  # BudgetPolicy.period_index
+            moved = per != new_period
+            new_pr[moved] = 0
+            new_period = per
+            new_pr += 1
+            ok &= new_pr <= pol.reports_per_period
+        new_keys = self.n_keys[users].copy()
+        is_new = np.zeros(len(users), dtype=bool)
+        codes = np.zeros(len(users), dtype=np.int64)
+        if self.memo:
+            mk = self.oracle.simulate_memo_keys(values, self.user_keys[users], task_id=self.task.task_id)
+            codes = users.astype(np.int64) * self.max_keys + mk
+            pos = np.searchsorted(self.keys, codes)
+            found = pos < len(self.keys)
+            found[found] = self.keys[pos[found]] == codes[found]
+            is_new = ~found
+            new_keys = new_keys + is_new
+        if pol.total_epsilon is not None:
+            after = self._spent(self.reports[users] + 1, new_keys)
+            ok &= after <= pol.total_epsilon * (1 + _SLACK)
+        acc = users[ok]
+        self.reports[acc] += 1
+        self.period[acc] = new_period[ok]
+        self.period_reports[acc] = new_pr[ok]
+        self.last_ms[acc] = times_ms[ok]
+        if self.memo:
+            self.n_keys[acc] = new_keys[ok]
+            self.keys = np.union1d(self.keys, codes[ok & is_new])
+            reps = self.oracle.simulate(values[ok], self.user_keys[acc], rng=rng, task_id=self.task.task_id)
+        else:
+            reps = self.oracle.encode(values[ok], rng=rng)
+        return reps, ok
+
+    def unchecked(self, users: np.ndarray, values: np.ndarray, rng: np.random.Generator) -> Reports:
+        if self.memo:
+            return self.oracle.simulate(values, self.user_keys[users], rng=rng, task_id=self.task.task_id)
+        return self.oracle.encode(values, rng=rng)
+
+    def spent(self) -> np.ndarray:
+        return self._spent(self.reports, self.n_keys)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the population
+# ------------------------------------------------------------------------------------------------------------
+class ClientPopulation:
+    """``users`` simulated users of a frequency task with a budget (see the module docstring).
+
+    Args:
+        task: the parsed task (a budget is required).
+        users: number of users.
+        state_dir: one state file per user there (None: the in-memory backend).
+        seed: entropy of the simulation's SeedSequence.
+        zipf: exponent of the values' Zipf distribution over ``[0, domain_size)``.
+        drift: probability that a user's value is redrawn before each window.
+        active: probability that a user has something to report in a window.
+        misconfigured: the first this many users ignore their budget ...
+        misconfigured_reports: ... and send this many reports every window.
+    """
+
+    def __init__(
+        self,
+        task: FrequencyTask,
+        users: int,
+        *,
+        state_dir: str | Path | None = None,
+        seed: int = 0,
+        zipf: float = 1.1,
+        drift: float = 0.1,
+        active: float = 1.0,
+        misconfigured: int = 0,
+        misconfigured_reports: int = 3,
+    ) -> None:
+        if task.kind != "frequency":
+            raise ValueError(f"task {task.task_id!r} is a {task.kind} task; clients simulate frequency tasks")
+        if users < 1:
+            raise ValueError(f"users must be >= 1, got {users}")
+        if not (0 <= drift <= 1 and 0 <= active <= 1):
+            raise ValueError("drift and active are probabilities in [0, 1]")
+        if not 0 <= misconfigured <= users or misconfigured_reports < 1:
+            raise ValueError("misconfigured must be in [0, users] and misconfigured_reports >= 1")
+        self.task = task
+        self.users = users
+        self.hide = bool(getattr(task, "hide_participation", False))
+        self.absent = int(task.domain_size)  # the dummy value of tasks that hide participation
+        self.backend: _FileClients | _MemoryClients = (
+            _MemoryClients(task, users) if state_dir is None else _FileClients(task, users, Path(state_dir))
+        )
+        ss = np.random.SeedSequence(seed)
+        self._value_rng, self._time_rng, self._noise_rng = (np.random.default_rng(s) for s in ss.spawn(3))
+        self._probs = _zipf_probabilities(task.domain_size, zipf)
+        self.values = self._value_rng.choice(task.domain_size, size=users, p=self._probs)
+        self.drift, self.active = drift, active
+        self.misconfigured, self.misconfigured_reports = misconfigured, misconfigured_reports
+
+    @property
+    def client_ids(self) -> np.ndarray:
+        return self.backend.client_ids
+
+    def window(self, k: int, start_ms: int, end_ms: int) -> WindowBatch:
+        """The reports of window ``k`` (event times uniform in ``[start_ms, end_ms)``)."""
+        n, rng = self.users, self._value_rng
+        change = rng.random(n) < self.drift
+        self.values[change] = rng.choice(self.task.domain_size, size=int(change.sum()), p=self._probs)
+        active = rng.random(n) < self.active
+        hist = np.bincount(self.values[active], minlength=self.task.domain_size)
+        times = np.sort(self._time_rng.integers(start_ms, end_ms, size=n))
+        order = self._time_rng.permutation(n)  # who reports when within the window
+        times_u = np.empty(n, dtype=np.int64)
+        times_u[order] = times
+        well = np.arange(self.misconfigured, n)
+        send = well if self.hide else well[active[well]]
+        vals = self.values[send].copy()
+        if self.hide:
+            vals[~active[send]] = self.absent
+        reps, ok = self.backend.report(send, vals, times_u[send], self._noise_rng)
+        users_ok = send[ok]
+        parts, ev, who = [reps], [times_u[users_ok]], [users_ok]
+        bad = np.arange(self.misconfigured)
+        bad = bad if self.hide else bad[active[bad]]
+        mv = self.values[bad].copy()
+        if self.hide:
+            mv[~active[bad]] = self.absent
+        mis = 0
+        for j in range(self.misconfigured_reports if len(bad) else 0):
+            parts.append(self.backend.unchecked(bad, mv, self._noise_rng))
+            ev.append(np.minimum(times_u[bad] + j, end_ms - 1))
+            who.append(bad)
+            mis += len(bad)
+        reports = Reports.concat([p for p in parts if len(p)])
+        event_ms = np.concatenate(ev).astype(np.int64)
+        users_all = np.concatenate(who).astype(np.int64)
+        groups = users_all % self.task.n_groups
+        truth = {
+            "window": k,
+            "start_ms": start_ms,
+            "end_ms": end_ms,
+            "histogram": hist.tolist(),
+            "active": int(active.sum()),
+            "dummies": int((~active[send]).sum()) if self.hide else 0,
+            "refused": int((~ok).sum()),
+            "misconfigured_reports": mis,
+            "reports": int(len(reports)),
+        }
+        return WindowBatch(k, start_ms, end_ms, reports, event_ms, groups, self.client_ids[users_all], truth)
+
+    def spent(self) -> np.ndarray:
+        """Each user's spent epsilon under the policy's rule (the ledgers)."""
+        return self.backend.spent()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# sinks
+# ------------------------------------------------------------------------------------------------------------
+def write_window(
+    batch: WindowBatch, task: FrequencyTask, directory: str | Path, *, codec: str = "null"
+) -> Path:
+    """Writes one window's reports as ``DIR/reports-wNNNNN.avro`` then its ``.done`` marker."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"reports-w{batch.window:05d}.avro"
+    tmp = d / f".{path.name}.tmp"
+    with open(tmp, "wb") as fh:
+        writer = fastavro.write.Writer(fh, schemas.report_schema(), codec=codec, sync_interval=1 << 20)
+        write_reports(
+            fh, writer, task.task_id, batch.reports, batch.event_ms, batch.groups, task.schema_version,
+            codec, 1 << 15, client_ids=batch.client_ids,
+        )  # fmt: skip
+        writer.flush()
+    os.replace(tmp, path)
+    Path(str(path) + DONE_SUFFIX).touch()
+    return path
+
+
+def publish_window(
+    batch: WindowBatch, task: FrequencyTask, publisher: Any, topic: str, *, message_size: int = 500
+) -> list[Any]:
+    """Publishes one window's reports in messages of at most ``message_size`` reports (attribute
+    ``event_time``: the latest event time of the message); returns the publish futures."""
+    futures = []
+    n = len(batch.event_ms)
+    for lo in range(0, n, message_size):
+        hi = min(n, lo + message_size)
+        recs = reports_to_records(
+            task.task_id, batch.reports.take(slice(lo, hi)), batch.event_ms[lo:hi], batch.groups[lo:hi],
+            schema_version=task.schema_version, client_ids=batch.client_ids[lo:hi],
+        )  # fmt: skip
+        when = str(int(batch.event_ms[lo:hi].max()))
+        futures.append(publisher.publish(topic, encode_report_container(recs), event_time=when))
+    return futures
+
+
+def iter_windows(pop: ClientPopulation, windows: int, start_ms: int, window_ms: int) -> Iterator[WindowBatch]:
+    for k in range(windows):
+        yield pop.window(k, start_ms + k * window_ms, start_ms + (k + 1) * window_ms)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# command line
+# ------------------------------------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = job_parser(__doc__.split("\n")[0], beam_options=False)
+    p.add_argument("--task", required=True, help="frequency task JSON file with a budget")
+    p.add_argument("--users", type=int, default=1000, help="number of simulated users")
+    p.add_argument("--windows", type=int, default=10, help="number of windows to report in")
+    p.add_argument("--window_s", type=float, default=60.0, help="seconds per window (event time)")
+    p.add_argument("--start", help="start of the first window, ISO 8601 (default: now, whole window)")
+    p.add_argument("--state_dir", help="one client state file per user here (default: clients in memory)")
+    p.add_argument("--output", help="watched directory to write one report file per window to")
+    p.add_argument("--output_topic", help="Pub/Sub topic projects/P/topics/T to publish to")
+    p.add_argument("--message_size", type=int, default=500, help="reports per Pub/Sub message")
+    p.add_argument("--pace", action="store_true", help="emit each window when its end passes on the clock")
+    p.add_argument("--seed", type=int, default=0, help="entropy of the simulation's numpy SeedSequence")
+    p.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the values")
+    p.add_argument("--drift", type=float, default=0.1, help="probability a value is redrawn per window")
+    p.add_argument("--active", type=float, default=1.0, help="probability a user has something to report")
+    p.add_argument("--misconfigured", type=int, default=0, help="users that ignore their budget")
+    p.add_argument("--misconfigured_reports", type=int, default=3, help="their reports per window")
+    return p
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Runs the clients; returns (and writes to ``OUT/clients-truth.json``) the summary."""
+    ns, _ = parse_job_args(parser(), argv, beam=False)
+    try:
+        task = load_task(ns.task, kind="frequency")
+    except TaskError as exc:
+        fail(exc.one_line())
+    if getattr(task, "budget", None) is None:
+        fail(f"{ns.task}: task {task.task_id!r} has no budget block; stateful clients need one")
+    if (ns.output is None) == (ns.output_topic is None):
+        fail("give exactly one of --output DIR and --output_topic TOPIC")
+    w = ns.window_s
+    if not (math.isfinite(w) and w > 0) or abs(w * 1000 - round(w * 1000)) > 1e-6:
+        fail(f"--window_s must be a positive whole number of milliseconds, got {ns.window_s}")
+    if ns.windows < 1 or ns.users < 1:
+        fail("--windows and --users must be >= 1")
+    window_ms = int(round(ns.window_s * 1000))
+    if ns.start:
+        try:
+            start_ms = parse_iso8601_ms(ns.start)
+        except ValueError as exc:
+            fail(f"--start: {exc}")
+    else:
+        start_ms = int(time.time() * 1000) // window_ms * window_ms
+    try:
+        pop = ClientPopulation(
+            task, ns.users, state_dir=ns.state_dir, seed=ns.seed, zipf=ns.zipf, drift=ns.drift,
+            active=ns.active, misconfigured=ns.misconfigured, misconfigured_reports=ns.misconfigured_reports,
+        )  # fmt: skip
+    except ValueError as exc:
+        fail(str(exc))
+    publisher = None
+    if ns.output_topic:
+        from google.api_core import exceptions as gexc
+        from google.cloud import pubsub_v1
+
+        publisher = pubsub_v1.PublisherClient()
+        try:
+            publisher.get_topic(request={"topic": ns.output_topic})
+        except gexc.NotFound:
+            publisher.create_topic(request={"name": ns.output_topic})
+    truths = []
+    for batch in iter_windows(pop, ns.windows, start_ms, window_ms):
+        if ns.pace:
+            delay = batch.end_ms / 1000 - time.time()
+            if delay > 0:
+                time.sleep(delay)
+        if publisher is not None:
+            for f in publish_window(batch, task, publisher, ns.output_topic, message_size=ns.message_size):
+                f.result(timeout=60)
+        else:
+            write_window(batch, task, ns.output)
+        truths.append(batch.truth)
+    spent = pop.spent()
+    summary = {
+        "task_id": task.task_id,
+        "users": ns.users,
+        "windows": truths,
+        "refused": sum(t["refused"] for t in truths),
+        "misconfigured_reports": sum(t["misconfigured_reports"] for t in truths),
+        "spent_epsilon": {"max": float(spent.max()), "mean": float(spent.mean())},
+    }
+    if ns.output:
+        Path(ns.output, "clients-truth.json").write_text(json.dumps(summary) + "\n", encoding="utf-8")
+    print(
+        f"clients: {ns.users} users, {ns.windows} windows, {sum(t['reports'] for t in truths)} reports "
+        f"({summary['refused']} refused by the clients' budgets, {summary['misconfigured_reports']} from "
+        f"misconfigured clients); spent epsilon max {summary['spent_epsilon']['max']:.4g}",
+        flush=True,
+    )
+    return summary
+
+
+if __name__ == "__main__":
+    run()
