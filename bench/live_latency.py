@@ -11,7 +11,8 @@ a watched directory (``--source directory``), or Pub/Sub messages to the emulato
 started on 127.0.0.1 and stopped by PID). A watcher polls ``OUT/estimates-*.jsonl`` every 0.2 s and
 records when each (window, pane) file first appears.
 
-Per window whose end falls inside the feeding period (after ``--warmup`` s): the latency of its on-time
+Per window whose end falls inside the measured period (``--seconds``, after the job's first pane and
+``--warmup`` s more): the latency of its on-time
 pane (the first pane at or after the window's end that is not EARLY; a LATE pane counts when the on-time
 pane was empty) = first seen - window end; the latency of its first complete pane (panes accumulate: the
 first with all of the window's reports); and how many EARLY panes appeared before the end. The summary
@@ -123,18 +124,23 @@ def measure(
         if not job.running():
             raise RuntimeError(f"the job exited with status {job.proc.returncode}:\n{job.tail()}")
         t_start = time.time()
+        budget = seconds + warmup_s + 330  # the longest warm-up; the feeding stops at the measured end
         if source == "directory":
-            feeder = FileFeeder(task, workdir / "incoming", rate=rate, duration_s=seconds + warmup_s, seed=7)
+            feeder = FileFeeder(task, workdir / "incoming", rate=rate, duration_s=budget, seed=7)
         else:
-            feeder = PubSubFeeder(task, topic, rate=rate, duration_s=seconds + warmup_s, seed=7)
+            feeder = PubSubFeeder(task, topic, rate=rate, duration_s=budget, seed=7)
         feeder.start()
-        t_feed_end = t_start + seconds + warmup_s
+        # warm-up: until the job has written its first pane (a Flink job starts processing well after
+        # it was submitted), then --warmup seconds; the measured windows start after that
+        while not watcher.panes and job.running() and time.time() < t_start + 300:
+            time.sleep(0.2)
+        t_measure = time.time() + warmup_s
+        t_feed_end = t_measure + seconds
         while time.time() < t_feed_end and job.running():
             time.sleep(0.5)
-        # the windows ending in the feeding period: wait for their on-time panes (at most a minute)
+        # the windows ending in the measured period: wait for their on-time panes (at most a minute)
         ends = [
-            e for e in range(int((t_start + warmup_s) // window_s + 1) * window_s,
-                             int(t_feed_end), window_s)  # fmt: skip
+            e for e in range(int(t_measure // window_s + 1) * window_s, int(t_feed_end), window_s)
         ]
         ends_ms = [e * 1000 for e in ends]
         limit = time.time() + 60 + (seconds if runner == "direct" and source == "directory" else 0)
@@ -143,6 +149,7 @@ def measure(
             if all(e in got for e in ends_ms):
                 break
             time.sleep(0.5)
+        feeder.end_reports()  # Pub/Sub: keep-alive messages from now on (the watermark moves)
         if source == "directory" and runner == "direct":
             job.wait(120)  # the bounded watch ends by itself and writes every window
     finally:

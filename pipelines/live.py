@@ -32,7 +32,7 @@ import numpy as np
 
 from ldp.task import Task
 from pipelines.simulate import make_population, parse_iso8601_ms, publish
-from transforms.records import reports_to_records, write_report_file
+from transforms.records import encode_report_container, reports_to_records, write_report_file
 
 __all__ = ["FileFeeder", "PubSubFeeder", "ChildJob", "PaneWatcher", "Pane", "latency_summary"]
 
@@ -42,6 +42,7 @@ class _Feeder:
 
     def __init__(self) -> None:
         self._stop = threading.Event()
+        self._end = threading.Event()
         self._thread: threading.Thread | None = None
         self.sent = 0
         self.error: BaseException | None = None
@@ -65,8 +66,14 @@ class _Feeder:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self._stop.set()
+        self._end.set()
         if self._thread is not None:
             self._thread.join(timeout=timeout_s)
+
+    def end_reports(self) -> None:
+        """Stops sending reports now (a Pub/Sub feeder goes on with its keep-alive messages until
+        :meth:`stop`)."""
+        self._end.set()
 
 
 class FileFeeder(_Feeder):
@@ -101,9 +108,9 @@ class FileFeeder(_Feeder):
         t0 = time.time()
         for k, chunk in pop.chunks(bounds):
             wait = t0 + k * self.file_interval_s - time.time()
-            if wait > 0 and self._stop.wait(wait):
+            if wait > 0 and self._end.wait(wait):
                 return
-            if self._stop.is_set():
+            if self._end.is_set():
                 return
             n = len(chunk.reports)
             now = int(time.time() * 1000)
@@ -122,9 +129,9 @@ class FileFeeder(_Feeder):
 
 class PubSubFeeder(_Feeder):
     """Publishes ``rate`` reports/s of ``task``'s simulated clients to ``topic`` for ``duration_s`` seconds
-    (``pipelines.simulate.publish``; ``PUBSUB_EMULATOR_HOST`` must be set), then an empty keep-alive
-    message every second until stopped (so a DirectRunner job's Pub/Sub watermark keeps moving and its
-    last windows close)."""
+    or until :meth:`end_reports` (``pipelines.simulate.publish``; ``PUBSUB_EMULATOR_HOST`` must be set),
+    then an empty keep-alive message every second until stopped (so a DirectRunner job's Pub/Sub
+    watermark keeps moving and its last windows close)."""
 
     def __init__(
         self,
@@ -144,12 +151,43 @@ class PubSubFeeder(_Feeder):
         self.message_size, self.dataset, self.seed = message_size, dataset, seed
 
     def _run(self) -> None:
+        from google.cloud import pubsub_v1
+
         users = max(1, int(self.rate * self.duration_s))
-        self.sent = users
-        publish(
-            self.task, users, self.dataset, self.topic, seed=self.seed, rate=self.rate,
-            message_size=self.message_size, heartbeat=lambda: not self._stop.is_set(),
-        )  # fmt: skip
+        clock = _EndableClock(self._end)
+        try:
+            publish(
+                self.task, users, self.dataset, self.topic, seed=self.seed, rate=self.rate,
+                message_size=self.message_size, clock=clock,
+            )  # fmt: skip
+            self.sent = users
+        except _EndOfReports:  # ended early: the reports of the messages published so far
+            self.sent = min(users, int(self.rate * (time.time() - clock.t0)))
+        publisher = pubsub_v1.PublisherClient()
+        empty = encode_report_container([])
+        while not self._stop.wait(1.0):
+            publisher.publish(self.topic, empty, event_time=str(int(time.time() * 1000))).result(timeout=60)
+
+
+class _EndOfReports(Exception):
+    pass
+
+
+class _EndableClock:
+    """``time``-like clock for ``simulate.publish`` whose ``sleep`` raises :class:`_EndOfReports` once
+    ``end`` is set (the publisher paces every message with it)."""
+
+    def __init__(self, end: threading.Event) -> None:
+        self.end = end
+        self.t0 = time.time()
+
+    @staticmethod
+    def time() -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if self.end.wait(max(0.0, seconds)):
+            raise _EndOfReports
 
 
 class ChildJob:
