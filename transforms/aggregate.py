@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.pvalue import PCollection, TaggedOutput
@@ -66,10 +67,15 @@ _LOG = logging.getLogger(__name__)
 
 
 class GroupReports(NamedTuple):
-    """A batch of one group's accepted reports (all in one window granule)."""
+    """A batch of one group's accepted reports (all in one window granule). When the task counts reports
+    per client (``transforms.budget``) the validate step also sets each report's event time and client id
+    and the batch's source; the budget step drops them."""
 
     group: int
     reports: Reports
+    event_ms: np.ndarray | None = None
+    client_ids: np.ndarray | None = None
+    source: str | None = None
 
 
 #: The element after ``Validate``: ``(task_id, GroupReports)``, timestamped by event time.
@@ -107,9 +113,10 @@ class ValidateFn(beam.DoFn):
         yield TaggedOutput("counts", tb.counts())
         task_id = self.aggregator.task.task_id
         for part in tb.parts:
-            yield bw.TimestampedValue(
-                (task_id, GroupReports(part.group, part.reports)), part.timestamp_ms / 1000
-            )
+            gr = GroupReports(part.group, part.reports)
+            if part.client_ids is not None:  # the budget step follows (transforms.budget)
+                gr = GroupReports(part.group, part.reports, part.event_ms, part.client_ids, source)
+            yield bw.TimestampedValue((task_id, gr), part.timestamp_ms / 1000)
 
 
 class WindowReports(beam.PTransform):
@@ -252,13 +259,21 @@ class Aggregate(beam.PTransform):
 
     def expand(self, batches: PCollection) -> dict[str, PCollection]:
         agg = self.aggregator
-        granule = window_granule_ms(self.window.size_s, self.window.period_s)
+        from transforms.budget import EnforceBudget, budget_applies, budget_granule_ms
+
+        granule = budget_granule_ms(agg.task, window_granule_ms(self.window.size_s, self.window.period_s))
         # batches: RecordBatch = (source, records) with records a ColumnBatch or a list of record dicts
         v = batches | "Validate" >> beam.ParDo(ValidateFn(agg, granule)).with_outputs(
             "dead_letter", "counts", main="reports"
         )
         # v.reports: KeyedReports = (task_id, GroupReports(group, Reports)), timestamped by event time
-        windowed = v.reports | "Window" >> WindowReports(self.window)
+        reports, dead, counts = v.reports, v.dead_letter, v.counts
+        if budget_applies(agg.task):  # reports per client id and budget period; the excess: over_budget
+            b = v.reports | "Budget" >> EnforceBudget(agg, self.window.allowed_lateness_s)
+            reports = b.reports
+            dead = (v.dead_letter, b.dead_letter) | "BudgetDeadLetters" >> beam.Flatten()
+            counts = (v.counts, b.counts) | "BudgetCounts" >> beam.Flatten()
+        windowed = reports | "Window" >> WindowReports(self.window)
         # windowed: the same elements, assigned to event-time windows (trigger, lateness, accumulation)
         combined = windowed | "Combine" >> beam.CombinePerKey(TaskCombineFn(agg))
         # combined: (task_id, GroupAccumulators) once per window and pane, every group of the task in it
@@ -266,5 +281,5 @@ class Aggregate(beam.PTransform):
         rows = combined | "Finalize" >> beam.ParDo(FinalizeFn(agg)).with_outputs(*names)
         # rows[name]: ResultRow NamedTuples (EstimateRow; AnswerRow, ModelRow) of the window and pane
         out = {name: rows[name] for name in names}
-        out.update(dead_letter=v.dead_letter, counts=v.counts)
+        out.update(dead_letter=dead, counts=counts)
         return out
