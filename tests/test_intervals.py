@@ -204,4 +204,4 @@ def test_range_std_for_every_dimension_and_method(method):
     assert np.all(np.isfinite(std) & (std > 0) & (std < 0.5)), std
     again = model_from_dict(_json.loads(_json.dumps(model.to_dict())))
     np.testing.assert_array_equal(again.answer_std(qs), std)
-    assert model.std_method(3) in ("simulated-wu", "bootstrap-em")
+    assert model.std_method(3) in ("simulated-wu", "simulated-wu-grid-noise-only", "bootstrap-em-noise-only")

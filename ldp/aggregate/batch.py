@@ -45,6 +45,7 @@ import numpy as np
 from scipy import special
 
 from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.intervals import normal_interval
 from ldp.matrix.mechanism import GaussianMatrixMechanism
 from ldp.matrix.strategies import Strategy, make_strategy
 from ldp.matrix.workloads import Workload, all_ranges_1d, allrange, prefix, range_set, range_set_matrix
@@ -74,7 +75,11 @@ _WORKLOAD_TYPES = ("allrange", "prefix", "identity", "ranges")
 
 
 class BatchAnswerRow(NamedTuple):
-    """One workload query's answer in one window and pane (the fields of ``schemas/batch_answer.avsc``)."""
+    """One workload query's answer in one window and pane (the fields of ``schemas/batch_answer.avsc``).
+
+    The answer is the exact count plus Gaussian noise of standard deviation ``std`` (unbiased, unclipped),
+    so ``ci_low`` / ``ci_high`` = ``answer -+ 1.96 std`` is an exact 95% interval (``ci_method``
+    ``gaussian-exact``)."""
 
     task_id: str
     schema_version: int
@@ -94,6 +99,9 @@ class BatchAnswerRow(NamedTuple):
     noise_sigma: float
     noise_source: str
     privacy_model: str
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ci_method: str | None = None
     output = "answers"
 
 
@@ -373,6 +381,7 @@ class BatchAggregator:
         """One noise draw for the window and pane, then one :class:`BatchAnswerRow` per query."""
         counts = self.merge(0, list(accs.values()))
         ans, std = self.answer_counts(counts, self.rng(window))
+        ci_lo, ci_hi = normal_interval(ans, std)
         mech = self.mechanism
         t = self.task
         names = t.attribute_names
@@ -398,6 +407,9 @@ class BatchAggregator:
                 noise_sigma=float(mech.sigma),
                 noise_source=source,
                 privacy_model=PRIVACY_MODEL,
+                ci_low=float(ci_lo[i]),
+                ci_high=float(ci_hi[i]),
+                ci_method="gaussian-exact",
             )
             for i in range(len(ans))
         ]

@@ -572,6 +572,11 @@ class GridModel(AnswerPostprocessing, PairwiseRangeModel):
             out[i] = weighted_sum_variance(oracle, n, np.multiply.outer(phj[i], phk[i]).reshape(-1), f)
         return np.sqrt(out)
 
+    def std_method(self, lam: int) -> str:
+        """The std is the grids' perturbation noise only: the non-uniformity (within-cell) error of the
+        response matrices / uniform guess is not in it (``docs/intervals.md`` measures what that costs)."""
+        return "grid-noise-only" if lam <= 2 else "simulated-wu-grid-noise-only"
+
     # ---- serialization -------------------------------------------------------------------------------------
 
     def _payload(self) -> dict[str, Any]:

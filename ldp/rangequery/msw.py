@@ -173,7 +173,7 @@ class MSWModel(AnswerPostprocessing, RangeModel):
         return out
 
     def std_method(self, lam: int) -> str:
-        return "bootstrap-em"
+        return "bootstrap-em-noise-only" if lam > 1 else "bootstrap-em"
 
     def _payload(self) -> dict[str, Any]:
         out: dict[str, Any] = {"distributions": [f.tolist() for f in self.distributions]}

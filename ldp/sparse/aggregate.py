@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.intervals import normal_interval
 from ldp.reports import Reports
 from ldp.sparse.accumulate import SVME
 from ldp.sparse.baselines import PCKV, DenseReports, Gaussian, Harmony, ItemReports, KFold, Sampling
@@ -49,7 +50,9 @@ __all__ = [
 
 
 class SparseEstimateRow(NamedTuple):
-    """The estimates of one sparse task, window and pane."""
+    """The estimates of one sparse task, window and pane. The means are unbiased and unclipped, so
+    ``ci_low`` / ``ci_high`` are the normal 95% interval ``mean +- 1.96 std`` (``ci_method`` ``normal``;
+    ``ldp.intervals.normal_interval``) and ``ci_includes_zero`` flags coordinates at noise level."""
 
     task_id: str
     schema_version: int
@@ -69,6 +72,10 @@ class SparseEstimateRow(NamedTuple):
     mean: list[float]
     std: list[float]
     linf_bound_95: float
+    ci_low: list[float] | None = None
+    ci_high: list[float] | None = None
+    ci_method: str | None = None
+    ci_includes_zero: list[bool] | None = None
     output = "estimates"
 
 
@@ -232,6 +239,7 @@ class SparseAggregator:
             if acc.n == 0:
                 continue
             est = self.estimate(acc)
+            lo, hi = normal_interval(est.mean, est.std)
             rows.append(
                 SparseEstimateRow(
                     task_id=t.task_id,
@@ -252,6 +260,10 @@ class SparseAggregator:
                     mean=np.asarray(est.mean, dtype=np.float64).tolist(),
                     std=np.asarray(est.std, dtype=np.float64).tolist(),
                     linf_bound_95=float(est.linf_bound(0.95)),
+                    ci_low=lo.tolist(),
+                    ci_high=hi.tolist(),
+                    ci_method="normal",
+                    ci_includes_zero=((lo <= 0.0) & (hi >= 0.0)).tolist(),
                 )
             )
         return rows
