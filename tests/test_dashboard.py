@@ -62,7 +62,9 @@ def test_top_k_orders_by_published_estimate_ties_by_index_and_skips_missing():
     assert top["item"] == [1, 2, 3]  # 0.5, then the tie 0.2 by index
     assert top["name"] == ["red", "value 2", "value 3"]
     assert top["rank"] == [1, 2, 3]
-    assert top["noise"] == [shape.SIGNAL, shape.NOISE, shape.SIGNAL]
+    assert top["noise"] == [shape.SIGNAL, shape.NOISE_CI, shape.SIGNAL]  # no flag: the interval decides
+    flagged = _row(0, 0.1, 0.05, 0.15, ci_includes_zero=1)
+    assert shape.noise_text(flagged) == shape.NOISE  # the store's flag (unbiased CI), named as such
     assert top["color"][1] == shape.NOISE_COLOR
     assert shape.top_k(rows, 10)["item"] == [1, 2, 3, 4]  # None estimates are not ranked
     no_ci = shape.top_k([_row(4, 0.01)], 1)
@@ -215,6 +217,21 @@ def test_counts_and_reasons_columns():
     ]
     assert reasons["count"][2:] == [5, 3, 1]
     assert shape.reasons_columns(counts, max_windows=1)["count"] == []  # the newest has no dead letters
+    batch = [
+        {
+            "window_start": 0,
+            "window_end": 0,
+            "read": 9,
+            "accepted": 9,
+            "rejected": 0,
+            "late_dropped": 0,
+            "lost": 0,
+            "reasons_json": "{}",
+        }
+    ]
+    spread = shape.counts_columns(batch, (60_000, 180_000))  # a batch run's counts across its windows
+    assert spread["x"] == [120_000.0] and spread["width"] == [108_000.0]
+    assert spread["window"] == ["whole run (global window)"]
 
 
 def test_series_columns_follow_windows_and_keep_missing_intervals_as_gaps():
@@ -264,7 +281,7 @@ def test_answers_columns_and_query_text():
     cols = shape.answers_columns(rows, 5)
     assert cols["item"] == [0, 1]  # by query index, not by answer
     assert cols["name"] == ["#0: query 0", "#1: age in [20, 29], income in [0, 3]"]
-    assert cols["noise"] == [shape.NOISE, shape.SIGNAL]
+    assert cols["noise"] == [shape.NOISE_CI, shape.SIGNAL]
     assert shape.query_text({"age": [1, 2]}, 3) == "age in [1, 2]"
     assert shape.query_text("not a mapping", 3) == "query 3"
 

@@ -486,9 +486,12 @@ class Dashboard:
 
         # the job's counts come first: they show before any estimate (e.g. every report dead-lettered)
         counts = reader.counts(task_id, self.max_windows)
-        self._set_data("counts", self.counts_source, shape.counts_columns(counts))
-        self._set_data("reasons", self.reasons_source, shape.reasons_columns(counts))
         windows = reader.windows(task_id, self.max_windows)
+        span = None
+        if windows and any(int(w["window_end"]) > 0 for w in windows):
+            span = (min(int(w["window_start"]) for w in windows), max(int(w["window_end"]) for w in windows))
+        self._set_data("counts", self.counts_source, shape.counts_columns(counts, span))
+        self._set_data("reasons", self.reasons_source, shape.reasons_columns(counts))
         if not windows:
             so_far = ""
             if counts:
@@ -659,7 +662,7 @@ def _topk_html(top: dict[str, list[Any]], first: dict[str, Any] | None, is_estim
     )
     body = []
     for i in range(len(top["item"])):
-        noise = top["noise"][i] == shape.NOISE
+        noise = top["noise"][i] in (shape.NOISE, shape.NOISE_CI)
         body.append(
             f"<tr class='{'noise' if noise else 'value'}' data-item='{top['item'][i]}'>"
             f"<td>{top['rank'][i]}</td><td class='name'>{html.escape(str(top['name'][i]))}</td>"

@@ -25,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "NOISE",
+    "NOISE_CI",
     "NO_CI",
     "SIGNAL",
     "TIMING_COLORS",
@@ -40,6 +41,7 @@ __all__ = [
     "latest_pane_latency",
     "latency_summary",
     "noise_level",
+    "noise_text",
     "parse_json",
     "query_text",
     "reasons_columns",
@@ -56,8 +58,12 @@ SIGNAL_COLOR = "#1f77b4"
 NOISE_COLOR = "#bbbbbb"
 NO_CI_COLOR = "#7f9fbf"
 #: The top-k's ``noise`` column (also the legend of the top-k plot).
-SIGNAL = "95% CI excludes 0"
-NOISE = "95% CI includes 0 (noise level)"
+SIGNAL = "distinguishable from 0"
+#: Noise level by the store's flag (ldp.intervals: the *unbiased* estimate's 95% normal interval contains 0;
+#: the published interval of a post-processed value may exclude 0 while it is set).
+NOISE = "noise level: unbiased 95% CI includes 0"
+#: Noise level by the published interval, for rows without the flag.
+NOISE_CI = "noise level: 95% CI includes 0"
 NO_CI = "no interval in the store"
 
 Row = Mapping[str, Any]
@@ -117,6 +123,17 @@ def value_name(item: int, label: str | None, labels: Mapping[int, str] | None = 
     return f"value {item}"
 
 
+def noise_text(row: Row) -> str:
+    """The ``noise`` column of a row: :data:`NOISE` (the store's flag set), :data:`NOISE_CI` (no flag, the
+    published interval contains 0), :data:`SIGNAL` or :data:`NO_CI`."""
+    flag = noise_level(row)
+    if flag is None:
+        return NO_CI
+    if not flag:
+        return SIGNAL
+    return NOISE if row.get("ci_includes_zero") is not None else NOISE_CI
+
+
 def noise_level(row: Row) -> bool | None:
     """Whether a published number is at noise level: the store's ``ci_includes_zero`` flag when set, else
     whether ``[ci_low, ci_high]`` contains 0; None when the row has neither (no interval to judge by)."""
@@ -166,7 +183,7 @@ def format_window(start: int, end: int) -> str:
 def top_k(rows: Iterable[Row], k: int, labels: Mapping[int, str] | None = None) -> Columns:
     """The ``k`` largest published estimates among ``rows`` (one window, group and output), as columns:
     ``item``, ``name`` (unique display name), ``estimate``, ``ci_low``, ``ci_high`` (NaN without interval),
-    ``noise`` (:data:`SIGNAL`, :data:`NOISE` or :data:`NO_CI`), ``color``, ``std``, ``method``,
+    ``noise`` (:func:`noise_text`), ``color``, ``std``, ``method``,
     ``rank`` (1-based), ``window_start`` / ``window_end`` / ``pane_index`` (of the row: what the page
     shows)."""
     ordered = sorted(rows, key=lambda r: (-_num(r.get("estimate")), int(r["item"])))
@@ -201,7 +218,7 @@ def top_k(rows: Iterable[Row], k: int, labels: Mapping[int, str] | None = None) 
         cols["estimate"].append(_num(row.get("estimate")))
         cols["ci_low"].append(_num(row.get("ci_low")))
         cols["ci_high"].append(_num(row.get("ci_high")))
-        cols["noise"].append(NO_CI if flag is None else (NOISE if flag else SIGNAL))
+        cols["noise"].append(noise_text(row))
         cols["color"].append(NO_CI_COLOR if flag is None else (NOISE_COLOR if flag else SIGNAL_COLOR))
         cols["std"].append(_num(row.get("std")))
         cols["method"].append(str(row.get("method") or ""))
@@ -325,9 +342,11 @@ def latency_summary(latencies_s: Sequence[float], timings: Sequence[str] | None 
     return {"n": len(values), "median_s": median, "max_s": values[-1]}
 
 
-def counts_columns(counts: Iterable[Row]) -> Columns:
+def counts_columns(counts: Iterable[Row], global_span: tuple[int, int] | None = None) -> Columns:
     """Per counts window, oldest first: ``x`` (window middle, ms), ``width``, ``window``, ``read``,
-    ``accepted``, ``rejected``, ``late_dropped``, ``lost``, ``dead_letters`` (sum of the reasons)."""
+    ``accepted``, ``rejected``, ``late_dropped``, ``lost``, ``dead_letters`` (sum of the reasons). The whole
+    run's counts of a batch job (window 0/0) are drawn over ``global_span`` (the estimated windows) when
+    given."""
     keys = (
         "x",
         "width",
@@ -345,8 +364,11 @@ def counts_columns(counts: Iterable[Row]) -> Columns:
     for row in sorted(counts, key=_window_key):
         start, end = int(row["window_start"]), int(row["window_end"])
         reasons = parse_json(row.get("reasons_json"))
-        cols["x"].append((start + end) / 2.0)
-        cols["width"].append(max(end - start, 1) * 0.9)
+        lo, hi = (start, end)
+        if start == end == 0 and global_span is not None:
+            lo, hi = global_span  # a batch run's counts: drawn across the windows it estimated
+        cols["x"].append((lo + hi) / 2.0)
+        cols["width"].append(max(hi - lo, 1) * 0.9)
         cols["window_start"].append(start)
         cols["window_end"].append(end)
         cols["window"].append(format_window(start, end))
@@ -405,7 +427,7 @@ def answers_columns(rows: Iterable[Row], k: int) -> Columns:
         cols["estimate"].append(_num(row.get("estimate")))
         cols["ci_low"].append(_num(row.get("ci_low")))
         cols["ci_high"].append(_num(row.get("ci_high")))
-        cols["noise"].append(NO_CI if flag is None else (NOISE if flag else SIGNAL))
+        cols["noise"].append(noise_text(row))
         cols["color"].append(NO_CI_COLOR if flag is None else (NOISE_COLOR if flag else SIGNAL_COLOR))
         cols["std"].append(_num(row.get("std")))
         cols["method"].append(str(row.get("method") or ""))
