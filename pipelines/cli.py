@@ -193,12 +193,25 @@ def add_input_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
 
 
 def add_output_flags(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """``--output DIR`` and ``--overwrite`` (see :func:`prepare_output`)."""
+    """``--output DIR`` and ``--overwrite`` (see :func:`prepare_output`), ``--store URL`` and
+    ``--store_max_items`` (``ldp.store``)."""
     parser.add_argument("--output", required=required, help="output directory")
     parser.add_argument(
         "--overwrite",
         action="store_true",
         help="clear an earlier run's non-empty --output directory first (otherwise refused)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="also write the latest-state store of estimates (docs/store.md): sqlite:///PATH or a file path "
+        "(SQLite), postgresql://USER@HOST:PORT/DB (PostgreSQL); default: none",
+    )
+    parser.add_argument(
+        "--store_max_items",
+        type=int,
+        default=4096,
+        help="--store: numbers stored per window, output and group; beyond it the largest estimates",
     )
 
 

@@ -60,6 +60,7 @@ from transforms.progress import configure as configure_progress
 from transforms.progress import progress
 from transforms.records import decode_params
 from transforms.runners import RunnerLimitation, plan_runner
+from transforms.store import StoreError, WriteToStore, check_store_flags, open_job_store, register_task
 
 __all__ = [
     "Job",
@@ -253,12 +254,13 @@ def build_pipeline(
     dead | "WriteDeadLetters" >> WriteDeadLetters(
         ns.output, streaming=streaming, window_s=ns.dead_letter_window
     )
+    counts = (read.counts, out["counts"]) | "AllCounts" >> beam.Flatten()
     if streaming:
-        (
-            (read.counts, out["counts"])
-            | "AllCounts" >> beam.Flatten()
-            | "CountsPerWindow" >> WindowedCounts(ns.counts_window)
-            | "WriteCounts" >> WriteCounts(ns.output)
+        counts = counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window)
+        counts | "WriteCounts" >> WriteCounts(ns.output)
+    if getattr(ns, "store", None):  # the latest-state store (transforms.store; checked by run_job)
+        {"panes": out["panes"], "counts": counts} | "Store" >> WriteToStore(
+            ns.store, agg.task, window, streaming=streaming, max_items=ns.store_max_items
         )
     out["dead_letter"] = dead
     return out
@@ -381,10 +383,18 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     except RunnerLimitation as exc:
         fail(str(exc))
     window = plan.window
+    try:  # --store: a bad URL or --store_max_items fails before anything is created
+        check_store_flags(getattr(ns, "store", None), getattr(ns, "store_max_items", 1))
+    except StoreError as exc:
+        fail(f"--store: {exc}")
     try:
         prepare_output(ns.output, ns.overwrite)
     except OSError as exc:  # a parent that is a file, a read-only or missing mount, no permission, ...
         fail(f"--output {ns.output!r} cannot be created: {exc.strerror or exc}")
+    try:  # --store: a file that cannot be created or an unreachable server fails here, in one line
+        store = open_job_store(getattr(ns, "store", None), task, window)
+    except StoreError as exc:
+        fail(f"--store: {exc}")
     _LOG.info(
         "%s job: task %s (%s, %d group(s)), window %s, %s, output %s",
         job.kind,
@@ -422,13 +432,15 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         "counts": {
             k: v
             for k, v in counts.items()
-            if k in ("read", "accepted", "rejected") or k.startswith(("rejected_", "lost_"))
+            if k in ("read", "accepted", "rejected", "late_dropped") or k.startswith(("rejected_", "lost_"))
         },
         "rows": {spec.name: counts.get(f"{spec.name}_rows", 0) for spec in agg.outputs},
         "panes_written": {name: len(w) for name, w in written.items()},
         "finalize_ms": job_distribution(result, "finalize_ms"),
     }
     _print_summary(summary, written)
+    if store is not None:
+        register_task(store, task, window, run=summary)
     if not streaming:
         with open(os.path.join(ns.output, "counts.json"), "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)

@@ -48,6 +48,7 @@ from ldp.aggregate import (
 from ldp.reports import Reports
 from ldp.task import WindowConfig
 from transforms.counts import COUNTER_NAMESPACE
+from transforms.lateness import DropLateReports, drops_late_data
 from transforms.records import REASONS, RecordBatch, TaskReportValidator, window_granule_ms
 from transforms.runners import effective_window, whole_seconds
 
@@ -243,6 +244,8 @@ class FinalizeFn(beam.DoFn):
         for row in rows:
             self.rows[row.output].inc()
             yield TaggedOutput(row.output, row)
+        # the whole pane as one element, for the latest-state store (transforms.store: one transaction)
+        yield TaggedOutput("panes", (_task_id, info, tuple(rows)))
 
 
 class Aggregate(beam.PTransform):
@@ -273,13 +276,21 @@ class Aggregate(beam.PTransform):
             reports = b.reports
             dead = (v.dead_letter, b.dead_letter) | "BudgetDeadLetters" >> beam.Flatten()
             counts = (v.counts, b.counts) | "BudgetCounts" >> beam.Flatten()
+        options = batches.pipeline.options if batches.pipeline is not None else None
+        if drops_late_data(self.window, options is None or bool(options.view_as(StandardOptions).streaming)):
+            late = reports | "DropLate" >> DropLateReports(self.window)  # dropped and counted, every runner
+            reports = late.reports
+            dead = (dead, late.dead_letter) | "LateDeadLetters" >> beam.Flatten()
+            counts = (counts, late.counts) | "LateCounts" >> beam.Flatten()
         windowed = reports | "Window" >> WindowReports(self.window)
         # windowed: the same elements, assigned to event-time windows (trigger, lateness, accumulation)
         combined = windowed | "Combine" >> beam.CombinePerKey(TaskCombineFn(agg))
         # combined: (task_id, GroupAccumulators) once per window and pane, every group of the task in it
         names = [o.name for o in agg.outputs]
-        rows = combined | "Finalize" >> beam.ParDo(FinalizeFn(agg)).with_outputs(*names)
-        # rows[name]: ResultRow NamedTuples (EstimateRow; AnswerRow, ModelRow) of the window and pane
+        rows = combined | "Finalize" >> beam.ParDo(FinalizeFn(agg)).with_outputs(*names, "panes")
+        # rows[name]: ResultRow NamedTuples (EstimateRow; AnswerRow, ModelRow) of the window and pane;
+        # rows.panes: (task_id, WindowInfo, every row of the pane), one per pane (transforms.store)
         out = {name: rows[name] for name in names}
+        out["panes"] = rows.panes
         out.update(dead_letter=dead, counts=counts)
         return out
