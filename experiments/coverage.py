@@ -213,7 +213,7 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
         ax.axvline(x, color="gray", ls="--", lw=0.8)
     ax.axvline(0.95, color="gray", lw=0.8)
     ax.set_xlim(0.0, 1.0)
-    ax.set_title("range answers (-noise-only: HDG, MSW lambda >= 2)")
+    ax.set_title("range answers\n(HDG, MSW lambda >= 2: noise-only std)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
