@@ -418,7 +418,11 @@ def test_document_waits_then_shows_the_current_window_and_follows_new_windows(st
     assert "5 reports read, 5 rejected so far" in dash.status.text
     assert dash.counts_source.data["rejected"] == [5] and dash.reasons_source.data["count"] == [5, 5]
     stream.write_window(writer, 0)
+    refreshes = []
+    real_refresh = dash._refresh
+    dash._refresh = lambda *a: (refreshes.append(a[0]), real_refresh(*a))[1]
     dash.poll()
+    assert refreshes == [stream.task_id]  # one read of the rows, however many selectors the poll set
     assert "data-state='live'" in dash.status.text
     reader = StoreReader(url)
     rows = reader.window_rows(stream.task_id, "estimates", 0, *stream.window(0))

@@ -126,6 +126,7 @@ class Dashboard:
         self.series_task: str | None = None
         self._last: dict[str, str] = {}
         self._legend_labels: dict[int, str] = {}
+        self._polling = False
         self._build(top_k)
         doc.title = "ldp-beam dashboard"
         doc.add_root(self.layout)
@@ -428,12 +429,21 @@ class Dashboard:
         return True
 
     def _on_selection(self, attr: str, old: Any, new: Any) -> None:
-        self.token = None  # read again on the next poll; now, so the page follows the click
+        if self._polling:  # the poll itself set a selector (first task, view, series): no nested poll
+            return
+        self.token = None  # read again now, so the page follows the click
         self.poll()
 
     # -- polling --------------------------------------------------------------------------------------
     def poll(self) -> None:
         """One poll: open the store if needed, and redraw what changed. Errors become the status line."""
+        self._polling = True
+        try:
+            self._poll()
+        finally:
+            self._polling = False
+
+    def _poll(self) -> None:
         try:
             if self.reader is None:
                 self.reader = self.reader_factory(self.store_url)
