@@ -1,0 +1,391 @@
+"""Soak benchmark: a directory-streaming frequency job fed at a sustained rate, latency and memory over time.
+
+Not part of the test suite. On the Flink session cluster of tools/flink/cluster.sh (or any runner whose
+flags follow ``--``), under ``nice``:
+
+    bash tools/flink/cluster.sh start
+    nice -n 10 .venv/bin/python -m bench.soak --seconds 600 --rate 2000 \\
+        --json bench/results/soak_flink.json --png bench/results/soak_flink.png \\
+        -- $(bash tools/flink/cluster.sh args) --parallelism=4
+
+What it does:
+
+* writes the task (OLH, epsilon 1, d = 1024) and starts ``pipelines.frequency --streaming --input
+  WATCHED/*.avro`` in a subprocess (10 s event-time windows, ``--allowed_lateness 10``, accumulating
+  panes, ``--watch_interval 1``, the watch bounded to the feed plus a margin, so the job ends by itself);
+* once the job runs (its first count window appeared) feeds the watched directory: every second one
+  report file of ``--rate`` reports whose event times are spread over the second just past (written
+  under a name the glob does not match, then renamed), for ``--seconds``;
+* polls the output directory every 0.25 s: the latency of a pane is the time its estimate file
+  appeared minus its window's end (``window end -> pane written``), for the first pane of every window
+  and for its final pane;
+* samples every 5 s the resident memory (``/proc``) of the job's processes: the launching Python process,
+  and, when ``--cluster_run_dir`` (default: the cluster's run dir when it has a ``cluster.env``) is given,
+  the JobManager, each TaskManager, the job server and the SDK worker pool with its harness processes;
+* at the end checks that every report fed is counted exactly once: the most complete pane of each
+  window holds exactly the reports with event times in it (by count: sum over windows == reports fed,
+  and per window == reports whose event times fall in it).
+
+The JSON holds the settings, the per-window latencies, the memory series and a summary (latency median
+/ p95 / max per tenth of the run, memory per component in the first and last full minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = {"task_id": "soak", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024}
+WINDOW_S = 10
+
+__all__ = ["main"]
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                kids = [int(c) for c in fh.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def _tree_rss(pid: int) -> int:
+    return sum(_rss(p) for p in [pid, *_descendants(pid)])
+
+
+def _components(job_pid: int, run_dir: Path | None) -> dict[str, int]:
+    comps = {"launcher": job_pid}
+    if run_dir is not None:
+        for f in sorted(run_dir.glob("*.pid")):
+            try:
+                comps[f.stem] = int(f.read_text().strip())
+            except (OSError, ValueError):
+                pass
+    return comps
+
+
+def _iso_ms(iso: str) -> int:
+    import datetime as dt
+
+    return int(round(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000))
+
+
+class Feeder(threading.Thread):
+    """Writes one report file per second into ``watched`` for ``seconds`` seconds."""
+
+    def __init__(self, watched: Path, rate: int, seconds: float, seed: int) -> None:
+        super().__init__(daemon=True)
+        from ldp.task import parse_task
+
+        self.watched, self.rate, self.seconds = watched, rate, seconds
+        self.task = parse_task(TASK)
+        self.oracle = self.task.make_oracle()
+        self.rng = np.random.default_rng(np.random.SeedSequence(seed))
+        self.event_ms: list[np.ndarray] = []
+        self.files = 0
+        self.behind_s = 0.0  # how far the feeder fell behind its schedule, at most
+
+    def run(self) -> None:
+        from transforms.records import reports_to_records, write_report_file
+
+        t0 = time.time()
+        k = 0
+        while True:
+            due = t0 + k + 1
+            now = time.time()
+            if due - t0 > self.seconds:
+                break
+            if now < due:
+                time.sleep(due - now)
+            self.behind_s = max(self.behind_s, time.time() - due)
+            end = int(time.time() * 1000)
+            ev = np.sort(self.rng.integers(end - 1000, end, self.rate))
+            values = self.rng.zipf(1.3, self.rate) % self.oracle.d
+            reports = self.oracle.encode(values, rng=self.rng)
+            part = self.watched / f".reports-{k:06d}.avro.part"
+            with open(part, "wb") as fh:
+                write_report_file(fh, reports_to_records(self.task.task_id, reports, ev))
+            os.replace(part, self.watched / f"reports-{k:06d}.avro")
+            self.event_ms.append(ev)
+            self.files += 1
+            k += 1
+
+
+class OutputWatcher(threading.Thread):
+    """Polls the job's output for new estimate files; records when each appeared."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__(daemon=True)
+        self.out = out
+        self.seen: dict[str, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.poll()
+            self.stop.wait(0.25)
+        self.poll()
+
+    def poll(self) -> None:
+        now = time.time()
+        for f in glob.glob(str(self.out / "estimates-*.jsonl")):
+            self.seen.setdefault(f, now)
+
+
+def _panes(seen: dict[str, float]) -> list[dict[str, Any]]:
+    panes = []
+    for f, t in seen.items():
+        try:
+            with open(f) as fh:
+                rows = [json.loads(line) for line in fh if line.strip()]
+        except OSError:
+            continue
+        for r in rows:
+            if r.get("window_end"):
+                end = _iso_ms(r["window_end"])
+                panes.append(
+                    {
+                        "window_end_ms": end,
+                        "pane_index": r.get("pane_index"),
+                        "pane_timing": r.get("pane_timing"),
+                        "n_reports": r["n_reports"],
+                        "seen": t,
+                        "latency_s": t - end / 1000.0,
+                    }
+                )
+    return panes
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return float(np.percentile(xs, q)) if xs else None
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=600.0, help="how long to feed (default 600)")
+    ap.add_argument("--rate", type=int, default=2000, help="reports per second (default 2000)")
+    ap.add_argument("--seed", type=int, default=2026_12_01)
+    ap.add_argument("--workdir", type=Path, default=REPO / ".cache" / "soak", help="inputs and outputs")
+    ap.add_argument("--cluster_run_dir", type=Path, help="Flink run dir (default .cache/flink/cluster)")
+    ap.add_argument("--no_cluster_memory", action="store_true", help="sample only the launching process")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--png", type=Path)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    beam_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, beam_args = argv[:i], argv[i + 1 :]
+    ns = ap.parse_args(argv)
+    run_dir = None
+    if not ns.no_cluster_memory:
+        cand = ns.cluster_run_dir or REPO / ".cache" / "flink" / "cluster"
+        run_dir = cand if (cand / "cluster.env").is_file() else None
+
+    import shutil
+
+    work = ns.workdir.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    watched, out = work / "in", work / "out"
+    watched.mkdir(parents=True)
+    (work / "task.json").write_text(json.dumps(TASK))
+    margin = 60.0
+    cmd = [
+        sys.executable, "-m", "pipelines.frequency", "--task", str(work / "task.json"), "--streaming",
+        "--input", str(watched / "*.avro"), "--output", str(out), "--watch_interval", "1",
+        "--window_size", str(WINDOW_S), "--allowed_lateness", "10", "--accumulating",
+        "--counts_window", "30", "--streaming_duration", str(ns.seconds + margin), *beam_args,
+    ]  # fmt: skip
+    log = open(work / "job.log", "wb")
+    t_start = time.time()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    memory: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            row: dict[str, Any] = {"t": time.time() - t_start}
+            for name, pid in _components(proc.pid, run_dir).items():
+                row[name] = _tree_rss(pid)
+            memory.append(row)
+            stop.wait(5.0)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    watcher = OutputWatcher(out)
+    watcher.start()
+    # the job runs once its source ticks: wait for the first count window (an empty directory still
+    # has none), or just give it the start-up time
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if glob.glob(str(out / "counts" / "counts-*.jsonl")) or time.time() - t_start > 45:
+            break
+        time.sleep(0.5)
+    t_feed = time.time()
+    feeder = Feeder(watched, ns.rate, ns.seconds, ns.seed)
+    feeder.start()
+    feeder.join()
+    t_fed = time.time()
+    rc = proc.wait()
+    t_end = time.time()
+    stop.set()
+    watcher.stop.set()
+    watcher.join()
+    sampler.join()
+    log.close()
+
+    panes = _panes(watcher.seen)
+    ev = np.concatenate(feeder.event_ms) if feeder.event_ms else np.zeros(0, np.int64)
+    want = {}
+    for s, c in zip(*np.unique((ev // (WINDOW_S * 1000)) * WINDOW_S * 1000, return_counts=True)):
+        want[int(s) + WINDOW_S * 1000] = int(c)
+    final: dict[int, dict[str, Any]] = {}
+    first: dict[int, dict[str, Any]] = {}
+    for p in panes:
+        e = p["window_end_ms"]
+        if e not in final or p["n_reports"] > final[e]["n_reports"]:
+            final[e] = p
+        if e not in first or p["seen"] < first[e]["seen"]:
+            first[e] = p
+    exact = {e: final.get(e, {}).get("n_reports") == c for e, c in want.items()}
+    fed = int(len(ev))
+    counted = int(sum(p["n_reports"] for p in final.values()))
+    # latency per window over time (windows that ended while the feed ran)
+    wins = sorted(e for e in first if t_feed * 1000 < e <= t_fed * 1000)
+    lat_first = [first[e]["latency_s"] for e in wins]
+    lat_final = [final[e]["latency_s"] for e in wins]
+    tenths = []
+    for part in np.array_split(np.arange(len(wins)), 10):
+        xs = [lat_first[i] for i in part]
+        if xs:
+            tenths.append({"median_s": _pct(xs, 50), "p95_s": _pct(xs, 95), "max_s": max(xs)})
+    comps = sorted({k for row in memory for k in row if k != "t"})
+    feed_rows = [r for r in memory if t_feed - t_start <= r["t"] <= t_fed - t_start]
+    mem_summary = {}
+    for c in comps:
+        first_min = [r.get(c, 0) for r in feed_rows if r["t"] <= t_feed - t_start + 60]
+        last_min = [r.get(c, 0) for r in feed_rows if r["t"] >= t_fed - t_start - 60]
+        mem_summary[c] = {
+            "first_minute_mean_mib": float(np.mean(first_min)) / 2**20 if first_min else None,
+            "last_minute_mean_mib": float(np.mean(last_min)) / 2**20 if last_min else None,
+            "peak_mib": max(r.get(c, 0) for r in memory) / 2**20,
+        }
+    total_first = sum(v["first_minute_mean_mib"] or 0 for v in mem_summary.values())
+    total_last = sum(v["last_minute_mean_mib"] or 0 for v in mem_summary.values())
+    res: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
+        "command": " ".join(cmd),
+        "beam_args": beam_args,
+        "exit_code": rc,
+        "seconds_fed": t_fed - t_feed,
+        "rate_reports_per_s": ns.rate,
+        "window_s": WINDOW_S,
+        "files_fed": feeder.files,
+        "feeder_max_behind_s": feeder.behind_s,
+        "reports_fed": fed,
+        "reports_counted_in_final_panes": counted,
+        "windows_expected": len(want),
+        "windows_exact": int(sum(exact.values())),
+        "all_windows_exact": bool(exact) and all(exact.values()),
+        "job_start_to_feed_s": t_feed - t_start,
+        "feed_end_to_job_end_s": t_end - t_fed,
+        "latency_first_pane_s": {
+            "median": _pct(lat_first, 50),
+            "p95": _pct(lat_first, 95),
+            "max": max(lat_first, default=None),
+        },
+        "latency_final_pane_s": {
+            "median": _pct(lat_final, 50),
+            "p95": _pct(lat_final, 95),
+            "max": max(lat_final, default=None),
+        },
+        "latency_first_pane_by_tenth": tenths,
+        "memory": mem_summary,
+        "memory_total_first_minute_mib": total_first,
+        "memory_total_last_minute_mib": total_last,
+        "windows": [
+            {
+                "window_end_ms": e,
+                "first_latency_s": first[e]["latency_s"],
+                "first_timing": first[e]["pane_timing"],
+                "final_latency_s": final[e]["latency_s"],
+                "n_reports": final[e]["n_reports"],
+                "expected": want.get(e, 0),
+            }
+            for e in sorted(first)
+        ],  # fmt: skip
+        "memory_series": memory,
+        "t_feed": t_feed - t_start,
+        "t_fed": t_fed - t_start,
+    }
+    print(
+        f"soak: fed {fed:,} reports over {res['seconds_fed']:.0f} s in {feeder.files} files; "
+        f"counted {counted:,}; windows exact {res['windows_exact']}/{len(want)}; latency first pane median "
+        f"{res['latency_first_pane_s']['median']} s p95 {res['latency_first_pane_s']['p95']} s; memory total "
+        f"{total_first:.0f} MiB (first minute) -> {total_last:.0f} MiB (last minute); exit {rc}"
+    )
+    if ns.json:
+        ns.json.parent.mkdir(parents=True, exist_ok=True)
+        ns.json.write_text(json.dumps(res, indent=1) + "\n")
+    if ns.png:
+        _plot(ns.png, res, wins, lat_first, lat_final, t_start)
+    return res
+
+
+def _plot(png: Path, res: dict[str, Any], wins, lat_first, lat_final, t_start: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    x = [e / 1000.0 - t_start for e in wins]
+    a1.plot(x, lat_first, ".", label="first pane")
+    a1.plot(x, lat_final, ".", label="final pane", alpha=0.6)
+    a1.set_ylabel("window end -> pane written (s)")
+    a1.set_ylim(bottom=0)
+    a1.legend()
+    a1.set_title(
+        f"soak: {res['rate_reports_per_s']} reports/s for {res['seconds_fed']:.0f} s, "
+        f"{res['window_s']} s windows"
+    )
+    mem = res["memory_series"]
+    t = [r["t"] for r in mem]
+    for c in sorted({k for r in mem for k in r if k != "t"}):
+        a2.plot(t, [r.get(c, 0) / 2**20 for r in mem], label=c)
+    a2.axvspan(res["t_feed"], res["t_fed"], color="0.9", zorder=0)
+    a2.set_xlabel("seconds since the job was launched (grey: feeding)")
+    a2.set_ylabel("RSS (MiB)")
+    a2.set_ylim(bottom=0)
+    a2.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+
+
+if __name__ == "__main__":
+    main()
