@@ -41,13 +41,20 @@ case "${1:-demo}" in
     # Streaming demo against the Pub/Sub emulator (started on 127.0.0.1, stopped by PID)
     exec "$py" -m pipelines.demo_beam --streaming --users 100000 "$@"
     ;;
+  dashboard)
+    shift
+    # Live dashboard demo on 127.0.0.1: simulated clients (a watched directory on Prism, built by
+    # tools/prism/get_prism.sh, else the Pub/Sub emulator), the streaming job writing the store, the
+    # dashboard; prints its URL; Ctrl-C stops every process it started (docs/live.md)
+    exec "$py" -m pipelines.dashboard_demo "$@"
+    ;;
   core)
     shift
     # The same population through the numpy core only (no Beam)
     exec "$py" -m pipelines.demo "$@"
     ;;
   *)
-    echo "usage: ./run_local.sh [demo [ARGS...] | streaming [ARGS...] | core [ARGS...] | test [PYTEST ARGS...]]" >&2
+    echo "usage: ./run_local.sh [demo [ARGS...] | streaming [ARGS...] | dashboard [ARGS...] | core [ARGS...] | test [PYTEST ARGS...]]" >&2
     exit 2
     ;;
 esac

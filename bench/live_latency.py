@@ -132,7 +132,8 @@ def measure(
         feeder.start()
         # warm-up: until the job has written its first pane (a Flink job starts processing well after
         # it was submitted), then --warmup seconds; the measured windows start after that
-        while not watcher.panes and job.running() and time.time() < t_start + 300:
+        bounded = source == "directory" and runner == "direct"  # its panes come when the watch ends
+        while not bounded and not watcher.panes and job.running() and time.time() < t_start + 300:
             time.sleep(0.2)
         t_measure = time.time() + warmup_s
         t_feed_end = t_measure + seconds
@@ -143,14 +144,14 @@ def measure(
             e for e in range(int(t_measure // window_s + 1) * window_s, int(t_feed_end), window_s)
         ]
         ends_ms = [e * 1000 for e in ends]
-        limit = time.time() + 60 + (seconds if runner == "direct" and source == "directory" else 0)
+        limit = time.time() + 60 + (seconds if bounded else 0)
         while time.time() < limit and job.running():
             got = {p.window_end_ms for p in watcher.panes if p.pane_timing != "EARLY"}
             if all(e in got for e in ends_ms):
                 break
             time.sleep(0.5)
         feeder.end_reports()  # Pub/Sub: keep-alive messages from now on (the watermark moves)
-        if source == "directory" and runner == "direct":
+        if bounded:
             job.wait(120)  # the bounded watch ends by itself and writes every window
     finally:
         if feeder is not None:

@@ -17,9 +17,9 @@ Starts, each as a child process group stopped by PID on exit or Ctrl-C (and noth
 
 The first window appears on the page about one window length plus a few seconds after the start (early
 panes within ``--early_firing`` seconds of its first reports). Once the feeding ends the job and the
-dashboard keep running until Ctrl-C, or, with ``--exit_when_done``, until every fed window is final in
-the store; it then prints the windows, their report counts and the window-end-to-pane latency the store
-recorded.
+dashboard keep running until Ctrl-C, or, with ``--exit_when_done``, until every window in the store is
+final and together they hold every report fed; it then prints the windows, their report counts and the
+window-end-to-pane latency the store recorded.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--exit_when_done",
         action="store_true",
-        help="stop everything once the fed windows are final in the store (default: run until Ctrl-C)",
+        help="stop everything once every window in the store is final and they hold every report fed "
+        "(default: run until Ctrl-C)",
     )
     ap.add_argument("--timeout", type=float, default=0.0, help="stop after so many seconds in all (0: none)")
     return ap
@@ -146,6 +147,7 @@ def _store_status(url: str, task_id: str) -> dict[str, Any]:
     return {
         "windows": len(windows),
         "final": sum(1 for w in windows if w["is_final"]),
+        "all_windows": sorted((int(w["window_start"]), int(w["window_end"])) for w in windows),
         "final_windows": sorted(
             (int(w["window_start"]), int(w["window_end"])) for w in windows if w["is_final"]
         ),
@@ -263,9 +265,6 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
               f"early panes every {ns.early_firing} s; the first window closes in about "
               f"{ns.window_size + 5} s. Ctrl-C stops everything.", flush=True)  # fmt: skip
         last_print = 0.0
-        fed_windows: set[tuple[int, int]] = set()
-        w_ms = ns.window_size * 1000
-        first_w = (int(t_feed * 1000) // w_ms) * w_ms
         while True:
             time.sleep(1.0)
             for child in (job, dash):
@@ -279,18 +278,17 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if ns.timeout and now - t0 > ns.timeout:
                 print("[dashboard demo] --timeout reached", flush=True)
                 break
-            feeding = not (feeder.finished.is_set() or now - t_feed > seconds)
-            if not feeding and not fed_windows:
-                end_feed = int(min(now, t_feed + seconds) * 1000)
-                fed_windows = {(s, s + w_ms) for s in range(first_w, end_feed, w_ms)}
+            feeding = not feeder.reports_done.is_set()
             if now - last_print >= 15:
                 st = _store_status(store, task.task_id)
                 print(f"[dashboard demo] {'feeding' if feeding else 'fed'} {int(now - t_feed)} s: "
                       f"{st['windows']} window(s) in the store, {st['final']} final", flush=True)  # fmt: skip
                 last_print = now
-            if fed_windows and ns.exit_when_done:
+            if not feeding and ns.exit_when_done:
+                # done: every window in the store is final and together they hold every report fed
                 st = _store_status(store, task.task_id)
-                if fed_windows <= set(st.get("final_windows", [])):
+                if st["windows"] and st["final"] == st["windows"] and st.get("reports") == feeder.sent:
+                    print("[dashboard demo] every fed window is final in the store", flush=True)
                     break
     except KeyboardInterrupt:
         print("\n[dashboard demo] stopping", flush=True)
@@ -305,7 +303,8 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
            f"{max(lat) / 1000:.2f} s" if lat else "")  # fmt: skip
     )
     print(f"[dashboard demo] {summary}; store {store}; logs in {work}/", flush=True)
-    return {**st, "store": store, "source": source, "url": f"http://{ns.address}:{port}/", "fed": fed_windows}
+    fed = feeder.sent if feeder is not None else 0
+    return {**st, "store": store, "source": source, "url": f"http://{ns.address}:{port}/", "fed": fed}
 
 
 if __name__ == "__main__":

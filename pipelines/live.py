@@ -43,6 +43,8 @@ class _Feeder:
     def __init__(self) -> None:
         self._stop = threading.Event()
         self._end = threading.Event()
+        #: set once the last report was sent (a Pub/Sub feeder then sends keep-alive messages)
+        self.reports_done = threading.Event()
         self._thread: threading.Thread | None = None
         self.sent = 0
         self.error: BaseException | None = None
@@ -59,6 +61,7 @@ class _Feeder:
         except BaseException as exc:  # noqa: BLE001 - reported by the owner (``error``)
             self.error = exc
         finally:
+            self.reports_done.set()
             self.finished.set()
 
     def _run(self) -> None:
@@ -163,6 +166,7 @@ class PubSubFeeder(_Feeder):
             self.sent = users
         except _EndOfReports:  # ended early: the reports of the messages published so far
             self.sent = min(users, int(self.rate * (time.time() - clock.t0)))
+        self.reports_done.set()
         publisher = pubsub_v1.PublisherClient()
         empty = encode_report_container([])
         while not self._stop.wait(1.0):
