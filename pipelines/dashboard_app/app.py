@@ -148,7 +148,7 @@ class Dashboard:
         self.k_select = _named(Select(title="top k", options=choices, value=k_value, width=90), "k_select")
         self.series_items = _named(
             MultiChoice(
-                title=f"values in the time series (up to {SERIES_SLOTS})",
+                title=f"values (or queries) in the time series (up to {SERIES_SLOTS})",
                 options=[],
                 value=[],
                 max_items=SERIES_SLOTS,
@@ -203,7 +203,7 @@ class Dashboard:
         )
         self.topk_plot.xaxis.major_label_orientation = 0.6
         self.topk_plot.yaxis.axis_label = "estimate"
-        self.topk_plot.legend.location = "top_right"
+        self.topk_plot.add_layout(self.topk_plot.legend[0], "right")  # beside the bars, never over them
         self.topk_table = _named(Div(text="", sizing_mode="stretch_width"), "topk_table")
 
         # series with CI bands
@@ -540,7 +540,7 @@ class Dashboard:
             title = (
                 f"current window {what}: top {k} {noun}, published estimate with 95% interval"
                 if is_estimate
-                else f"current window {what}: {noun} 0-{k - 1}, answer with 95% interval"
+                else f"current window {what}: {noun} {_span(top['item'])}, answer with 95% interval"
             )
         else:
             title = f"no {output} rows yet"
@@ -651,6 +651,11 @@ class Dashboard:
         if self.budget.text != _CSS + text:
             self.budget.text = _CSS + text
         self.budget.visible = True
+
+
+def _span(items: Sequence[int]) -> str:
+    """``0-3`` for the query indexes shown (``-`` when none)."""
+    return f"{min(items)}-{max(items)}" if items else "-"
 
 
 def _parse_view(view: str | None) -> tuple[str, int]:
