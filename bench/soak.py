@@ -52,6 +52,12 @@ WINDOW_S = 10
 
 __all__ = ["main"]
 
+#: ``--without_late_drop``: the frequency job with ``transforms.aggregate``'s DropLate step switched off.
+_WITHOUT_LATE_DROP = (
+    "import sys; import transforms.aggregate as a; a.drops_late_data = lambda window, streaming: False; "
+    "from pipelines import frequency; frequency.run(sys.argv[1:])"
+)
+
 
 def _rss(pid: int) -> int:
     try:
@@ -194,6 +200,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--workdir", type=Path, default=REPO / ".cache" / "soak", help="inputs and outputs")
     ap.add_argument("--cluster_run_dir", type=Path, help="Flink run dir (default .cache/flink/cluster)")
     ap.add_argument("--no_cluster_memory", action="store_true", help="sample only the launching process")
+    ap.add_argument(
+        "--without_late_drop",
+        action="store_true",
+        help="diagnostic: run the job with transforms.lateness's DropLate step switched off (in 2026-12-01's "
+        "tree that step holds the watermark after the first window on Flink and Prism; docs/load.md)",
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--png", type=Path)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -215,8 +227,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     watched.mkdir(parents=True)
     (work / "task.json").write_text(json.dumps(TASK))
     margin = 60.0
+    launch = ["-m", "pipelines.frequency"]
+    if ns.without_late_drop:
+        launch = ["-c", _WITHOUT_LATE_DROP]
     cmd = [
-        sys.executable, "-m", "pipelines.frequency", "--task", str(work / "task.json"), "--streaming",
+        sys.executable, *launch, "--task", str(work / "task.json"), "--streaming",
         "--input", str(watched / "*.avro"), "--output", str(out), "--watch_interval", "1",
         "--window_size", str(WINDOW_S), "--allowed_lateness", "10", "--accumulating",
         "--counts_window", "30", "--streaming_duration", str(ns.seconds + margin), *beam_args,
@@ -301,6 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "command": " ".join(cmd),
         "beam_args": beam_args,
+        "without_late_drop": ns.without_late_drop,
         "exit_code": rc,
         "seconds_fed": t_fed - t_feed,
         "rate_reports_per_s": ns.rate,

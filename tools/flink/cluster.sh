@@ -33,7 +33,7 @@
 #   LDP_FLINK_STATE_BACKEND        rocksdb (default) or hashmap; checkpoints go to RUN_DIR/checkpoints
 #   LDP_FLINK_RESTART_ATTEMPTS     fixed-delay restart attempts (default 10), LDP_FLINK_RESTART_DELAY
 #                                  (default "2 s")
-#   LDP_FLINK_TM_MEMORY            task manager process size (default 2048m); LDP_FLINK_JM_MEMORY (1024m)
+#   LDP_FLINK_TM_MEMORY            task manager process size (default 2560m); LDP_FLINK_JM_MEMORY (1024m)
 #   LDP_FLINK_VERSION_FULL         Flink version of the cluster (default 1.19.0)
 #   LDP_FLINK_JOB_SERVER_JAR       job-server jar (default: from get_job_server.sh)
 #   LDP_PYTHON                     Python of the SDK workers (default REPO/.venv/bin/python)
@@ -53,7 +53,7 @@ checkpoint_ms="${LDP_FLINK_CHECKPOINT_MS:-2000}"
 state_backend="${LDP_FLINK_STATE_BACKEND:-rocksdb}"
 restart_attempts="${LDP_FLINK_RESTART_ATTEMPTS:-10}"
 restart_delay="${LDP_FLINK_RESTART_DELAY:-2 s}"
-tm_memory="${LDP_FLINK_TM_MEMORY:-2048m}"
+tm_memory="${LDP_FLINK_TM_MEMORY:-2560m}"
 jm_memory="${LDP_FLINK_JM_MEMORY:-1024m}"
 python="${LDP_PYTHON:-$root/.venv/bin/python}"
 read -r -a mvn_args <<< "${LDP_FLINK_MVN_ARGS:-}"
@@ -158,8 +158,8 @@ taskmanager.memory.process.size: $tm_memory
 taskmanager.memory.jvm-metaspace.size: 320m
 # Beam's batch translation has many shuffles per job: 64 MiB of network buffers are not enough at
 # parallelism 4 ("Insufficient number of network buffers: required 512, but only 388 available")
-taskmanager.memory.network.min: 256m
-taskmanager.memory.network.max: 256m
+taskmanager.memory.network.min: 512m
+taskmanager.memory.network.max: 512m
 cluster.evenly-spread-out-slots: true
 parallelism.default: 4
 io.tmp.dirs: $run/tmp
@@ -264,7 +264,7 @@ EOF
   t0=$(date +%s)
   say "starting the JobManager (REST 127.0.0.1:$rest_port, run dir $run)"
   start_jobmanager
-  wait_for 90 "the JobManager" "$run/jobmanager.pid" rest_get /overview
+  wait_for 240 "the JobManager" "$run/jobmanager.pid" rest_get /overview
   for i in $(seq 1 $n_tm); do
     say "starting TaskManager $i ($slots slots)"
     start_taskmanager "$i"
@@ -275,7 +275,7 @@ EOF
     for i in $(seq 1 $n_tm); do
       pid_alive "$run/taskmanager-$i.pid" || die "TaskManager $i exited while starting (see $run/logs/taskmanager-$i.*)"
     done
-    [ $(( $(date +%s) - t1 )) -lt 90 ] || die "only $tms of $n_tm TaskManagers registered after 90 s (see $run/logs/)"
+    [ $(( $(date +%s) - t1 )) -lt 240 ] || die "only $tms of $n_tm TaskManagers registered after 240 s (see $run/logs/)"
     sleep 0.5
     tms="$(registered_tms 2>/dev/null || echo 0)"
   done
@@ -290,8 +290,8 @@ EOF
     --expansion-port="$expansion_port" --artifacts-dir="$run/artifacts" \
     >"$run/logs/job-server.out" 2>&1 < /dev/null &
   echo $! > "$run/job-server.pid"
-  wait_for 60 "the SDK worker pool" "$run/worker-pool.pid" port_open "$pool_port"
-  wait_for 90 "the job server" "$run/job-server.pid" port_open "$job_port"
+  wait_for 120 "the SDK worker pool" "$run/worker-pool.pid" port_open "$pool_port"
+  wait_for 240 "the job server" "$run/job-server.pid" port_open "$job_port"
   say "up in $(( $(date +%s) - t0 )) s: JobManager, $n_tm TaskManagers x $slots slots, job server, worker pool"
   cmd_args
 }
