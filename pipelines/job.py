@@ -36,7 +36,7 @@ from apache_beam.pvalue import PCollection
 from apache_beam.runners.runner import PipelineResult
 
 from ldp.aggregate import Aggregator, OutputSpec
-from ldp.task import ParsedTask, TaskError, WindowConfig, load_task
+from ldp.task import ParsedTask, TaskError, WindowConfig, budget_summary, load_task
 from pipelines.cli import (
     add_input_flags,
     add_output_flags,
@@ -438,6 +438,9 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         "panes_written": {name: len(w) for name, w in written.items()},
         "finalize_ms": job_distribution(result, "finalize_ms"),
     }
+    budget = _budget(task)  # issue 13: the policy and the accountant's figures (basic and tight)
+    if budget is not None:
+        summary["budget"] = budget
     _print_summary(summary, written)
     if store is not None:
         register_task(store, task, window, run=summary)
@@ -454,10 +457,35 @@ def _describe(w: WindowConfig) -> str:
     return kind + (", accumulating" if w.accumulating else "")
 
 
+def _budget(task: ParsedTask) -> dict[str, object] | None:
+    try:
+        return budget_summary(task)
+    except (ValueError, ArithmeticError) as exc:  # the figures are informative: never fail a finished job
+        _LOG.warning("budget figures unavailable: %s", exc)
+        return None
+
+
+def _budget_line(budget: dict[str, object]) -> str:
+    pol = budget["policy"]
+    g = budget.get("guarantees") or {}
+    shown = [(k, v) for k, v in g.items() if k.startswith("epsilon") and isinstance(v, float)]
+    eps = ", ".join(f"{k} = {v:.4g}" for k, v in shown)
+    text = f"budget: {pol['epsilon_per_report']:g} per report ({eps}), {pol['composition']} composition"
+    per = budget.get("per_period")
+    if isinstance(per, dict):
+        text += (
+            f"; a full period ({pol['reports_per_period']} reports per {pol['period_s']:g} s): "
+            f"basic {per['basic']:.4g}, tight {per['tight']:.4g} at delta {per['delta']:g}"
+        )
+    return text + f"; enforced by the {budget['enforced_by']}"
+
+
 def _print_summary(
     summary: dict[str, object], written: dict[str, list[tuple[str | None, str | None, int]]]
 ) -> None:
     print(format_counts(summary["counts"]), file=sys.stderr)  # type: ignore[arg-type]
+    if isinstance(summary.get("budget"), dict):
+        print(_budget_line(summary["budget"]), file=sys.stderr)  # type: ignore[arg-type]
     print(f"output: {summary['output']}", file=sys.stderr)
     for name, panes in written.items():
         windows = sorted({(s, e) for s, e, _ in panes}, key=lambda w: (w[0] or "", w[1] or ""))
