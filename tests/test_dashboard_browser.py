@@ -181,18 +181,21 @@ LIVE_WINDOW_S = 6
 LIVE_LABELS = [f"item-{chr(ord('a') + i)}" for i in range(16)]
 
 
-def _one_window_of_reports() -> int:
-    """The end (epoch ms) of the event-time window reports sent from now fall in, or of the next one when
-    fewer than 2 s of this one remain (fixed windows are aligned to multiples of their size)."""
+def _one_window_of_reports() -> tuple[int, int]:
+    """``(start, end)`` (epoch ms) of the event-time window to send reports in: the current one, or the next
+    one when fewer than 2 s of the current one remain (fixed windows are aligned to multiples of their
+    size)."""
     size = LIVE_WINDOW_S * 1000
     now = int(time.time() * 1000)
-    end = now - now % size + size
-    return end if end - now >= 2000 else end + size
+    start = now - now % size
+    if start + size - now < 2000:
+        start += size
+    return start, start + size
 
 
 class _Publisher:
-    """Every 0.2 s: until 0.3 s before ``real_until_ms``, 200 GRR reports of a skewed population (event time =
-    now, in the ``event_time`` attribute the job reads with ``--timestamp_attribute``);
+    """Every 0.2 s: inside ``real_ms`` (until 0.3 s before its end), 200 GRR reports of a skewed population
+    (event time = now, in the ``event_time`` attribute the job reads with ``--timestamp_attribute``);
     otherwise an undecodable message (a dead letter: the watermark moves on, no estimate is made). The test
     thus decides which windows get estimates: the job is seen running (its counts) before any report is
     sent, and one window's reports are sent, then none until the page has shown that window, whatever the
@@ -208,7 +211,7 @@ class _Publisher:
         self.oracle = task.make_oracle()
         self.task_id = task.task_id
         self.stop = threading.Event()
-        self.real_until_ms = 0
+        self.real_ms = (0, 0)  # reports are sent while start <= now < end - 300 ms
         self.error: BaseException | None = None
         self.sent = 0
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -223,13 +226,13 @@ class _Publisher:
         probs /= probs.sum()
         try:
             while not self.stop.is_set():
-                if int(time.time() * 1000) >= self.real_until_ms - 300:
+                now = int(time.time() * 1000)
+                if not self.real_ms[0] <= now < self.real_ms[1] - 300:
                     self.pub.publish(self.topic, b"garbage, not Avro").result(timeout=30)
                     self.stop.wait(0.2)
                     continue
                 values = rng.choice(16, size=200, p=probs)
                 reports = self.oracle.encode(values, rng=rng)
-                now = int(time.time() * 1000)
                 body = encode_report_container(
                     reports_to_records(self.task_id, reports, np.full(200, now), 0)
                 )
@@ -319,11 +322,14 @@ def test_streaming_job_on_emulator_store_and_page_live(
         {"task_id": "live-freq", "mechanism": "grr", "epsilon": 2.0, "domain_size": 16, "labels": LIVE_LABELS}
     )
     task.save(tmp_path / "task.json")
+    # 30 s allowed lateness: on a loaded machine the DirectRunner pulls late and would drop the reports as
+    # late (its Pub/Sub watermark is the wall clock of the pull); late ones then come as LATE panes
     cmd = [
         sys.executable, "-m", "pipelines.frequency", "--task", str(tmp_path / "task.json"), "--streaming",
         "--input_subscription", subscription, "--output", str(tmp_path / "out"), "--store", store_url,
-        "--window_size", str(LIVE_WINDOW_S), "--allowed_lateness", "0", "--counts_window", str(LIVE_WINDOW_S),
-        "--dead_letter_window", str(LIVE_WINDOW_S), "--streaming_duration", "120",
+        "--window_size", str(LIVE_WINDOW_S), "--allowed_lateness", "30",
+        "--counts_window", str(LIVE_WINDOW_S), "--dead_letter_window", str(LIVE_WINDOW_S),
+        "--streaming_duration", "400",
         "--timestamp_attribute", "event_time",
     ]  # fmt: skip
     log_path = tmp_path / "job.log"
@@ -371,7 +377,8 @@ def test_streaming_job_on_emulator_store_and_page_live(
                 interval=0.2,
                 message=lambda: f"the job's first counts on the page\n{log_path.read_text()[-2000:]}",
             )
-            first_end = publisher.real_until_ms = _one_window_of_reports()
+            publisher.real_ms = _one_window_of_reports()
+            first_end = publisher.real_ms[1]
             first = wait_until(
                 lambda: job_alive() and _page_equals_store(browser, store_url, task.task_id, 0),
                 180,
@@ -388,7 +395,8 @@ def test_streaming_job_on_emulator_store_and_page_live(
             # the page's window is the store's first window with estimates, the one the reports were sent in
             assert [(w["window_start"], w["window_end"]) for w in windows] == [first["window"]], windows
             assert first["window"][1] == first_end
-            second_end = publisher.real_until_ms = _one_window_of_reports()
+            publisher.real_ms = _one_window_of_reports()
+            second_end = publisher.real_ms[1]
             second = wait_until(
                 lambda: (
                     job_alive() and _page_equals_store(browser, store_url, task.task_id, first["window"][1])
