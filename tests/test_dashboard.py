@@ -357,6 +357,15 @@ def test_reader_waits_for_the_file_and_the_tables_then_reads_what_was_written(tm
     assert len(reader.panes(stream.task_id, 0)) == 2
     assert reader.counts(stream.task_id, 5)[0]["accepted"] == 500
     writer.close()
+    # the file is replaced (a new run in the same place): the reader follows it, never the old inode
+    for suffix in ("", "-wal", "-shm"):
+        if (tmp_path / f"e.db{suffix}").exists():
+            (tmp_path / f"e.db{suffix}").unlink()
+    assert not reader.ready()
+    writer = open_writer(url)
+    writer.write_task("another", "frequency", "grr", 1.0, {})
+    assert reader.ready() and [t["task_id"] for t in reader.tasks()] == ["another"]
+    writer.close()
     reader.close()
 
 

@@ -65,6 +65,7 @@ class StoreReader:
     def __init__(self, url: str) -> None:
         self.url = parse_store_url(url)
         self._conn: Any = None
+        self._file_id: tuple[int, int] | None = None
         if self.url.kind == "sqlite":
             directory = os.path.dirname(os.path.abspath(self.url.target))
             if not os.path.isdir(directory):
@@ -83,6 +84,7 @@ class StoreReader:
             if not os.path.exists(path):
                 return None
             try:
+                self._file_id = _file_id(path)
                 conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0, check_same_thread=False)
                 conn.row_factory = sqlite3.Row
             except sqlite3.Error as exc:
@@ -133,6 +135,8 @@ class StoreReader:
     def ready(self) -> bool:
         """Whether every table the page reads exists (the job has created the schema)."""
         if self.url.kind == "sqlite":
+            if self._conn is not None and _file_id(os.path.abspath(self.url.target)) != self._file_id:
+                self.close()  # the file was removed or replaced (a new run): read the new one
             if self._connect() is None:
                 return False
             rows = self._query("SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -240,6 +244,15 @@ class StoreReader:
             f"AND window_end >= ? AND item IN ({marks}) ORDER BY window_end, window_start, item",
             (task_id, output, int(grp), int(since_end), *[int(i) for i in items]),
         )
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of a file, None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _redact(url: str) -> str:
