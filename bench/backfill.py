@@ -94,11 +94,14 @@ def generate(data: Path, users: int, chunks: int, seed: int) -> dict[str, Any]:
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(c) for c in fh.read().split()]
-    except OSError:
-        return []
+    kids: list[int] = []
+    for task in glob.glob(f"/proc/{pid}/task/*/children"):  # every thread's children
+        try:
+            with open(task) as fh:
+                kids += [int(c) for c in fh.read().split()]
+        except OSError:
+            pass
+    return kids
 
 
 def tree_rss_bytes(pid: int) -> int:

@@ -71,11 +71,13 @@ def _descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as fh:
-                kids = [int(c) for c in fh.read().split()]
-        except OSError:
-            kids = []
+        kids = []
+        for task in glob.glob(f"/proc/{p}/task/*/children"):  # children of every thread (Popen in a thread)
+            try:
+                with open(task) as fh:
+                    kids += [int(c) for c in fh.read().split()]
+            except OSError:
+                pass
         out += kids
         todo += kids
     return out
