@@ -75,6 +75,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pipelines.sparse_mean",
         "k-sparse vector mean estimation over reports (SVME and its baselines)",
     ),
+    "clients": (
+        "pipelines.clients",
+        "stateful simulated clients (secrets, memoized reports, budgets) reporting window after window",
+    ),
+    "dashboard": ("pipelines.dashboard", "the live web dashboard over a latest-state store (--store URL)"),
+    "dashboard-demo": (
+        "pipelines.dashboard_demo",
+        "clients, a streaming job, the store and the dashboard, end to end on 127.0.0.1",
+    ),
     "demo": ("pipelines.demo_beam", "the end-to-end Beam demo (simulate + aggregate on the DirectRunner)"),
     "demo-core": ("pipelines.demo", "the same demo through the numpy core only (no Beam)"),
 }
