@@ -17,6 +17,11 @@ case "${1:-demo}" in
     if command -v java >/dev/null && command -v mvn >/dev/null; then
       bash tools/flink/get_job_server.sh >/dev/null || echo "[run_local] could not get the Flink job server" >&2
     fi
+    # The live-path tests run on Beam's Prism runner; build it once into .cache/prism with Go (from the Go
+    # module proxy; without go the Prism tests skip with the reason, or fail under LDP_REQUIRE_PRISM=1).
+    if command -v go >/dev/null || [ -x /usr/local/go/bin/go ]; then
+      bash tools/prism/get_prism.sh >/dev/null || echo "[run_local] could not build the Prism runner" >&2
+    fi
     if [ $# -gt 0 ]; then
       # pytest arguments given (e.g. -m "not integration", -k range, tests/test_cli.py): one run with them
       exec "$py" -m pytest -q "$@"
