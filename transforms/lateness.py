@@ -30,7 +30,8 @@ Why the aggregation downstream then drops nothing: a pending timer holds this st
 its time, and the timer is never later than the GC time of a window that was let through, so the
 watermark the windowing sees cannot pass that GC time before the timer fires here -- after which the
 window's batches are dropped here. (In-band watermarks on Flink, watermark holds on the DirectRunner; the
-FnApiRunner never drops anyway.)
+FnApiRunner never drops anyway, and its directory watch moves the watermark only when the watch ends, so
+nothing is late there: reports an hour old in a file that appears mid-watch get an on-time pane.)
 
 Accounting: late reports passed validation, so they stay in ``accepted`` and ``read = accepted + rejected``
 holds as before; of the accepted reports, ``late_dropped`` are in no estimate:
@@ -110,16 +111,20 @@ def last_window(fn: bw.WindowFn, timestamp: Timestamp) -> bw.IntervalWindow:
 
 
 class _Grid:
-    """The GC times (microseconds) of a window config: ``end - 1 + lateness`` of every window."""
+    """The GC times of a window config in whole milliseconds: ``end - 1 ms + lateness`` of every window.
+
+    Milliseconds because runners keep timers to the millisecond (the FnApiRunner fires a timer set at
+    ``...999`` microseconds as ``...000``); 1 ms before Beam's own ``end - 1 us + lateness``, so a window is
+    closed here no later than Beam closes it (the hold of a timer is then never past Beam's GC time)."""
 
     def __init__(self, window: WindowConfig) -> None:
-        self.size = int(round(window.size_s * 1e6))
-        self.spacing = self.size if window.period_s is None else int(round(window.period_s * 1e6))
+        self.size = int(round(window.size_s * 1e3))
+        self.spacing = self.size if window.period_s is None else int(round(window.period_s * 1e3))
         self.offset = self.size % self.spacing  # window ends are offset + k * spacing
-        self.lateness = int(round(window.allowed_lateness_s * 1e6))
+        self.lateness = int(round(window.allowed_lateness_s * 1e3))
 
-    def gc(self, end_us: int) -> int:
-        return end_us - 1 + self.lateness
+    def gc(self, end_ms: int) -> int:
+        return end_ms - 1 + self.lateness
 
     def next_gc(self, t: int) -> int:
         """The first GC time on the grid after ``t``."""
@@ -182,7 +187,7 @@ class DropLateFn(beam.DoFn):
         due = [*st["armed"][:1], *([st["probe"]] if st["probe"] is not None else [])]
         at = min(due) if due else None
         if at is not None and at != st["timer"]:
-            timer.set(Timestamp(micros=at))
+            timer.set(Timestamp(micros=at * 1000))
         st["timer"] = at
 
     def process(
@@ -193,7 +198,8 @@ class DropLateFn(beam.DoFn):
     ) -> Iterator[Any]:
         (task_id, _shard), (reports, event_us, start_us, end_us) = element
         st = self._read(state)
-        gc = self.grid.gc(end_us)
+        gc = self.grid.gc(end_us // 1000)
+        event_ms = event_us // 1000
         if st["closed"] is not None and gc <= st["closed"]:
             n = len(reports.reports)
             self.late_reports.inc(n)
@@ -213,9 +219,9 @@ class DropLateFn(beam.DoFn):
         i = bisect.bisect_left(st["armed"], gc)
         if i == len(st["armed"]) or st["armed"][i] != gc:
             st["armed"].insert(i, gc)
-        if st["closed"] is None or event_us > st["closed"]:
-            st["probe"] = event_us if st["probe"] is None else max(st["probe"], event_us)
-        st["max_seen"] = event_us if st["max_seen"] is None else max(st["max_seen"], event_us)
+        if st["closed"] is None or event_ms > st["closed"]:
+            st["probe"] = event_ms if st["probe"] is None else max(st["probe"], event_ms)
+        st["max_seen"] = event_ms if st["max_seen"] is None else max(st["max_seen"], event_ms)
         self._rearm(st, timer)
         state.write(st)
         yield bw.TimestampedValue((task_id, reports), Timestamp(micros=event_us))
@@ -227,7 +233,7 @@ class DropLateFn(beam.DoFn):
         state=beam.DoFn.StateParam(STATE),  # noqa: B008
         timer=beam.DoFn.TimerParam(TIMER),  # noqa: B008
     ) -> None:
-        t = int(fired.micros)
+        t = int(fired.micros) // 1000  # whole milliseconds, as the runners keep timers
         st = self._read(state)
         st["closed"] = t if st["closed"] is None else max(st["closed"], t)
         st["armed"] = [g for g in st["armed"] if g > t]
