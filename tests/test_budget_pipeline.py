@@ -467,6 +467,70 @@ def test_hidden_participation_estimates_are_unbiased(mech):
 # ----------------------------------------------------------------------------------------------------
 # end to end through the jobs
 # ----------------------------------------------------------------------------------------------------
+def test_streaming_budget_end_to_end_watched_directory(tmp_path):
+    """40 users with state files report every 2 s window for 6 windows under a budget of 2 reports per 6 s
+    period (a short "day"): each well-configured client refuses its third window of every period; two
+    misconfigured clients send 3 reports every window without a ledger. The streaming job (watched
+    directory) dead-letters exactly their excess as over_budget (3 x 3 - 2 = 7 per client and period),
+    keeps read = accepted + rejected, puts every accepted report in its window's estimates, and its
+    summary carries the budget's accounting (basic and tight composition over a period)."""
+    import glob
+
+    from pipelines import frequency
+    from pipelines.clients import ClientPopulation, iter_windows, write_window
+    from transforms.records import now_ms
+
+    period_ms, window_ms = 6000, 2000
+    task = parse_task(
+        {
+            "task_id": "e2e-budget", "mechanism": "olh", "epsilon": 1.0, "domain_size": 16,
+            "window": {"size_s": 2},
+            "budget": {"reports_per_period": 2, "period_s": 6, "total_epsilon": 10, "client_ids": True},
+        }
+    )  # fmt: skip
+    (tmp_path / "task.json").write_text(task.to_json())
+    pop = ClientPopulation(
+        task, 40, state_dir=tmp_path / "states", seed=7, drift=0.3, misconfigured=2, misconfigured_reports=3
+    )
+    start = (now_ms() // period_ms + 1) * period_ms  # a period boundary just ahead
+    truths = []
+    for batch in iter_windows(pop, 6, start, window_ms):
+        write_window(batch, task, tmp_path / "in")
+        truths.append(batch.truth)
+    assert [t["refused"] for t in truths] == [0, 0, 38, 0, 0, 38]  # the clients refuse past their budget
+    assert all(t["misconfigured_reports"] == 6 for t in truths)
+    sent = sum(t["reports"] for t in truths)
+    summary = frequency.run(
+        [
+            "--task", str(tmp_path / "task.json"), "--streaming", "--input", str(tmp_path / "in" / "*.avro"),
+            "--output", str(tmp_path / "out"), "--watch_interval", "0.5", "--streaming_duration", "4",
+            "--allowed_lateness", "60", "--counts_window", "60",
+        ]
+    )  # fmt: skip
+    over = 2 * 2 * (3 * 3 - 2)
+    c = summary["counts"]
+    assert c["read"] == sent == c["accepted"] + c["rejected"]
+    assert c["rejected"] == c["rejected_over_budget"] == over
+    dl = []
+    for f in glob.glob(str(tmp_path / "out" / "dead_letter" / "*.avro")):
+        with open(f, "rb") as fh:
+            dl += list(fastavro.reader(fh))
+    assert [r["reason"] for r in dl] == ["over_budget"] * over
+    mis_ids = {bytes(pop.client_ids[u]).hex() for u in (0, 1)}
+    assert {json.loads(r["raw_record"])["client_id"] for r in dl} == mis_ids
+    rows = []
+    for f in glob.glob(str(tmp_path / "out" / "estimates-*.jsonl")):
+        with open(f, encoding="utf-8") as fh:
+            rows += [json.loads(line) for line in fh if line.strip()]
+    per_window = {}
+    for r in rows:  # discarding panes: the window's reports are the sum over its panes
+        per_window[r["window_start"]] = per_window.get(r["window_start"], 0) + r["n_reports"]
+    assert sum(per_window.values()) == c["accepted"] == sent - over
+    budget = summary["budget"]
+    assert budget["policy"]["client_ids"] is True and budget["per_period"]["windows"] == 2
+    assert budget["per_period"]["basic"] == 2.0 and budget["per_period"]["tight"] <= 2.0
+
+
 def test_batch_job_over_budget_and_budget_summary(tmp_path, capsys):
     """The same clients' files through the batch job: over_budget dead letters for the misconfigured
     clients' excess only, read = accepted + rejected, and counts.json / the console carry the budget's
