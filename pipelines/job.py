@@ -247,7 +247,8 @@ def build_pipeline(
 ) -> dict[str, PCollection]:
     """Adds the job to ``p``: read -> aggregate -> write every output, dead letters and counts."""
     read = read_reports(p, ns, agg, streaming=streaming, paced=paced)
-    out = read.records | "Aggregate" >> Aggregate(agg, window)
+    # the FnApiRunner's watch (paced) never drops late data and may fire timers before pending input
+    out = read.records | "Aggregate" >> Aggregate(agg, window, drop_late=not paced)
     for spec in agg.outputs:
         out[spec.name] | f"Write_{spec.name}" >> WriteResults(ns.output, spec)
     dead = (read.dead_letter, out["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()

@@ -255,10 +255,13 @@ class Aggregate(beam.PTransform):
     at the batch's input timestamp; see :class:`transforms.counts.WindowedCounts`.
     """
 
-    def __init__(self, aggregator: Aggregator, window: WindowConfig | None = None) -> None:
+    def __init__(
+        self, aggregator: Aggregator, window: WindowConfig | None = None, drop_late: bool = True
+    ) -> None:
         super().__init__()
         self.aggregator = aggregator
         self.window = aggregator.task.window if window is None else window
+        self.drop_late = drop_late  # streaming: late reports dropped and counted (transforms.lateness)
 
     def expand(self, batches: PCollection) -> dict[str, PCollection]:
         agg = self.aggregator
@@ -277,7 +280,8 @@ class Aggregate(beam.PTransform):
             dead = (v.dead_letter, b.dead_letter) | "BudgetDeadLetters" >> beam.Flatten()
             counts = (v.counts, b.counts) | "BudgetCounts" >> beam.Flatten()
         options = batches.pipeline.options if batches.pipeline is not None else None
-        if drops_late_data(self.window, options is None or bool(options.view_as(StandardOptions).streaming)):
+        streaming = options is None or bool(options.view_as(StandardOptions).streaming)
+        if self.drop_late and drops_late_data(self.window, streaming):
             late = reports | "DropLate" >> DropLateReports(self.window)  # dropped and counted, every runner
             reports = late.reports
             dead = (dead, late.dead_letter) | "LateDeadLetters" >> beam.Flatten()

@@ -29,9 +29,12 @@ it learns it from event-time timers:
 Why the aggregation downstream then drops nothing: a pending timer holds this step's output watermark at
 its time, and the timer is never later than the GC time of a window that was let through, so the
 watermark the windowing sees cannot pass that GC time before the timer fires here -- after which the
-window's batches are dropped here. (In-band watermarks on Flink, watermark holds on the DirectRunner; the
-FnApiRunner never drops anyway, and its directory watch moves the watermark only when the watch ends, so
-nothing is late there: reports an hour old in a file that appears mid-watch get an on-time pane.)
+window's batches are dropped here. (In-band watermarks on Flink, watermark holds on the DirectRunner.)
+
+The FnApiRunner (a watched directory on the DirectRunner) is the exception: it never drops late data and
+it may fire this step's timers at the watch's final watermark before the last pending batches reach it,
+so jobs there run without this step (``Aggregate(..., drop_late=False)``, set by ``pipelines.job`` for
+the paced watch): nothing is dropped, everything read is in the estimates, ``late_dropped`` is 0.
 
 Accounting: late reports passed validation, so they stay in ``accepted`` and ``read = accepted + rejected``
 holds as before; of the accepted reports, ``late_dropped`` are in no estimate:
