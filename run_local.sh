@@ -16,6 +16,8 @@ case "${1:-demo}" in
     # (needs java + mvn; without them the Flink tests skip with the reason, or fail under LDP_REQUIRE_FLINK=1).
     if command -v java >/dev/null && command -v mvn >/dev/null; then
       bash tools/flink/get_job_server.sh >/dev/null || echo "[run_local] could not get the Flink job server" >&2
+      # the multi-process session cluster's Flink jars (tools/flink/cluster.sh; tests/test_flink_cluster.py)
+      bash tools/flink/cluster.sh fetch >/dev/null || echo "[run_local] could not fetch the Flink cluster jars" >&2
     fi
     # The live-path tests run on Beam's Prism runner; build it once into .cache/prism with Go (from the Go
     # module proxy; without go the Prism tests skip with the reason, or fail under LDP_REQUIRE_PRISM=1).
