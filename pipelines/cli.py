@@ -246,6 +246,9 @@ def beam_option_parser() -> argparse.ArgumentParser:
         for group in getattr(parser, "_action_groups", ()):  # argparse checks conflicts per group
             group.conflict_handler = "resolve"
         cls._add_argparse_args(parser)
+    from transforms.flink_options import FlinkCheckpointOptions  # the Flink runner's own, undeclared by Beam
+
+    FlinkCheckpointOptions._add_argparse_args(parser)
     return parser
 
 

@@ -296,15 +296,27 @@ def _count_files(output: str) -> list[str]:
 
 def closed_window_counts(output: str, exclude: Sequence[str] | frozenset[str] = ()) -> dict[str, int]:
     """Sums ``OUT/counts/counts-*.jsonl`` (the count windows a streaming job has closed), leaving out the
-    files in ``exclude``."""
+    files in ``exclude``. A window (``window_start_ms``, ``window_end_ms``) written more than once -- the
+    file sink is at-least-once: after a restore from a checkpoint a runner writes it again -- is counted
+    once (its copy with the most reports read)."""
     total: dict[str, int] = {"read": 0, "accepted": 0, "rejected": 0}
     skip = set(exclude)
+    rows: list[dict[str, int]] = []
+    by_window: dict[tuple[int, int], dict[str, int]] = {}
     for path in (f for f in _count_files(output) if f not in skip):
         with open(path, encoding="utf-8") as fh:
             for line in fh:
-                for k, v in json.loads(line).items():
-                    if not k.startswith("window_"):
-                        total[k] = total.get(k, 0) + int(v)
+                r = json.loads(line)
+                if "window_start_ms" not in r or "window_end_ms" not in r:
+                    rows.append(r)
+                    continue
+                key = (int(r["window_start_ms"]), int(r["window_end_ms"]))
+                if key not in by_window or int(r.get("read", 0)) > int(by_window[key].get("read", 0)):
+                    by_window[key] = r
+    for r in (*rows, *by_window.values()):
+        for k, v in r.items():
+            if not k.startswith("window_"):
+                total[k] = total.get(k, 0) + int(v)
     return total
 
 
