@@ -70,6 +70,14 @@ CLUSTER_LIB = REPO / ".cache" / "flink" / "cluster-1.19.0" / "lib"
 HANG_TIMEOUT_S = 420
 SEEDS = np.random.SeedSequence(2026_12_01_12).spawn(8)
 PARALLELISM = "--parallelism=4"
+# Beam's Flink runner must know the job is checkpointed (transforms.flink_options): its own checkpoint
+# interval; bundles finished at each checkpoint; the idle Impulse source shut down after 5 s (Flink
+# checkpoints a job with finished tasks) so the job ends when the watch does.
+FAILOVER_FLAGS = (
+    "--checkpointing_interval=1000",
+    "--finish_bundle_before_checkpointing",
+    "--shutdown_sources_after_idle_ms=5000",
+)
 
 
 def _seed(i: int) -> int:
@@ -441,10 +449,12 @@ def _iso_ms(iso: str) -> int:
 @pytest.mark.failover
 @pytest.mark.xfail(
     strict=True,
-    reason="2026-12-01: no checkpoint completes while the directory watch (PeriodicImpulse's splittable "
-    "DoFn) is running on the portable Flink runner -- checkpoint 1 completed only when the watch ended "
-    "(87 s), and in the 10-minute soak it expired -- so there is no checkpoint to fail over to "
-    "mid-stream (docs/flink.md, 'Failover')",
+    reason="2026-12-01, verified on the session cluster: Beam's Flink runner gets the checkpoint options "
+    "(job config checkpointingInterval=1000), but the stage running the watch's PeriodicImpulse splittable "
+    "DoFn does not let a checkpoint through mid-stream: with these flags its tick subtask holds checkpoint "
+    "1's barrier (8 of 81 subtasks acked) until the watch ends; with --checkpointing_interval alone "
+    "checkpoints complete but that stage's watermark freezes and no window is written until the watch "
+    "ends -- either way no checkpoint with written windows to fail over to (docs/flink.md, 'Failover')",
 )
 def test_failover_taskmanager_killed_mid_stream(cluster: Cluster, tmp_path: Path) -> None:
     """A checkpointed directory-streaming job loses TaskManager 1 (SIGKILL) mid-stream and recovers.
@@ -497,7 +507,7 @@ def test_failover_taskmanager_killed_mid_stream(cluster: Cluster, tmp_path: Path
     th = threading.Thread(target=chaos, daemon=True)
     th.start()
     args = ["--task", str(tmp_path / "task.json"), *_stream_args(watched, out, 150, window_s=4)]
-    args += [*cluster.args, PARALLELISM]
+    args += [*cluster.args, PARALLELISM, *FAILOVER_FLAGS]
     try:
         with _hang_guard():
             summary = frequency.run(args)
@@ -563,3 +573,19 @@ def test_missing_parts_skip_or_fail(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.setenv("LDP_REQUIRE_FLINK", "1")
     with pytest.raises(pytest.fail.Exception, match="absent.jar"):
         _require_parts()
+
+
+def test_closed_window_counts_count_a_rewritten_window_once(tmp_path: Path) -> None:
+    """After a restore from a checkpoint the at-least-once file sink writes a count window again: the
+    summary counts it once (the copy with the most reports read), rows without a window each time."""
+    from pipelines import job
+
+    counts_dir = tmp_path / "counts"
+    counts_dir.mkdir()
+    w1 = {"window_start_ms": 0, "window_end_ms": 4000, "read": 5, "accepted": 4, "rejected": 1}
+    w2 = {"window_start_ms": 4000, "window_end_ms": 8000, "read": 3, "accepted": 3, "rejected": 0}
+    (counts_dir / "counts-a.jsonl").write_text(json.dumps(w1) + "\n" + json.dumps(w2) + "\n")
+    (counts_dir / "counts-b.jsonl").write_text(json.dumps(w1) + "\n")  # written again after a restore
+    plain = {"read": 2, "accepted": 2, "rejected": 0}
+    (counts_dir / "counts-c.jsonl").write_text(json.dumps(plain) + "\n" + json.dumps(plain) + "\n")
+    assert job.closed_window_counts(str(tmp_path)) == {"read": 12, "accepted": 11, "rejected": 1}

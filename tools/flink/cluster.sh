@@ -39,8 +39,9 @@
 #   LDP_PYTHON                     Python of the SDK workers (default REPO/.venv/bin/python)
 #   LDP_FLINK_MVN_ARGS             extra Maven arguments (e.g. "-o")
 # Checkpointing, state backend and restart strategy are cluster settings: the job server reads the same
-# conf/ (--flink-conf-dir), so every streaming job submitted through it is checkpointed. (Python's
-# PortableRunner drops pipeline options it does not know, such as --checkpointing_interval.)
+# conf/ (--flink-conf-dir), so every streaming job submitted through it is checkpointed. Beam's runner
+# itself only knows a job is checkpointed from the pipeline option --checkpointing_interval (declared in
+# transforms/flink_options.py; docs/flink.md, 'Failover').
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
