@@ -327,3 +327,22 @@ def test_directory_streaming_on_prism_is_live_and_equals_core(tmp_path):
     assert "EARLY" in timings and "ON_TIME" in timings, timings
     log = (tmp_path / "job.log").read_text()
     assert "INFO transforms.progress: progress: " in log and " file(s), " in log, log[-3000:]
+
+
+def test_streaming_on_job_server_runners_keeps_the_state_stream_open():
+    """Beam's default --job_server_timeout (300 s) is the deadline of a portable job's state stream: a
+    streaming job on Prism or Flink would die after five minutes (seen in a 10-minute soak)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
+
+    from transforms.runners import STREAMING_JOB_SERVER_TIMEOUT_S, keep_job_state_stream_open
+
+    for runner in ("prism", "flink", "portable"):
+        opts = PipelineOptions([f"--runner={runner.title()}Runner"])
+        keep_job_state_stream_open(opts, runner)
+        assert opts.view_as(PortableOptions).job_server_timeout == STREAMING_JOB_SERVER_TIMEOUT_S
+    given = PipelineOptions(["--runner=PrismRunner", "--job_server_timeout=50"])
+    keep_job_state_stream_open(given, "prism")
+    assert given.view_as(PortableOptions).job_server_timeout == 50
+    direct = PipelineOptions([])
+    keep_job_state_stream_open(direct, "direct")
+    assert direct.view_as(PortableOptions).job_server_timeout == 300

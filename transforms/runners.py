@@ -199,11 +199,39 @@ def plan_runner(
                 "and Dataflow): leave it out (the files and --store carry every pane) or use the DirectRunner"
             )
     paced = runs_on_fnapi_runner(options)
+    if streaming and not paced:
+        keep_job_state_stream_open(options, name)
     if streaming and files and paced:
         window = adapt_directory_streaming(window, streaming_duration_s, output_topic)
     if streaming and name == "prism":
         window = adapt_prism_window(window)
     return RunnerPlan(runner, window, paced, name)
+
+
+#: Beam's default ``--job_server_timeout`` (seconds).
+BEAM_JOB_SERVER_TIMEOUT_S = 300
+#: ``--job_server_timeout`` of streaming jobs on job-server runners unless given: 30 days.
+STREAMING_JOB_SERVER_TIMEOUT_S = 30 * 86400
+
+
+def keep_job_state_stream_open(options: PipelineOptions, name: str) -> None:
+    """Streaming jobs on job-server runners (Prism, Flink, the PortableRunner): Beam 2.77's PortableRunner
+    opens the job's state stream with ``--job_server_timeout`` as its deadline (default 300 s), so a
+    streaming job that runs longer dies with ``DEADLINE_EXCEEDED`` after five minutes (measured in a
+    10-minute soak on Prism). Unless the timeout was changed from Beam's default, it is raised to
+    :data:`STREAMING_JOB_SERVER_TIMEOUT_S` (it also bounds how long a submission waits for a job server
+    that does not answer)."""
+    if name not in ("prism", "flink", "portable"):
+        return
+    portable = options.view_as(PortableOptions)
+    if portable.job_server_timeout == BEAM_JOB_SERVER_TIMEOUT_S:
+        portable.job_server_timeout = STREAMING_JOB_SERVER_TIMEOUT_S
+        _LOG.info(
+            "streaming on %s: --job_server_timeout raised to %d s (Beam's default 300 s is the deadline of "
+            "the job's state stream and would end the job after five minutes)",
+            name,
+            STREAMING_JOB_SERVER_TIMEOUT_S,
+        )
 
 
 def adapt_directory_streaming(
