@@ -21,7 +21,7 @@ from ldp.aggregate.frequency import EstimateRow
 from ldp.aggregate.range import AnswerRow, ModelRow
 from ldp.sparse.aggregate import SparseEstimateRow
 from ldp.store import DEFAULT_MAX_ITEMS, Store, StoreError, flatten_rows, open_store, parse_store_url
-from ldp.store.flatten import Z95, FlatItem, FlatPane
+from ldp.store.flatten import FlatItem, FlatPane
 
 _DB_SEQ = itertools.count()
 
@@ -355,9 +355,9 @@ class TestStore:
         ]
         assert store.panes("t", 0, 10)[0]["extra"]["linf_bound_95"] == 0.09
 
-    def test_batch_answer_rows_flatten_one_row_per_query_with_the_gaussian_interval(self, store: Store):
-        rows = [
-            BatchAnswerRow(
+    def test_batch_answer_rows_flatten_one_row_per_query_with_the_rows_own_interval(self, store: Store):
+        def row(q: int, **ci: object) -> BatchAnswerRow:
+            return BatchAnswerRow(
                 "t",
                 1,
                 0,
@@ -376,18 +376,33 @@ class TestStore:
                 2.0,
                 "os",
                 "central",
+                **ci,
             )
-            for q in range(2)
+
+        # bounds that no recomputation from (answer, std) gives: the store must publish the row's own
+        rows = [
+            row(0, ci_low=-3.25, ci_high=4.5, ci_method="gaussian-exact"),
+            row(1, ci_low=7.0, ci_high=12.75, ci_method="gaussian-exact"),
+            row(2),  # no interval: NULL bounds, no ci_includes_zero, never answer +- z std
         ]
         store.write_pane("t", 0, 10, 0, "ON_TIME", rows)
         cur = store.current("t", 0, 10)
         assert [(r["output"], r["item"], r["estimate"], r["method"], r["n_reports"]) for r in cur] == [
             ("batch", 0, 0.0, "hierarchical", None),
             ("batch", 1, 10.0, "hierarchical", None),
+            ("batch", 2, 20.0, "hierarchical", None),
         ]
-        assert cur[1]["ci_low"] == pytest.approx(10.0 - Z95 * 2.0, rel=1e-15)
-        assert cur[1]["ci_high"] == pytest.approx(10.0 + Z95 * 2.0, rel=1e-15)
-        assert [r["ci_includes_zero"] for r in cur] == [1, 0]
+        assert [(r["std"], r["ci_low"], r["ci_high"], r["ci_includes_zero"]) for r in cur] == [
+            (2.0, -3.25, 4.5, 1),
+            (2.0, 7.0, 12.75, 0),
+            (2.0, None, None, None),
+        ]
+        (fp,) = flatten_rows(rows)
+        assert [(i.ci_low, i.ci_high, i.ci_includes_zero) for i in fp.items] == [
+            (-3.25, 4.5, 1),
+            (7.0, 12.75, 0),
+            (None, None, None),
+        ]
 
     def test_read_api_windows_top_k_series_and_latencies(self, store: Store):
         for w in range(5):
@@ -449,6 +464,30 @@ def test_the_cap_keeps_the_largest_estimates_ties_by_index():
     assert len(fp.items) == DEFAULT_MAX_ITEMS
     with pytest.raises(ValueError, match="max_items"):
         flatten_rows([_est([0.5])], max_items=0)
+
+
+class _BareAnswer(NamedTuple):
+    """An answer row of a later schema: a noise-level flag of its own, no interval."""
+
+    query_index: int
+    query: dict[str, list[int]]
+    answer: float
+    std: float
+    strategy: str
+    ci_includes_zero: bool | None
+
+
+def test_an_answer_row_without_bounds_stores_nulls_and_keeps_its_own_zero_flag():
+    rows = [
+        _BareAnswer(0, {"x": [0, 1]}, 1.0, 2.0, "identity", True),
+        _BareAnswer(1, {}, 50.0, 2.0, "identity", None),
+    ]
+    (fp,) = flatten_rows(rows)
+    assert fp.output == "batch"
+    assert [(i.ci_low, i.ci_high, i.ci_includes_zero) for i in fp.items] == [
+        (None, None, 1),
+        (None, None, None),
+    ]
 
 
 def test_rows_whose_vectors_disagree_are_refused():

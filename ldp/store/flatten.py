@@ -9,7 +9,8 @@
 Rows are recognised by their fields (duck typing), so the store needs none of the aggregators' modules and
 takes rows that grew new fields. The error-bar fields (``ci_low``, ``ci_high``, ``ci_method``,
 ``unbiased``, ``unbiased_std``, ``ci_includes_zero``, ``labels``, ``group_reports``) are read with
-defaults: a row without them stores NULL there.
+defaults: a row without them stores NULL there. The intervals stored are the rows' own (ldp/intervals.py);
+the store never computes one (a row without bounds stores NULL ones).
 
 Large domains: at most ``max_items`` numbers per (window, output, group) are stored; beyond that, the
 ``max_items`` largest published estimates (ties: the lower index first). :class:`FlatPane` says how many
@@ -27,7 +28,6 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
-    "Z95",
     "FlatItem",
     "FlatPane",
     "flatten_rows",
@@ -37,9 +37,6 @@ __all__ = [
 
 #: Numbers stored per (window, output, group) unless told otherwise (``--store_max_items``).
 DEFAULT_MAX_ITEMS = 4096
-
-#: The two-sided 95% normal quantile (batch answers carry exact Gaussian noise of std ``std``).
-Z95 = 1.959963984540054
 
 
 class FlatItem(NamedTuple):
@@ -183,12 +180,11 @@ def _vector_pane(
     )
 
 
-def _answer_item(row: Any, *, exact_gaussian: bool) -> FlatItem:
+def _answer_item(row: Any) -> FlatItem:
+    # The row's own interval (ldp/intervals.py) is stored as it is: the store never computes a second one
+    # that could disagree with the published row. A row without one stores NULL bounds.
     est, std = _num(row.answer), _num(_get(row, "std"))
     lo, hi = _num(_get(row, "ci_low")), _num(_get(row, "ci_high"))
-    if lo is None and hi is None and exact_gaussian and est is not None and std is not None:
-        # batch answers: the published number is the exact answer plus Gaussian noise of std `std`
-        lo, hi = est - Z95 * std, est + Z95 * std
     zero = _get(row, "ci_includes_zero")
     if zero is None and lo is not None and hi is not None:
         zero = lo <= 0.0 <= hi
@@ -290,7 +286,7 @@ def flatten_rows(
                 for k in ("model_format_version", "group_reports")
                 if _get(first, k) is not None
             }
-        items = [_answer_item(r, exact_gaussian=out == "batch") for r in rs]
+        items = [_answer_item(r) for r in rs]
         n_reports = _get(first, "n_reports")
         n = len(items)
         if n > max_items:
