@@ -41,7 +41,7 @@ import schemas
 from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
 from ldp.aggregate.range import MODEL_FILE_VERSION, model_json
 from transforms.avro_fast import Loss, iter_report_batches
-from transforms.counts import COUNTER_NAMESPACE
+from transforms.counts import COUNTER_NAMESPACE, AtProcessingTime
 from transforms.progress import progress
 from transforms.records import RecordBatch, decode_params, make_dead_letter
 from transforms.runners import LaggedTicks, default_watermark_lag, pane_file_naming
@@ -514,7 +514,12 @@ class WriteCounts(beam.PTransform):
 class WriteDeadLetters(beam.PTransform):
     """Dead-letter records -> ``OUT/dead_letter/dead_letter-*.avro``.
 
-    In streaming, dead letters are grouped into fixed processing windows of ``window_s`` so files close.
+    In streaming, dead letters are grouped into fixed windows of ``window_s`` so files close. The windows
+    follow arrival, not the elements' timestamps: each dead letter is first re-timestamped to the later of
+    its timestamp and the wall clock (:class:`~transforms.counts.AtProcessingTime`, as the count windows
+    do), so one whose timestamp is behind the watermark (e.g. a late Pub/Sub message refused by
+    validation, which keeps the message's old time) lands in an open window instead of being dropped with
+    its closed one: every dead letter is written. Batch jobs write them as they come (no re-windowing).
     """
 
     def __init__(self, output_dir: str, streaming: bool = False, window_s: float = 60.0) -> None:
@@ -525,7 +530,11 @@ class WriteDeadLetters(beam.PTransform):
 
     def expand(self, dead):
         if self.streaming:
-            dead = dead | "Window" >> beam.WindowInto(beam.window.FixedWindows(self.window_s))
+            dead = (
+                dead
+                | "AtProcessingTime" >> beam.ParDo(AtProcessingTime())
+                | "Window" >> beam.WindowInto(beam.window.FixedWindows(self.window_s))
+            )
         return dead | "WriteAvro" >> fileio.WriteToFiles(
             path=self.output_dir,
             file_naming=fileio.default_file_naming("dead_letter", ".avro"),
