@@ -20,6 +20,7 @@ jobs to come) declares its own flags, says which kind of task it takes and how t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import glob
 import json
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, StandardOptions
 from apache_beam.pvalue import PCollection
 from apache_beam.runners.runner import PipelineResult
 
@@ -48,6 +49,7 @@ from pipelines.cli import (
 from pipelines.pubsub_emulator import allow_large_messages
 from transforms.aggregate import Aggregate
 from transforms.counts import WindowedCounts, format_counts, job_counts, job_distribution
+from transforms.flink_ticks import FlinkRest, FlinkRestError, run_draining
 from transforms.io import (
     DecodeReportMessages,
     ReadReportFiles,
@@ -123,6 +125,24 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="streaming from --input: seconds the watermark runs behind the wall clock, so a window closes "
         "once the files written before its end are read (default: 2 x --watch_interval + 1)",
+    )
+    parser.add_argument(
+        "--watch_ticks",
+        choices=("impulse", "flink"),
+        default="impulse",
+        help="streaming from --input: the watch's clock. impulse: Beam's PeriodicImpulse (every runner); "
+        "flink: a Java source the Flink runner checkpoints (needs --ticks_expansion_service and "
+        "--flink_master; the job is drained after --streaming_duration; docs/flink.md, 'Failover')",
+    )
+    parser.add_argument(
+        "--ticks_expansion_service",
+        help="--watch_ticks=flink: HOST:PORT of the expansion service serving the ticks "
+        "(tools/flink/cluster.sh starts one; `cluster.sh args` prints the flags)",
+    )
+    parser.add_argument(
+        "--flink_savepoint_dir",
+        help="--watch_ticks=flink: the drain's savepoint directory (default: the cluster's "
+        "state.savepoints.dir)",
     )
     parser.add_argument(
         "--window_size",
@@ -221,6 +241,7 @@ def read_reports(p: beam.Pipeline, ns: argparse.Namespace, agg: Aggregator, *, s
         return p | "Read" >> WatchReportFiles(
             ns.input, ns.watch_interval, ns.batch_size, agg, duration_s=duration, paced=paced,
             watermark_lag_s=getattr(ns, "watermark_lag", None),
+            ticks_expansion_service=_flink_ticks(ns),
         )  # fmt: skip
     if ns.input:
         return p | "Read" >> ReadReportFiles(ns.input, ns.batch_size, agg)
@@ -290,6 +311,37 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
         require_inputs(ns.input, ns.allow_empty_input)
 
 
+def _flink_ticks(ns: argparse.Namespace) -> str | None:
+    """The ticks' expansion service when the watch takes its clock from Flink (else None)."""
+    if getattr(ns, "watch_ticks", "impulse") != "flink":
+        return None
+    return ns.ticks_expansion_service
+
+
+def _check_flink_ticks(ns: argparse.Namespace, options: PipelineOptions, streaming: bool) -> str | None:
+    """``--watch_ticks=flink`` on a watched directory: the Flink REST address to drain the job through
+    (None without the flag or without a watch: batch and Pub/Sub jobs ignore it, as they do
+    ``--watch_interval``); one-line errors for a runner, expansion service or master that cannot do it."""
+    if getattr(ns, "watch_ticks", "impulse") != "flink":
+        for flag in ("ticks_expansion_service", "flink_savepoint_dir"):
+            if getattr(ns, flag, None):
+                fail(f"--{flag} needs --watch_ticks=flink")
+        return None
+    if not (streaming and ns.input):  # like --watch_interval, the watch's flags mean nothing without a watch
+        return None
+    runner = str(options.view_as(StandardOptions).runner or "")
+    if runner.rsplit(".", 1)[-1] not in ("FlinkRunner", "PortableRunner"):
+        fail(f"--watch_ticks=flink needs --runner=FlinkRunner or PortableRunner (a Flink job server), "
+             f"got {runner or 'the default runner'}")  # fmt: skip
+    if not ns.ticks_expansion_service or ":" not in ns.ticks_expansion_service:
+        fail("--watch_ticks=flink needs --ticks_expansion_service=HOST:PORT (tools/flink/cluster.sh args)")
+    master = options.view_as(FlinkRunnerOptions).flink_master
+    if not master or master.startswith("["):
+        fail(f"--watch_ticks=flink needs --flink_master=HOST:PORT, the cluster's REST address (the job is "
+             f"drained through it), got {master!r}")  # fmt: skip
+    return master
+
+
 def _count_files(output: str) -> list[str]:
     return glob.glob(os.path.join(output, "counts", "counts-*.jsonl"))
 
@@ -344,10 +396,24 @@ def _remove_empty_temp_dirs(output: str, specs: Sequence[OutputSpec]) -> None:
                     os.rmdir(path)
 
 
-def _run(p: beam.Pipeline, ns: argparse.Namespace, streaming: bool) -> tuple[PipelineResult, float]:
+def _run(
+    p: beam.Pipeline, ns: argparse.Namespace, streaming: bool, flink_rest: str | None = None
+) -> tuple[PipelineResult, float]:
     t0 = time.perf_counter()
     result = p.run()
-    if streaming and ns.streaming_duration > 0 and not ns.input:
+    if flink_rest is not None:  # the Flink ticks never end: the job is drained after the duration
+        job_id = str(getattr(result, "_job_id", ""))
+        if ns.streaming_duration > 0 and job_id:
+            try:
+                run_draining(result, job_id, FlinkRest(flink_rest), ns.streaming_duration,
+                             savepoint_dir=getattr(ns, "flink_savepoint_dir", None))  # fmt: skip
+            except FlinkRestError as exc:
+                with contextlib.suppress(Exception):
+                    result.cancel()
+                fail(f"--watch_ticks=flink: {exc}")
+        else:
+            result.wait_until_finish()
+    elif streaming and ns.streaming_duration > 0 and not ns.input:
         deadline = time.time() + ns.streaming_duration
         while time.time() < deadline:
             time.sleep(0.5)
@@ -379,6 +445,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     streaming = bool(options.view_as(StandardOptions).streaming)
     task = load_task_or_exit(ns.task, job.kind)
     _check_sources(ns, streaming)
+    flink_rest = _check_flink_ticks(ns, options, streaming)
     window = window_from_flags(task.window, ns)
     try:
         agg = job.make_aggregator(ns, task)
@@ -424,7 +491,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         job.extra_steps(ns, outputs)
     _LOG.info("running on %s", type(p.runner).__name__)
     configure_progress(ns.progress_interval)
-    result, seconds = _run(p, ns, streaming)
+    result, seconds = _run(p, ns, streaming, flink_rest)
     if ns.progress_interval > 0:
         progress().maybe_log(force=True)
     _LOG.info("job ended: %s after %.1f s", result.state, seconds)

@@ -447,14 +447,6 @@ def _iso_ms(iso: str) -> int:
 
 
 @pytest.mark.failover
-@pytest.mark.xfail(
-    strict=False,
-    reason="passes on a quiet machine (CI run of 2026-12-01 11:31-11:43: checkpoint 1 completed before the "
-    "kill, TaskManager 1 killed, recovered in 10.3 s from checkpoint 1, every window exact); under load "
-    "(three runs at load average 20+) the stage running the watch's PeriodicImpulse splittable DoFn held "
-    "checkpoint 1's barrier until the watch ended, so there was no checkpoint to fail over to "
-    "(docs/flink.md, 'Failover'); not yet a hard gate",
-)
 def test_failover_taskmanager_killed_mid_stream(cluster: Cluster, tmp_path: Path) -> None:
     """A checkpointed directory-streaming job loses TaskManager 1 (SIGKILL) mid-stream and recovers.
 

@@ -104,3 +104,31 @@ def test_a_file_changed_after_it_was_read_is_counted_not_reread(tmp_path):
     assert n == 0 and [d["reason"] for d in dead] == ["changed_after_read"]
     assert "lost 100 bytes" in dead[0]["detail"]
     assert _tick(fn, state, path) == (0, [])  # counted once
+
+
+def test_a_stale_match_from_an_older_tick_is_ignored(tmp_path):
+    """Parallel ticks (the Flink ticks' source at parallelism > 1) race through the shuffle: a match made
+    by an older tick, mid-write, can arrive after a newer tick's match of the complete file was read. It
+    is stale -- neither a change after the read nor a reason to wait -- and the file is read exactly once."""
+    from apache_beam.utils.timestamp import Timestamp
+
+    data = _report_bytes(2000)
+    path = str(tmp_path / "r.avro")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    st = os.stat(path)
+    full = FileMetadata(path, st.st_size, last_updated_in_seconds=st.st_mtime)
+    partial = FileMetadata(path, st.st_size // 3, last_updated_in_seconds=st.st_mtime - 1)
+    fn, state = _fn(), _State()
+
+    def tick(meta, t):
+        out = list(fn.process((path, meta), file=state, ts=Timestamp(t)))
+        n = sum(len(o.records) for o in out if isinstance(o, RecordBatch))
+        return n, [o.value for o in out if isinstance(o, TaggedOutput) and o.tag == "dead_letter"]
+
+    assert tick(full, 11) == (0, [])  # first sight of the complete file
+    assert tick(partial, 10) == (0, [])  # older tick, mid-write view: ignored, the state keeps tick 11
+    assert tick(full, 12) == (2000, [])  # stable since tick 11: read
+    assert tick(partial, 10) == (0, [])  # stale again after the read: no changed_after_read
+    n, dead = tick(FileMetadata(path, st.st_size + 5, last_updated_in_seconds=st.st_mtime + 9), 13)
+    assert n == 0 and [d["reason"] for d in dead] == ["changed_after_read"]  # a real change still counts

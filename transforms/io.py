@@ -42,6 +42,7 @@ from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
 from ldp.aggregate.range import MODEL_FILE_VERSION, model_json
 from transforms.avro_fast import Loss, iter_report_batches
 from transforms.counts import COUNTER_NAMESPACE, AtProcessingTime
+from transforms.flink_ticks import FlinkTicks
 from transforms.progress import progress
 from transforms.records import RecordBatch, decode_params, make_dead_letter
 from transforms.runners import LaggedTicks, default_watermark_lag, pane_file_naming
@@ -195,7 +196,8 @@ class ReadReportFiles(beam.PTransform):
 #: The marker a writer may create next to a finished report file (``f.avro`` -> ``f.avro.done``).
 DONE_SUFFIX = ".done"
 
-_FILE_STATE = TupleCoder([VarIntCoder(), FloatCoder(), BooleanCoder()])
+# (size, mtime, read, time of the newest tick that saw the file: seconds, -inf when unknown)
+_FILE_STATE = TupleCoder([VarIntCoder(), FloatCoder(), BooleanCoder(), FloatCoder()])
 
 
 class _ReadCompleteFiles(_ReadAvroBatches):
@@ -205,7 +207,9 @@ class _ReadCompleteFiles(_ReadAvroBatches):
     Complete means (the watched-directory contract, docs/pipelines.md): a ``PATH.done`` marker exists,
     or the file's size and modification time are the same as at the previous tick (or the file has not
     been modified for one watch interval when first seen). Per-path keyed state holds the last (size,
-    mtime) seen and whether the file was read.
+    mtime) seen, whether the file was read, and the time of the tick that saw it: a match from an older
+    tick arriving after a newer one (parallel ticks, e.g. the Flink ticks' source at parallelism > 1, race
+    through the shuffle) is stale and ignored, so an out-of-date size never passes for a change.
     """
 
     FILE = ReadModifyWriteStateSpec("file", _FILE_STATE)
@@ -214,14 +218,23 @@ class _ReadCompleteFiles(_ReadAvroBatches):
         super().__init__(batch_size, aggregator)
         self.interval_s = interval_s
 
-    def process(self, element, file=beam.DoFn.StateParam(FILE)):  # noqa: B008 - Beam's state idiom
+    def process(
+        self,
+        element,
+        file=beam.DoFn.StateParam(FILE),  # noqa: B008 - Beam's state idiom
+        ts=beam.DoFn.TimestampParam,
+    ):
         path, metadata = element
         size = int(metadata.size_in_bytes)
         mtime = float(getattr(metadata, "last_updated_in_seconds", 0.0) or 0.0)
+        seen = ts.micros / 1e6 if isinstance(ts, Timestamp) else float("-inf")
         prev = file.read()
+        if prev is not None and seen < prev[3]:  # an older tick's view, overtaken by a newer one's
+            return
+        seen = seen if prev is None else max(seen, prev[3])
         if prev is not None and prev[2]:  # read already
             if (prev[0], prev[1]) != (size, mtime):
-                file.write((size, mtime, True))
+                file.write((size, mtime, True, seen))
                 detail = f"file changed after it was read ({prev[0]} -> {size} bytes); it is not read again"
                 loss = Loss("changed_after_read", detail, prev[0], max(size - prev[0], 0))
                 yield from self.loss_outputs(path, loss)
@@ -229,9 +242,9 @@ class _ReadCompleteFiles(_ReadAvroBatches):
         stable = prev is not None and (prev[0], prev[1]) == (size, mtime)
         old = mtime > 0 and time.time() - mtime >= self.interval_s
         if not (stable or old or FileSystems.exists(path + DONE_SUFFIX)):
-            file.write((size, mtime, False))
+            file.write((size, mtime, False, seen))
             return
-        file.write((size, mtime, True))
+        file.write((size, mtime, True, seen))
         yield from super().process(fileio.ReadableFile(metadata))
 
 
@@ -288,6 +301,9 @@ class WatchReportFiles(beam.PTransform):
     event time.
 
     ``paced``: sleep until each tick is due (:class:`transforms.runners.LaggedTicks`; the FnApiRunner).
+    ``ticks_expansion_service``: take the ticks from the checkpointed Java source of
+    :class:`transforms.flink_ticks.FlinkTicks` (Flink only; ``duration_s`` is then the driver's to enforce
+    by draining the job, :func:`transforms.flink_ticks.run_draining`).
     ``duration_s`` None watches forever; otherwise the ticks stop after ``duration_s`` seconds, the
     watermark then moves to the end of time, every window closes and the job finishes by itself.
 
@@ -310,6 +326,7 @@ class WatchReportFiles(beam.PTransform):
         duration_s: float | None = None,
         paced: bool = False,
         watermark_lag_s: float | None = None,
+        ticks_expansion_service: str | None = None,
     ) -> None:
         super().__init__()
         if not interval_s > 0:
@@ -326,12 +343,17 @@ class WatchReportFiles(beam.PTransform):
         self.duration_s = duration_s
         self.paced = paced
         self.watermark_lag_s = lag
+        self.ticks_expansion_service = ticks_expansion_service
 
     def expand(self, pbegin):
         pattern = self.file_pattern
+        if self.ticks_expansion_service:  # Flink: checkpointed Java ticks; the job is drained at the end
+            ticks = FlinkTicks(self.interval_s, self.watermark_lag_s, self.ticks_expansion_service)
+        else:
+            ticks = Ticks(self.interval_s, self.duration_s, self.paced, self.watermark_lag_s)
         return (
             pbegin
-            | "Ticks" >> Ticks(self.interval_s, self.duration_s, self.paced, self.watermark_lag_s)
+            | "Ticks" >> ticks  # tick (a timestamp or a counter), timestamped watermark_lag behind the clock
             | "Pattern" >> beam.Map(lambda _tick: pattern)
             | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.ALLOW)
             | "KeyByPath" >> beam.Map(lambda m: (m.path, m)).with_output_types(tuple[str, FileMetadata])

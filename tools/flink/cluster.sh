@@ -90,6 +90,24 @@ cluster_lib() {
   touch "$lib/.complete"
 }
 
+ticks_jar() {  # the watch's checkpointed ticks (tools/flink/ticks, Java): built with javac against the job-server jar
+  local js="$1" out="$root/.cache/flink/ldp-flink-ticks.jar" src="$here/ticks"
+  if [ -f "$out" ] && [ -z "$(find "$src" -newer "$out" -type f 2>/dev/null)" ] && [ "$out" -nt "$js" ]; then
+    echo "$out"; return
+  fi
+  command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1 \
+    || die "'javac'/'jar' not found (Debian: apt-get install -y openjdk-17-jdk-headless)"
+  local build
+  build="$(mktemp -d)"
+  javac -nowarn --release 11 -cp "$js" -d "$build" "$src"/org/ldpbeam/flink/*.java >&2 \
+    || { rm -rf "$build"; die "could not compile $src"; }
+  cp -r "$src/META-INF" "$build/"
+  jar cf "$out.tmp" -C "$build" . && mv "$out.tmp" "$out"
+  rm -rf "$build"
+  say "built $out"
+  echo "$out"
+}
+
 job_server_jar() {
   if [ -n "${LDP_FLINK_JOB_SERVER_JAR:-}" ]; then
     [ -f "$LDP_FLINK_JOB_SERVER_JAR" ] || die "LDP_FLINK_JOB_SERVER_JAR=$LDP_FLINK_JOB_SERVER_JAR is not a file"
@@ -246,10 +264,13 @@ cmd_start() {
   local jar
   jar="$(job_server_jar)" || die "no job-server jar (bash tools/flink/get_job_server.sh)"
   cluster_lib
+  local ticks
+  ticks="$(ticks_jar "$jar")"
   rm -rf "$run"
   mkdir -p "$run"
   local ports
-  read -r rest_port jm_rpc_port blob_port job_port artifact_port expansion_port pool_port <<< "$(free_ports 7)"
+  read -r rest_port jm_rpc_port blob_port job_port artifact_port expansion_port pool_port ticks_port \
+    <<< "$(free_ports 8)"
   write_config "$jm_rpc_port" "$blob_port"
   cat > "$run/cluster.env" <<EOF
 LDP_FLINK_RUN_DIR=$run
@@ -258,6 +279,7 @@ LDP_FLINK_MASTER=127.0.0.1:$rest_port
 LDP_FLINK_JOB_ENDPOINT=127.0.0.1:$job_port
 LDP_FLINK_EXPANSION_ENDPOINT=127.0.0.1:$expansion_port
 LDP_FLINK_WORKER_POOL=127.0.0.1:$pool_port
+LDP_FLINK_TICKS_EXPANSION=127.0.0.1:$ticks_port
 LDP_FLINK_TASK_SLOTS=$slots
 LDP_FLINK_CHECKPOINT_MS=$checkpoint_ms
 EOF
@@ -285,21 +307,28 @@ EOF
     "$python" "$here/worker_pool.py" --port "$pool_port" >"$run/logs/worker-pool.log" 2>&1 < /dev/null &
   echo $! > "$run/worker-pool.pid"
   say "starting the Beam job server (job endpoint 127.0.0.1:$job_port -> Flink 127.0.0.1:$rest_port)"
-  nohup java -Dorg.slf4j.simpleLogger.logFile="$run/logs/job-server.log" -jar "$jar" \
-    --flink-master="127.0.0.1:$rest_port" --flink-conf-dir="$run/conf" \
+  # the ticks jar on its class path: the runner deserializes the ticks' source, and ships its class path
+  # (both jars) with every job to the cluster
+  nohup java -Dorg.slf4j.simpleLogger.logFile="$run/logs/job-server.log" -cp "$jar:$ticks" \
+    org.apache.beam.runners.flink.FlinkJobServerDriver --flink-master="127.0.0.1:$rest_port" --flink-conf-dir="$run/conf" \
     --job-host=127.0.0.1 --job-port="$job_port" --artifact-port="$artifact_port" \
     --expansion-port="$expansion_port" --artifacts-dir="$run/artifacts" \
     >"$run/logs/job-server.out" 2>&1 < /dev/null &
   echo $! > "$run/job-server.pid"
+  say "starting the ticks' expansion service on 127.0.0.1:$ticks_port (primitive reads: use_deprecated_read)"
+  nohup java -cp "$jar:$ticks" org.ldpbeam.flink.LoopbackExpansionService "$ticks_port" 127.0.0.1 -- \
+    --experiments=use_deprecated_read >"$run/logs/ticks-expansion.log" 2>&1 < /dev/null &
+  echo $! > "$run/ticks-expansion.pid"
   wait_for 120 "the SDK worker pool" "$run/worker-pool.pid" port_open "$pool_port"
+  wait_for 120 "the ticks' expansion service" "$run/ticks-expansion.pid" port_open "$ticks_port"
   wait_for 240 "the job server" "$run/job-server.pid" port_open "$job_port"
-  say "up in $(( $(date +%s) - t0 )) s: JobManager, $n_tm TaskManagers x $slots slots, job server, worker pool"
+  say "up in $(( $(date +%s) - t0 )) s: JobManager, $n_tm TaskManagers x $slots slots, job server, worker pool, ticks"
   cmd_args
 }
 
 cmd_args() {
   load_env || die "not started (no $run/cluster.env)"
-  echo "--runner=PortableRunner --job_endpoint=$LDP_FLINK_JOB_ENDPOINT --environment_type=EXTERNAL --environment_config=$LDP_FLINK_WORKER_POOL"
+  echo "--runner=PortableRunner --job_endpoint=$LDP_FLINK_JOB_ENDPOINT --environment_type=EXTERNAL --environment_config=$LDP_FLINK_WORKER_POOL --flink_master=$LDP_FLINK_MASTER --watch_ticks=flink --ticks_expansion_service=$LDP_FLINK_TICKS_EXPANSION"
 }
 
 # ------------------------------------------------------------------------------------------------ stop
@@ -322,6 +351,7 @@ stop_pid() {  # stop_pid NAME PIDFILE: SIGTERM, then SIGKILL after 15 s
 cmd_stop() {
   stop_pid "job server" "$run/job-server.pid"
   stop_pid "worker pool" "$run/worker-pool.pid"
+  stop_pid "ticks expansion service" "$run/ticks-expansion.pid"
   for f in "$run"/taskmanager-*.pid; do
     [ -e "$f" ] || continue
     stop_pid "TaskManager $(basename "$f" .pid | sed 's/taskmanager-//')" "$f"
@@ -349,7 +379,8 @@ cmd_start_tm() {
 cmd_status() {
   load_env || { say "not started (no $run/cluster.env)"; exit 1; }
   local down=0 f name
-  for f in "$run/jobmanager.pid" "$run"/taskmanager-*.pid "$run/job-server.pid" "$run/worker-pool.pid"; do
+  for f in "$run/jobmanager.pid" "$run"/taskmanager-*.pid "$run/job-server.pid" "$run/worker-pool.pid" \
+      "$run/ticks-expansion.pid"; do
     [ -e "$f" ] || continue
     name="$(basename "$f" .pid)"
     if pid_alive "$f"; then echo "$name: running (pid $(cat "$f"))"; else echo "$name: NOT running"; down=1; fi
@@ -376,7 +407,9 @@ cmd_fetch() {
   local jar
   jar="$(job_server_jar)" || die "no job-server jar (bash tools/flink/get_job_server.sh)"
   cluster_lib
-  say "parts ready: job server $jar; Flink $flink_version class path $lib ($(ls "$lib" | wc -l) jars)"
+  local ticks
+  ticks="$(ticks_jar "$jar")"
+  say "parts ready: job server $jar; ticks $ticks; Flink $flink_version class path $lib ($(ls "$lib" | wc -l) jars)"
 }
 
 case "${1:-}" in
