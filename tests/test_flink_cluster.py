@@ -2,10 +2,12 @@
 
 ``tools/flink/cluster.sh start`` (run by the module fixture, in a run directory of its own under pytest's
 tmp) starts a JobManager and two TaskManagers (4 slots each) as separate JVMs from Flink 1.19.0 jars
-(tools/flink/cluster-pom.xml), the Beam job server submitting to it and a Python SDK worker pool (the
-EXTERNAL environment); the jobs run through ``--runner=PortableRunner --job_endpoint=...`` at
+(tools/flink/cluster-pom.xml), the Beam job server submitting to it, a Python SDK worker pool (the
+EXTERNAL environment) and the expansion service of the watch's checkpointed Java ticks; the jobs run
+through ``cluster.sh args`` (``--runner=PortableRunner --job_endpoint=... --watch_ticks=flink ...``) at
 ``--parallelism=4``. Streaming jobs are checkpointed every second (the cluster's configuration: RocksDB
-state on local disk, checkpoints to RUN_DIR/checkpoints, fixed-delay restarts).
+state on local disk, checkpoints to RUN_DIR/checkpoints, fixed-delay restarts); a watch ends by a drain
+after ``--streaming_duration`` (transforms/flink_ticks.py).
 
 * batch, frequency and range: the estimate / answers equal the core's on the same reports exactly, and
   every record is accounted for (read = accepted + rejected, dead letters with their reasons);
@@ -25,7 +27,6 @@ stacks and exits after :data:`HANG_TIMEOUT_S`.
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import glob
 import json
 import os
@@ -39,18 +40,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import fastavro
 import numpy as np
 import pytest
 
 beam = pytest.importorskip("apache_beam")
 
 from ldp.rangequery.queries import RangeQuery, random_queries  # noqa: E402
-from ldp.task import parse_task  # noqa: E402
 from pipelines import frequency, range_queries, simulate, simulate_range  # noqa: E402
 from transforms.records import now_ms  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from flink_helpers import dead_letter_reasons, hang_guard, olh_task  # noqa: E402
 from test_pipeline_frequency import (  # noqa: E402
     _core_reports,
     _drop_in,
@@ -71,8 +71,9 @@ HANG_TIMEOUT_S = 420
 SEEDS = np.random.SeedSequence(2026_12_01_12).spawn(8)
 PARALLELISM = "--parallelism=4"
 # Beam's Flink runner must know the job is checkpointed (transforms.flink_options): its own checkpoint
-# interval; bundles finished at each checkpoint; the idle Impulse source shut down after 5 s (Flink
-# checkpoints a job with finished tasks) so the job ends when the watch does.
+# interval; bundles finished at each checkpoint; idle Impulse sources (the job's Create steps) shut down
+# after 5 s (Flink 1.19 checkpoints a job with finished tasks). The watch's clock is the Java ticks of
+# --watch_ticks=flink (cluster.sh args), a Flink source checkpointed natively; the drain ends the job.
 FAILOVER_FLAGS = (
     "--checkpointing_interval=1000",
     "--finish_bundle_before_checkpointing",
@@ -167,29 +168,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.stop()
 
 
-@contextlib.contextmanager
-def _hang_guard() -> Iterator[None]:
-    faulthandler.dump_traceback_later(HANG_TIMEOUT_S, exit=True)
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-
-
-def _dead_letter_reasons(out: Path) -> list[str]:
-    reasons = []
-    for f in glob.glob(str(out / "dead_letter" / "*.avro")):
-        with open(f, "rb") as fh:
-            reasons += [r["reason"] for r in fastavro.reader(fh)]
-    return sorted(reasons)
-
-
-def _freq_task(task_id: str, n_groups: int = 1):
-    return parse_task(
-        {"task_id": task_id, "mechanism": "olh", "epsilon": 1.0, "domain_size": 64, "n_groups": n_groups}
-    )
-
-
 def _wait_for(pred, timeout: float, what: str, interval: float = 0.2) -> float:
     t0 = time.monotonic()
     while not pred():
@@ -206,12 +184,11 @@ def _wait_for(pred, timeout: float, what: str, interval: float = 0.2) -> float:
 
 def test_flink_cluster_processes_and_ports(cluster: Cluster) -> None:
     """Separate JVMs for the JobManager and the two TaskManagers, 8 slots, Flink 1.19.0; the cluster's
-    own sockets (RPC, blob, REST, data) and the worker pool listen on 127.0.0.1 only."""
-    pids = {
-        n: cluster.pid(n)
-        for n in ("jobmanager", "taskmanager-1", "taskmanager-2", "job-server", "worker-pool")
-    }
-    assert len(set(pids.values())) == 5
+    own sockets (RPC, blob, REST, data), the worker pool and the ticks' expansion service listen on
+    127.0.0.1 only."""
+    names = ("jobmanager", "taskmanager-1", "taskmanager-2", "job-server", "worker-pool", "ticks-expansion")
+    pids = {n: cluster.pid(n) for n in names}
+    assert len(set(pids.values())) == 6
     for name, pid in pids.items():
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         assert cmdline, name
@@ -219,13 +196,16 @@ def test_flink_cluster_processes_and_ports(cluster: Cluster) -> None:
             assert b"org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint" in cmdline
         if name.startswith("taskmanager"):
             assert b"org.apache.flink.runtime.taskexecutor.TaskManagerRunner" in cmdline
+        if name == "ticks-expansion":
+            assert b"org.ldpbeam.flink.LoopbackExpansionService" in cmdline
+            assert b"--experiments=use_deprecated_read" in cmdline
     overview = cluster.get("/overview")
     assert overview["flink-version"] == "1.19.0"
     assert overview["taskmanagers"] == 2 and overview["slots-total"] == 8
     tms = sorted(t["id"] for t in cluster.get("/taskmanagers")["taskmanagers"])
     assert tms == ["tm-1", "tm-2"]
     listening = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout.splitlines()
-    for name in ("jobmanager", "taskmanager-1", "taskmanager-2", "worker-pool"):
+    for name in ("jobmanager", "taskmanager-1", "taskmanager-2", "worker-pool", "ticks-expansion"):
         mine = [line.split()[3] for line in listening if f"pid={pids[name]}," in line]
         assert mine, name
         assert all(a.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for a in mine), (name, mine)
@@ -238,7 +218,7 @@ def test_flink_cluster_processes_and_ports(cluster: Cluster) -> None:
 
 def test_frequency_batch_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> None:
     """20,000 OLH reports in 4 files plus every kind of bad record, at parallelism 4."""
-    task = _freq_task("cluster-batch")
+    task = olh_task("cluster-batch")
     (tmp_path / "task.json").write_text(task.to_json())
     truth = simulate.simulate_files(
         task, 20_000, "zipf", tmp_path / "in", seed=_seed(0), files=4, start_ms=1_767_225_600_000,
@@ -247,14 +227,14 @@ def test_frequency_batch_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> N
     out = tmp_path / "out"
     args = ["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro")]
     args += ["--output", str(out), *cluster.args, PARALLELISM]
-    with _hang_guard():
+    with hang_guard(HANG_TIMEOUT_S):
         summary = frequency.run(args)
     assert "DONE" in summary["state"]
     bad = truth["bad_records"]
     c = summary["counts"]
     assert c["read"] == 20_000 + sum(bad.values()) == c["accepted"] + c["rejected"]
     assert {k[len("rejected_") :]: v for k, v in c.items() if k.startswith("rejected_") and v} == bad
-    assert _dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
+    assert dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
     (est,) = _estimates(out)
     reports, _ = _core_reports(task, tmp_path / "in")
     core = task.make_oracle().estimate_reports(reports)
@@ -281,7 +261,7 @@ def test_range_batch_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> None:
         *cluster.args,
         PARALLELISM,
     ]
-    with _hang_guard():
+    with hang_guard(HANG_TIMEOUT_S):
         summary = range_queries.run(args)
     assert "DONE" in summary["state"]
     bad = truth["bad_records"]
@@ -339,7 +319,7 @@ def _unique_counts(out: Path) -> dict[str, int]:
 def test_frequency_directory_streaming_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> None:
     """Two user groups, 2 s windows; one report file and the bad files at the start, two more dropped in
     once the job runs (their reports are late and counted through the 600 s allowed lateness)."""
-    task = _freq_task("cluster-stream", n_groups=2)
+    task = olh_task("cluster-stream", n_groups=2)
     (tmp_path / "task.json").write_text(task.to_json())
     stage, watched, out = tmp_path / "stage", tmp_path / "in", tmp_path / "out"
     watched.mkdir()
@@ -365,11 +345,11 @@ def test_frequency_directory_streaming_on_flink_cluster(cluster: Cluster, tmp_pa
     args = [
         "--task",
         str(tmp_path / "task.json"),
-        *_stream_args(watched, out, 25),
+        *_stream_args(watched, out, 45),  # the first count window can take 20 s under load
         *cluster.args,
         PARALLELISM,
     ]
-    with _hang_guard():
+    with hang_guard(HANG_TIMEOUT_S):
         summary = frequency.run(args)
     mover.join()
     assert "DONE" in summary["state"]
@@ -377,7 +357,7 @@ def test_frequency_directory_streaming_on_flink_cluster(cluster: Cluster, tmp_pa
     c = _unique_counts(out)
     assert c["read"] == 12_000 + sum(bad.values()) == c["accepted"] + c["rejected"]
     assert c.get("late_dropped", 0) == 0
-    assert _dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
+    assert dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
     assert_windows_equal_core(task, stage, out, 2000, 12_000)
 
 
@@ -406,8 +386,8 @@ def test_range_directory_streaming_on_flink_cluster(cluster: Cluster, tmp_path: 
     mover = threading.Thread(target=later, daemon=True)
     mover.start()
     args = ["--task", str(tmp_path / "task.json"), "--queries", str(tmp_path / "q.json")]
-    args += [*_stream_args(watched, out, 20), *cluster.args, PARALLELISM]
-    with _hang_guard():
+    args += [*_stream_args(watched, out, 40), *cluster.args, PARALLELISM]  # see the frequency test
+    with hang_guard(HANG_TIMEOUT_S):
         summary = range_queries.run(args)
     mover.join()
     assert "DONE" in summary["state"]
@@ -455,7 +435,7 @@ def test_failover_taskmanager_killed_mid_stream(cluster: Cluster, tmp_path: Path
     the last checkpoint are read again after the restore, and the state they had added is rolled back with
     it -- and the last 4 once the job runs again on TaskManager 2. Every window's most complete pane must
     equal the core's over exactly its reports: a report lost, or counted twice, breaks that."""
-    task = _freq_task("cluster-failover")
+    task = olh_task("cluster-failover")
     (tmp_path / "task.json").write_text(task.to_json())
     stage, watched, out = tmp_path / "stage", tmp_path / "in", tmp_path / "out"
     watched.mkdir()
@@ -500,7 +480,7 @@ def test_failover_taskmanager_killed_mid_stream(cluster: Cluster, tmp_path: Path
     args = ["--task", str(tmp_path / "task.json"), *_stream_args(watched, out, 150, window_s=4)]
     args += [*cluster.args, PARALLELISM, *FAILOVER_FLAGS]
     try:
-        with _hang_guard():
+        with hang_guard(HANG_TIMEOUT_S):
             summary = frequency.run(args)
         th.join()
     finally:

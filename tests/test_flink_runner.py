@@ -19,27 +19,23 @@ See docs/flink.md.
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
 import glob
 import os
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import fastavro
 import pytest
 
 beam = pytest.importorskip("apache_beam")
 
-from ldp.task import parse_task  # noqa: E402
 from pipelines import frequency, simulate  # noqa: E402
 from transforms.records import now_ms  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from flink_helpers import dead_letter_reasons, hang_guard, olh_task  # noqa: E402
 from test_pipeline_frequency import (  # noqa: E402
     _core_reports,
     _drop_in,
@@ -91,32 +87,9 @@ def _flink_args(jar: str, *extra: str) -> list[str]:
     ]
 
 
-@contextlib.contextmanager
-def _hang_guard() -> Iterator[None]:
-    faulthandler.dump_traceback_later(HANG_TIMEOUT_S, exit=True)
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-
-
-def _dead_letter_reasons(out: Path) -> list[str]:
-    reasons = []
-    for f in glob.glob(str(out / "dead_letter" / "*.avro")):
-        with open(f, "rb") as fh:
-            reasons += [r["reason"] for r in fastavro.reader(fh)]
-    return sorted(reasons)
-
-
-def _task(task_id: str, n_groups: int = 1):
-    return parse_task(
-        {"task_id": task_id, "mechanism": "olh", "epsilon": 1.0, "domain_size": 64, "n_groups": n_groups}
-    )
-
-
 def test_frequency_batch_pipeline_on_flink(job_server_jar: str, tmp_path: Path) -> None:
     """20,000 OLH reports in 2 Avro files plus every kind of bad record (and an undecodable file)."""
-    task = _task("flink-batch")
+    task = olh_task("flink-batch")
     (tmp_path / "task.json").write_text(task.to_json())
     truth = simulate.simulate_files(
         task, 20_000, "zipf", tmp_path / "in", seed=5, files=2, start_ms=1_767_225_600_000,
@@ -126,7 +99,7 @@ def test_frequency_batch_pipeline_on_flink(job_server_jar: str, tmp_path: Path) 
     args = ["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro")]
     args += ["--output", str(out), *_flink_args(job_server_jar, "--parallelism=2")]
     started = time.monotonic()
-    with _hang_guard():
+    with hang_guard(HANG_TIMEOUT_S):
         summary = frequency.run(args)
     elapsed = time.monotonic() - started
     assert "DONE" in summary["state"]
@@ -136,7 +109,7 @@ def test_frequency_batch_pipeline_on_flink(job_server_jar: str, tmp_path: Path) 
     assert c["read"] == 20_000 + sum(bad.values()) == c["accepted"] + c["rejected"]
     assert c["accepted"] == 20_000 and c["rejected"] == sum(bad.values())
     assert {k[len("rejected_") :]: v for k, v in c.items() if k.startswith("rejected_") and v} == bad
-    assert _dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
+    assert dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
 
     (est,) = _estimates(out)  # one global window, one group
     oracle = task.make_oracle()
@@ -158,7 +131,7 @@ def test_frequency_directory_streaming_on_flink(job_server_jar: str, tmp_path: P
     firings every second and accumulating panes, the most complete pane of each window must hold
     exactly its reports and equal the core.
     """
-    task = _task("flink-stream", n_groups=2)
+    task = olh_task("flink-stream", n_groups=2)
     (tmp_path / "task.json").write_text(task.to_json())
     stage, watched, out = tmp_path / "stage", tmp_path / "in", tmp_path / "out"
     watched.mkdir()
@@ -197,7 +170,7 @@ def test_frequency_directory_streaming_on_flink(job_server_jar: str, tmp_path: P
     args += _flink_args(job_server_jar, "--parallelism=2")
     started = time.monotonic()
     mover.start()
-    with _hang_guard():
+    with hang_guard(HANG_TIMEOUT_S):
         summary = frequency.run(args)
     elapsed = time.monotonic() - started
     mover.join()
@@ -208,7 +181,7 @@ def test_frequency_directory_streaming_on_flink(job_server_jar: str, tmp_path: P
     assert c["read"] == 22_000 + sum(bad.values()) == c["accepted"] + c["rejected"]
     assert c["accepted"] == 22_000
     assert {k[len("rejected_") :]: v for k, v in c.items() if k.startswith("rejected_") and v} == bad
-    assert _dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
+    assert dead_letter_reasons(out) == sorted(r for r, k in bad.items() for _ in range(k))
     assert_windows_equal_core(task, stage, out, 2000, 22_000)
     rows = _estimates(out)
     early = {(r["group"], r["window_start"]) for r in rows if r["pane_timing"] == "EARLY"}

@@ -26,6 +26,7 @@ class FakeRest(FlinkRest):
         super().__init__("127.0.0.1:1")
         self.clock, self.states, self.savepoints = clock, states, list(savepoints)
         self.drains: list[tuple[float, str, str | None]] = []
+        self.tasks_at = 0.0  # when the last task (SDK harness up) runs
 
     def _state(self) -> str | None:
         now = self.clock[0]
@@ -42,6 +43,9 @@ class FakeRest(FlinkRest):
             if st is not None:
                 jobs.append({"jid": "j1", "name": BEAM_JOB.rsplit("_", 1)[0], "state": st, "start-time": 1})
             return {"jobs": jobs}
+        if path == "/jobs/j1":
+            task = st if self.clock[0] >= self.tasks_at or st != "RUNNING" else "DEPLOYING"
+            return {"vertices": [{"status": "FINISHED"}, {"status": task or "CREATED"}]}
         if path == "/jobs/j1/stop":
             assert body is not None and body["drain"] is True
             self.drains.append((self.clock[0], st or "", body.get("targetDirectory")))
@@ -84,6 +88,14 @@ def test_the_drain_comes_a_duration_after_the_job_first_runs():
     t, state, target = rest.drains[0]
     assert 67.0 <= t < 67.6 and state == "RUNNING" and target == "file:///sp"  # 60 s after RUNNING at 7 s
     assert result.waited
+
+
+def test_the_duration_starts_once_every_task_runs():
+    clock = [0.0]
+    rest = FakeRest(clock, [(2.0, "RUNNING")], [("COMPLETED", None)])
+    rest.tasks_at = 12.0  # the job is RUNNING at 2 s, its SDK harnesses are up at 12 s
+    _drive(rest, clock, 10.0)
+    assert 22.0 <= rest.drains[0][0] < 22.6
 
 
 def test_a_failover_does_not_restart_the_duration_and_the_drain_waits_for_the_restarted_job():

@@ -115,6 +115,13 @@ class FlinkRest:
         j = max(mine, key=lambda j: j.get("start-time", 0))
         return str(j["jid"]), str(j["state"])
 
+    def tasks_running(self, jid: str) -> bool:
+        """Every task of the job deployed and running (or already finished, like idle Impulse sources):
+        the SDK harnesses are up and the watch's ticks are flowing."""
+        vertices = self._call(f"/jobs/{jid}").get("vertices", [])
+        states = [str(v.get("status")) for v in vertices]
+        return "RUNNING" in states and all(st in ("RUNNING", "FINISHED") for st in states)
+
     def drain(self, jid: str, savepoint_dir: str | None = None) -> str:
         """Stop-with-savepoint and drain; returns the trigger id."""
         body: dict[str, Any] = {"drain": True}
@@ -149,8 +156,9 @@ def run_draining(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Waits until the Flink job of ``beam_job_id`` runs, lets it run ``duration_s`` seconds, drains it
-    (retried while the job restarts after a failure) and waits for the Beam job to finish.
+    """Waits until the Flink job of ``beam_job_id`` runs (every task running: the SDK harnesses take a
+    while to start), lets it run ``duration_s`` seconds, drains it (retried while the job restarts after a
+    failure) and waits for the Beam job to finish.
 
     Raises:
         FlinkRestError: the job never ran within ``start_timeout_s``, or the drain failed.
@@ -159,7 +167,7 @@ def run_draining(
     started = None
     while started is None:
         found = rest.job_for(beam_job_id)
-        if found and found[1] == "RUNNING":
+        if found and found[1] == "RUNNING" and rest.tasks_running(found[0]):
             started = clock()
             _LOG.info("Flink job %s running; draining it after %.0f s", found[0], duration_s)
         elif found and found[1] in ("FAILED", "CANCELED", "FINISHED"):

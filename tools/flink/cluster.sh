@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # A Flink session cluster on 127.0.0.1 for the project's Beam jobs: a JobManager and two TaskManagers as
-# separate JVMs, the Beam Flink job server submitting to it, and a Python SDK worker pool (the EXTERNAL
-# environment). Every process listens on 127.0.0.1 only, on free ports, and is stopped by its PID.
+# separate JVMs, the Beam Flink job server submitting to it, a Python SDK worker pool (the EXTERNAL
+# environment), and the expansion service of the watch's checkpointed ticks (tools/flink/ticks, Java;
+# --watch_ticks=flink, docs/flink.md "Failover"). Every process is stopped by its PID; Flink's own
+# sockets, the pool and the expansion services listen on 127.0.0.1 (the job server's job and artifact
+# services and the task managers' per-job gRPC services cannot be bound: docs/flink.md).
 #
 #   bash tools/flink/cluster.sh fetch      # only fetch/build the parts (the jars), start nothing
 #   bash tools/flink/cluster.sh start      # prints the pipeline flags on its last line of stdout
@@ -16,6 +19,7 @@
 #
 # Parts (fetched once, cached under .cache/flink/, git-ignored):
 #   * the job-server jar from tools/flink/get_job_server.sh (Beam 2.62.0, runner for Flink 1.19);
+#   * .cache/flink/ldp-flink-ticks.jar: tools/flink/ticks/*.java compiled with javac against that jar;
 #   * the cluster's class path: Flink 1.19.0 (flink-runtime, flink-streaming-java, flink-java, flink-clients,
 #     flink-statebackend-rocksdb, log4j) from Maven Central via tools/flink/cluster-pom.xml, since Flink's
 #     binary distribution (flink-dist) is not served there. The Flink version must match the job server's
@@ -328,7 +332,10 @@ EOF
 
 cmd_args() {
   load_env || die "not started (no $run/cluster.env)"
-  echo "--runner=PortableRunner --job_endpoint=$LDP_FLINK_JOB_ENDPOINT --environment_type=EXTERNAL --environment_config=$LDP_FLINK_WORKER_POOL --flink_master=$LDP_FLINK_MASTER --watch_ticks=flink --ticks_expansion_service=$LDP_FLINK_TICKS_EXPANSION"
+  local ckpt=""
+  # Beam's runner must be told the job is checkpointed (it cannot read the cluster's config.yaml)
+  [ "${LDP_FLINK_CHECKPOINT_MS:-0}" != 0 ] && ckpt=" --checkpointing_interval=$LDP_FLINK_CHECKPOINT_MS"
+  echo "--runner=PortableRunner --job_endpoint=$LDP_FLINK_JOB_ENDPOINT --environment_type=EXTERNAL --environment_config=$LDP_FLINK_WORKER_POOL --flink_master=$LDP_FLINK_MASTER --watch_ticks=flink --ticks_expansion_service=$LDP_FLINK_TICKS_EXPANSION$ckpt"
 }
 
 # ------------------------------------------------------------------------------------------------ stop
