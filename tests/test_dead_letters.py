@@ -113,3 +113,18 @@ def test_batch_dead_letters_are_written_in_the_global_window(tmp_path):
         _ = p | beam.Create(letters) | WriteDeadLetters(str(tmp_path))
     got = _written(str(tmp_path))
     assert sorted(r["detail"] for r in got) == [f"letter {i}" for i in range(4)]
+
+
+def test_processing_time_windows_before_the_file_sinks_allow_lateness():
+    """The file sink's grouping steps inherit these windows; a written-file record reaching the second
+    one after the watermark passed the window's end must not be dropped (transforms.counts
+    FILE_WRITE_SLACK_S). Counts windows accumulate, so a late pane is the whole window."""
+    from apache_beam.transforms.trigger import AccumulationMode
+
+    from transforms.counts import FILE_WRITE_SLACK_S, WindowedCounts
+
+    p = beam.Pipeline()
+    counts = p | "C" >> beam.Create([{"read": 1}]) | WindowedCounts(2.0)
+    ws = counts.windowing
+    assert ws.allowed_lateness == FILE_WRITE_SLACK_S and FILE_WRITE_SLACK_S >= 60
+    assert ws.accumulation_mode == AccumulationMode.ACCUMULATING

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.runner import PipelineResult
+from apache_beam.transforms import trigger as tr
 from apache_beam.transforms import window as bw
 from apache_beam.utils.timestamp import Timestamp
 
@@ -75,6 +76,17 @@ class AtProcessingTime(beam.DoFn):
         yield bw.TimestampedValue(element, max(timestamp, Timestamp.now()))
 
 
+# Allowed lateness of the processing-time windows of counts and dead letters. Their elements are never
+# late themselves (stamped at arrival), but the file sink's own grouping steps downstream inherit the
+# window: on the portable Flink runner a window's written-file record can reach the sink's second
+# grouping after the watermark has passed the window's end (Python stages answer asynchronously), and
+# with no allowed lateness it is dropped there -- the file stays a temp file, the window's counts are
+# lost (seen on the session cluster at load average 5+). With lateness it is moved in a late firing;
+# counts windows accumulate, so a late pane is the complete window (closed_window_counts takes the
+# copy with the most reports read).
+FILE_WRITE_SLACK_S = 600
+
+
 class WindowedCounts(beam.PTransform):
     """Per-batch count dicts -> one summed dict per fixed window of ``window_s`` of the time they were
     counted: the later of the batch's timestamp and the wall clock (:class:`AtProcessingTime`), so the
@@ -94,7 +106,12 @@ class WindowedCounts(beam.PTransform):
         return (
             counts
             | "AtProcessingTime" >> beam.ParDo(AtProcessingTime())
-            | "Window" >> beam.WindowInto(bw.FixedWindows(self.window_s))
+            | "Window"
+            >> beam.WindowInto(
+                bw.FixedWindows(self.window_s),
+                accumulation_mode=tr.AccumulationMode.ACCUMULATING,
+                allowed_lateness=FILE_WRITE_SLACK_S,
+            )
             | "Sum" >> beam.CombineGlobally(SumCounts()).without_defaults()
             | "AddWindow" >> beam.ParDo(_WithWindow())
         )

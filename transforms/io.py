@@ -41,7 +41,7 @@ import schemas
 from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
 from ldp.aggregate.range import MODEL_FILE_VERSION, model_json
 from transforms.avro_fast import Loss, iter_report_batches
-from transforms.counts import COUNTER_NAMESPACE, AtProcessingTime
+from transforms.counts import COUNTER_NAMESPACE, FILE_WRITE_SLACK_S, AtProcessingTime
 from transforms.flink_ticks import FlinkTicks
 from transforms.progress import progress
 from transforms.records import RecordBatch, decode_params, make_dead_letter
@@ -555,7 +555,10 @@ class WriteDeadLetters(beam.PTransform):
             dead = (
                 dead
                 | "AtProcessingTime" >> beam.ParDo(AtProcessingTime())
-                | "Window" >> beam.WindowInto(beam.window.FixedWindows(self.window_s))
+                | "Window"
+                >> beam.WindowInto(  # lateness: see transforms.counts.FILE_WRITE_SLACK_S
+                    beam.window.FixedWindows(self.window_s), allowed_lateness=FILE_WRITE_SLACK_S
+                )
             )
         return dead | "WriteAvro" >> fileio.WriteToFiles(
             path=self.output_dir,
