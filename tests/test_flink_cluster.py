@@ -70,12 +70,11 @@ CLUSTER_LIB = REPO / ".cache" / "flink" / "cluster-1.19.0" / "lib"
 HANG_TIMEOUT_S = 420
 SEEDS = np.random.SeedSequence(2026_12_01_12).spawn(8)
 PARALLELISM = "--parallelism=4"
-# Beam's Flink runner must know the job is checkpointed (transforms.flink_options): its own checkpoint
-# interval; bundles finished at each checkpoint; idle Impulse sources (the job's Create steps) shut down
-# after 5 s (Flink 1.19 checkpoints a job with finished tasks). The watch's clock is the Java ticks of
-# --watch_ticks=flink (cluster.sh args), a Flink source checkpointed natively; the drain ends the job.
+# The checkpoint interval Beam's Flink runner must know (transforms.flink_options) and the watch's clock,
+# the Java ticks of --watch_ticks=flink (a Flink source checkpointed natively; the drain ends the job),
+# come with cluster.sh args. On top: bundles finished at each checkpoint; idle Impulse sources (the job's
+# Create steps) shut down after 5 s (Flink 1.19 checkpoints a job with finished tasks).
 FAILOVER_FLAGS = (
-    "--checkpointing_interval=1000",
     "--finish_bundle_before_checkpointing",
     "--shutdown_sources_after_idle_ms=5000",
 )

@@ -6,12 +6,13 @@ tests/test_flink_cluster.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_pipeline_frequency import _fails
 
-from pipelines import frequency
 from transforms.flink_ticks import FlinkRest, FlinkRestError, FlinkTicks, run_draining
 
 BEAM_JOB = "BeamApp-root-1201-abcd_0f1e2d3c-aaaa-bbbb"
@@ -61,10 +62,6 @@ class FakeRest(FlinkRest):
 class FakeResult:
     def __init__(self) -> None:
         self.waited = False
-
-    @property
-    def state(self) -> str:
-        return "RUNNING"
 
     def wait_until_finish(self, duration: int | None = None) -> str:
         self.waited = True
@@ -189,8 +186,5 @@ def _argv(tmp_path: Path, *extra: str) -> list[str]:
     ],
 )
 def test_watch_ticks_flags_are_checked_up_front(tmp_path, capsys, extra, message):
-    with pytest.raises(SystemExit) as exc:
-        frequency.run(_argv(tmp_path, *extra))
-    assert exc.value.code == 2
-    assert message in capsys.readouterr().err
+    _fails(capsys, _argv(tmp_path, *extra), re.escape(message))
     assert not (tmp_path / "out").exists()  # refused before anything was created

@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import socket
 
 import numpy as np
@@ -17,6 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
+from test_pipeline_frequency import _fails  # one-line CLI errors, exit status 2
 
 from ldp.aggregate import WindowInfo, from_iso
 from ldp.aggregate.frequency import FrequencyAggregator
@@ -225,15 +225,6 @@ def test_batch_range_job_stores_one_row_per_query(tmp_path):
         (1, "hdg", answers[0]["n_reports"])
     }
     assert s.windows("store-range")[0]["n_reports"] == 4_000
-
-
-def _fails(capsys, argv, pattern):
-    with pytest.raises(SystemExit) as ei:
-        frequency.run(argv)
-    assert ei.value.code == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
-    assert len(err) == 1 and re.search(pattern, err[0]), err
-    return err[0]
 
 
 def test_store_flags_are_checked_up_front(tmp_path, capsys):

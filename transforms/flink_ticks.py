@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 TICKS_URN = "beam:external:ldp:lagged_ticks:v1"
+_ENDED = ("FINISHED", "FAILED", "CANCELED")  # Flink job states with nothing left to drain
 _LOG = logging.getLogger(__name__)
 
 
@@ -139,9 +140,6 @@ class FlinkRest:
 class _Result(Protocol):
     """The part of a Beam ``PipelineResult`` the drain uses."""
 
-    @property
-    def state(self) -> str: ...
-
     def wait_until_finish(self, duration: int | None = None) -> Any: ...
 
 
@@ -170,7 +168,7 @@ def run_draining(
         if found and found[1] == "RUNNING" and rest.tasks_running(found[0]):
             started = clock()
             _LOG.info("Flink job %s running; draining it after %.0f s", found[0], duration_s)
-        elif found and found[1] in ("FAILED", "CANCELED", "FINISHED"):
+        elif found and found[1] in _ENDED:
             break  # nothing to drain: the Beam result says how it ended
         elif clock() - t0 > start_timeout_s:
             raise FlinkRestError(
@@ -198,7 +196,7 @@ def _drain(
     last = ""
     while clock() - t0 < timeout_s:
         found = rest.job_for(beam_job_id)
-        if found is None or found[1] in ("FINISHED", "FAILED", "CANCELED"):
+        if found is None or found[1] in _ENDED:
             return
         jid, state = found
         if state != "RUNNING":  # restarting after a failure: drain once it runs again

@@ -231,7 +231,6 @@ class _ReadCompleteFiles(_ReadAvroBatches):
         prev = file.read()
         if prev is not None and seen < prev[3]:  # an older tick's view, overtaken by a newer one's
             return
-        seen = seen if prev is None else max(seen, prev[3])
         if prev is not None and prev[2]:  # read already
             if (prev[0], prev[1]) != (size, mtime):
                 file.write((size, mtime, True, seen))
