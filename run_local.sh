@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 bash tools/ensure_venv.sh
+# builds (Flink jars, Prism) are cached outside the clone, under ~/.cache/ldp-beam (tools/link_cache.sh)
+bash tools/link_cache.sh
 py=.venv/bin/python
 case "${1:-demo}" in
   test)
