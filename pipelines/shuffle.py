@@ -1,0 +1,289 @@
+"""The shuffler job: raw reports in, anonymous permuted batches per time bucket out (docs/shuffler.md).
+
+Batch, over Avro report files::
+
+    python -m pipelines.shuffle --task TASK.json --input 'DIR/*.avro' --output OUT
+
+Streaming, from a watched directory (each new complete file read once) or Pub/Sub::
+
+    python -m pipelines.shuffle --task TASK.json --streaming --input 'DIR/*.avro' --watch_interval 5 \
+        --streaming_duration 600 --output OUT [--allowed_lateness 30]
+    python -m pipelines.shuffle --task TASK.json --streaming \
+        --input_subscription projects/P/subscriptions/S --output OUT
+
+The task needs an ``anonymity`` section with ``"shuffled": true`` (``ldp.anonymity``). Outputs:
+``OUT/batches/batch-<task>-<start>-<end>-paneNNNNN.avro`` (report schema; one file per bucket, read by
+the aggregation jobs unchanged), ``OUT/batches.jsonl`` (one line per batch: file, task_id, bucket, n),
+``OUT/dead_letter/*.avro`` (reason, source and size only) and ``OUT/counts.json``. The job prints
+``read = forwarded + withheld + dead_lettered``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import StandardOptions
+
+from ldp.aggregate import Aggregator, make_aggregator
+from ldp.anonymity import AnonymityError, AnonymitySettings, parse_anonymity, window_problems
+from ldp.task import ParsedTask, TaskError, WindowConfig, parse_task
+from pipelines.cli import add_input_flags, fail, job_parser, parse_job_args, prepare_output
+from pipelines.job import _check_sources, closed_window_counts, read_reports
+from transforms.aggregate import ValidateFn
+from transforms.counts import WindowedCounts, job_counts
+from transforms.io import WriteCounts, WriteDeadLetters
+from transforms.records import decode_params, requires_client_ids
+from transforms.runners import RunnerLimitation, plan_runner
+from transforms.shuffle import (
+    BATCH_SUBDIR,
+    ScrubDeadLetters,
+    Shuffle,
+    batch_manifest,
+    write_manifest,
+)
+
+__all__ = ["parser", "run", "load_shuffled_task", "accounting"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The job's flags (plus every Beam pipeline option)."""
+    p = job_parser(__doc__.split("\n")[0])
+    p.add_argument("--task", required=True, help="collection task JSON file (with an anonymity section)")
+    add_input_flags(p)
+    p.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
+    p.add_argument("--input_topic", help="Pub/Sub topic projects/P/topics/T (a temporary subscription)")
+    p.add_argument(
+        "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
+    )
+    p.add_argument("--output", required=True, help="output directory")
+    p.add_argument(
+        "--overwrite", action="store_true", help="clear an earlier run's non-empty --output directory first"
+    )
+    p.add_argument(
+        "--streaming", action="store_true", help="streaming job: watch --input for new files, or read Pub/Sub"
+    )
+    p.add_argument(
+        "--watch_interval", type=float, default=10.0, help="streaming from --input: seconds between matches"
+    )
+    p.add_argument(
+        "--watermark_lag",
+        type=float,
+        help="streaming from --input: seconds the watermark runs behind the wall clock "
+        "(default: 2 x --watch_interval + 1)",
+    )
+    p.add_argument(
+        "--allowed_lateness",
+        type=float,
+        help="streaming: seconds after a bucket's end during which its reports are still shuffled into it; "
+        "the bucket is emitted once, at its end plus this (default: the task's window.allowed_lateness_s)",
+    )
+    p.add_argument(
+        "--streaming_duration",
+        type=float,
+        default=0.0,
+        help="streaming: stop after this many seconds (a watched directory: the watch stops and every "
+        "bucket closes; Pub/Sub: the job is cancelled); 0 runs until interrupted",
+    )
+    p.add_argument("--batch_size", type=int, default=1 << 15, help="records per batch read from files")
+    p.add_argument(
+        "--dead_letter_window", type=float, default=60.0, help="streaming: seconds of dead letters per file"
+    )
+    p.add_argument(
+        "--counts_window", type=float, default=60.0, help="streaming: seconds per OUT/counts/ line"
+    )
+    p.add_argument(
+        "--test_shuffle_seed",
+        type=int,
+        help="TESTS ONLY: permute with a seeded numpy generator (reproducible, so NOT anonymous) instead of "
+        "the operating system's CSPRNG",
+    )
+    return p
+
+
+def load_shuffled_task(path: str) -> tuple[ParsedTask, AnonymitySettings]:
+    """The task file's task and its ``anonymity`` settings (one-line errors, exit status 2): the section
+    must exist with ``shuffled`` true, and the task's window must be a multiple of the precision."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        fail(f"{path}: cannot read task file: {exc.strerror or exc}")
+    except json.JSONDecodeError as exc:
+        fail(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    if not isinstance(obj, dict):
+        fail(f"{path}: a task must be a JSON object")
+    section = obj.get("anonymity")
+    rest = {k: v for k, v in obj.items() if k != "anonymity"}
+    problems: list[str] = []
+    task = None
+    try:
+        task = parse_task(rest, source=path, base_dir=Path(path).parent)
+    except TaskError as exc:
+        problems += exc.problems
+    settings = None
+    try:
+        settings = parse_anonymity(section)
+    except AnonymityError as exc:
+        problems += exc.problems
+    if settings is not None and not settings.shuffled:
+        problems.append("anonymity.shuffled is false: the task is not collected through the shuffler")
+    if task is not None and settings is not None:
+        problems += window_problems(settings, task.window.size_s, task.window.period_s)
+        if requires_client_ids(task):
+            problems.append(
+                "the task's budget counts reports per client id, which the shuffler removes: a shuffled task "
+                "cannot have a server-enforced per-client budget"
+            )
+    if problems or task is None or settings is None:
+        fail(f"{path}: " + "; ".join(problems or ["the task could not be parsed"]))
+    return task, settings
+
+
+def accounting(counts: dict[str, int]) -> dict[str, int]:
+    """``read``, ``forwarded``, ``withheld`` (short buckets + late), ``dead_lettered`` (refused inputs)
+    and their parts, from the job's counters or count lines."""
+    out = {
+        "read": int(counts.get("read", 0)),
+        "forwarded": int(counts.get("shuffle_forwarded", 0)),
+        "withheld": int(counts.get("shuffle_withheld", 0)) + int(counts.get("late_dropped", 0)),
+        "withheld_short": int(counts.get("shuffle_withheld", 0)),
+        "withheld_late": int(counts.get("late_dropped", 0)),
+        "withheld_buckets": int(counts.get("shuffle_withheld_buckets", 0)),
+        "batches": int(counts.get("shuffle_batches", 0)),
+        "dead_lettered": int(counts.get("rejected", 0)),
+    }
+    for k, v in sorted(counts.items()):
+        if k.startswith("rejected_") and v:
+            out["dead_lettered_" + k[len("rejected_") :]] = int(v)
+        elif k.startswith("lost_") and v:
+            out[k] = int(v)
+    return out
+
+
+def _check_flags(ns: argparse.Namespace, streaming: bool) -> None:
+    _check_sources(ns, streaming)
+    lateness = ns.allowed_lateness
+    if lateness is not None and not (math.isfinite(lateness) and lateness >= 0):
+        fail(f"--allowed_lateness must be a finite number of seconds >= 0, got {lateness}")
+    if lateness is not None and abs(lateness * 1000 - round(lateness * 1000)) > 1e-6:
+        fail(f"--allowed_lateness must be a whole number of milliseconds, got {lateness}")
+    if ns.batch_size < 1:
+        fail(f"--batch_size must be >= 1, got {ns.batch_size}")
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, object]:
+    """Runs the shuffler; returns (and prints) its summary (``counts``, ``batches``, ``output``, ...)."""
+    ns, options = parse_job_args(parser(), argv)
+    streaming = bool(options.view_as(StandardOptions).streaming)
+    task, settings = load_shuffled_task(ns.task)
+    _check_flags(ns, streaming)
+    lateness = task.window.allowed_lateness_s if ns.allowed_lateness is None else float(ns.allowed_lateness)
+    try:
+        agg: Aggregator = make_aggregator(task)
+        decode_params(agg)
+    except (ValueError, TypeError, MemoryError, OverflowError) as exc:
+        fail(f"{ns.task}: the task cannot be shuffled: {exc}")
+    window = WindowConfig(size_s=float(settings.time_precision_s), allowed_lateness_s=lateness)
+    try:
+        plan = plan_runner(
+            options, window, streaming=streaming, files=bool(ns.input),
+            streaming_duration_s=ns.streaming_duration,
+        )  # fmt: skip
+    except RunnerLimitation as exc:
+        fail(str(exc))
+    try:
+        prepare_output(ns.output, ns.overwrite)
+        if "://" not in ns.output:
+            os.makedirs(os.path.join(ns.output, BATCH_SUBDIR), exist_ok=True)
+    except OSError as exc:
+        fail(f"--output {ns.output!r} cannot be created: {exc.strerror or exc}")
+    _LOG.info(
+        "shuffler: task %s (%s, %d group(s)), precision %d s, min_reports %d, %s, output %s",
+        task.task_id, task.mechanism, task.n_groups, settings.time_precision_s, settings.min_reports,
+        f"streaming (lateness {lateness:g} s)" if streaming else "batch", ns.output,
+    )  # fmt: skip
+    if ns.test_shuffle_seed is not None:
+        _LOG.warning("--test_shuffle_seed: the permutation is reproducible; the output is NOT anonymous")
+    p = beam.Pipeline(runner=plan.runner, options=options)
+    read = read_reports(p, ns, agg, streaming=streaming, paced=plan.paced)
+    v = read.records | "Validate" >> beam.ParDo(ValidateFn(agg, settings.precision_ms)).with_outputs(
+        "dead_letter", "counts", main="reports"
+    )
+    reports, dead, counts = v.reports, [read.dead_letter, v.dead_letter], [read.counts, v.counts]
+    out = reports | "Shuffle" >> Shuffle(
+        task.task_id, task.schema_version, settings, ns.output, streaming=streaming,
+        allowed_lateness_s=plan.window.allowed_lateness_s, test_seed=ns.test_shuffle_seed,
+    )  # fmt: skip
+    dead.append(out["dead_letter"])
+    counts.append(out["counts"])
+    all_dead = tuple(dead) | "AllDeadLetters" >> beam.Flatten() | "NoContent" >> ScrubDeadLetters()
+    all_dead | "WriteDeadLetters" >> WriteDeadLetters(
+        ns.output, streaming=streaming, window_s=ns.dead_letter_window
+    )
+    if streaming:
+        all_counts = tuple(counts) | "AllCounts" >> beam.Flatten()
+        per_window = all_counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window)
+        per_window | "WriteCounts" >> WriteCounts(ns.output)
+    t0 = time.perf_counter()
+    result = p.run()
+    if streaming and ns.streaming_duration > 0 and not ns.input:
+        deadline = time.time() + ns.streaming_duration
+        while time.time() < deadline:
+            time.sleep(0.5)
+        result.cancel()
+    else:
+        result.wait_until_finish()
+    seconds = time.perf_counter() - t0
+    # streaming: the closed count windows (the DirectRunner's streaming counters are incomplete)
+    raw = closed_window_counts(ns.output) if streaming else job_counts(result)
+    entries = batch_manifest(ns.output)
+    write_manifest(ns.output, entries)
+    acct = accounting(raw)
+    in_files = sum(int(e["n"]) for e in entries)
+    balanced = acct["read"] == acct["forwarded"] + acct["withheld"] + acct["dead_lettered"]
+    if in_files != acct["forwarded"]:
+        _LOG.error("the batch files hold %d reports, %d counted as forwarded", in_files, acct["forwarded"])
+    if not balanced:
+        _LOG.error("accounting does not balance: %s", acct)
+    summary: dict[str, object] = {
+        "output": ns.output,
+        "state": str(result.state),
+        "seconds": seconds,
+        "streaming": streaming,
+        "task_id": task.task_id,
+        "kind": task.kind,
+        "mechanism": task.mechanism,
+        "anonymity": settings.to_json(),
+        "allowed_lateness_s": plan.window.allowed_lateness_s if streaming else None,
+        "counts": acct,
+        "balanced": bool(balanced and in_files == acct["forwarded"]),
+        "batches": len(entries),
+        "batch_sizes": {"min": min((int(e["n"]) for e in entries), default=0),
+                        "max": max((int(e["n"]) for e in entries), default=0)},
+    }  # fmt: skip
+    print(
+        f"reports read={acct['read']} = forwarded={acct['forwarded']} + withheld={acct['withheld']} "
+        f"(short buckets {acct['withheld_short']} in {acct['withheld_buckets']} bucket(s), late "
+        f"{acct['withheld_late']}) + dead_lettered={acct['dead_lettered']}"
+        + ("" if summary["balanced"] else "  [DOES NOT BALANCE]"),
+        file=sys.stderr,
+    )
+    print(f"batches: {len(entries)} file(s) in {os.path.join(ns.output, BATCH_SUBDIR)}", file=sys.stderr)
+    print(f"output: {ns.output}", file=sys.stderr)
+    with open(os.path.join(ns.output, "counts.json"), "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2)
+    return summary
+
+
+if __name__ == "__main__":
+    run()
