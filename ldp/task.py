@@ -3,7 +3,8 @@
 A task is a small JSON object with an id. Clients encode with it; the aggregator refuses (dead-letters)
 reports that carry another task id or values outside the task's domains. Changing any privacy-relevant
 parameter (mechanism, epsilon, domains, hash family) means a new ``task_id``. The JSON Schema of the file
-is ``schemas/task.schema.json`` (kept in step with this module by ``tests/test_schemas.py``).
+is ``schemas/task.schema.json``, generated from this module's field declarations (:func:`task_json_schema`;
+``tests/test_task_schema_model.py`` checks both agree at every declared boundary).
 
 Keys common to every kind of task (keys not listed are an error, so typos do not pass silently)::
 
@@ -27,8 +28,16 @@ Keys common to every kind of task (keys not listed are an error, so typos do not
         "allowed_lateness_s": 0,         #   how long after a window closes late reports still count
         "early_firing_s": null,          #   processing-time period of early (speculative) panes
         "accumulating": false            #   panes report everything so far (true) or only new data
+      },
+      "resolved": {                      # optional (frequency, range), written by resolve_task: what the
+        "auto_candidates": [...],        #   oracles resolved to when the task was made; every load checks
+        "oracles": [{"mechanism": ...}]  #   this release resolves the same (else a TaskError)
       }
     }
+
+``auto`` (and a range method's per-group ``auto`` oracles) chooses only among the frozen candidates of the
+task's ``schema_version`` (``ldp.oracles.AUTO_CANDIDATES``): a mechanism added to the registry never
+changes what an existing task means. :func:`resolve_task` returns the task with its resolution recorded.
 
 Kinds of task (the mechanism names come from the mechanism registries, never from a copy here):
 
@@ -111,6 +120,12 @@ __all__ = [
     "TaskError",
     "load_task",
     "parse_task",
+    "resolve_task",
+    "task_resolution",
+    "task_json_schema",
+    "Field",
+    "COMMON_FIELDS",
+    "SEMANTIC_CHECKS",
     "ORACLE_MECHANISMS",
     "MULTI_ATTRIBUTE_MECHANISMS",
     "BATCH_MECHANISMS",
@@ -172,6 +187,7 @@ _COMMON_KEYS = (
     "hash",
     "params",
     "window",
+    "resolved",
 )
 _REQUIRED = ("task_id", "mechanism", "epsilon")
 _MAX_GROUPS = 1 << 31
@@ -263,6 +279,9 @@ class Task:
     hash: HashConfig = dataclasses.field(default_factory=HashConfig)
     params: Mapping[str, object] = dataclasses.field(default_factory=dict)
     window: WindowConfig = dataclasses.field(default_factory=WindowConfig)
+    #: what the task's oracles resolved to when it was made (:func:`resolve_task`); ``parse_task`` checks
+    #: that this release resolves them the same way (``None``: not recorded)
+    resolved: Mapping[str, object] | None = None
 
     @property
     def is_multi_attribute(self) -> bool:
@@ -287,6 +306,7 @@ class Task:
             "hash": self.hash.to_dict(),
             "params": dict(self.params),
             "window": self.window.to_dict(),
+            **({} if self.resolved is None else {"resolved": json.loads(json.dumps(self.resolved))}),
         }
 
     def to_dict(self) -> dict[str, object]:
@@ -353,11 +373,18 @@ class FrequencyTask(Task):
 
     def make_oracle(self) -> _oracles.FrequencyOracle:
         """The task's frequency oracle (``ldp.oracles.make_oracle``, or ``ldp.longitudinal.memo`` for the
-        memoized mechanisms) over :attr:`oracle_domain_size`; ``auto`` resolves deterministically."""
+        memoized mechanisms) over :attr:`oracle_domain_size`. ``auto`` resolves deterministically among the
+        frozen candidates of the task's ``schema_version`` (``ldp.oracles.AUTO_CANDIDATES``): clients and the
+        aggregator call this same method, so they build the same oracle whatever their release."""
         d = self.oracle_domain_size
+        params = self.oracle_params()
         if self.is_memoized:
-            return _memo.make_memo_oracle(self.mechanism, self.epsilon, d, **self.oracle_params())
-        return _oracles.make_oracle(self.mechanism, self.epsilon, d, **self.oracle_params())
+            return _memo.make_memo_oracle(self.mechanism, self.epsilon, d, **params)
+        if self.mechanism == "auto" and not params:
+            oracle, table = _oracles.choose_oracle(self.epsilon, d, schema_version=self.schema_version)
+            oracle.choice = table
+            return oracle
+        return _oracles.make_oracle(self.mechanism, self.epsilon, d, **params)
 
     def to_dict(self) -> dict[str, object]:
         out = {**self._common_dict(), "domain_size": self.domain_size}
@@ -520,19 +547,23 @@ def _check_task_id(obj: JsonObject, problems: Problems) -> str:
 
 
 def _check_mechanism(obj: JsonObject, problems: Problems) -> tuple[str | None, TaskKind | None]:
-    """The mechanism name (lower case) and its kind; ``kind`` in the file must agree."""
+    """The mechanism name (lower case, as the registries spell it) and its kind; ``kind`` in the file
+    must agree."""
     raw = obj.get("mechanism")
-    name = raw.lower() if isinstance(raw, str) else None
+    name = raw if isinstance(raw, str) else None
     kinds = [k for k in TASK_KINDS.values() if name in k.mechanisms()]
     if "mechanism" in obj and not kinds:
         every = [m for k in TASK_KINDS.values() for m in k.mechanisms()]
-        problems.append(f"mechanism must be one of {', '.join(every)}, got {raw!r}")
+        hint = ""
+        if isinstance(raw, str) and raw.strip().lower() in every:
+            hint = f" (names are lower case: {raw.strip().lower()!r})"
+        problems.append(f"mechanism must be one of {', '.join(every)}, got {raw!r}{hint}")
         name = None
     declared = obj.get("kind")
-    if declared is not None and declared not in TASK_KINDS:
+    if "kind" in obj and declared not in TASK_KINDS:
         problems.append(f"kind must be one of {', '.join(TASK_KINDS)}, got {declared!r}")
         return name, kinds[0] if len(kinds) == 1 else None
-    if declared is not None:
+    if "kind" in obj:
         if name is not None and TASK_KINDS[declared] not in kinds:
             problems.append(f"mechanism {name!r} is not a {declared} mechanism")
         return name, TASK_KINDS[declared]
@@ -576,11 +607,12 @@ def _check_n_groups(obj: JsonObject, problems: Problems) -> int:
 
 def _check_postprocess(obj: JsonObject, problems: Problems) -> str:
     pp = obj.get("postprocess", "base")
-    key = pp.strip().lower().replace("_", "-") if isinstance(pp, str) else pp
-    if key not in POSTPROCESS_METHODS:
-        problems.append(f"postprocess must be one of {', '.join(POSTPROCESS_METHODS)}, got {pp!r}")
+    if pp not in POSTPROCESS_METHODS:
+        key = pp.strip().lower().replace("_", "-") if isinstance(pp, str) else None
+        hint = f" (spelled {key!r} in a task file)" if key in POSTPROCESS_METHODS else ""
+        problems.append(f"postprocess must be one of {', '.join(POSTPROCESS_METHODS)}, got {pp!r}{hint}")
         return "base"
-    return str(key)
+    return str(pp)
 
 
 def _check_hash(obj: JsonObject, mechanism: str | None, problems: Problems) -> HashConfig:
@@ -810,7 +842,7 @@ def _frequency_task(
     task = FrequencyTask(domain_size=int(d), labels=labels, hide_participation=hide, **common)
     try:  # the oracle is the final judge of mechanism parameters (e.g. g not a prime power)
         oracle = task.make_oracle()
-    except ValueError as exc:
+    except (ValueError, ArithmeticError) as exc:  # ArithmeticError: a formula at an extreme epsilon
         where = "ldp.longitudinal.memo" if task.is_memoized else "ldp.oracles"
         problems.append(f"mechanism parameters rejected by {where}: {exc}")
         return None
@@ -917,10 +949,10 @@ def _range_task(obj: JsonObject, common: dict[str, object], problems: Problems) 
     )
     try:  # the method is the final judge of its options (e.g. a granularity that is not a power of two)
         n_groups = probe.make_mechanism().n_groups
-    except ValueError as exc:
+    except (ValueError, ArithmeticError) as exc:
         problems.append(f"mechanism options rejected by ldp.rangequery ({mech}): {exc}")
         return None
-    if "n_groups" in obj and obj["n_groups"] != n_groups:
+    if "n_groups" in obj and not (_is_int(obj["n_groups"]) and obj["n_groups"] == n_groups):
         problems.append(f"n_groups {obj['n_groups']!r} does not match {mech}'s {n_groups} groups")
         return None
     return dataclasses.replace(probe, n_groups=n_groups)
@@ -946,7 +978,7 @@ def _batch_task(obj: JsonObject, common: dict[str, object], problems: Problems) 
     k = obj.get("max_contributions", 1)
     if not (_is_int(k) and 1 <= k <= 1_000_000):
         problems.append(f"max_contributions must be an integer in [1, 10^6], got {k!r}")
-    if "n_groups" in obj and obj["n_groups"] != 1:
+    if "n_groups" in obj and not (_is_int(obj["n_groups"]) and obj["n_groups"] == 1):
         problems.append(f"batch-query tasks have one group, got n_groups {obj['n_groups']!r}")
     allowed = _BATCH_PARAMS.get(mech, ())
     for key in common["params"]:  # type: ignore[union-attr]
@@ -989,6 +1021,234 @@ def _sparse_task(obj: JsonObject, common: dict[str, object], problems: Problems)
     return build_sparse_task(obj, common, problems)
 
 
+# ------------------------------------------------------------------------------------------------------------
+# the declared fields: the JSON Schema (schemas/task.schema.json) is generated from them
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """What a key of the task file may hold, as far as a JSON Schema can say it.
+
+    Each kind of task declares its keys in one table (:data:`COMMON_FIELDS` plus
+    :attr:`TaskKind.fields`); :func:`task_json_schema` generates the task file's JSON Schema from the
+    tables and ``tests/test_task_schema_model.py`` checks, at the boundaries and just past them, that
+    :func:`parse_task` accepts exactly what the declarations accept, apart from the checks a JSON Schema
+    cannot make (:data:`SEMANTIC_CHECKS`).
+    """
+
+    type: tuple[str, ...]
+    enum: tuple[object, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    exclusive_maximum: float | None = None
+    pattern: str | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    items: Field | None = None
+    min_items: int | None = None
+    max_items: int | None = None
+    unique_items: bool = False
+    properties: Mapping[str, Field] | None = None
+    required: tuple[str, ...] = ()
+    any_of: tuple[Field, ...] = ()
+    default: object = dataclasses.field(default=None, compare=False)
+    description: str = dataclasses.field(default="", compare=False)
+
+    def json_schema(self) -> dict[str, object]:
+        """This declaration as JSON Schema (draft 2020-12)."""
+        out: dict[str, object] = {}
+        if self.type:
+            out["type"] = self.type[0] if len(self.type) == 1 else list(self.type)
+        for key, value in (
+            ("enum", None if self.enum is None else list(self.enum)),
+            ("minimum", self.minimum),
+            ("maximum", self.maximum),
+            ("exclusiveMinimum", self.exclusive_minimum),
+            ("exclusiveMaximum", self.exclusive_maximum),
+            ("pattern", self.pattern),
+            ("minLength", self.min_length),
+            ("maxLength", self.max_length),
+            ("items", None if self.items is None else self.items.json_schema()),
+            ("minItems", self.min_items),
+            ("maxItems", self.max_items),
+        ):
+            if value is not None:
+                out[key] = value
+        if self.unique_items:
+            out["uniqueItems"] = True
+        if self.properties is not None:
+            out["properties"] = {k: f.json_schema() for k, f in self.properties.items()}
+            out["additionalProperties"] = False
+        if self.required:
+            out["required"] = list(self.required)
+        if self.any_of:
+            out["anyOf"] = [f.json_schema() for f in self.any_of]
+        if self.default is not None:
+            out["default"] = self.default
+        if self.description:
+            out["description"] = self.description
+        return out
+
+
+def _f(*types: str, **kw: object) -> Field:
+    return Field(tuple(types), **kw)  # type: ignore[arg-type]
+
+
+_NULLABLE_POSITIVE = _f("number", "null", exclusive_minimum=0)
+_WINDOW_FIELDS: dict[str, Field] = {
+    "size_s": _NULLABLE_POSITIVE,
+    "period_s": _NULLABLE_POSITIVE,
+    "allowed_lateness_s": _f("number", minimum=0),
+    "early_firing_s": _NULLABLE_POSITIVE,
+    "accumulating": _f("boolean"),
+}
+_ATTRIBUTES = _f(
+    "array",
+    min_items=1,
+    items=_f(
+        "object",
+        properties={
+            "name": _f("string", min_length=1),
+            "domain_size": _f("integer", minimum=2, maximum=_MAX_DOMAIN),
+        },
+        required=("name", "domain_size"),
+    ),
+    description="the public attributes, each with a domain [0, domain_size); names unique",
+)
+
+#: The keys every kind of task has (a kind's :attr:`TaskKind.fields` may narrow them).
+COMMON_FIELDS: dict[str, Field] = {
+    "task_id": _f(
+        "string", pattern=_TASK_ID_RE.pattern, description="1-128 letters, digits, '.', '_' or '-'"
+    ),
+    "mechanism": _f("string", description="a mechanism of the task's kind (lower case)"),
+    "epsilon": _f("number", exclusive_minimum=0, maximum=50),
+    "kind": _f("string", description="the kind of task; default: the first kind that has the mechanism"),
+    "description": _f("string"),
+    "schema_version": _f("integer", enum=SUPPORTED_SCHEMA_VERSIONS, default=DEFAULT_SCHEMA_VERSION),
+    "n_groups": _f("integer", minimum=1, maximum=_MAX_GROUPS),
+    "postprocess": _f("string", enum=POSTPROCESS_METHODS, default="base"),
+    "hash": _f(
+        "object",
+        "null",
+        properties={
+            "family": _f("string", "null", enum=(*HASH_FAMILY_NAMES, None), default=DEFAULT_HASH_FAMILY),
+            "g": _f("integer", "null", minimum=2),
+        },
+        description="the OLH hash family and bucket count",
+    ),
+    "params": _f("object", "null", description="further mechanism parameters"),
+    "window": _f("object", "null", properties=_WINDOW_FIELDS, description="event-time window defaults"),
+    "resolved": _f(
+        "object",
+        "null",
+        properties={
+            "auto_candidates": _f("array", items=_f("string")),
+            "oracles": _f("array", items=_f("object")),
+        },
+        required=("auto_candidates", "oracles"),
+        description="written by ldp.task.resolve_task: what the oracles resolved to; checked on every load",
+    ),
+}
+
+#: the ``hash`` of kinds without OLH: a family may be named (it is unused), ``g`` may not
+_HASH_WITHOUT_G = dataclasses.replace(
+    COMMON_FIELDS["hash"],
+    properties={**(COMMON_FIELDS["hash"].properties or {}), "g": _f("null")},
+    description="no OLH here: hash.g must be null",
+)
+_NO_RESOLUTION = _f("null", description="nothing resolves in this kind")
+
+_FREQUENCY_FIELDS: dict[str, Field] = {
+    "domain_size": _f("integer", minimum=2, maximum=_MAX_DOMAIN),
+    "labels": _f(
+        "array",
+        "null",
+        min_items=2,
+        max_items=MAX_LABELS,
+        unique_items=True,
+        items=_f("string", min_length=1, max_length=MAX_LABEL_CHARS, pattern=r"^\S(.*\S)?$"),
+        description="one label per value (domain_size of them); label i names value i",
+    ),
+    "labels_file": _f("string", pattern=r"\S", description="a labels file, relative to the task file"),
+    "budget": _f(
+        "object",
+        "null",
+        properties={
+            "epsilon_per_report": _f("number", exclusive_minimum=0, maximum=100),
+            "reports_per_period": _f("integer", "null", minimum=1),
+            "period_s": _f("number", "null", exclusive_minimum=0),
+            "total_epsilon": _f("number", "null", exclusive_minimum=0, maximum=1e6),
+            "composition": _f("string", enum=("basic", "memoized", "pld")),
+            "delta": _f("number", exclusive_minimum=0, maximum=1e-3),
+            "client_ids": _f("boolean", default=False),
+        },
+        description="the per-user budget of repeated collection (ldp.longitudinal.budget.parse_budget)",
+    ),
+    "hide_participation": _f("boolean", default=False),
+}
+_RANGE_FIELDS: dict[str, Field] = {
+    "attributes": _ATTRIBUTES,
+    "expected_users": _f("integer", minimum=1),
+    "granularity": _f(
+        "object",
+        "null",
+        properties={"g1": _f("integer", minimum=2), "g2": _f("integer", minimum=2)},
+        description="hdg / tdg: grid granularities (powers of two)",
+    ),
+    "options": _f("object", "null", description="method options (params is an alias)"),
+    "hash": _HASH_WITHOUT_G,
+}
+_BATCH_FIELDS: dict[str, Field] = {
+    "attributes": _ATTRIBUTES,
+    "delta": _f("number", exclusive_minimum=0, exclusive_maximum=1),
+    "calibration": _f("string", enum=BATCH_CALIBRATIONS, default="analytic"),
+    "max_contributions": _f("integer", minimum=1, maximum=1_000_000, default=1),
+    "n_groups": _f("integer", enum=(1,)),
+    "hash": _HASH_WITHOUT_G,
+    "resolved": _NO_RESOLUTION,
+    "window": _f(
+        "object",
+        "null",
+        properties={
+            **_WINDOW_FIELDS,
+            "period_s": _f("null"),
+            "early_firing_s": _f("null"),
+            "accumulating": _f("boolean", enum=(False,)),
+        },
+        description="each record is released once: no sliding windows, early firings or accumulating panes",
+    ),
+}
+_SPARSE_FIELDS: dict[str, Field] = {
+    "domain_size": _f("integer", minimum=2, maximum=(1 << 63) - 1),
+    "sparsity": _f("integer", minimum=1),
+    "privacy": Field(
+        (), any_of=(_f("string", enum=("event", "user")), _f("integer", minimum=1)), default="user"
+    ),
+    "delta": _f("number", "null", minimum=0, exclusive_maximum=1),
+    "values": _f("string", enum=("real", "binary"), default="real"),
+    "expected_users": _f("integer", minimum=2, default=100_000),
+    "n_groups": _f("integer", enum=(1,)),
+    "hash": _HASH_WITHOUT_G,
+    "resolved": _NO_RESOLUTION,
+}
+
+#: What :func:`parse_task` checks beyond the declared fields (a JSON Schema cannot say these).
+SEMANTIC_CHECKS: tuple[str, ...] = (
+    "the mechanism's own parameter checks (ldp.oracles, ldp.rangequery, ldp.sparse, ldp.longitudinal.memo)",
+    "window times in whole milliseconds; window.period_s <= window.size_s",
+    "hash.g for mechanism olh only (the frequency kind), and the hash family's own check of g",
+    "labels: exactly domain_size of them (domain_size <= 65536); labels_file readable, same rules",
+    "the budget against the mechanism (ldp.longitudinal.accounting)",
+    "a range method's n_groups, attributes and granularity (powers of two, hdg / tdg only)",
+    "a batch_queries domain of at most 4096 cells, its strategy's params, dwork_roth only below epsilon 1",
+    "unique attribute names",
+    "resolved equal to what this release resolves",
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskKind:
     """One kind of task: its mechanism names, its own top-level keys and the checker of those keys.
@@ -997,6 +1257,9 @@ class TaskKind:
     appends its problems and returns the task (``None`` when there are problems). A kind whose keys name
     files (``labels_file``) sets ``uses_base_dir``: ``build`` then also gets ``base_dir=`` (the directory
     relative paths are resolved against).
+
+    ``fields`` declares its keys (and any common key it narrows, e.g. ``n_groups``) for the JSON Schema,
+    ``required`` its required keys, ``exclusive`` the sets of keys it refuses together.
     """
 
     name: str
@@ -1004,6 +1267,9 @@ class TaskKind:
     keys: tuple[str, ...]
     build: Callable[..., Task | None]
     uses_base_dir: bool = False
+    fields: Mapping[str, Field] = dataclasses.field(default_factory=dict)
+    required: tuple[str, ...] = ()
+    exclusive: tuple[tuple[str, ...], ...] = ()
 
 
 #: Kinds of task by name; a new kind (sparse vectors, batch queries) adds an entry.
@@ -1014,21 +1280,91 @@ TASK_KINDS: dict[str, TaskKind] = {
         ("domain_size", "labels", "labels_file", "budget", "hide_participation"),
         _frequency_task,
         uses_base_dir=True,
+        fields=_FREQUENCY_FIELDS,
+        required=("domain_size",),
+        exclusive=(("labels", "labels_file"),),
     ),
     "range": TaskKind(
         "range",
         lambda: MULTI_ATTRIBUTE_MECHANISMS,
         ("attributes", "expected_users", "granularity", "options"),
         _range_task,
+        fields=_RANGE_FIELDS,
+        required=("attributes", "expected_users"),
     ),
     "batch_queries": TaskKind(
         "batch_queries",
         lambda: BATCH_MECHANISMS,
         ("attributes", "delta", "calibration", "max_contributions"),
         _batch_task,
+        fields=_BATCH_FIELDS,
+        required=("kind", "attributes", "delta"),
     ),
-    "sparse": TaskKind("sparse", _sparse_mechanisms, SPARSE_KEYS, _sparse_task),
+    "sparse": TaskKind(
+        "sparse",
+        _sparse_mechanisms,
+        SPARSE_KEYS,
+        _sparse_task,
+        fields=_SPARSE_FIELDS,
+        required=("domain_size", "sparsity"),
+    ),
 }
+
+
+def task_json_schema() -> dict[str, object]:
+    """The JSON Schema (draft 2020-12) of the task file, generated from the declared fields
+    (:data:`COMMON_FIELDS`, each kind's :attr:`TaskKind.fields`) and :data:`TASK_KINDS`; it is
+    ``schemas/task.schema.json`` (``python -m ldp.task --schema > schemas/task.schema.json``).
+
+    A task's kind is its ``kind``, else the first kind (in :data:`TASK_KINDS` order) that has its
+    mechanism; each kind's branch lists every key it allows.
+    """
+    kinds = list(TASK_KINDS.values())
+    branches: list[dict[str, object]] = []
+    for i, k in enumerate(kinds):
+        earlier = {m for e in kinds[:i] for m in e.mechanisms()}
+        first = [m for m in k.mechanisms() if m not in earlier]
+        select: list[dict[str, object]] = [{"required": ["kind"], "properties": {"kind": {"const": k.name}}}]
+        if first:
+            select.append(
+                {
+                    "not": {"required": ["kind"]},
+                    "required": ["mechanism"],
+                    "properties": {"mechanism": {"enum": first}},
+                }
+            )
+        props = {name: f.json_schema() for name, f in {**COMMON_FIELDS, **k.fields}.items()}
+        props["mechanism"] = {**props["mechanism"], "enum": list(k.mechanisms())}
+        props["kind"] = {**props["kind"], "const": k.name}
+        then: dict[str, object] = {
+            "properties": props,
+            "additionalProperties": False,
+            "required": list(dict.fromkeys((*_REQUIRED, *k.required))),
+        }
+        if k.exclusive:
+            then["not"] = {"anyOf": [{"required": list(keys)} for keys in k.exclusive]}
+        branches.append({"if": {"anyOf": select}, "then": then})
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "ldp-beam/task.schema.json",
+        "title": "ldp-beam collection task",
+        "description": (
+            "The task file clients and the aggregator share. Generated from the declarations of ldp.task "
+            "(python -m ldp.task --schema); ldp.task.parse_task also checks: "
+            + "; ".join(SEMANTIC_CHECKS)
+            + "."
+        ),
+        "type": "object",
+        "required": list(_REQUIRED),
+        "properties": {
+            "mechanism": {
+                "type": "string",
+                "enum": list(dict.fromkeys(m for k in kinds for m in k.mechanisms())),
+            },
+            "kind": {"type": "string", "enum": list(TASK_KINDS)},
+        },
+        "allOf": branches,
+    }
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1049,6 +1385,74 @@ def read_labels_file(path: str | Path, domain_size: int | None = None) -> tuple[
     if problems or labels is None:
         raise TaskError(problems or ["no labels"], str(p))
     return labels
+
+
+def task_resolution(task: Task) -> dict[str, object] | None:
+    """What a task's oracles resolve to (``None`` for kinds without frequency oracles: batch queries,
+    sparse vectors): ``auto_candidates``, the frozen ``auto`` candidates of its ``schema_version``
+    (``ldp.oracles.AUTO_CANDIDATES``), and ``oracles``, the ``ldp.rangequery.registry.oracle_spec`` of its
+    oracle (frequency: one entry, every group's) or of each group's oracle, group 0 first (range: the
+    per-group ``auto`` choices)."""
+    if isinstance(task, FrequencyTask):
+        oracles = [_range_registry.oracle_spec(task.make_oracle())]
+    elif isinstance(task, RangeTask):
+        oracles = _range_registry.group_oracle_specs(task.make_mechanism())
+    else:
+        return None
+    return {"auto_candidates": list(_oracles.auto_candidates(task.schema_version)), "oracles": oracles}
+
+
+def resolve_task(task: Task | JsonObject) -> dict[str, object]:
+    """The task (parsed, or an object :func:`parse_task` accepts) as a JSON-ready dict with its resolution
+    recorded under ``resolved`` (:func:`task_resolution`): write this when a task is made, so every
+    client and aggregator that loads it checks it resolves the same oracles.
+
+    Raises:
+        TaskError: the object is not a valid task.
+    """
+    parsed = task if isinstance(task, Task) else parse_task(task)
+    out = parsed.to_dict()
+    res = task_resolution(parsed)
+    if res is not None:
+        out["resolved"] = res
+    return out
+
+
+def _check_resolved(raw: object, task: Task, problems: Problems) -> dict[str, object] | None:
+    """A recorded ``resolved`` block (:func:`resolve_task`) must be what this release resolves."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or set(raw) != {"auto_candidates", "oracles"}:
+        problems.append(
+            "resolved must be an object with exactly auto_candidates and oracles (ldp.task.resolve_task)"
+        )
+        return None
+    now = task_resolution(task)
+    if now is None:
+        problems.append(f"resolved applies to frequency and range tasks, not {task.kind} tasks")
+        return None
+    rec = {"auto_candidates": raw["auto_candidates"], "oracles": raw["oracles"]}
+    if rec["auto_candidates"] != now["auto_candidates"]:
+        problems.append(
+            f"resolved.auto_candidates {rec['auto_candidates']!r} are not schema version "
+            f"{task.schema_version}'s {now['auto_candidates']!r}"
+        )
+    mine, theirs = now["oracles"], rec["oracles"]
+    assert isinstance(mine, list)
+    if not isinstance(theirs, list) or len(theirs) != len(mine):
+        n = len(theirs) if isinstance(theirs, list) else type(theirs).__name__
+        problems.append(f"resolved.oracles records {n} oracle(s), the task has {len(mine)}")
+        return None
+    bad = [i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b]
+    for i in bad[:3]:
+        problems.append(
+            f"resolved.oracles[{i}]: the task records {theirs[i]!r} but this release resolves {mine[i]!r} "
+            "(clients and the aggregator would encode and decode differently: name the oracle explicitly "
+            "or make a new task)"
+        )
+    if len(bad) > 3:
+        problems.append(f"resolved.oracles: ... and {len(bad) - 3} more group(s) resolve differently")
+    return None if bad or len(problems) else json.loads(json.dumps(rec))
 
 
 def parse_task(
@@ -1086,6 +1490,10 @@ def parse_task(
     if task_kind is not None and mechanism is not None:
         extra = {"base_dir": Path(base_dir or ".")} if task_kind.uses_base_dir else {}
         task = task_kind.build(obj, common, problems, **extra)
+    if task is not None and not problems and obj.get("resolved") is not None:
+        resolved = _check_resolved(obj["resolved"], task, problems)
+        if resolved is not None:
+            task = dataclasses.replace(task, resolved=resolved)
     if task is None or problems:
         raise TaskError(problems or ["the task could not be parsed"], source)
     if kind is not None and task.kind != kind:
@@ -1114,3 +1522,22 @@ def load_task(path: str | Path, *, kind: str | None = None) -> ParsedTask:
             [f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"], str(p)
         ) from None
     return parse_task(obj, source=str(p), kind=kind, base_dir=p.parent)
+
+
+if __name__ == "__main__":
+    # python -m ldp.task --schema          prints the task file's JSON Schema (schemas/task.schema.json)
+    # python -m ldp.task --resolve TASK    prints the task with its resolution recorded (resolve_task)
+    import sys
+
+    from ldp import task as _model  # the imported module (its registries), not this __main__ copy
+
+    args = sys.argv[1:]
+    if args == ["--schema"]:
+        print(json.dumps(_model.task_json_schema(), indent=2))
+    elif len(args) == 2 and args[0] == "--resolve":
+        try:
+            print(json.dumps(_model.resolve_task(_model.load_task(args[1])), indent=2))
+        except _model.TaskError as exc:
+            sys.exit(f"error: {exc.one_line()}")
+    else:
+        sys.exit("usage: python -m ldp.task --schema | --resolve TASK.json")

@@ -7,8 +7,9 @@ The ``.avsc`` files in this package are package data (``setup.py`` ships them to
 * ``estimate.avsc``: the estimates of one task, group and window;
 * ``dead_letter.avsc``: a refused report or undecodable input with the reason;
 * ``range_answer.avsc`` / ``range_model.avsc``: the range-query job's answers and window models;
-* ``task.schema.json``: the JSON Schema of the collection-task file (:func:`task_schema`; the reference
-  validator is ``ldp.task.parse_task``, which also runs the mechanisms' own parameter checks).
+* ``task.schema.json``: the JSON Schema of the collection-task file (:func:`task_schema`), generated from
+  the declarations of ``ldp.task`` (``python -m ldp.task --schema``); ``ldp.task.parse_task`` accepts
+  exactly what it accepts, plus the checks listed in ``ldp.task.SEMANTIC_CHECKS``.
 
 The Avro schemas live in the namespace ``org.ldpbeam.v<SCHEMA_VERSION>``. A breaking change of the
 report wire format, of a schema or of what a payload means, is a new ``SCHEMA_VERSION`` and a new

@@ -232,6 +232,8 @@ VALID_TASKS += [
 _R = VALID_TASKS[3]
 VALID_TASKS += [
     {"task_id": "f4", "mechanism": "grr", "epsilon": 1.0, "domain_size": 3, "labels": ["a", "pear", "fig"]},
+    {"task_id": "f5", "mechanism": "auto", "epsilon": 0.5, "domain_size": 100, "n_groups": 2},
+    {"task_id": "r4", "mechanism": "hio", "epsilon": 2.0, "attributes": _ATTRS, "expected_users": 10_000},
 ]
 INVALID_TASKS = {
     "bad task_id": {**_F, "task_id": "rq demo!"},
@@ -270,14 +272,15 @@ def test_task_schema_lists_are_the_registries():
     props = s["properties"]
     every = T.ORACLE_MECHANISMS + T.MULTI_ATTRIBUTE_MECHANISMS + T.BATCH_MECHANISMS + T._sparse_mechanisms()
     assert props["mechanism"]["enum"] == list(dict.fromkeys(every))  # 'lsa': range method and strategy
-    assert props["postprocess"]["enum"] == list(T.POSTPROCESS_METHODS)
-    assert set(props["hash"]["properties"]["family"]["enum"]) - {None} == set(T.HASH_FAMILY_NAMES)
-    assert props["schema_version"]["enum"] == list(schemas.SUPPORTED_SCHEMA_VERSIONS)
     assert props["kind"]["enum"] == list(T.TASK_KINDS)
-    keys = set(T._COMMON_KEYS) | {k for kind in T.TASK_KINDS.values() for k in kind.keys}
-    assert set(props) == keys
-    window_keys = set(s["$defs"]["window"]["properties"])
-    assert window_keys == {f.name for f in dataclasses.fields(T.WindowConfig)}
+    branches = {b["then"]["properties"]["kind"]["const"]: b["then"]["properties"] for b in s["allOf"]}
+    for kind, p in branches.items():
+        assert p["postprocess"]["enum"] == list(T.POSTPROCESS_METHODS)
+        assert set(p["hash"]["properties"]["family"]["enum"]) - {None} == set(T.HASH_FAMILY_NAMES)
+        assert p["schema_version"]["enum"] == list(schemas.SUPPORTED_SCHEMA_VERSIONS)
+        assert set(p) == set(T._COMMON_KEYS) | set(T.TASK_KINDS[kind].keys)
+        assert set(p["window"]["properties"]) == {f.name for f in dataclasses.fields(T.WindowConfig)}
+    assert branches["frequency"]["mechanism"]["enum"] == list(T.ORACLE_MECHANISMS)
 
 
 def test_supported_versions_agree_with_the_task_model():

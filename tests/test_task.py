@@ -22,7 +22,9 @@ RANGE = {"task_id": "r", "mechanism": "hdg", "epsilon": 1.0, "attributes": ATTRS
 
 
 def test_minimal_task_defaults_and_roundtrip(tmp_path):
-    t = T.parse_task({"task_id": "a", "mechanism": "OLH", "epsilon": 1, "domain_size": 1024})
+    with pytest.raises(T.TaskError, match=r"got 'OLH' \(names are lower case: 'olh'\)"):  # as the schema says
+        T.parse_task({"task_id": "a", "mechanism": "OLH", "epsilon": 1, "domain_size": 1024})
+    t = T.parse_task({"task_id": "a", "mechanism": "olh", "epsilon": 1, "domain_size": 1024})
     assert isinstance(t, T.FrequencyTask) and isinstance(t, T.CollectionTask) and t.kind == "frequency"
     assert (t.mechanism, t.epsilon, t.domain_size) == ("olh", 1.0, 1024)
     assert t.schema_version == 2 and t.n_groups == 1 and t.postprocess == "base"
@@ -42,11 +44,15 @@ def test_auto_and_params():
             "mechanism": "auto",
             "epsilon": 1.0,
             "domain_size": 1024,
-            "postprocess": "norm_sub",
+            "postprocess": "norm-sub",
             "window": {"size_s": 60, "period_s": 10, "accumulating": True},
         }
     )
     assert t.postprocess == "norm-sub" and t.window.period_s == 10.0
+    with pytest.raises(T.TaskError, match=r"got 'norm_sub' \(spelled 'norm-sub' in a task file\)"):
+        T.parse_task(
+            {"task_id": "a", "mechanism": "grr", "epsilon": 1, "domain_size": 4, "postprocess": "norm_sub"}
+        )
     assert t.make_oracle().name in T.ORACLE_MECHANISMS
     t2 = T.parse_task(
         {"task_id": "b", "mechanism": "olh", "epsilon": 2.0, "domain_size": 64, "hash": {"g": 8}}

@@ -10,6 +10,11 @@ imports this module, this module imports ``base``, and the method modules import
 imports neither this module nor ``ldp.task``. The range task itself is :class:`ldp.task.RangeTask`.
 
 The task file of a range-query job is described in ``ldp.task`` and ``docs/range_queries.md``.
+
+Per-group ``auto`` oracles (option ``oracle``, the default of most methods) choose among the frozen
+candidates of ``ldp.oracles.AUTO_CANDIDATES``, so a mechanism added to ``ldp.oracles.MECHANISMS`` does not
+change an existing task's groups; :func:`group_oracle_specs` lists what each group resolved to (what
+``ldp.task.resolve_task`` records and ``ldp.task.parse_task`` checks).
 """
 
 from __future__ import annotations
@@ -21,7 +26,15 @@ from typing import Any
 from ldp.rangequery import base
 from ldp.rangequery.base import RangeMechanism, RangeModel
 
-__all__ = ["METHODS", "RangeMechanism", "load_method", "make_mechanism", "model_from_dict"]
+__all__ = [
+    "METHODS",
+    "RangeMechanism",
+    "group_oracle_specs",
+    "load_method",
+    "make_mechanism",
+    "model_from_dict",
+    "oracle_spec",
+]
 
 _METHODS: dict[str, tuple[str, str]] = {
     "hdg": ("ldp.rangequery.grids", "HDGMechanism"),
@@ -64,3 +77,28 @@ def model_from_dict(d: Mapping[str, Any]) -> RangeModel:
     if isinstance(d, Mapping) and isinstance(d.get("method"), str) and d["method"] in _METHODS:
         load_method(d["method"])
     return base.model_from_dict(d)
+
+
+def oracle_spec(oracle: Any) -> dict[str, Any]:
+    """What identifies a group's oracle: its ``mechanism`` name, ``domain_size`` and the parameters that
+    change its reports (OLH / BLH: the hash ``family``; OLH: ``g``; SS: ``k``), as plain JSON values."""
+    spec: dict[str, Any] = {"mechanism": str(getattr(oracle, "name", type(oracle).__name__))}
+    d = getattr(oracle, "d", None)
+    if d is not None:
+        spec["domain_size"] = int(d)
+    family = getattr(oracle, "family", None)
+    if family is not None:
+        spec["family"] = str(getattr(family, "name", family))
+    for key in ("g", "k"):
+        v = getattr(oracle, key, None)
+        if v is not None:
+            spec[key] = int(v)
+    eps1 = getattr(oracle, "epsilon_1", None)  # memoized mechanisms' per-report epsilon
+    if eps1 is not None:
+        spec["epsilon_1"] = float(eps1)
+    return spec
+
+
+def group_oracle_specs(mechanism: RangeMechanism) -> list[dict[str, Any]]:
+    """:func:`oracle_spec` of every group's oracle, group 0 first (per-group ``auto`` resolved)."""
+    return [oracle_spec(mechanism.group_oracle(g)) for g in range(mechanism.n_groups)]

@@ -1,0 +1,34 @@
+"""Anonymous (shuffled) collection: the privacy accountant (:mod:`ldp.shuffle.accountant`).
+
+Beam-free, like all of ``ldp``. See ``docs/shuffle_accounting.md``.
+"""
+
+from ldp.shuffle.accountant import (
+    MECHANISMS,
+    MIN_WINDOW_REPORTS,
+    ShuffleAccountingError,
+    central_epsilon,
+    central_epsilon_fmt_closed_form,
+    central_epsilon_fmt_numerical,
+    central_epsilon_general,
+    central_epsilon_grr,
+    central_epsilon_grr_blanket,
+    compose_windows,
+    delta_curve,
+    local_epsilon_for_central,
+)
+
+__all__ = [
+    "MECHANISMS",
+    "MIN_WINDOW_REPORTS",
+    "ShuffleAccountingError",
+    "central_epsilon",
+    "central_epsilon_fmt_closed_form",
+    "central_epsilon_fmt_numerical",
+    "central_epsilon_general",
+    "central_epsilon_grr",
+    "central_epsilon_grr_blanket",
+    "compose_windows",
+    "delta_curve",
+    "local_epsilon_for_central",
+]
