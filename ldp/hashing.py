@@ -55,6 +55,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ldp.csprng import secure_rng
+
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -153,8 +155,8 @@ def client_streams(
 ) -> tuple[np.random.Generator, np.random.Generator | None]:
     """Splits a client's randomness into ``(perturbation generator, seed generator)``.
 
-    * ``None``: perturbation from a generator seeded by OS entropy; seed generator ``None``, so
-      :func:`public_seeds` reads the OS CSPRNG directly (what a real device does).
+    * ``None``: perturbation from the OS CSPRNG (:func:`ldp.csprng.secure_rng`); seed generator
+      ``None``, so :func:`public_seeds` reads the OS CSPRNG directly (what a real device does).
     * an ``int`` or ``SeedSequence`` (simulation): two children spawned from it, one per stream, so
       runs are reproducible and the seed stream is not the perturbation stream.
     * a ``Generator``: it draws the perturbation noise itself; the seed generator is ``rng.spawn(1)[0]``,
@@ -163,7 +165,7 @@ def client_streams(
       a seed sequence gets OS CSPRNG seeds.
     """
     if rng is None:
-        return np.random.default_rng(), None
+        return secure_rng(), None
     if isinstance(rng, np.random.Generator):
         try:
             return rng, rng.spawn(1)[0]

@@ -19,10 +19,11 @@ Each oracle has three parts (see ``DESIGN.md``):
 
 1. ``encode`` (client): values -> :class:`~ldp.reports.Reports`, vectorized over many users. The
    perturbation randomness comes from a caller-supplied ``numpy.random.Generator``; the default
-   (``rng=None``) is a generator seeded from the operating system's entropy source, which is what a
-   real device must use. Public hash seeds (OLH, BLH) always come from a separate stream: the OS
-   CSPRNG for ``rng=None``, a spawned child of the caller's ``SeedSequence`` otherwise
-   (:func:`ldp.hashing.client_streams`); the perturbation generator's outputs are never published.
+   (``rng=None``) is :func:`ldp.csprng.secure_rng`, a ``Generator`` over the operating system's CSPRNG
+   (``os.urandom``), which is what a real device must use; simulations pass explicit seeds (PCG64).
+   Public hash seeds (OLH, BLH) always come from a separate stream: the OS CSPRNG for ``rng=None``, a
+   spawned child of the caller's ``SeedSequence`` otherwise (:func:`ldp.hashing.client_streams`); the
+   perturbation generator's outputs are never published.
 2. ``create_accumulator / add / merge`` (server): a :class:`SupportAccumulator` whose size depends on
    the domain only, never on the number of reports; merging is exact integer addition, so merged
    shards equal one pass. ``add`` costs O(batch) for small batches (a scatter-add on the cells the
@@ -52,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from ldp.csprng import client_rng
 from ldp.hashing import (
     DEFAULT_HASH_FAMILY,
     LEGACY_HASH_FAMILY,
@@ -79,6 +81,9 @@ __all__ = [
     "MIN_SAMPLED_PROBABILITY",
     "make_oracle",
     "choose_oracle",
+    "AUTO_CANDIDATES",
+    "AUTO_SCHEMA_VERSION",
+    "auto_candidates",
     "olh_buckets",
     "olh_variance_factor",
     "default_olh_buckets",
@@ -343,17 +348,17 @@ class FrequencyOracle(abc.ABC):
 
         Args:
             values: integers in ``[0, d)``, shape ``(n,)``.
-            rng: ``None`` (what a real client must pass): perturbation noise from a generator seeded by
-                OS entropy, public seeds (OLH, BLH) from the OS CSPRNG. A ``Generator`` or seed is for
-                simulations: the noise comes from it and public seeds from a spawned child of its
-                ``SeedSequence`` (reproducible, never raw outputs of the noise stream).
+            rng: ``None`` (what a real client must pass): perturbation noise from the OS CSPRNG
+                (:func:`ldp.csprng.secure_rng`), public seeds (OLH, BLH) from the OS CSPRNG too. A
+                ``Generator`` or seed is for simulations: the noise comes from it and public seeds from a
+                spawned child of its ``SeedSequence`` (reproducible, never raw outputs of the noise stream).
 
         A real client must not reuse one seeded ``Generator`` across its reports: the noise of every
         report is then a deterministic function of one state, so anyone who learns or guesses that state
         (a predictable seed such as a device id or a clock, a state copied with an app backup, or a
         state recovered from published outputs) can replay the noise of all of the user's reports and
         strip the randomized response off them, which voids the epsilon guarantee of each one. Pass
-        ``rng=None`` (fresh OS entropy per call) on devices.
+        ``rng=None`` (the OS CSPRNG, :mod:`ldp.csprng`) on devices.
 
         Returns:
             One report per value.
@@ -366,7 +371,7 @@ class FrequencyOracle(abc.ABC):
         return self.encode(np.asarray([value]), rng=rng)
 
     def _encode_with(self, values: np.ndarray, rng: Any) -> Reports:
-        return self._encode(values, np.random.default_rng(rng))
+        return self._encode(values, client_rng(rng))
 
     @abc.abstractmethod
     def _encode(self, values: np.ndarray, rng: np.random.Generator) -> Reports: ...
@@ -1371,11 +1376,45 @@ MECHANISMS: dict[str, type[FrequencyOracle]] = {
 #: relative variance margin within which ``auto`` prefers the cheaper candidate
 AUTO_VARIANCE_TOLERANCE = 0.02
 
+#: The mechanisms ``auto`` chooses among, frozen per task schema version (``schema_version`` of the task,
+#: ``ldp.task.SUPPORTED_SCHEMA_VERSIONS``). A mechanism added to :data:`MECHANISMS` joins ``auto`` only in
+#: a new schema version, so an existing task never resolves to another oracle than it did when it was
+#: made: its clients and its aggregator encode and decode alike whatever their release.
+AUTO_CANDIDATES: dict[int, tuple[str, ...]] = {
+    2: ("grr", "olh", "blh", "oue", "sue", "hr", "ss"),
+}
+#: The schema version whose candidates ``auto`` uses when none is named (the current one).
+AUTO_SCHEMA_VERSION = 2
 
-def choose_oracle(epsilon: float, domain_size: int) -> tuple[FrequencyOracle, list[dict]]:
-    """Picks an oracle for ``(epsilon, d)``.
 
-    Rule: every mechanism is built with its defaults; one that cannot be built (epsilon outside its exact
+def auto_candidates(schema_version: int = AUTO_SCHEMA_VERSION) -> tuple[str, ...]:
+    """The frozen ``auto`` candidates of a schema version (:data:`AUTO_CANDIDATES`).
+
+    Raises:
+        ValueError: the version has no candidate list, or a candidate is missing from :data:`MECHANISMS`
+            (a removed mechanism would silently change what old tasks resolve to).
+    """
+    if schema_version not in AUTO_CANDIDATES:
+        raise ValueError(
+            f"'auto' has no candidate list for schema version {schema_version!r} "
+            f"(known: {sorted(AUTO_CANDIDATES)})"
+        )
+    names = AUTO_CANDIDATES[schema_version]
+    missing = [n for n in names if n not in MECHANISMS]
+    if missing:
+        raise ValueError(
+            f"'auto' candidates {missing} of schema version {schema_version} are not in MECHANISMS"
+        )
+    return names
+
+
+def choose_oracle(
+    epsilon: float, domain_size: int, *, schema_version: int = AUTO_SCHEMA_VERSION
+) -> tuple[FrequencyOracle, list[dict]]:
+    """Picks an oracle for ``(epsilon, d)`` among the frozen candidates of ``schema_version``
+    (:func:`auto_candidates`; mechanisms registered later are never considered).
+
+    Rule: every candidate is built with its defaults; one that cannot be built (epsilon outside its exact
     range, accumulator above :data:`MAX_ACCUMULATOR_CELLS`) is skipped and its row records why. Among the
     built ones, those whose closed-form variance (Eq. 6) is within :data:`AUTO_VARIANCE_TOLERANCE` (2%) of
     the best are eligible, and the cheapest eligible one wins, comparing in order: report size (bits on the
@@ -1395,7 +1434,8 @@ def choose_oracle(epsilon: float, domain_size: int) -> tuple[FrequencyOracle, li
     """
     eps, d = _check_epsilon(epsilon), _check_domain(domain_size)
     rows: list[dict] = []
-    for name, cls in MECHANISMS.items():
+    for name in auto_candidates(schema_version):
+        cls = MECHANISMS[name]
         try:
             o = cls(eps, d)
         except ValueError as exc:
@@ -1426,7 +1466,8 @@ def choose_oracle(epsilon: float, domain_size: int) -> tuple[FrequencyOracle, li
 
 
 def make_oracle(name: str, epsilon: float, domain_size: int, **params: Any) -> FrequencyOracle:
-    """Builds an oracle by name: ``grr olh blh oue sue hr ss`` or ``auto`` (see :func:`choose_oracle`).
+    """Builds an oracle by name: ``grr olh blh oue sue hr ss`` or ``auto`` (see :func:`choose_oracle`; the
+    candidates of :data:`AUTO_SCHEMA_VERSION`).
 
     For ``auto`` the returned oracle has an attribute ``choice`` holding the candidate table.
 

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ldp.csprng import client_rng
 from ldp.reports import Reports
 
 __all__ = [
@@ -108,12 +109,12 @@ def perturb_unit(
     Args:
         v: float array of values in ``[0, 1]``.
         epsilon: privacy budget.
-        rng: generator or seed (OS entropy when None).
+        rng: generator or seed (the OS CSPRNG, :mod:`ldp.csprng`, when None).
 
     Returns:
         float64 array of outputs in ``[-b, 1 + b]``.
     """
-    rng = np.random.default_rng(rng)
+    rng = client_rng(rng)
     v = np.asarray(v, dtype=np.float64)
     if v.size and (not np.all(np.isfinite(v)) or v.min() < 0.0 or v.max() > 1.0):
         raise ValueError("Square Wave inputs must lie in [0, 1]")
@@ -417,12 +418,12 @@ class SquareWave:
             raise ValueError(f"values must lie in [0, {self.d})")
         if self.input_mode is InputMode.CENTER:
             return (values.astype(np.float64) + 0.5) / self.d
-        rng = np.random.default_rng(rng)
+        rng = client_rng(rng)
         return (values.astype(np.float64) + rng.random(values.shape)) / self.d
 
     def encode(self, values: np.ndarray, *, rng: np.random.Generator | int | None = None) -> Reports:
         """Perturbs integer values in ``[0, c)``; the reports use the ``reals`` field."""
-        rng = np.random.default_rng(rng)
+        rng = client_rng(rng)
         return Reports(reals=perturb_unit(self.to_unit(values, rng=rng), self.epsilon, rng=rng))
 
     def encode_one(self, value: int, *, rng: np.random.Generator | int | None = None) -> Reports:

@@ -25,9 +25,11 @@ Two client backends:
 
 ``--misconfigured K`` makes the first K users ignore their budget: they send ``--misconfigured_reports``
 reports every window without a ledger (the aggregator's per-client count dead-letters their excess as
-``over_budget``). Simulation randomness (values, drift, activity, event times, fresh noise) comes from
-one ``numpy.random.SeedSequence(--seed)``; the secrets always come from the OS CSPRNG. The truth of every
-window (histogram of the values of active users, dummies, refusals) is written to
+``over_budget``). The simulated population (values, drift, activity, event times) comes from one
+``numpy.random.SeedSequence(--seed)``; what a real client draws comes from the OS CSPRNG, as on a device:
+the secrets, and the perturbation noise of every report (a :func:`ldp.csprng.secure_rng` generator).
+``--noise_seed S`` (tests only) draws the noise from a seeded PCG64 instead, so a run's reports repeat.
+The truth of every window (histogram of the values of active users, dummies, refusals) is written to
 ``OUT/clients-truth.json``.
 """
 
@@ -47,12 +49,13 @@ import fastavro
 import numpy as np
 
 import schemas
+from ldp.csprng import secure_rng
 from ldp.longitudinal.accounting import tight_epsilon_fn
 from ldp.longitudinal.budget import BudgetExceeded, BudgetPolicy
 from ldp.longitudinal.memo import MemoizedOracle
 from ldp.reports import CLIENT_ID_BYTES, Reports, client_pseudonym
 from ldp.task import FrequencyTask, TaskError, load_task
-from pipelines.cli import fail, job_parser, parse_job_args
+from pipelines.cli import check_pubsub_path, fail, job_parser, parse_job_args
 from pipelines.simulate import parse_iso8601_ms
 from transforms.avro_fast import write_reports
 from transforms.io import DONE_SUFFIX
@@ -266,6 +269,8 @@ class ClientPopulation:
         active: probability that a user has something to report in a window.
         misconfigured: the first this many users ignore their budget ...
         misconfigured_reports: ... and send this many reports every window.
+        noise_seed: None (real clients): perturbation noise from the OS CSPRNG
+            (:func:`ldp.csprng.secure_rng`); an int (tests): from ``default_rng(SeedSequence(noise_seed))``.
     """
 
     def __init__(
@@ -280,6 +285,7 @@ class ClientPopulation:
         active: float = 1.0,
         misconfigured: int = 0,
         misconfigured_reports: int = 3,
+        noise_seed: int | None = None,
     ) -> None:
         if task.kind != "frequency":
             raise ValueError(f"task {task.task_id!r} is a {task.kind} task; clients simulate frequency tasks")
@@ -297,7 +303,10 @@ class ClientPopulation:
             _MemoryClients(task, users) if state_dir is None else _FileClients(task, users, Path(state_dir))
         )
         ss = np.random.SeedSequence(seed)
-        self._value_rng, self._time_rng, self._noise_rng = (np.random.default_rng(s) for s in ss.spawn(3))
+        self._value_rng, self._time_rng = (np.random.default_rng(s) for s in ss.spawn(2))
+        self._noise_rng: np.random.Generator = (
+            secure_rng() if noise_seed is None else np.random.default_rng(np.random.SeedSequence(noise_seed))
+        )
         self._probs = _zipf_probabilities(task.domain_size, zipf)
         self.values = self._value_rng.choice(task.domain_size, size=users, p=self._probs)
         self.drift, self.active = drift, active
@@ -421,6 +430,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--message_size", type=int, default=500, help="reports per Pub/Sub message")
     p.add_argument("--pace", action="store_true", help="emit each window when its end passes on the clock")
     p.add_argument("--seed", type=int, default=0, help="entropy of the simulation's numpy SeedSequence")
+    p.add_argument("--noise_seed", type=int, help="tests only: perturbation noise from a seeded PCG64 "
+                   "(default: the OS CSPRNG, as real clients)")
     p.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the values")
     p.add_argument("--drift", type=float, default=0.1, help="probability a value is redrawn per window")
     p.add_argument("--active", type=float, default=1.0, help="probability a user has something to report")
@@ -440,6 +451,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         fail(f"{ns.task}: task {task.task_id!r} has no budget block; stateful clients need one")
     if (ns.output is None) == (ns.output_topic is None):
         fail("give exactly one of --output DIR and --output_topic TOPIC")
+    check_pubsub_path(ns.output_topic, "topic", flag="--output_topic")
     w = ns.window_s
     if not (math.isfinite(w) and w > 0) or abs(w * 1000 - round(w * 1000)) > 1e-6:
         fail(f"--window_s must be a positive whole number of milliseconds, got {ns.window_s}")
@@ -457,6 +469,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         pop = ClientPopulation(
             task, ns.users, state_dir=ns.state_dir, seed=ns.seed, zipf=ns.zipf, drift=ns.drift,
             active=ns.active, misconfigured=ns.misconfigured, misconfigured_reports=ns.misconfigured_reports,
+            noise_seed=ns.noise_seed,
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,3 +135,85 @@ def test_cli_writes_windows_and_the_truth(tmp_path, capsys):
     assert "refused by the clients' budgets" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         run(["--task", str(tmp_path / "task.json"), "--users", "2"])  # no --output / --output_topic
+
+
+_CONCURRENT_REPORTER = """
+import json, sys, time
+from ldp.longitudinal.client import Client
+from ldp.task import parse_task
+task = parse_task(json.loads(sys.argv[1]))
+client, oracle = Client.load(sys.argv[2]), task.make_oracle()
+while time.time() < float(sys.argv[3]):  # every process starts reporting at the same instant
+    time.sleep(0.001)
+moved_back = 0
+for i in range(int(sys.argv[4])):
+    try:
+        client.report(task.task_id, oracle, task.budget, i % 8)  # the clock's time, noise from the CSPRNG
+    except ValueError as exc:
+        if "clock moved back" not in str(exc):
+            raise
+        moved_back += 1
+print(moved_back)
+"""
+
+
+def test_concurrent_processes_of_one_client_are_never_refused_for_a_clock_moved_back(tmp_path):
+    """Four processes of one app report through one state file at once: the clock is read under the
+    file's lock, so the times each process charges are in lock order and no report is refused as
+    "clock moved back" (reading the clock before the lock refused about a quarter of them)."""
+    import subprocess
+    import sys
+    import time
+
+    from ldp.longitudinal.client import Client
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    task = _task("olh", reports_per_period=10_000, period_s=10**9)
+    state = tmp_path / "state.json"
+    Client.create(state)
+    start, procs, per_process = time.time() + 3.0, [], 40
+    for _ in range(4):
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", _CONCURRENT_REPORTER, task.to_json(), str(state), str(start),
+             str(per_process)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        ))  # fmt: skip
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(int(out.strip()))
+    assert outs == [0, 0, 0, 0]
+    assert Client.load(state).ledger_state(task.task_id).reports == 4 * per_process
+
+
+@pytest.mark.parametrize("mech", ["olh", "memo-grr"])
+def test_report_noise_comes_from_the_os_csprng_unless_a_noise_seed_is_given(mech, monkeypatch):
+    """The population repeats with --seed, the clients' noise does not: it comes from the OS CSPRNG
+    (``ldp.csprng``), as on a device; ``noise_seed`` (tests only) makes the reports repeat too."""
+    from ldp.csprng import SecureGenerator
+
+    task = _task(mech, total_epsilon=50.0)
+    kw = {"seed": 11, "drift": 0.3}
+
+    def reports(**extra):
+        pop = ClientPopulation(task, 400, **kw, **extra)
+        return [w for w in iter_windows(pop, 2, 0, WINDOW_MS)]
+
+    drawn = []
+    real_random = SecureGenerator.random
+    monkeypatch.setattr(
+        SecureGenerator, "random", lambda self, *a, **k: drawn.append(1) or real_random(self, *a, **k)
+    )
+    a, b = reports(), reports()
+    assert drawn  # the noise was drawn from the CSPRNG generator
+    assert [w.truth for w in a] == [w.truth for w in b]  # same simulated population
+    va, vb = (np.concatenate([np.asarray(w.reports.values).ravel() for w in ws]) for ws in (a, b))
+    # 800 reports of a randomized response at eps 1: equal noise twice by chance has probability < 1e-50
+    assert not np.array_equal(va, vb)
+    drawn.clear()
+    c, d = reports(noise_seed=3), reports(noise_seed=3)
+    assert not drawn
+    if mech == "olh":  # memoized responses also depend on each user's secret, always from the OS CSPRNG
+        vc, vd = (np.concatenate([np.asarray(w.reports.values).ravel() for w in ws]) for ws in (c, d))
+        assert np.array_equal(vc, vd)

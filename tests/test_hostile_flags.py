@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -96,3 +97,130 @@ def test_a_task_whose_accumulator_cannot_fit_is_refused_at_load(tmp_path, capsys
     assert len(err.splitlines()) == 1 and "the task cannot run" in err
     assert "MAX_ACCUMULATOR_CELLS = 67,108,864 cells" in err
     assert not (tmp_path / "out").exists()
+
+
+def _one_line_exit(args, capsys, runner=None, code=2) -> str:
+    with pytest.raises(SystemExit) as exc:
+        (runner or frequency.run)(args)
+    assert exc.value.code == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_an_input_directory_is_a_one_line_error(job, capsys, tmp_path):
+    """``--input DIR`` (a directory, not a glob of its files) ended in an IsADirectoryError traceback."""
+    args = [*job[:3], str(tmp_path), *job[4:]]
+    err = _one_line_exit(args, capsys)
+    assert f"--input {str(tmp_path)!r} is a directory" in err and repr(str(tmp_path / "*.avro")) in err
+    err = _one_line_exit([*args, "--streaming", "--streaming_duration", "5"], capsys)  # a watch of it too
+    assert "is a directory" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dangling_symlink_matched_by_the_input_glob_is_named(job, capsys, tmp_path):
+    """Beam's matching skipped a symbolic link whose target is missing without a word."""
+    import logging
+
+    from transforms.io import _WarnDanglingLinks, dangling_links
+
+    os.symlink(tmp_path / "gone.avro", tmp_path / "link.avro")
+    pattern = str(tmp_path / "*.avro")
+    err = _one_line_exit([*job[:3], pattern, *job[4:]], capsys)
+    assert f"matches the dangling symbolic link {str(tmp_path / 'link.avro')!r}" in err
+    assert dangling_links(pattern) == [(str(tmp_path / "link.avro"), str(tmp_path / "gone.avro"))]
+    fn = _WarnDanglingLinks()
+    fn.setup()
+    with _caplog_at(logging.WARNING) as records:
+        assert list(fn.process(pattern)) == [pattern] and list(fn.process(pattern)) == [pattern]
+    warned = [r.getMessage() for r in records if "dangling symbolic link" in r.getMessage()]
+    assert len(warned) == 1 and "link.avro" in warned[0]  # the watch warns once per link
+
+
+class _caplog_at:
+    """Collects the log records of the ``transforms`` loggers at ``level`` (pytest's caplog is not
+    used: setup_logging of earlier job runs replaces handlers)."""
+
+    def __init__(self, level: int) -> None:
+        import logging
+
+        self.level, self.records = level, []
+        self.handler = logging.Handler(level)
+        self.handler.emit = self.records.append  # type: ignore[method-assign]
+        self.logger = logging.getLogger("transforms")
+
+    def __enter__(self):
+        self.old = self.logger.level
+        self.logger.addHandler(self.handler)
+        self.logger.setLevel(self.level)
+        return self.records
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.old)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--input_subscription", "projects/P/subscriptions/S"], "'P' is not a valid project id (6 to 30"),
+        (["--input_subscription", "projects/my-project/topics/S"], "is not a Pub/Sub subscription path"),
+        (["--input_subscription", "aggregator"], "give projects/PROJECT/subscriptions/NAME"),
+        (["--input_topic", "projects/Ldp-Test/topics/t1x"], "'Ldp-Test' is not a valid project id"),
+        (["--input_topic", "projects/ldp-test-/topics/reports"], "'ldp-test-' is not a valid project id"),
+        (["--input_topic", "projects/ldp-test/topics/9lives"], "'9lives' is not a valid topic id"),
+        (["--input_topic", "projects/ldp-test/topics/goog-x"], "'goog-x' is not a valid topic id"),
+        (["--input_subscription", "projects/ldp-test/subscriptions/s"], "'s' is not a valid subscription id"),
+    ],
+)
+def test_bad_topic_and_subscription_names_are_one_line_errors(flags, message, tmp_path, capsys):
+    """A short project id (``projects/P/...``) gave a 30-line traceback from the client library."""
+    task = parse_task({"task_id": "flags", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4})
+    task.save(tmp_path / "task.json")
+    err = _one_line_exit(["--task", str(tmp_path / "task.json"), "--streaming", *flags,
+                          "--output", str(tmp_path / "out")], capsys)  # fmt: skip
+    assert message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_output_topics_are_one_line_errors(job, capsys, tmp_path):
+    from pipelines import clients
+
+    err = _one_line_exit([*job, "--output_topic", "projects/P/topics/estimates"], capsys)
+    assert "--output_topic 'projects/P/topics/estimates': 'P' is not a valid project id" in err
+    task = parse_task({"task_id": "c", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4,
+                       "budget": {"reports_per_period": 2, "period_s": 60}})
+    task.save(tmp_path / "budget.json")
+    err = _one_line_exit(["--task", str(tmp_path / "budget.json"), "--output_topic", "projects/P/topics/T"],
+                         capsys, clients.run)  # fmt: skip
+    assert "'P' is not a valid project id" in err
+
+
+def test_valid_pubsub_names_pass():
+    from pipelines.cli import check_pubsub_path
+
+    good = [
+        ("projects/ldp-test/topics/reports", "topic"),
+        ("projects/a12345/subscriptions/agg.v2", "subscription"),
+        ("projects/" + "a" * 30 + "/topics/T~x+%", "topic"),
+    ]
+    for value, kind in good:
+        check_pubsub_path(value, kind, flag="--x")  # returns, does not exit
+
+
+def test_a_job_that_accepts_nothing_fails_naming_the_rejections(job, capsys, tmp_path):
+    """Every report of another task: the job ran, accepted 0 of them and exited 0 without a word."""
+    rng = np.random.default_rng(np.random.SeedSequence(20261207))
+    other = parse_task({"task_id": "another-task", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4})
+    reps = other.make_oracle().encode(rng.integers(0, 4, 25), rng=rng)
+    recs = reports_to_records(other.task_id, reps, np.full(25, 10**12))
+    recs[:3] = [{**r, "task_id": "flags", "group": 7} for r in recs[:3]]  # 3 of this task, invalid group
+    buf = io.BytesIO()
+    write_report_file(buf, recs)
+    (tmp_path / "r.avro").write_bytes(buf.getvalue())
+    with pytest.raises(SystemExit) as exc:
+        frequency.run(job)
+    assert exc.value.code == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "error: accepted none of the 25 reports read; rejected: wrong_task 22, invalid_group 3" in last
+    assert json.loads((tmp_path / "out" / "counts.json").read_text())["counts"]["accepted"] == 0

@@ -10,6 +10,7 @@ import os
 import time
 
 import numpy as np
+import pytest
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.pvalue import TaggedOutput
 
@@ -49,8 +50,8 @@ def _tick(fn, state, path) -> tuple[int, list[dict]]:
     return n, dead
 
 
-def _fn(interval_s: float = 3600.0) -> _ReadCompleteFiles:
-    fn = _ReadCompleteFiles(1 << 20, FrequencyAggregator(TASK), interval_s)
+def _fn(interval_s: float = 3600.0, require_done: bool = False) -> _ReadCompleteFiles:
+    fn = _ReadCompleteFiles(1 << 20, FrequencyAggregator(TASK), interval_s, require_done)
     fn.setup()
     return fn
 
@@ -132,3 +133,98 @@ def test_a_stale_match_from_an_older_tick_is_ignored(tmp_path):
     assert tick(partial, 10) == (0, [])  # stale again after the read: no changed_after_read
     n, dead = tick(FileMetadata(path, st.st_size + 5, last_updated_in_seconds=st.st_mtime + 9), 13)
     assert n == 0 and [d["reason"] for d in dead] == ["changed_after_read"]  # a real change still counts
+
+
+def test_with_require_done_marker_a_writer_that_pauses_mid_file_is_read_only_once_done(tmp_path):
+    """A writer pauses mid-file for several ticks (size and time unchanged, and older than the interval):
+    the default watch would read the prefix; with ``require_done`` nothing is read until ``.done``."""
+    data = _report_bytes(3000)
+    path = str(tmp_path / "r.avro")
+    with open(path, "wb") as fh:
+        fh.write(data[: len(data) // 2])  # a prefix: a valid container of fewer blocks
+    old = time.time() - 7200
+    os.utime(path, (old, old))  # the pause outlasts the interval
+    fn, state = _fn(1.0, require_done=True), _State()
+    for _ in range(4):
+        assert _tick(fn, state, path) == (0, [])  # stable, old: still not read
+    assert _tick(_fn(1.0), _State(), path)[0] < 3000  # the default watch reads the prefix at the pause
+    with open(path, "ab") as fh:
+        fh.write(data[len(data) // 2 :])
+    assert _tick(fn, state, path) == (0, [])  # complete but no marker yet
+    open(path + DONE_SUFFIX, "wb").close()
+    assert _tick(fn, state, path) == (3000, [])  # the marker: read, all of it
+    assert _tick(fn, state, path) == (0, [])  # once
+
+
+def test_a_marker_written_after_the_ticks_match_reads_the_whole_file_without_a_false_change(tmp_path):
+    """The tick matched the file mid-write; the writer finished it and wrote its marker before the match
+    was processed: the whole file is read, and the next tick's (final) size is not a change."""
+    data = _report_bytes(2000)
+    path = str(tmp_path / "r.avro")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    st = os.stat(path)
+    early = FileMetadata(path, st.st_size // 3, last_updated_in_seconds=st.st_mtime - 1)
+    open(path + DONE_SUFFIX, "wb").close()
+    for require_done in (False, True):
+        fn, state = _fn(require_done=require_done), _State()
+        out = list(fn.process((path, early), file=state))
+        assert sum(len(o.records) for o in out if isinstance(o, RecordBatch)) == 2000
+        assert _tick(fn, state, path) == (0, [])  # no changed_after_read
+
+
+def test_watched_directory_with_require_done_marker_reads_a_pausing_writer_whole(tmp_path):
+    """End to end: a writer writes half a file, pauses for many watch intervals, finishes it and writes
+    its marker; the streaming job with ``--require_done_marker`` accepts every one of its 3,000 reports
+    (the default watch reads the file at the pause: about half of them)."""
+    import threading
+
+    from pipelines import frequency
+    from transforms.records import now_ms
+
+    task = parse_task({"task_id": "watch", "mechanism": "grr", "epsilon": 1.0, "domain_size": 8,
+                       "window": {"size_s": 3600}})
+    task.save(tmp_path / "task.json")
+    rng = np.random.default_rng(np.random.SeedSequence(20261206))
+    reps = task.make_oracle().encode(rng.integers(0, 8, 3000), rng=rng)
+    buf = io.BytesIO()
+    records = reports_to_records(task.task_id, reps, np.full(3000, now_ms()))
+    write_report_file(buf, records, sync_interval=2000)
+    data = buf.getvalue()
+    incoming = tmp_path / "in"
+    incoming.mkdir()
+    path = incoming / "r.avro"
+
+    def writer() -> None:
+        with open(path, "wb") as fh:
+            fh.write(data[: len(data) // 2])
+            fh.flush()
+            time.sleep(5.0)  # ten watch intervals
+            fh.write(data[len(data) // 2 :])
+        open(str(path) + DONE_SUFFIX, "wb").close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        summary = frequency.run([
+            "--task", str(tmp_path / "task.json"), "--streaming", "--input", str(incoming / "*.avro"),
+            "--output", str(tmp_path / "out"), "--watch_interval", "0.5", "--streaming_duration", "10",
+            "--allowed_lateness", "3600", "--require_done_marker",
+        ])  # fmt: skip
+    finally:
+        thread.join()
+    c = summary["counts"]
+    assert c["read"] == c["accepted"] == 3000 and c.get("rejected", 0) == 0
+
+
+def test_require_done_marker_without_a_watched_directory_is_a_one_line_error(tmp_path, capsys):
+    from pipelines import frequency
+
+    TASK.save(tmp_path / "task.json")
+    (tmp_path / "r.avro").write_bytes(_report_bytes(10))
+    with pytest.raises(SystemExit) as exc:
+        frequency.run(["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "r.avro"),
+                       "--output", str(tmp_path / "out"), "--require_done_marker"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--require_done_marker is for a watched directory" in err

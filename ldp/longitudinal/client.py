@@ -5,12 +5,14 @@ sent, printed or logged (its ``repr`` hides it). Memoized mechanisms derive each
 ``HMAC-SHA256(secret, task || key)`` (:func:`ldp.longitudinal.memo.memo_words_hmac`), so the memos are
 recomputed, never stored, and a lost state file means a new secret: fresh permanent responses, which spend
 budget again (the ledger's record is lost with it; the aggregator's per-client-id count is the backstop).
+The fresh noise of each report (the instantaneous stage, or a fresh oracle's perturbation) comes from the
+OS CSPRNG too: ``rng=None``, the default of :meth:`Client.report`, is :func:`ldp.csprng.secure_rng`.
 
 :meth:`Client.report` is the only way a report leaves: it reloads the state file under an exclusive lock
-(several processes of one app stay consistent), asks the task's :class:`~ldp.longitudinal.budget.
-BudgetLedger` (which raises :class:`~ldp.longitudinal.budget.BudgetExceeded` naming the limit, producing no
-report), draws the report, writes the charged state atomically and only then returns the report: a crash
-between the two never un-spends a report.
+(several processes of one app stay consistent; the clock is read once the lock is held), asks the task's
+:class:`~ldp.longitudinal.budget.BudgetLedger` (which raises :class:`~ldp.longitudinal.budget.BudgetExceeded`
+naming the limit, producing no report), draws the report, writes the charged state atomically and only
+then returns the report: a crash between the two never un-spends a report.
 
 State file format, version 1 (JSON, UTF-8; written to a temporary file in the same directory with mode
 0600, fsynced, then renamed over the old one; refused on load when group or others can read it)::
@@ -246,8 +248,10 @@ class Client:
                 from the secret, fresh instantaneous noise) or a fresh :class:`~ldp.oracles.FrequencyOracle`.
             policy: the task's budget (:func:`~ldp.longitudinal.accounting.policy_problems` must be empty).
             value: the user's current value.
-            now_s: the report's time (default: the clock), which places it in a budget period.
-            rng: ``None`` on devices (noise from OS entropy); a seed or Generator in tests and simulations.
+            now_s: the report's time (default: the clock, read once the state file's lock is held, so
+                concurrent processes of one client charge their reports in the order they take the lock).
+            rng: ``None`` on devices: noise from the OS CSPRNG (:func:`ldp.csprng.secure_rng`); a seed
+                or Generator in tests and simulations only.
 
         Returns:
             A batch of one report in the oracle's wire format.
@@ -258,8 +262,10 @@ class Client:
             ValueError: a bad value, a policy that does not fit the oracle, or a task id reused with other
                 parameters.
         """
-        t = time.time() if now_s is None else float(now_s)
         with self._locked():
+            # the clock is read under the lock: a process that waited for the lock must not charge a time
+            # older than the last report another process wrote while it waited
+            t = time.time() if now_s is None else float(now_s)
             self._reload()
             self._check_task(task_id, oracle, policy)
             ledger = self._ledger(task_id, oracle, policy)

@@ -75,7 +75,7 @@ Guarantees (attributes of every mechanism, computed from the probabilities the c
 
 Randomness. Real clients derive the permanent responses from HMAC-SHA256 of a per-user secret
 (:func:`memo_words_hmac`; :class:`ldp.longitudinal.client.Client` holds the secret), so a memo is never
-stored, only recomputed, and the instantaneous stage from a generator seeded by OS entropy (``rng=None``).
+stored, only recomputed, and the instantaneous stage from the OS CSPRNG (``rng=None``: :mod:`ldp.csprng`).
 Simulations (:meth:`MemoizedOracle.simulate`) replace HMAC by a vectorized keyed SplitMix64 expansion of
 per-user 64-bit keys (:func:`memo_words_sim`, statistically equivalent, not a cryptographic PRF) and take
 an explicit seeded ``Generator`` for the instantaneous noise. Both paths map the same words to the same
@@ -92,6 +92,7 @@ from typing import Any
 
 import numpy as np
 
+from ldp.csprng import client_rng
 from ldp.hashing import DEFAULT_HASH_FAMILY, GOLDEN, client_streams, public_seeds, seed_words, splitmix64
 from ldp.oracles import (
     GRR,
@@ -417,8 +418,8 @@ class MemoizedOracle(FrequencyOracle):
     def client_report(self, secret: bytes, task_id: str, value: int, *,
                       rng: np.random.Generator | int | None = None) -> tuple[Reports, int]:
         """One report of one real user (the on-device path; :class:`ldp.longitudinal.client.Client` wraps
-        it with the budget). Returns ``(report, memo key)``. Pass ``rng=None``: instantaneous noise from a
-        generator seeded by OS entropy; the permanent response comes from HMAC of ``secret``."""
+        it with the budget). Returns ``(report, memo key)``. Pass ``rng=None``: instantaneous noise from the
+        OS CSPRNG (:func:`ldp.csprng.secure_rng`); the permanent response comes from HMAC of ``secret``."""
         v = check_values(np.asarray([value]), self.d)
         seeds = None
         if self.uses_seed:
@@ -426,7 +427,7 @@ class MemoizedOracle(FrequencyOracle):
         key = int(self.memo_keys(v, seeds)[0])
         words = memo_words_hmac(secret, task_id, "memo", key, self.words_per_memo)[None, :]
         memo = self.memo_from_words(np.asarray([key], dtype=np.int64), words, seeds)
-        return self.instantaneous(memo, np.random.default_rng(rng), seeds), key
+        return self.instantaneous(memo, client_rng(rng), seeds), key
 
     def _encode_with(self, values, rng):
         """``encode``: one report each from *fresh, independent* users: the one-report distribution

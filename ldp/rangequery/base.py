@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ldp.csprng import client_rng
 from ldp.hashing import hash_ids
 from ldp.rangequery.queries import RangeQuery, validate_queries
 
@@ -182,7 +183,7 @@ class RangeMechanism(abc.ABC):
 
         Args:
             n: number of users.
-            rng: generator or seed for random assignment (default: OS entropy).
+            rng: generator or seed for random assignment (default: the OS CSPRNG, :mod:`ldp.csprng`).
             user_ids: if given (length n), the assignment is deterministic:
                 ``hash_user_ids(user_ids, group_salt) mod n_groups``.
             balanced: random assignment only: deal a random permutation into groups whose sizes differ by
@@ -197,7 +198,7 @@ class RangeMechanism(abc.ABC):
             if len(user_ids) != n:
                 raise ValueError(f"got {len(user_ids)} user ids for {n} users")
             return (hash_user_ids(user_ids, self.group_salt) % np.uint64(m)).astype(np.int64)
-        rng = np.random.default_rng(rng)
+        rng = client_rng(rng)
         if balanced:
             return (rng.permutation(n) % m).astype(np.int64)
         return rng.integers(0, m, size=n, dtype=np.int64)
@@ -235,7 +236,8 @@ class RangeMechanism(abc.ABC):
 
         Args:
             records: int array (n, d), one user per row.
-            rng: generator or seed (default: OS entropy; a real client must not use a predictable one).
+            rng: generator or seed (default: the OS CSPRNG, :mod:`ldp.csprng`; a real client must not
+                use a predictable one).
             groups: group of each user (n,), e.g. from :meth:`assign_groups`; default: random assignment
                 drawn from ``rng``.
 
@@ -243,7 +245,7 @@ class RangeMechanism(abc.ABC):
             ``{group: Reports}`` for every group that has at least one user; row i of ``reports[g]`` is the
             report of the i-th user (in increasing record index) with ``groups == g``.
         """
-        rng = np.random.default_rng(rng)
+        rng = client_rng(rng)
         records = self.check_records(records)
         n = len(records)
         if groups is None:
@@ -274,9 +276,10 @@ class RangeMechanism(abc.ABC):
         """On-device call: one user's record -> ``(group, Reports)`` (a batch of one report).
 
         The group comes from ``user_id`` (deterministic hash, see :meth:`assign_groups`) when given, else
-        it is drawn from ``rng``. ``rng=None`` seeds from OS entropy, which is what a real client must do.
+        it is drawn from ``rng``. ``rng=None`` draws from the OS CSPRNG (:mod:`ldp.csprng`), which is what a
+        real client must do.
         """
-        rng = np.random.default_rng(rng)
+        rng = client_rng(rng)
         rec = self.check_records(np.asarray(record).reshape(1, -1))
         if user_id is not None:
             group = int(self.assign_groups(1, user_ids=[user_id])[0])
