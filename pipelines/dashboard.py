@@ -1,7 +1,7 @@
 """Live web dashboard over the latest-state store (a Bokeh server app; updates without reloading).
 
     python -m pipelines.dashboard --store sqlite:///out/estimates.db [--port 5006] [--address 127.0.0.1]
-                                  [--task TASK_ID] [--refresh 1.0]
+                                  [--task TASK_ID] [--refresh 1.0] [--stale_after S]
 
 The store is the one the streaming (or batch) aggregation jobs write with ``--store URL``: a SQLite file
 (``sqlite:///PATH`` or a plain path) or PostgreSQL (``postgresql://USER@HOST:PORT/DB``). The page shows the
@@ -48,7 +48,15 @@ def check_port(address: str, port: int) -> int:
         return int(sock.getsockname()[1])
 
 
-def make_application(store_url: str, *, task: str | None, refresh: float, top_k: int, max_windows: int):
+def make_application(
+    store_url: str,
+    *,
+    task: str | None,
+    refresh: float,
+    top_k: int,
+    max_windows: int,
+    stale_after: float | None = None,
+):
     """The Bokeh ``Application`` whose every session is a :class:`~pipelines.dashboard_app.app.Dashboard`."""
     from bokeh.application import Application
     from bokeh.application.handlers.function import FunctionHandler
@@ -56,7 +64,15 @@ def make_application(store_url: str, *, task: str | None, refresh: float, top_k:
     from pipelines.dashboard_app.app import Dashboard
 
     def build(doc) -> None:
-        Dashboard(doc, store_url, task=task, refresh=refresh, top_k=top_k, max_windows=max_windows)
+        Dashboard(
+            doc,
+            store_url,
+            task=task,
+            refresh=refresh,
+            top_k=top_k,
+            max_windows=max_windows,
+            stale_after=stale_after,
+        )
 
     return Application(FunctionHandler(build))
 
@@ -91,6 +107,14 @@ def _parser():
         help="newest windows covered by the series, window, count and latency plots",
     )
     parser.add_argument(
+        "--stale_after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="flag the data stale when the newest pane is older than S seconds (default: twice the task's "
+        "window size plus its allowed lateness plus 30 s; 120 s without a window size)",
+    )
+    parser.add_argument(
         "--allow_origin",
         action="append",
         default=[],
@@ -108,6 +132,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         fail(f"--top_k {ns.top_k} is out of range (1 to 1000)")
     if not 1 <= ns.max_windows <= 100_000:
         fail(f"--max_windows {ns.max_windows} is out of range (1 to 100000)")
+    if ns.stale_after is not None and not 1 <= ns.stale_after <= 10**7:
+        fail(f"--stale_after {ns.stale_after} is out of range (1 to 10000000 seconds)")
     if not 0 <= ns.port <= 65535:
         fail(f"--port {ns.port} is out of range (0 to 65535)")
 
@@ -133,7 +159,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     from tornado.ioloop import IOLoop
 
     app = make_application(
-        ns.store, task=ns.task, refresh=ns.refresh, top_k=ns.top_k, max_windows=ns.max_windows
+        ns.store,
+        task=ns.task,
+        refresh=ns.refresh,
+        top_k=ns.top_k,
+        max_windows=ns.max_windows,
+        stale_after=ns.stale_after,
     )
     origins = {f"{ns.address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}", *ns.allow_origin}
     if ns.address in ("0.0.0.0", "::"):

@@ -434,3 +434,107 @@ def test_streaming_job_on_emulator_store_and_page_live(
         + " (refresh 0.5 s); window end -> store: "
         + ", ".join(f"{x:.2f} s" for x in to_store)
     )
+
+
+# -- hostile store texts: shown as text, never run -----------------------------------------------------------
+_INJECTED_JS = """
+const found = [];
+function walk(root) {
+  for (const el of root.querySelectorAll('*')) {
+    const tag = el.tagName.toLowerCase();
+    if (tag === 'img' && el.getAttribute('src') === 'x') { found.push('img src=x'); }
+    if (tag === 'svg' && el.hasAttribute('onload')) { found.push('svg onload'); }
+    if (tag === 'script' && (el.textContent || '').includes('__xss')) { found.push('script __xss'); }
+    if (el.classList && el.classList.contains('ldp-injected')) { found.push('i.ldp-injected'); }
+    for (const attr of el.getAttributeNames()) {
+      const handler = attr.startsWith('on') && (el.getAttribute(attr) || '').includes('__xss');
+      if (handler) { found.push(tag + ' ' + attr); }
+    }
+    if (el.shadowRoot) { walk(el.shadowRoot); }
+  }
+}
+walk(document);
+return {xss: typeof window.__xss === 'undefined' ? null : String(window.__xss), found: found};
+"""
+
+
+def _injected(driver: Any) -> dict[str, Any]:
+    """``window.__xss`` (None when unset) and the injected elements found in the page and its shadow roots."""
+    return driver.execute_script(_INJECTED_JS)
+
+
+def test_hostile_texts_render_as_text_and_never_run(browser: Any, store_url: str):
+    """Task ids, value labels (the store rows' and the summary's), range attribute names, methods,
+    dead-letter reasons and summary keys that are HTML or script (``simulated.HOSTILE_TEXTS``): the page
+    shows them as text in the status line, the selectors, the top-k table, the series box (Choices.js) and
+    the tables, and none of them executes (``window.__xss`` stays unset) or adds an element."""
+    from pipelines.dashboard_app.simulated import HOSTILE_TEXTS, write_hostile_tasks
+
+    writer = open_writer(store_url)
+    try:
+        ids = write_hostile_tasks(writer, int(time.time() * 1000))
+    finally:
+        writer.close()
+    labels = [f"{t} #{i}" for i, t in enumerate(HOSTILE_TEXTS)]
+    with DashboardProcess(store_url, "--refresh", "0.5", "--task", ids["frequency"]) as dash:
+        assert dash.url is not None
+        browser.get_log("browser")
+        browser.get(dash.url)
+        wait_until(
+            lambda: "data-state='live'" in (model_text(browser, "status") or ""),
+            60,
+            message=lambda: f"the live state; status {model_text(browser, 'status')!r}\n{dash.output}",
+        )
+        wait_until(
+            lambda: all(label in shadow_text(browser, "ldp-series-items") for label in labels[:2]),
+            30,
+            message=lambda: f"the series box; it shows {shadow_text(browser, 'ldp-series-items')!r}",
+        )
+        # open the series box's drop-down, so Choices.js renders every choice
+        browser.execute_script(
+            """
+            function find(root) {
+              const hit = root.querySelector('.choices__inner');
+              if (hit) { return hit; }
+              for (const el of root.querySelectorAll('*')) {
+                if (el.shadowRoot) { const h = find(el.shadowRoot); if (h) { return h; } }
+              }
+              return null;
+            }
+            const box = find(document);
+            if (box) { box.dispatchEvent(new MouseEvent('mousedown', {bubbles: true})); box.click(); }
+            """
+        )
+        time.sleep(1.0)  # lets an onerror / onload handler fire if one was injected (not a timed assertion)
+        assert _injected(browser) == {"xss": None, "found": []}
+        table = shadow_text(browser, "ldp-topk-table")
+        assert all(label in table for label in labels), table  # row labels and summary labels, as text
+        series = shadow_text(browser, "ldp-series-items")
+        assert all(label in series for label in labels), series
+        assert ids["frequency"] in shadow_text(browser, "ldp-status")
+        assert ids["frequency"] in shadow_text(browser, "ldp-task-select")
+        assert HOSTILE_TEXTS[0] in shadow_text(browser, "ldp-budget")  # a summary key, as text
+        assert HOSTILE_TEXTS[3] in shadow_text(browser, "ldp-reasons-table")  # a dead-letter reason
+        assert f"run {HOSTILE_TEXTS[3]} live" in shadow_text(browser, "ldp-freshness")  # the run id
+
+        # the range task: hostile attribute names in the query texts
+        browser.execute_script(
+            "Bokeh.documents[0].get_model_by_name('task_select').value = arguments[0];", ids["range"]
+        )
+        query = f"#1: {HOSTILE_TEXTS[1]} in [1, 4], age in [0, 9]"
+        wait_until(
+            lambda: query in shadow_text(browser, "ldp-topk-table"),
+            60,
+            message=lambda: f"the range task's queries; table {shadow_text(browser, 'ldp-topk-table')!r}",
+        )
+        wait_until(
+            lambda: query in shadow_text(browser, "ldp-series-items"),
+            30,
+            message=lambda: f"the queries in the series box: {shadow_text(browser, 'ldp-series-items')!r}",
+        )
+        assert ids["range"] in shadow_text(browser, "ldp-status")
+        time.sleep(1.0)
+        assert _injected(browser) == {"xss": None, "found": []}
+        severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+        assert severe == [], severe
+        browser.get("about:blank")

@@ -10,12 +10,16 @@ Stable handles for tests and scripts (Bokeh ``name``\\ s; the same names, dashed
 ``task_select``, ``view_select``, ``k_select``, ``series_items``, ``topk_plot`` / ``topk_source`` /
 ``topk_table``, ``series_plot``, ``windows_plot`` / ``windows_source`` / ``windows_table``, ``counts_plot`` /
 ``counts_source``, ``reasons_table`` / ``reasons_source``, ``latency_plot`` / ``latency_source`` /
-``latency_summary``, ``budget``.
+``latency_summary``, ``budget``, ``freshness`` (the newest pane's age and the run; ``data-state`` ``none``,
+``fresh``, ``stale``, ``ended`` or ``failed``).
+
+Every text from the store reaches HTML through :func:`~pipelines.dashboard_app.shape.html_text`
+(docs/dashboard.md, "Text from the store is shown as text").
 """
 
 from __future__ import annotations
 
-import html
+import json
 import logging
 import math
 import time
@@ -62,11 +66,16 @@ table.ldp { border-collapse: collapse; font: 12px sans-serif; }
 table.ldp th, table.ldp td { border-bottom: 1px solid #ddd; padding: 2px 8px; text-align: right; }
 table.ldp td.name, table.ldp th.name { text-align: left; }
 table.ldp tr.noise td { color: #888; }
-span.ldp-state { font: 13px sans-serif; }
-span.ldp-state[data-state=error] { color: #b00020; font-weight: bold; }
-span.ldp-state[data-state=waiting] { color: #a06000; }
+table.ldp td.worst { color: #b00020; }
 </style>
 """
+#: The status and freshness lines' styles (each Div renders in its own shadow root).
+_STATE_CSS = """<style>
+span.ldp-state { font: 13px sans-serif; }
+span.ldp-state[data-state=error], span.ldp-state[data-state=stale], span.ldp-state[data-state=failed],
+span.ldp-state[data-partial='1'] { color: #b00020; font-weight: bold; }
+span.ldp-state[data-state=waiting] { color: #a06000; }
+</style>"""
 
 
 def _named(model: Any, name: str) -> Any:
@@ -103,6 +112,9 @@ class Dashboard:
         top_k: values shown in the top-k plot at first (the page has a selector).
         max_windows: newest windows the series, window, count and latency plots cover.
         reader_factory: how to open the store (tests pass a fake).
+        stale_after: seconds after which the newest pane is stale (default: from the task's window,
+            :func:`~pipelines.dashboard_app.shape.stale_bound_s`).
+        clock: the page's clock, epoch seconds (tests pass a fixed one).
     """
 
     def __init__(
@@ -115,18 +127,24 @@ class Dashboard:
         top_k: int = 10,
         max_windows: int = 60,
         reader_factory: Callable[[str], StoreReader] = StoreReader,
+        stale_after: float | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.doc = doc
         self.store_url = store_url
         self.wanted_task = task
         self.max_windows = int(max_windows)
         self.reader_factory = reader_factory
+        self.stale_after = stale_after
+        self.clock = clock
+        self._summary: dict[str, Any] = {}
         self.reader: StoreReader | None = None
         self.token: tuple[Any, ...] | None = None
         self.series_task: str | None = None
         self._last: dict[str, str] = {}
         self._legend_labels: dict[int, str] = {}
         self._polling = False
+        self._task_budgets: dict[str, dict[str, Any] | None] = {}
         self._build(top_k)
         doc.title = "ldp-beam dashboard"
         doc.add_root(self.layout)
@@ -137,10 +155,11 @@ class Dashboard:
     def _build(self, top_k: int) -> None:
         self.header = Div(
             text=_CSS + f"<h2 class='ldp-h'>ldp-beam live dashboard</h2><span class='ldp-h'>store: "
-            f"<code>{html.escape(_display_url(self.store_url))}</code></span>",
+            f"<code>{shape.html_text(_display_url(self.store_url))}</code></span>",
             sizing_mode="stretch_width",
         )
         self.status = _named(Div(text="", sizing_mode="stretch_width"), "status")
+        self.freshness = _named(Div(text="", sizing_mode="stretch_width"), "freshness")
         self.task_select = _named(Select(title="task", options=[], width=260), "task_select")
         self.view_select = _named(Select(title="output / group", options=[], width=200), "view_select")
         k_value = str(top_k) if str(top_k) in K_CHOICES else K_CHOICES[1]
@@ -391,6 +410,7 @@ class Dashboard:
         self.layout = column(
             self.header,
             self.status,
+            self.freshness,
             row(self.task_select, self.view_select, self.k_select),
             self.budget,
             self.topk_plot,
@@ -414,8 +434,11 @@ class Dashboard:
         return Legend(items=items, location="top_left", click_policy="hide")
 
     # -- state ----------------------------------------------------------------------------------------
-    def _set_status(self, state: str, text: str) -> None:
-        markup = f"<span class='ldp-state' data-state='{state}'>{html.escape(text)}</span>"
+    def _set_status(self, state: str, text: str, partial: bool = False) -> None:
+        markup = _STATE_CSS + (
+            f"<span class='ldp-state' data-state='{state}' data-partial='{int(partial)}'>"
+            f"{shape.html_text(text)}</span>"
+        )
         if self.status.text != markup:
             self.status.text = markup
 
@@ -449,10 +472,12 @@ class Dashboard:
                 self.reader = self.reader_factory(self.store_url)
             if not self.reader.ready():
                 self._set_status("waiting", "waiting for the first pane: the store has no tables yet")
+                self.freshness.text = ""
                 return
             tasks = self.reader.tasks()
             if not tasks:
                 self._set_status("waiting", "waiting for the first pane: the store holds no task yet")
+                self.freshness.text = ""
                 return
             self._update_tasks(tasks)
             task_id = self.task_select.value
@@ -463,10 +488,10 @@ class Dashboard:
                 tuple(self.series_items.value),
                 *self.reader.change_token(task_id),
             )
-            if token == self.token:
-                return
-            self._refresh(task_id, next(t for t in tasks if t["task_id"] == task_id))
-            self.token = token
+            if token != self.token:
+                self._refresh(task_id, next(t for t in tasks if t["task_id"] == task_id))
+                self.token = token
+            self._update_freshness(task_id)
         except StoreError as exc:
             self._set_status("error", f"store error: {exc} (retrying every poll)")
             if self.reader is not None:
@@ -491,11 +516,12 @@ class Dashboard:
         reader = self.reader
         summary = shape.parse_json(task.get("summary_json"))
         summary = summary if isinstance(summary, dict) else {}
+        self._summary = summary
         labels = shape.labels_from_summary(summary)
-        self._update_budget(summary)
+        self._update_budget(summary, task.get("task_json"))
 
         # the job's counts come first: they show before any estimate (e.g. every report dead-lettered)
-        counts = reader.counts(task_id, self.max_windows)
+        counts = shape.latest_counts(reader.counts(task_id, self.max_windows))
         windows = reader.windows(task_id, self.max_windows)
         span = None
         if windows and any(int(w["window_end"]) > 0 for w in windows):
@@ -535,6 +561,8 @@ class Dashboard:
         if self._set_data("topk", self.topk_source, top):
             self.topk_plot.x_range.factors = list(top["name"]) or [" "]
         noun = "values" if is_estimate else "queries"
+        # the shown rows are a partial window's when they come from an EARLY pane of an open window
+        partial = bool(rows) and shape.is_partial(rows[0].get("pane_timing"), rows[0].get("is_final"))
         if current is not None:
             what = shape.format_window(int(current["window_start"]), int(current["window_end"]))
             title = (
@@ -542,6 +570,8 @@ class Dashboard:
                 if is_estimate
                 else f"current window {what}: {noun} {_span(top['item'])}, answer with 95% interval"
             )
+            if partial:
+                title = f"PARTIAL (EARLY pane, window still open): {title}"
         else:
             title = f"no {output} rows yet"
         if self.topk_plot.title.text != title:
@@ -561,7 +591,8 @@ class Dashboard:
             )
             for r in rows
         }
-        options = [(str(i), names[i]) for i in all_items]
+        # Choices.js (the MultiChoice) renders option labels as HTML: escaped, they show as text
+        options = [(str(i), shape.html_text(names[i])) for i in all_items]
         if [tuple(o) for o in self.series_items.options] != options:
             self.series_items.options = options
         series_key = f"{task_id}|{output}|{grp}"
@@ -592,58 +623,107 @@ class Dashboard:
             else "chosen queries across windows (x: window end), answer with 95% error bars"
         )
 
-        # windows, panes, counts
+        # windows, panes, counts; late panes that changed nothing and a backfill's panes are told apart
         panes = [
             p for p in reader.panes(task_id, oldest_end) if p["output"] == output and int(p["grp"]) == grp
         ]
-        wins = shape.windows_columns(windows, shape.latest_pane_latency(panes))
+        win_cfg = shape.window_config(summary)
+        run = shape.run_state(summary)
+        candidates = shape.late_candidates(panes)
+        numbers = reader.pane_numbers(task_id, [k for pair in candidates for k in pair]) if candidates else {}
+        unchanged = shape.unchanged_panes(candidates, numbers, bool(win_cfg.get("accumulating")))
+        backfill_s = shape.backfill_bound_s(summary)
+        batch = run is not None and run.get("streaming") is False
+        live, same, back = shape.split_panes(panes, unchanged, backfill_s, batch)
+        effective = shape.effective_panes(panes, unchanged)
+        live_keys = {shape.pane_key(p) for p in live}
+        latest_live = [p for p in effective.values() if shape.pane_key(p) in live_keys]
+        wins = shape.windows_columns(windows, shape.latest_pane_latency(latest_live), effective)
         self._set_data("windows", self.windows_source, wins)
-        lat = shape.latency_columns(panes)
+        lat = shape.latency_columns(live)
         self._set_data("latency", self.latency_source, lat)
         summ = shape.latency_summary(lat["latency_s"], lat["timing"])
-        lat_text = (
-            f"<span class='ldp-h'>window end to pane in the store, panes written after their window closed "
-            f"(ON_TIME, LATE): n = {summ['n']}, median {_fmt(summ['median_s'], 2)} s, max "
-            f"{_fmt(summ['max_s'], 2)} s</span>"
-        )
+        lat_text = _latency_text(summ, len(same), len(back), backfill_s, batch)
         if self.latency_summary.text != lat_text:
             self.latency_summary.text = lat_text
 
         if current is not None:
             final = "final" if current.get("is_final") else "not final"
+            shown = effective.get((int(current["window_start"]), int(current["window_end"])), {})
+            pane_index = shown.get("pane_index", current.get("last_pane_index"))
+            timing = shown.get("pane_timing", current.get("last_pane_timing"))
+            head = (
+                "PARTIAL window (EARLY pane: the window is still open, its numbers will change); "
+                if partial
+                else ""
+            )
             self._set_status(
                 "live",
-                f"task {task_id}: current window "
+                f"{head}task {task_id}: current window "
                 f"{shape.format_window(int(current['window_start']), int(current['window_end']))}"
-                f", pane #{current.get('last_pane_index')} {current.get('last_pane_timing')} ({final}), "
+                f", pane #{pane_index} {timing} ({final}), "
                 f"n_reports {current.get('n_reports')}; {len(windows)} window(s); page updated "
-                f"{time.strftime('%H:%M:%S', time.gmtime())} UTC",
+                f"{time.strftime('%H:%M:%S', time.gmtime(self.clock()))} UTC",
+                partial=partial,
             )
         else:
             self._set_status("waiting", f"task {task_id}: waiting for the first pane of {output}")
 
-    def _update_budget(self, summary: dict[str, Any]) -> None:
-        items = shape.budget_items(summary)
+    def _update_freshness(self, task_id: str) -> None:
+        """The freshness line, every poll: the newest pane's age, stale past the bound."""
+        assert self.reader is not None
+        bound = shape.stale_bound_s(self._summary, self.stale_after)
+        newest = self.reader.newest_pane_ms(task_id)
+        state, text = shape.freshness(
+            newest,
+            int(self.clock() * 1000),
+            bound,
+            shape.run_state(self._summary),
+            self.reader.latest_run(task_id),
+        )
+        markup = _STATE_CSS + f"<span class='ldp-state' data-state='{state}'>{shape.html_text(text)}</span>"
+        if self.freshness.text != markup:
+            self.freshness.text = markup
+
+    def _update_budget(self, summary: dict[str, Any], task_json: str | None) -> None:
+        entries = shape.budget_entries(summary)
+        origin = "the job's summary"
+        if not entries:  # a running job has written no run summary yet: the task's own policy, if any
+            derived = self._task_budget(task_json)
+            if derived:
+                entries = {"budget": derived}
+                origin = (
+                    "computed from the task's budget policy (ldp.task.budget_summary), as the job does; "
+                    "the job writes its own figures when it ends"
+                )
+        items = shape.budget_items(entries)
         if not items:
             self.budget.visible = False
             return
-        pairs = shape.composition_pairs(summary)
         spent = ""
-        if pairs:
-            rows = "".join(
-                f"<tr><td class='name'>{html.escape(path)}</td><td>{_fmt(basic, 4)}</td>"
-                f"<td>{_fmt(tight, 4)}</td></tr>"
-                for path, basic, tight in pairs
+        rows = shape.spent_rows(entries)
+        if rows:
+            cells = "".join(
+                f"<tr><td class='name'>{shape.html_text(r['figure'])}</td>"
+                f"<td>{'-' if r['windows'] is None else r['windows']}</td>"
+                f"<td>{_fmt(r['basic'], 4)}</td><td>{_fmt(r['tight'], 4)}</td>"
+                f"<td class='worst'>{_fmt(r['worst_basic'], 4)}</td>"
+                f"<td class='worst'>{_fmt(r['worst_tight'], 4)}</td></tr>"
+                for r in rows
             )
             spent = (
                 "<table class='ldp' id='budget-spent'><tr><th class='name'>privacy loss spent</th>"
-                f"<th>basic composition</th><th>tight (accountant)</th></tr>{rows}</table>"
+                "<th>reports</th><th>basic composition</th><th>tight (accountant)</th>"
+                "<th>worst case, any history: basic</th><th>worst case: tight</th></tr>"
+                f"{cells}</table>"
             )
         body = "".join(
-            f"<tr><td class='name'>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in items
+            f"<tr><td class='name'>{shape.html_text(k)}</td><td>{shape.html_text(v)}</td></tr>"
+            for k, v in items
         )
         text = (
-            "<b class='ldp-h'>privacy budget and accounting (task summary)</b>"
+            "<b class='ldp-h'>privacy budget and accounting</b> "
+            f"<span class='ldp-h' id='budget-origin'>(from {shape.html_text(origin)})</span>"
             f"{spent}<details><summary class='ldp-h'>all figures</summary><table class='ldp' "
             "id='budget-table'>"
             f"<tr><th class='name'>figure</th><th>value</th></tr>{body}</table></details>"
@@ -651,6 +731,46 @@ class Dashboard:
         if self.budget.text != _CSS + text:
             self.budget.text = _CSS + text
         self.budget.visible = True
+
+    def _task_budget(self, task_json: str | None) -> dict[str, Any] | None:
+        """``ldp.task.budget_summary`` of the stored task (None without a budget or a readable task),
+        computed once per task text."""
+        if not task_json:
+            return None
+        if task_json not in self._task_budgets:
+            from ldp.task import TaskError, budget_summary, parse_task
+
+            try:
+                figures = budget_summary(parse_task(json.loads(task_json)))
+            except (TaskError, ValueError, TypeError, ArithmeticError) as exc:
+                _LOG.warning("no budget figures from the stored task: %s", exc)
+                figures = None
+            self._task_budgets = {task_json: figures}  # one task shown at a time: keep the last only
+        return self._task_budgets[task_json]
+
+
+def _latency_text(summ: dict[str, Any], n_same: int, n_back: int, backfill_s: float, batch: bool) -> str:
+    """The line under the latency plot: the live panes' figures and what was left out, and why."""
+    if batch:
+        return (
+            "<span class='ldp-h' data-latency='batch'>latency not shown: a batch run (its panes are written "
+            "when it processes old reports, so written_ms - window_end is not a live latency)</span>"
+        )
+    text = (
+        "window end to pane in the store, live panes written after their window closed (ON_TIME, LATE): "
+        f"n = {summ['n']}, median {_fmt(summ['median_s'], 2)} s, max {_fmt(summ['max_s'], 2)} s"
+    )
+    left = []
+    if n_same:
+        left.append(f"{n_same} LATE pane(s) that changed nothing (same reports, same numbers)")
+    if n_back:
+        left.append(
+            f"{n_back} backfill pane(s) (written more than {backfill_s:g} s after their window ended: "
+            "event times far older than processing times)"
+        )
+    if left:
+        text += "; not drawn or counted: " + ", ".join(left)
+    return f"<span class='ldp-h' data-latency='live'>{text}</span>"
 
 
 def _span(items: Sequence[int]) -> str:
@@ -680,12 +800,12 @@ def _topk_html(top: dict[str, list[Any]], first: dict[str, Any] | None, is_estim
         noise = top["noise"][i] in (shape.NOISE, shape.NOISE_CI)
         body.append(
             f"<tr class='{'noise' if noise else 'value'}' data-item='{top['item'][i]}'>"
-            f"<td>{top['rank'][i]}</td><td class='name'>{html.escape(str(top['name'][i]))}</td>"
+            f"<td>{top['rank'][i]}</td><td class='name'>{shape.html_text(str(top['name'][i]))}</td>"
             f"<td>{top['item'][i]}</td><td class='estimate'>{_fmt(top['estimate'][i])}</td>"
             f"<td>{_fmt(top['ci_low'][i])}</td><td>{_fmt(top['ci_high'][i])}</td>"
-            f"<td class='name'>{html.escape(top['noise'][i])}</td></tr>"
+            f"<td class='name'>{shape.html_text(top['noise'][i])}</td></tr>"
         )
-    method = html.escape(str(first.get("method") or "")) if first else ""
+    method = shape.html_text(str(first.get("method") or "")) if first else ""
     return (
         _CSS + f"<table class='ldp' id='topk-table' data-method='{method}'>{head}{''.join(body)}</table>"
         f"<span class='ldp-h' style='font-size:11px'>method: {method}; intervals are the store's ci_low / "

@@ -66,6 +66,7 @@ class StoreReader:
         self.url = parse_store_url(url)
         self._conn: Any = None
         self._file_id: tuple[int, int] | None = None
+        self.tables: set[str] = set()
         if self.url.kind == "sqlite":
             directory = os.path.dirname(os.path.abspath(self.url.target))
             if not os.path.isdir(directory):
@@ -147,13 +148,14 @@ class StoreReader:
                 "current_schema()"
             )
             names = {r["name"] for r in rows}
+        self.tables = names
         return all(t in names for t in TABLES)
 
     def tasks(self) -> list[dict[str, Any]]:
         """Every task the store knows (``ldp_tasks`` rows, plus tasks that have windows but no task row),
         ordered by task id."""
         rows = self._query(
-            "SELECT task_id, kind, mechanism, epsilon, summary_json, updated_ms FROM ldp_tasks"
+            "SELECT task_id, kind, mechanism, epsilon, task_json, summary_json, updated_ms FROM ldp_tasks"
         )
         known = {r["task_id"] for r in rows}
         for r in self._query("SELECT DISTINCT task_id FROM ldp_windows"):
@@ -164,6 +166,7 @@ class StoreReader:
                         "kind": None,
                         "mechanism": None,
                         "epsilon": None,
+                        "task_json": None,
                         "summary_json": None,
                         "updated_ms": None,
                     }
@@ -218,6 +221,44 @@ class StoreReader:
             "DESC LIMIT ?",
             (task_id, int(limit)),
         )
+
+    def latest_run(self, task_id: str) -> dict[str, Any] | None:
+        """The task's latest run (``ldp_runs``: ``run_id``, ``status`` -- ``live``, ``ended``, ``failed``,
+        ``dead`` --, ``started_ms``, ``heartbeat_ms``, ``ended_ms``, ``streaming``, ``error``), or None when
+        the store records no runs (a store of an older schema, or written without a job)."""
+        if "ldp_runs" not in self.tables:
+            return None
+        rows = self._query(
+            "SELECT run_id, status, started_ms, heartbeat_ms, ended_ms, streaming, error FROM ldp_runs "
+            "WHERE task_id = ? ORDER BY started_ms DESC LIMIT 1",
+            (task_id,),
+        )
+        return rows[0] if rows else None
+
+    def newest_pane_ms(self, task_id: str) -> int | None:
+        """When the task's newest pane was written (``MAX(ldp_panes.written_ms)``, the job's clock)."""
+        rows = self._query("SELECT MAX(written_ms) AS ms FROM ldp_panes WHERE task_id = ?", (task_id,))
+        ms = rows[0]["ms"] if rows else None
+        return None if ms is None else int(ms)
+
+    def pane_numbers(
+        self, task_id: str, keys: Sequence[tuple[str, int, int, int, int]]
+    ) -> dict[tuple[str, int, int, int, int], list[tuple[Any, ...]]]:
+        """The stored numbers of each pane ``(output, grp, window_start, window_end, pane_index)`` from the
+        store's per-pane history (``ldp_history``), as ``(item, estimate, ci_low, ci_high)`` by item; a
+        pane the history does not hold maps to ``[]``."""
+        out: dict[tuple[str, int, int, int, int], list[tuple[Any, ...]]] = {}
+        if "ldp_history" not in self.tables:
+            return {key: [] for key in keys}
+        for key in dict.fromkeys(keys):
+            output, grp, start, end, pane = key
+            rows = self._query(
+                "SELECT item, estimate, ci_low, ci_high FROM ldp_history WHERE task_id = ? AND output = ? "
+                "AND grp = ? AND window_start = ? AND window_end = ? AND pane_index = ? ORDER BY item",
+                (task_id, output, int(grp), int(start), int(end), int(pane)),
+            )
+            out[key] = [(r["item"], r["estimate"], r["ci_low"], r["ci_high"]) for r in rows]
+        return out
 
     def outputs(self, task_id: str) -> list[tuple[str, int]]:
         """The ``(output, grp)`` pairs the task has panes of, sorted."""

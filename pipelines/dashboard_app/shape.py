@@ -12,11 +12,14 @@ No Bokeh and no database here, so every rule the page follows has a fast unit te
 * the latency of a pane is ``written_ms - window_end`` (seconds on the page): how long after its window
   closed in event time the pane reached the store; EARLY panes are written before the window ends, so their
   latency is negative;
-* series are the current rows of chosen values (or queries) across windows, x = window end.
+* series are the current rows of chosen values (or queries) across windows, x = window end;
+* every text the dashboard did not write itself (value labels, attribute names, task ids, query texts, run
+  ids, dead-letter reasons, methods, summary keys and values) reaches HTML only through :func:`html_text`.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,13 +33,27 @@ __all__ = [
     "SIGNAL",
     "TIMING_COLORS",
     "answers_columns",
+    "backfill_bound_s",
+    "effective_panes",
+    "freshness",
+    "is_partial",
+    "late_candidates",
+    "pane_key",
+    "run_state",
+    "split_panes",
+    "stale_bound_s",
+    "unchanged_panes",
+    "window_config",
+    "budget_entries",
     "budget_items",
     "composition_pairs",
     "counts_columns",
     "current_window",
     "format_ms",
     "format_window",
+    "html_text",
     "labels_from_summary",
+    "latest_counts",
     "latency_columns",
     "latest_pane_latency",
     "latency_summary",
@@ -46,6 +63,7 @@ __all__ = [
     "query_text",
     "reasons_columns",
     "series_columns",
+    "spent_rows",
     "top_k",
     "value_name",
     "windows_columns",
@@ -70,6 +88,14 @@ Row = Mapping[str, Any]
 Columns = dict[str, list[Any]]
 
 NAN = float("nan")
+
+
+def html_text(value: Any) -> str:
+    """``value`` as text for an HTML context (element content or a quoted attribute): ``& < > " '``
+    escaped, so a store's label such as ``<img src=x onerror=...>`` is shown, never parsed. The one
+    escaping function of the page: every ``Div`` text and every option of a widget that renders its labels
+    as HTML (the series ``MultiChoice``: Choices.js sets ``innerHTML``) goes through it."""
+    return html.escape("" if value is None else str(value), quote=True)
 
 
 def parse_json(text: str | None) -> Any:
@@ -250,12 +276,15 @@ def series_columns(rows: Iterable[Row], items: Sequence[int]) -> dict[int, Colum
 
 
 def windows_columns(
-    windows: Iterable[Row], latencies: Mapping[tuple[int, int], float] | None = None
+    windows: Iterable[Row],
+    latencies: Mapping[tuple[int, int], float] | None = None,
+    effective: Mapping[tuple[int, int], Row] | None = None,
 ) -> Columns:
     """The windows, newest first, for the windows table and the n_reports bars: ``window_start``,
     ``window_end``, ``window`` (text), ``n_reports``, ``pane_index`` (last), ``timing`` (last),
     ``final`` (``final`` / ``open``), ``color`` (by timing), ``line`` (black when final), ``width`` (ms, for
-    bars), ``latency_s`` (of the last pane, from ``latencies`` keyed by window)."""
+    bars), ``latency_s`` (of the last pane, from ``latencies`` keyed by window). ``effective`` (by window:
+    :func:`effective_panes`) names the pane that is the window's state when its last pane changed nothing."""
     cols: Columns = {
         key: []
         for key in (
@@ -276,13 +305,16 @@ def windows_columns(
     }
     for row in sorted(windows, key=_window_key, reverse=True):
         start, end = int(row["window_start"]), int(row["window_end"])
-        timing = str(row.get("last_pane_timing") or "UNKNOWN")
+        shown = (effective or {}).get((start, end))
+        pane_index = row.get("last_pane_index") if shown is None else shown.get("pane_index")
+        timing = row.get("last_pane_timing") if shown is None else shown.get("pane_timing")
+        timing = str(timing or "UNKNOWN")
         cols["window_start"].append(start)
         cols["window_end"].append(end)
         cols["x"].append((start + end) / 2.0)
         cols["window"].append(format_window(start, end))
         cols["n_reports"].append(int(row.get("n_reports") or 0))
-        cols["pane_index"].append(int(row.get("last_pane_index") or 0))
+        cols["pane_index"].append(int(pane_index or 0))
         cols["timing"].append(timing)
         cols["final"].append("final" if row.get("is_final") else "open")
         cols["color"].append(TIMING_COLORS.get(timing, TIMING_COLORS["UNKNOWN"]))
@@ -379,6 +411,17 @@ def counts_columns(counts: Iterable[Row], global_span: tuple[int, int] | None = 
     return cols
 
 
+def latest_counts(counts: Iterable[Row]) -> list[Row]:
+    """One counts row per counts window: a store that keeps counts per run (``ldp_counts.run_id``) may hold
+    one per run that counted the window (a rerun, a restart); the newest written is the one shown."""
+    best: dict[tuple[int, int], Row] = {}
+    for row in counts:
+        key = _window_key(row)
+        if key not in best or int(row.get("written_ms") or 0) > int(best[key].get("written_ms") or 0):
+            best[key] = row
+    return sorted(best.values(), key=_window_key, reverse=True)
+
+
 def reasons_columns(counts: Iterable[Row], max_windows: int = 10) -> Columns:
     """The dead-letter reasons of the newest ``max_windows`` counts windows, one row per (window, reason),
     newest window first, reasons by count; plus one ``all shown windows`` total per reason at the top."""
@@ -470,6 +513,68 @@ def _flatten(prefix: str, value: Any, out: list[tuple[str, str]]) -> None:
 BUDGET_WORDS = ("budget", "accounting", "accountant", "composition", "epsilon_spent", "privacy_loss")
 
 
+def budget_entries(summary: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The budget and accounting entries of a task summary, wherever the job put them: top-level keys
+    naming a budget, an accounting or a composition (:data:`BUDGET_WORDS`), and the same keys of the job's
+    run summary (``summary["run"]``, written when a job ends; ``run.budget`` there)."""
+    out: dict[str, Any] = {}
+    if not isinstance(summary, Mapping):
+        return out
+    run = summary.get("run")
+    for prefix, source in (("", summary), ("run.", run if isinstance(run, Mapping) else {})):
+        for key, val in source.items():
+            if any(word in str(key).lower() for word in BUDGET_WORDS):
+                out[f"{prefix}{key}"] = val
+    return out
+
+
+#: The figure sets of ``ldp.task.budget_summary`` in the order the budget panel lists them.
+FIGURE_SETS = ("per_period", "after_windows", "lifetime")
+
+
+def spent_rows(entries: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The privacy loss a user has spent, one row per ``{"basic": x, "tight": y}`` pair in ``entries``
+    (:func:`budget_entries`), the figure sets of a budget first (``per_period``, ``after_windows``,
+    ``lifetime``): ``figure`` (key path), ``windows`` (reports behind it, when given), ``basic``,
+    ``tight``, and beside them the worst case over any history of values and report pattern
+    (``any_history``: ``worst_basic``, ``worst_tight``; None when the entry has none). A pair's own
+    ``any_history`` is shown beside it, not again as a row of its own."""
+    rows: list[dict[str, Any]] = []
+
+    def walk(path: str, value: Any) -> None:
+        if not isinstance(value, Mapping):
+            return
+        basic, tight = value.get("basic"), value.get("tight")
+        worst = value.get("any_history")
+        has_worst = (
+            isinstance(worst, Mapping) and _is_number(worst.get("basic")) and _is_number(worst.get("tight"))
+        )
+        if _is_number(basic) and _is_number(tight):
+            windows = value.get("windows")
+            rows.append(
+                {
+                    "figure": path,
+                    "windows": int(windows) if _is_number(windows) else None,
+                    "basic": float(basic),
+                    "tight": float(tight),
+                    "worst_basic": float(worst["basic"]) if has_worst else None,
+                    "worst_tight": float(worst["tight"]) if has_worst else None,
+                }
+            )
+        for key, val in value.items():
+            if key == "any_history" and has_worst and _is_number(basic) and _is_number(tight):
+                continue
+            walk(f"{path}.{key}", val)
+
+    for key, val in entries.items():
+        if isinstance(val, Mapping):
+            for name in FIGURE_SETS:  # a budget's figure sets first, in this order
+                walk(f"{key}.{name}", val.get(name))
+            rest = {k: v for k, v in val.items() if k not in FIGURE_SETS}
+            walk(str(key), rest)
+    return rows
+
+
 def composition_pairs(summary: Mapping[str, Any] | None) -> list[tuple[str, float, float]]:
     """Every ``{"basic": x, "tight": y}`` pair (numbers) inside the summary's budget and accounting entries,
     as ``(key.path, basic, tight)``, in the summary's order: basic composition next to the tight figure
@@ -506,3 +611,212 @@ def budget_items(summary: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         if any(word in str(key).lower() for word in BUDGET_WORDS):
             _flatten(str(key), val, out)
     return out
+
+
+# -- telling the truth: stale data, late panes that changed nothing, backfills, partial windows --------
+#: A pane's identity: ``(output, grp, window_start, window_end, pane_index)``.
+PaneKey = tuple[str, int, int, int, int]
+#: The stale bound when the task's window size is unknown (or the window is global), seconds.
+DEFAULT_STALE_S = 120.0
+#: Beyond the window size plus the allowed lateness, this much more delay marks a pane as a backfill's.
+BACKFILL_SLACK_S = 600.0
+
+
+def pane_key(row: Row) -> PaneKey:
+    return (
+        str(row.get("output") or ""),
+        int(row.get("grp") or 0),
+        int(row.get("window_start") or 0),
+        int(row.get("window_end") or 0),
+        int(row.get("pane_index") or 0),
+    )
+
+
+def window_config(summary: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The task's window config from its summary (``window``; else the run summary's), ``{}`` if none."""
+    if not isinstance(summary, Mapping):
+        return {}
+    for source in (summary, summary.get("run")):
+        if isinstance(source, Mapping) and isinstance(source.get("window"), Mapping):
+            return dict(source["window"])
+    return {}
+
+
+def run_state(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The job's run summary (``summary["run"]``, written when the job ended: ``state``, ``streaming``,
+    ``run_id`` ...) or None while the job runs (or for a store written without one)."""
+    run = summary.get("run") if isinstance(summary, Mapping) else None
+    return dict(run) if isinstance(run, Mapping) else None
+
+
+def stale_bound_s(summary: Mapping[str, Any] | None, override_s: float | None = None) -> float:
+    """How old the newest pane may be before the page calls its data stale: ``override_s`` when given, else
+    twice the window size (a streaming job writes a pane per window that has reports) plus its allowed
+    lateness plus 30 s, else :data:`DEFAULT_STALE_S`."""
+    if override_s is not None:
+        return float(override_s)
+    win = window_config(summary)
+    size = win.get("size_s")
+    if not _is_number(size) or float(size) <= 0:
+        return DEFAULT_STALE_S
+    lateness = win.get("allowed_lateness_s")
+    return 2.0 * float(size) + (float(lateness) if _is_number(lateness) else 0.0) + 30.0
+
+
+def _age_text(seconds: float) -> str:
+    if seconds < 120:
+        return f"{max(seconds, 0.0):.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86_400:.1f} days"
+
+
+#: A live run whose heartbeat is older than this is presumed dead (the store's own rule, ldp.store).
+RUN_STALE_S = 90.0
+
+
+def freshness(
+    newest_ms: int | None,
+    now_ms: int,
+    bound_s: float,
+    run: Mapping[str, Any] | None = None,
+    latest_run: Mapping[str, Any] | None = None,
+) -> tuple[str, str]:
+    """``(state, text)`` of the freshness line: how long ago the newest pane was written (by the job's
+    clock against the page server's: the same machine, or synchronised clocks) and, when the store records
+    runs (``latest_run``: the task's latest ``ldp_runs`` row), the run and its heartbeat.
+
+    States: ``none`` (no pane yet, no run), ``fresh``, ``stale`` (the newest pane is older than
+    ``bound_s`` while the job should be writing, or a live run's heartbeat is older than
+    :data:`RUN_STALE_S`, or the run is ``dead``), ``ended`` (the run ended, or the task's run summary
+    ``run`` says the job ended: its final numbers), ``failed`` (the run failed)."""
+    now = int(now_ms)
+    pane = None if newest_ms is None else f"newest pane {_age_text((now - int(newest_ms)) / 1000.0)} ago"
+    if newest_ms is not None:
+        pane += f" ({format_ms(newest_ms)} UTC)"
+    pane_age = None if newest_ms is None else (now - int(newest_ms)) / 1000.0
+    if latest_run is not None:
+        rid = str(latest_run.get("run_id") or "?")
+        status = str(latest_run.get("status") or "?")
+        beat = latest_run.get("heartbeat_ms")
+        beat_age = None if beat is None else (now - int(beat)) / 1000.0
+        what = pane or "no pane written yet"
+        if status == "failed":
+            error = latest_run.get("error")
+            return "failed", f"{what}; run {rid} FAILED" + (f": {error}" if error else "")
+        if status == "ended":
+            return "ended", f"{what}; run {rid} ended: these are its final numbers"
+        if status == "dead" or (beat_age is not None and beat_age > RUN_STALE_S):
+            beat_text = "" if beat_age is None else f", its last heartbeat {_age_text(beat_age)} ago"
+            return "stale", f"STALE: {what}; run {rid} is not alive{beat_text}: the job may have died"
+        alive = f"run {rid} live" + ("" if beat_age is None else f" (heartbeat {_age_text(beat_age)} ago)")
+        if pane_age is not None and pane_age > bound_s:
+            return (
+                "stale",
+                f"STALE: {pane}, more than the {bound_s:g} s bound, while {alive}: no reports arriving?",
+            )
+        return "fresh", f"{what}; {alive}"
+    if pane is None:
+        return "none", "no pane written yet"
+    if run is not None and run.get("state"):
+        return "ended", f"{pane}; the job ended ({run['state']}): these are its final numbers"
+    if pane_age is not None and pane_age > bound_s:
+        return (
+            "stale",
+            f"STALE: {pane}, more than the {bound_s:g} s bound: the job may have stopped or have no input",
+        )
+    return "fresh", pane
+
+
+def late_candidates(panes: Iterable[Row]) -> list[tuple[PaneKey, PaneKey]]:
+    """``(late pane, previous pane)`` keys of every LATE pane with as many reports as the pane before it
+    (same window, output and group): the panes that may have changed nothing."""
+    by_slot: dict[tuple[str, int, int, int], list[Row]] = {}
+    for row in panes:
+        by_slot.setdefault(pane_key(row)[:4], []).append(row)
+    out = []
+    for rows in by_slot.values():
+        rows.sort(key=lambda r: int(r.get("pane_index") or 0))
+        for prev, row in zip(rows, rows[1:]):
+            if str(row.get("pane_timing")) != "LATE":
+                continue
+            if row.get("n_reports") is not None and row.get("n_reports") == prev.get("n_reports"):
+                out.append((pane_key(row), pane_key(prev)))
+    return out
+
+
+def unchanged_panes(
+    candidates: Iterable[tuple[PaneKey, PaneKey]],
+    numbers: Mapping[PaneKey, Sequence[Any]],
+    accumulating: bool,
+) -> set[PaneKey]:
+    """The LATE panes among ``candidates`` (:func:`late_candidates`) that changed nothing: their stored
+    numbers (``numbers``: the store's per-pane history rows) equal the previous pane's; when the store
+    kept no history of either, an accumulating window's pane with the same report count (the same
+    reports) counts as unchanged, a discarding window's does not (its reports are new ones)."""
+    out: set[PaneKey] = set()
+    for late, prev in candidates:
+        a, b = numbers.get(late), numbers.get(prev)
+        if a and b:
+            if list(a) == list(b):
+                out.add(late)
+        elif accumulating:
+            out.add(late)
+    return out
+
+
+def backfill_bound_s(summary: Mapping[str, Any] | None) -> float:
+    """A pane written more than this long after its window's end is a backfill's (event times far older
+    than processing times): a live job drops reports later than the allowed lateness, so window size plus
+    allowed lateness plus :data:`BACKFILL_SLACK_S`."""
+    win = window_config(summary)
+    size, lateness = win.get("size_s"), win.get("allowed_lateness_s")
+    return (
+        (float(size) if _is_number(size) else 0.0)
+        + (float(lateness) if _is_number(lateness) else 0.0)
+        + BACKFILL_SLACK_S
+    )
+
+
+def split_panes(
+    panes: Iterable[Row], unchanged: set[PaneKey], backfill_s: float, batch: bool = False
+) -> tuple[list[Row], list[Row], list[Row]]:
+    """``(live, no_change, backfill)``: the panes whose latency is a live job's (drawn and summarised),
+    the LATE panes that changed nothing (:func:`unchanged_panes`), and a backfill's panes (written more
+    than ``backfill_s`` after their window ended, or every pane of a batch run, ``batch``). The global
+    window has no latency and is in none."""
+    live: list[Row] = []
+    same: list[Row] = []
+    back: list[Row] = []
+    for row in panes:
+        start, end = int(row.get("window_start") or 0), int(row.get("window_end") or 0)
+        if start == 0 and end == 0:
+            continue
+        if pane_key(row) in unchanged:
+            same.append(row)
+        elif batch or (int(row["written_ms"]) - end) / 1000.0 > backfill_s:
+            back.append(row)
+        else:
+            live.append(row)
+    return live, same, back
+
+
+def effective_panes(panes: Iterable[Row], unchanged: set[PaneKey]) -> dict[tuple[int, int], Row]:
+    """Per window ``(start, end)``: its latest pane that changed something (a LATE pane that changed
+    nothing is not the window's state: the pane before it is)."""
+    best: dict[tuple[int, int], Row] = {}
+    for row in panes:
+        if pane_key(row) in unchanged:
+            continue
+        key = (int(row["window_start"]), int(row["window_end"]))
+        if key not in best or int(row.get("pane_index") or 0) >= int(best[key].get("pane_index") or 0):
+            best[key] = row
+    return best
+
+
+def is_partial(timing: str | None, is_final: Any) -> bool:
+    """Whether a window's shown numbers are partial: its latest pane is EARLY (the window is still open in
+    event time; more reports will come) and the store has not marked it final."""
+    return str(timing) == "EARLY" and not is_final

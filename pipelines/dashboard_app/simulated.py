@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SimulatedStream", "StoreWriter", "open_writer"]
+__all__ = ["HOSTILE_TEXTS", "SimulatedStream", "StoreWriter", "open_writer", "write_hostile_tasks"]
 
 
 def open_writer(url: str) -> Any:
@@ -86,6 +86,10 @@ class StoreWriter:
         self.store.write_flat_pane(
             task_id, window[0], window[1], pane_index, timing, [pane], written_ms=written_ms
         )
+
+    def begin_run(self, run_id: str, task_id: str, *, streaming: bool = True) -> None:
+        """Records a live run of the task (``ldp_runs``), as a job does when it starts."""
+        self.store.begin_run(run_id, task_id, streaming=streaming)
 
     def mark_final(self, task_id: str, window: tuple[int, int], final_ms: int) -> None:
         self.store.mark_final(task_id, window[0], window[1], final_ms=final_ms)
@@ -260,3 +264,92 @@ class SimulatedStream:
         )
         if final:
             store.mark_final(self.task_id, window, now_ms if now_ms is not None else window[1] + 61_000)
+
+
+#: Texts that run script or break markup if a page parses them as HTML (the dashboard's XSS tests).
+HOSTILE_TEXTS = (
+    "<img src=x onerror=window.__xss=1>",
+    "<script>window.__xss=1</script>",
+    "\"'><svg onload=window.__xss=1>",
+    "</div></td></table><i class=ldp-injected>x</i>",
+)
+
+
+def write_hostile_tasks(store: Any, now_ms: int) -> dict[str, str]:
+    """Writes, through ``store`` (a :class:`StoreWriter`), a frequency task and a range task whose every
+    stored text is hostile (:data:`HOSTILE_TEXTS`): task ids, value labels (rows and summary), range
+    attribute names, methods, dead-letter reasons, a run id, summary keys and values.
+    Returns ``{"frequency": task id, "range": task id}``; both have one window ending 10 s before
+    ``now_ms``."""
+    h = HOSTILE_TEXTS
+    freq_id, range_id = f"freq {h[0]}", f"range {h[2]}"
+    window = (now_ms - 70_000, now_ms - 10_000)
+    summary = {
+        "labels": [f"{h[i % len(h)]} #{i}" for i in range(6)],
+        "description": h[1],
+        "run": {
+            "run_id": h[3],
+            "budget": {"policy": {h[0]: h[1]}, "per_period": {"basic": 2.0, "tight": 1.5}},
+        },
+    }
+    store.write_task(freq_id, "frequency", "grr", 1.0, summary, written_ms=now_ms)
+    store.begin_run(h[3], freq_id)  # a hostile run id, shown in the freshness line
+    freq_rows = [
+        {
+            "item": i,
+            "label": f"{h[i % len(h)]} #{i}" if i % 2 == 0 else None,  # odd values: the summary's labels
+            "estimate": 0.3 - 0.04 * i,
+            "std": 0.01,
+            "ci_low": 0.28 - 0.04 * i,
+            "ci_high": 0.32 - 0.04 * i,
+        }
+        for i in range(6)
+    ]
+    for pane_index, timing in enumerate(("ON_TIME", "LATE")):
+        store.write_pane(
+            freq_rows,
+            task_id=freq_id,
+            output="estimates",
+            window=window,
+            grp=0,
+            pane_index=pane_index,
+            timing=timing,
+            n_reports=1000 + pane_index,
+            written_ms=window[1] + 1000 * (pane_index + 1),
+            method=h[1],
+        )
+    store.write_counts(
+        freq_id,
+        window,
+        read=1010,
+        accepted=1000,
+        rejected=10,
+        late_dropped=0,
+        reasons={text: 2 + i for i, text in enumerate(h)},
+        written_ms=window[1] + 1000,
+    )
+    store.write_task(range_id, "range", "hdg", 1.0, {"labels": None, h[3]: {"budget": h[0]}}, now_ms)
+    range_rows = [
+        {
+            "item": q,
+            "estimate": 0.1 * (q + 1),
+            "std": 0.01,
+            "ci_low": 0.1 * (q + 1) - 0.02,
+            "ci_high": 0.1 * (q + 1) + 0.02,
+            "extra_json": json.dumps({"query": {h[q % len(h)]: [q, q + 3], "age": [0, 9]}}),
+        }
+        for q in range(4)
+    ]
+    store.write_pane(
+        range_rows,
+        task_id=range_id,
+        output="answers",
+        window=window,
+        grp=0,
+        pane_index=0,
+        timing="ON_TIME",
+        n_reports=900,
+        written_ms=window[1] + 800,
+        method=h[0],
+    )
+    return {"frequency": freq_id, "range": range_id}
