@@ -58,6 +58,7 @@ __all__ = [
     "REPORT_FIELDS",
     "DEAD_LETTER_LIMITS",
     "dead_letter_record",
+    "redacted_dead_letter",
     "requires_client_ids",
     "client_id_column",
 ]
@@ -184,6 +185,15 @@ def make_dead_letter(
     }
 
 
+def redacted_dead_letter(dead: dict[str, object]) -> dict[str, object]:
+    """A dead letter whose record is a user's raw value (a central-DP task, the aggregator's
+    ``raw_records``): ``raw_record`` keeps only the size of the record's capped JSON; reason, detail,
+    source and task id stay."""
+    raw = dead.get("raw_record")
+    size = None if raw is None else len(str(raw))
+    return {**dead, "raw_record": json.dumps({"redacted": "raw record of a central-DP task", "chars": size})}
+
+
 @dataclasses.dataclass
 class ValidatedBatch:
     """Result of validating a list of records.
@@ -262,8 +272,11 @@ class ReportValidator:
     checks).
     """
 
-    def __init__(self, task: CollectionTask, oracle: ValidationOracle | None = None) -> None:
+    def __init__(
+        self, task: CollectionTask, oracle: ValidationOracle | None = None, *, redact_records: bool = False
+    ) -> None:
         self.task = task
+        self.redact_records = redact_records  # raw records (central DP): dead letters keep only the size
         self.oracle = task.make_oracle() if oracle is None else oracle
         self.fields = tuple(self.oracle.report_fields)
         self.unused = tuple(f for f in PAYLOAD_FIELDS if f not in self.fields)
@@ -479,7 +492,8 @@ class ReportValidator:
         for i in np.flatnonzero(~accepted):
             r = str(reason[i])
             counts[r] = counts.get(r, 0) + 1
-            dead.append(make_dead_letter(r, source, detail=detail[i], record=get_record(i), at_ms=when))
+            dl = make_dead_letter(r, source, detail=detail[i], record=get_record(i), at_ms=when)
+            dead.append(redacted_dead_letter(dl) if self.redact_records else dl)
         return ValidatedBatch(
             reports=reports,
             event_ms=event_ms[accepted],
@@ -822,7 +836,11 @@ class TaskReportValidator:
     def _validator(self, group: int) -> ReportValidator:
         v = self._validators.get(group)
         if v is None:
-            v = ReportValidator(self.task, oracle=self.aggregator.validation_oracle(group))
+            v = ReportValidator(
+                self.task,
+                oracle=self.aggregator.validation_oracle(group),
+                redact_records=bool(getattr(self.aggregator, "raw_records", False)),
+            )
             self._validators[group] = v
         return v
 

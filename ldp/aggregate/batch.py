@@ -1,24 +1,29 @@
-"""The aggregator of batch-query tasks: the Gaussian matrix mechanism at a trusted aggregator (central DP).
+"""The aggregator of batch-query tasks: the matrix mechanism at a trusted aggregator (central DP), with
+exact discrete Gaussian noise.
 
 **This is not local DP.** The records are the users' *raw* cell values (the trusted aggregator sees
-them); privacy comes only from the Gaussian noise added once per window and pane at finalize. The input
+them); privacy comes only from the noise added once per window and pane at finalize. The input
 records use the Avro layout of ``schemas/report.avsc`` with ``items`` = the record's coordinates, one
 integer per attribute of the task's public domain (``group`` 0). One record per user: the caller must
 guarantee it (deduplicate upstream, e.g. by user id); with up to ``max_contributions`` records per user
-the sensitivity is scaled by that bound (``ldp.matrix.mechanism.GaussianMatrixMechanism``), and a user
-with more records than the bound breaks the guarantee. The job cannot check this, because records carry
-no user id.
+the sensitivity is scaled by that bound, and a user with more records than the bound breaks the
+guarantee. The job cannot check this, because records carry no user id.
 
 * validation (:class:`CellValidator`): ``items`` holds one integer per attribute, each inside its
-  domain; anything else is dead-lettered with the reason;
+  domain; anything else is dead-lettered with the reason (the dead letter keeps no record:
+  :attr:`BatchAggregator.raw_records`);
 * accumulate: a fixed-size ``int64`` count per cell of the public domain (``np.bincount``; exact merges);
-* finalize: the noise is drawn once (``y = A x + z``, ``z ~ N(0, sigma^2 I)``, ``sigma`` from the
-  task's calibration), ``x_hat = A^+ y``, and one :class:`BatchAnswerRow` per workload query with its
-  answer (a count) and its std ``sigma * sqrt(w (A^T A)^+ w^T)`` (``schemas/batch_answer.avsc``).
+* finalize: one release per window and pane through
+  :class:`ldp.matrix.discrete.DiscreteGaussianMatrixMechanism`: integer measurements ``m = B x + z``
+  with ``z_i ~ N_Z(0, sigma^2 / c_i)`` sampled exactly (:mod:`ldp.dgauss`), then ``x_hat`` by least
+  squares and one :class:`BatchAnswerRow` per workload query with its answer (a count) and its exact std
+  (``schemas/batch_answer.avsc``). Everything after ``m`` is floating-point post-processing of integers.
 
-Noise: the OS CSPRNG (:class:`OsNormal`, ``os.urandom`` through the inverse normal CDF) unless a
-``noise_seed`` is given, which only tests and simulations may do (the output then says
-``noise_source: "seeded"``: such answers are NOT private, anyone with the seed can remove the noise).
+Noise randomness (:meth:`BatchAggregator.noise_stream`): a SHAKE-256 PRF keyed by the aggregator's
+secret noise key and :func:`noise_context` (task, workload, measurement, window, pane index, a digest of
+the exact counts), so a retried or rerun pane over the same counts republishes the identical release
+and different counts get independent noise. ``noise_seed`` derives a public key from the seed: tests
+and simulations only (``noise_source: "seeded ..."``: such answers are NOT private).
 
 Workload files (:func:`load_workload`, JSON)::
 
@@ -34,19 +39,20 @@ per aggregator.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from scipy import special
 
 from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.dgauss import OsRandom, PrfStream, RandomSource
 from ldp.intervals import normal_interval
-from ldp.matrix.mechanism import GaussianMatrixMechanism
+from ldp.matrix.discrete import DiscreteGaussianMatrixMechanism, check_calibration
 from ldp.matrix.strategies import Strategy, make_strategy
 from ldp.matrix.workloads import Workload, all_ranges_1d, allrange, prefix, range_set, range_set_matrix
 from ldp.rangequery.queries import parse_queries
@@ -60,10 +66,11 @@ __all__ = [
     "BatchWorkload",
     "CellValidator",
     "BatchAggregator",
-    "OsNormal",
     "load_workload",
     "parse_workload_spec",
-    "noise_rng",
+    "noise_context",
+    "counts_digest",
+    "seed_key",
     "MAX_QUERIES",
 ]
 
@@ -77,9 +84,9 @@ _WORKLOAD_TYPES = ("allrange", "prefix", "identity", "ranges")
 class BatchAnswerRow(NamedTuple):
     """One workload query's answer in one window and pane (the fields of ``schemas/batch_answer.avsc``).
 
-    The answer is the exact count plus Gaussian noise of standard deviation ``std`` (unbiased, unclipped),
-    so ``ci_low`` / ``ci_high`` = ``answer -+ 1.96 std`` is an exact 95% interval (``ci_method``
-    ``gaussian-exact``)."""
+    The answer is the exact count plus a linear combination of discrete Gaussian noise of standard
+    deviation ``std`` (exact; unbiased, unclipped); ``ci_low`` / ``ci_high`` = ``answer -+ 1.96 std`` is
+    the normal 95% interval (``ci_method`` ``normal``)."""
 
     task_id: str
     schema_version: int
@@ -200,8 +207,6 @@ def load_workload(path: str | Path, task: BatchTask) -> BatchWorkload:
     Raises:
         ValueError: naming the file and the problem.
     """
-    import json
-
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -219,25 +224,36 @@ def load_workload(path: str | Path, task: BatchTask) -> BatchWorkload:
 # ------------------------------------------------------------------------------------------------------------
 
 
-class OsNormal:
-    """Gaussian draws from the OS CSPRNG: 53-bit uniforms from ``os.urandom`` through the inverse normal
-    CDF (``scipy.special.ndtri``). Has the ``normal(loc, scale, size)`` method the matrix mechanism calls."""
-
-    name = "os_csprng"
-
-    def normal(self, loc: float = 0.0, scale: float = 1.0, size: int = 1) -> np.ndarray:
-        n = int(size)
-        bits = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
-        u = (bits.astype(np.float64) + 0.5) * 2.0**-53  # in (0, 1), never 0 or 1
-        return loc + scale * special.ndtri(u)
+def seed_key(seed: int) -> bytes:
+    """The (public, NOT secret) PRF key of a test-only ``noise_seed``."""
+    return hashlib.sha256(b"ldp-batch-noise-seed-v1" + int(seed).to_bytes(16, "big")).digest()
 
 
-def noise_rng(seed: int, window: WindowInfo) -> np.random.Generator:
-    """The seeded generator of one window and pane (tests and simulation only): a ``SeedSequence`` of the
-    seed, the window start and the pane index, so windows and panes get independent draws."""
-    start = window.start_ms
-    key = (0, 0) if start is None else (1, int(start) & ((1 << 63) - 1))
-    return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(*key, int(window.pane_index))))
+def counts_digest(counts: np.ndarray) -> bytes:
+    """SHA-256 of the exact cell counts (int64, little-endian)."""
+    return hashlib.sha256(np.ascontiguousarray(counts, dtype="<i8").tobytes()).digest()
+
+
+def noise_context(
+    task: BatchTask, workload: BatchWorkload, mech: DiscreteGaussianMatrixMechanism, window: WindowInfo,
+    counts: np.ndarray,
+) -> bytes:  # fmt: skip
+    """What one pane's noise stream is keyed on: the task, the workload, the exact measurement (B, c,
+    sigma^2), the window, the pane index and the exact counts. The same inputs give the same release; any
+    change gives independent noise (a new release)."""
+    h = hashlib.sha256(b"ldp-batch-noise-context-v1")
+    for part in (
+        json.dumps(task.to_dict(), sort_keys=True).encode(),
+        workload.kind.encode(),
+        np.ascontiguousarray(workload.lo, dtype="<i8").tobytes(),
+        np.ascontiguousarray(workload.hi, dtype="<i8").tobytes(),
+        mech.digest(),
+        json.dumps([window.start_ms, window.end_ms, int(window.pane_index)]).encode(),
+        counts_digest(counts),
+    ):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.digest()
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -286,16 +302,29 @@ class BatchAggregator:
     Args:
         task: the parsed batch task.
         workload: the queries (:func:`load_workload` / :func:`parse_workload_spec`).
-        noise_seed: None (default) draws from the OS CSPRNG; an integer seeds numpy's generator per
-            window and pane (:func:`noise_rng`) -- tests and simulation only, the answers are not private.
+        noise_key: the trusted aggregator's secret noise key (``ldp.dgauss.load_or_create_key``): each
+            pane's noise is the PRF stream of the key and :func:`noise_context`, so a retry or a rerun over
+            the same counts republishes the same release.
+        noise_seed: tests and simulation only: the key is derived from the seed (public), the answers are
+            not private.
+        With neither, each pane draws from the OS CSPRNG (a rerun is then a new release).
 
     Strategy and mechanism are built lazily (an LSA / OPT solve and one SVD) and not pickled.
     """
 
     outputs = (BATCH_ANSWERS,)
     uniform_oracle = True
+    #: The records are raw values (central DP): dead letters keep no record, exact counts are not published.
+    raw_records = True
 
-    def __init__(self, task: BatchTask, workload: BatchWorkload, *, noise_seed: int | None = None) -> None:
+    def __init__(
+        self,
+        task: BatchTask,
+        workload: BatchWorkload,
+        *,
+        noise_key: bytes | None = None,
+        noise_seed: int | None = None,
+    ) -> None:
         if task.kind != "batch_queries":
             raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a batch_queries task")
         if workload.workload.dims != task.domain_sizes:
@@ -305,14 +334,20 @@ class BatchAggregator:
                 f"strategy {task.mechanism!r} needs every cell covered by some query; this workload leaves "
                 "cells untouched (use identity, h2 or haar, or queries that cover the domain)"
             )
+        check_calibration(task.calibration, task.epsilon, task.delta)  # before any record is read
         if noise_seed is not None and not (isinstance(noise_seed, int) and noise_seed >= 0):
             raise ValueError(f"noise_seed must be a non-negative integer, got {noise_seed!r}")
+        if noise_seed is not None and noise_key is not None:
+            raise ValueError("give a noise key or a noise seed, not both")
+        if noise_key is not None and (not isinstance(noise_key, bytes) or len(noise_key) < 16):
+            raise ValueError("a noise key must be at least 16 bytes")
         self.task = task
         self.workload = workload
         self.noise_seed = noise_seed
+        self.noise_key = noise_key
         self.dims = task.domain_sizes
         self.n = task.n_cells
-        self._mech: GaussianMatrixMechanism | None = None
+        self._mech: DiscreteGaussianMatrixMechanism | None = None
 
     def __getstate__(self) -> dict[str, object]:
         return {**self.__dict__, "_mech": None}
@@ -322,14 +357,23 @@ class BatchAggregator:
         return self.mechanism.strategy
 
     @property
-    def mechanism(self) -> GaussianMatrixMechanism:
+    def mechanism(self) -> DiscreteGaussianMatrixMechanism:
         if self._mech is None:
             t = self.task
             strategy = make_strategy(t.mechanism, self.workload.workload, **dict(t.params))
-            self._mech = GaussianMatrixMechanism(
+            self._mech = DiscreteGaussianMatrixMechanism(
                 strategy, t.epsilon, t.delta, calibration=t.calibration, max_contributions=t.max_contributions
             )
         return self._mech
+
+    @property
+    def noise_source_name(self) -> str:
+        """The ``noise_source`` of every row."""
+        if self.noise_seed is not None:
+            return "seeded (simulation only, not private)"
+        if self.noise_key is not None:
+            return "discrete_gaussian/keyed_prf"
+        return "discrete_gaussian/os_csprng (unkeyed: a rerun is a new release)"
 
     # ---- protocol ----------------------------------------------------------------------------------------
     def validation_oracle(self, group: int) -> CellValidator:
@@ -354,21 +398,24 @@ class BatchAggregator:
             out += a
         return out
 
-    def rng(self, window: WindowInfo):
-        """The noise source of one window and pane."""
-        return OsNormal() if self.noise_seed is None else noise_rng(self.noise_seed, window)
+    def noise_stream(self, window: WindowInfo, counts: np.ndarray) -> RandomSource:
+        """The noise source of one window and pane over these exact counts (see the class docstring)."""
+        key = self.noise_key if self.noise_seed is None else seed_key(self.noise_seed)
+        if key is None:
+            return OsRandom()
+        return PrfStream(key, noise_context(self.task, self.workload, self.mechanism, window, counts))
 
-    def answer_counts(self, counts: np.ndarray, rng) -> tuple[np.ndarray, np.ndarray]:
-        """Noisy answers and std of every workload query from exact cell counts (one noise draw).
+    def answer_counts(self, counts: np.ndarray, src: RandomSource) -> tuple[np.ndarray, np.ndarray]:
+        """Noisy answers and std of every workload query from exact cell counts (one release).
 
-        The same steps as ``GaussianMatrixMechanism.answer`` (measure, estimate, ``W x_hat``,
-        ``query_variance``), over row chunks of the sparse W so memory stays bounded.
+        The same steps as ``DiscreteGaussianMatrixMechanism.answer`` (measure in integers, estimate,
+        ``W x_hat``, ``query_variance``), over row chunks of the sparse W so memory stays bounded.
         """
         mech = self.mechanism
-        y = mech.measure(np.asarray(counts, dtype=float), rng=rng)
-        xh = mech.estimate(y)
+        xh = mech.estimate(mech.measure(np.asarray(counts, dtype=np.int64), src))
         m = self.workload.n_queries
-        step = max(1, (1 << 22) // max(self.n, 1))
+        width = self.n if mech.uniform_rows else max(self.n, mech.a.shape[0])  # the sandwich is (chunk, p)
+        step = max(1, (1 << 22) // max(width, 1))
         ans = np.empty(m)
         var = np.empty(m)
         for s in range(0, m, step):
@@ -378,14 +425,14 @@ class BatchAggregator:
         return ans, np.sqrt(var)
 
     def finalize(self, accs: Mapping[int, np.ndarray], window: WindowInfo) -> list[ResultRow]:
-        """One noise draw for the window and pane, then one :class:`BatchAnswerRow` per query."""
+        """One release for the window and pane, then one :class:`BatchAnswerRow` per query."""
         counts = self.merge(0, list(accs.values()))
-        ans, std = self.answer_counts(counts, self.rng(window))
+        ans, std = self.answer_counts(counts, self.noise_stream(window, counts))
         ci_lo, ci_hi = normal_interval(ans, std)
         mech = self.mechanism
         t = self.task
         names = t.attribute_names
-        source = "os_csprng" if self.noise_seed is None else "seeded (simulation only, not private)"
+        source = self.noise_source_name
         lo, hi = self.workload.lo, self.workload.hi
         return [
             BatchAnswerRow(
@@ -409,7 +456,7 @@ class BatchAggregator:
                 privacy_model=PRIVACY_MODEL,
                 ci_low=float(ci_lo[i]),
                 ci_high=float(ci_hi[i]),
-                ci_method="gaussian-exact",
+                ci_method="normal",
             )
             for i in range(len(ans))
         ]

@@ -11,7 +11,8 @@ max_{u,v} |A(e_u - e_v)|_2).  Per-query variance sigma^2 * w (A^T A)^+ w^T, tota
 c^2 Delta_2^2 tr(G (A^T A)^+).
 The calibration c is pluggable (``CALIBRATIONS``):
 
-* ``paper``:      c = sqrt(2 ln(2/delta)) / eps (Li & Miklau);
+* ``paper``:      c = sqrt(2 ln(2/delta)) / eps (Li & Miklau), refused above ``paper_max_epsilon(delta)``
+  (9.73 at delta 1e-6), where the exact Gaussian profile shows it is not (eps, delta)-DP;
 * ``dwork_roth``: c = sqrt(2 ln(1.25/delta)) / eps, valid only for eps < 1;
 * ``analytic``:   the smallest c for which N(0, c^2) is (eps, delta)-DP at unit sensitivity (Balle & Wang,
   ICML 2018, Thm 8), found by bracketing on the exact privacy profile; valid for every eps > 0.
@@ -22,8 +23,9 @@ column-uniform strategies need not be minimal and merging duplicate rows changes
 (2/eps^2) svdb is a valid but not a tight lower bound.
 
 Randomness: ``rng`` is keyword-only; left as None it is ``numpy.random.default_rng()`` seeded from OS
-entropy.  The continuous samplers are numpy's floating-point ones; a production release should use a
-vetted (e.g. discrete Gaussian) sampler -- see docs/matrix_mechanism.md.
+entropy.  The continuous samplers are numpy's floating-point ones, for simulation and experiments only
+(floating-point noise is distinguishable, Mironov 2012); releases use
+``ldp.matrix.discrete.DiscreteGaussianMatrixMechanism`` (exact discrete Gaussian on integer measurements).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ldp.matrix.strategies import Strategy
 __all__ = [
     "CALIBRATIONS",
     "paper_calibration",
+    "paper_max_epsilon",
     "dwork_roth_calibration",
     "analytic_gaussian_calibration",
     "gaussian_delta",
@@ -56,10 +59,37 @@ def _check_eps_delta(epsilon: float, delta: float) -> None:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
 
 
-def paper_calibration(epsilon: float, delta: float) -> float:
-    """c = sqrt(2 ln(2/delta)) / eps, the paper's constant (sigma = c * Delta_2)."""
-    _check_eps_delta(epsilon, delta)
+def _paper_c(epsilon: float, delta: float) -> float:
     return math.sqrt(2.0 * math.log(2.0 / delta)) / epsilon
+
+
+def paper_max_epsilon(delta: float) -> float:
+    """The largest epsilon at which the paper's constant is (eps, delta)-DP by the exact Gaussian profile
+    (:func:`gaussian_delta`; bisection, rounded down): 9.73 at delta = 1e-6."""
+    lo, hi = 1e-3, 1.0
+    while gaussian_delta(_paper_c(hi, delta), hi) <= delta:
+        lo, hi = hi, 2 * hi
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if gaussian_delta(_paper_c(mid, delta), mid) <= delta else (lo, mid)
+    return lo
+
+
+def paper_calibration(epsilon: float, delta: float) -> float:
+    """c = sqrt(2 ln(2/delta)) / eps, the paper's constant (sigma = c * Delta_2).
+
+    Raises:
+        ValueError: where the constant is not (eps, delta)-DP (exact Gaussian profile), naming the bound
+        (:func:`paper_max_epsilon`).
+    """
+    _check_eps_delta(epsilon, delta)
+    c = _paper_c(epsilon, delta)
+    if gaussian_delta(c, epsilon) > delta:
+        raise ValueError(
+            f"the paper's Gaussian calibration is not ({epsilon:g}, {delta:g})-DP: it is valid only for "
+            f"epsilon <= {paper_max_epsilon(delta):.4g} at delta {delta:g}; use 'analytic'"
+        )
+    return c
 
 
 def dwork_roth_calibration(epsilon: float, delta: float) -> float:
