@@ -3,12 +3,15 @@ Answering Under Differential Privacy").  Beam-free.
 
 Modules: ``workloads`` (Gram matrices in closed form), ``strategies`` (identity, H_b, Haar),
 ``lsa`` (Level Selection Algorithm), ``opt`` (certified convex optimum), ``bounds`` (SVD bound,
-expected errors), ``mechanism`` (Gaussian / Laplace matrix mechanism), ``separation``, ``gls``.
+expected errors), ``mechanism`` (Gaussian / Laplace matrix mechanism, floating point: simulation),
+``discrete`` (integer strategies and the exact discrete Gaussian matrix mechanism: releases),
+``separation``, ``gls``.
 The mechanism here is *central* DP (a trusted aggregator sees exact counts), except ``gls`` (GLS over LDP
 level estimates: LDP, post-processing only); see docs/matrix_mechanism.md.
 """
 
 from ldp.matrix.bounds import NotSupportedError, error_ratio, expected_error, per_query_error, svdb
+from ldp.matrix.discrete import DiscreteGaussianMatrixMechanism, integer_strategy
 from ldp.matrix.gls import GLS, LevelGroup, groups_from_lsa, oracle_block_variances
 from ldp.matrix.lsa import lsa
 from ldp.matrix.mechanism import CALIBRATIONS, GaussianMatrixMechanism, LaplaceMatrixMechanism
@@ -19,6 +22,7 @@ from ldp.matrix.workloads import Workload, allrange, parse_workload
 
 __all__ = [
     "CALIBRATIONS",
+    "DiscreteGaussianMatrixMechanism",
     "GLS",
     "LevelGroup",
     "GaussianMatrixMechanism",
@@ -34,6 +38,7 @@ __all__ = [
     "haar",
     "hierarchical",
     "identity",
+    "integer_strategy",
     "lsa",
     "make_strategy",
     "marginal_parts",
