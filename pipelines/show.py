@@ -1,0 +1,693 @@
+"""Prints a job's results from its output directory as a terminal table: ``ldp-beam show OUT/``.
+
+    python -m pipelines.show OUT/ [--top K] [--window latest|all|START] [--json]
+
+Reads the JSON Lines result rows a job wrote (``OUT/estimates-*.jsonl``: frequency and sparse tasks;
+``OUT/answers-*.jsonl``: range and batch-query tasks; docs/architecture.md, sections 3-4) and the job's
+counts (``OUT/counts.json``, or a streaming job's ``OUT/counts/counts-*.jsonl`` summed), and prints, for
+the newest window (or the one chosen): per group (frequency, sparse) or for the task's queries (range,
+batch) the window, the pane (timing, index, final or not), the number of reports, and a table of the
+top-K values (frequency: largest estimates; sparse: largest means) or the first K query answers, each with
+its estimate, std and the row's own 95% interval (``ci_low``, ``ci_high``); then read / accepted /
+rejected with the top rejection reasons. ``--json`` prints the same selection as one JSON object.
+
+It imports neither Apache Beam nor numpy (stdlib only), so it answers at once. Every string taken from
+the files (labels, attribute names, task ids) is printed with control and format characters escaped, so
+a label cannot move the cursor or change the terminal's colours. Errors (not a job's output directory, no
+result rows, an unknown window, a malformed row) are one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+import unicodedata
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from pipelines.cli import OUTPUT_MARKER, fail, job_parser, parse_job_args
+
+__all__ = ["collect", "display_width", "format_table", "render", "run", "safe_text"]
+
+#: Result files of every job, by the prefix of its output rows (``OutputSpec.prefix``, subdir ``""``).
+RESULT_PREFIXES = ("estimates", "answers")
+#: Commands (``simulate.py``, ``ldp-beam simulate``) whose output directories hold reports, not results.
+REPORT_WRITERS = ("simulate", "simulate_range", "shuffle", "clients")
+#: Rejection reasons listed by name; the rest are summed as "N more".
+TOP_REASONS = 5
+#: Longest label or query text shown in a table cell (``--json`` keeps it whole).
+MAX_CELL_CHARS = 40
+
+_ESCAPED_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def safe_text(value: object, limit: int | None = None) -> str:
+    """``value`` as text that cannot drive a terminal: control, format (bidirectional overrides,
+    zero-width), surrogate, private-use, unassigned and line/paragraph-separator characters become
+    ``\\xNN`` / ``\\uNNNN`` escapes, and backslashes are doubled so an escape cannot be forged. ``limit``:
+    at most that many characters of the result, ending in an ellipsis when cut (never inside an escape)."""
+    out: list[str] = []
+    for ch in str(value):
+        if ch == "\\":
+            out.append("\\\\")
+        elif unicodedata.category(ch) in _ESCAPED_CATEGORIES:
+            code = ord(ch)
+            if code < 0x100:
+                out.append(f"\\x{code:02x}")
+            else:
+                out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    if limit is not None and sum(map(len, out)) > limit:
+        kept, used = [], 0
+        for piece in out:  # cut between characters, never inside an escape
+            if used + len(piece) > limit - 1:
+                break
+            kept.append(piece)
+            used += len(piece)
+        out = [*kept, "\u2026"]
+    return "".join(out)
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: wide (East Asian) characters two, combining marks none."""
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    """Plain-text lines of an aligned table: the header, a rule, then the rows; column ``i`` is
+    right-aligned when ``right[i]``. The cells must already be safe text (:func:`safe_text`)."""
+    widths = [display_width(h) for h in header]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], display_width(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = []
+        for i, cell in enumerate(cells):
+            pad = " " * (widths[i] - display_width(cell))
+            parts.append(pad + cell if right[i] else cell + pad)
+        return "  ".join(parts).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+class ShowError(Exception):
+    """A problem with the output directory or the choice of window: one line, exit status 2."""
+
+
+def _kind_of(row: dict[str, Any]) -> str:
+    if "frequencies" in row:
+        return "frequency"
+    if "mean" in row and "items" in row:
+        return "sparse"
+    if "strategy" in row and "query" in row:
+        return "batch_queries"
+    if "method" in row and "query" in row:
+        return "range"
+    raise KeyError("none of the fields of an estimate or answer row (frequencies, mean, query)")
+
+
+#: Fields every row of a kind must have, and their JSON types (``None`` allowed where the schema is nullable).
+_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
+    "frequency": {"group": (int,), "n_reports": (int,), "frequencies": (list,), "std": (list,)},
+    "sparse": {"group": (int,), "n_reports": (int,), "items": (list,), "mean": (list,), "std": (list,)},
+    "range": {"query_index": (int,), "query": (dict,), "answer": (int, float, type(None))},
+    "batch_queries": {"query_index": (int,), "query": (dict,), "answer": (int, float, type(None))},
+}
+_COMMON = {"pane_index": (int,), "pane_timing": (str,)}
+
+
+def _check_row(row: Any, kind: str | None) -> str:
+    if not isinstance(row, dict):
+        raise KeyError(f"a JSON {type(row).__name__}, not an object")
+    this = _kind_of(row)
+    for name, types in {**_COMMON, **_REQUIRED[this]}.items():
+        if name not in row:
+            raise KeyError(f"no {name!r} field")
+        value = row[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise KeyError(f"{name!r} is a {type(value).__name__}")
+    for name in ("window_start", "window_end"):
+        if not isinstance(row.get(name), (str, type(None))):
+            raise KeyError(f"{name!r} is not an ISO-8601 string or null")
+    if this in ("frequency", "sparse"):
+        n = len(row["frequencies"] if this == "frequency" else row["mean"])
+        for name in ("std", "items", "ci_low", "ci_high", "labels"):
+            value = row.get(name)
+            if value is not None and (not isinstance(value, list) or len(value) != n):
+                raise KeyError(f"{name!r} does not hold {n} entries")
+    if kind is not None and this != kind:
+        raise KeyError(f"a {this} row among {kind} rows")
+    return this
+
+
+def _result_files(out: str) -> list[str]:
+    files: list[str] = []
+    for prefix in RESULT_PREFIXES:
+        files += glob.glob(os.path.join(glob.escape(out), f"{prefix}-*.jsonl"))
+    return sorted(files)
+
+
+def _marker_command(out: str) -> str | None:
+    """The command named in ``OUT/.ldp-beam-output.json`` (``simulate.py``, ``ldp-beam frequency``)."""
+    try:
+        with open(os.path.join(out, OUTPUT_MARKER), encoding="utf-8") as fh:
+            command = json.load(fh).get("command")
+        return str(command[0]) if isinstance(command, list) and command else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def load_rows(out: str) -> tuple[str, list[dict[str, Any]]]:
+    """``(kind, rows)`` of the job output ``out`` (every result line of every window and pane). Raises
+    :class:`ShowError` for a directory that is not a job's output, one without result rows, or a
+    malformed row (naming the file and line)."""
+    if not os.path.exists(out):
+        raise ShowError(f"'{safe_text(out)}' does not exist")
+    if not os.path.isdir(out):
+        raise ShowError(f"'{safe_text(out)}' is not a directory (give a job's --output directory)")
+    files = _result_files(out)
+    marked = any(os.path.exists(os.path.join(out, name)) for name in (OUTPUT_MARKER, "counts.json"))
+    reports = glob.glob(os.path.join(glob.escape(out), "*.avro"))
+    if not files and reports:
+        names = sorted(os.path.basename(r) for r in reports)
+        example = next((n for n in names if n.startswith("reports-")), names[0])
+        raise ShowError(
+            f"'{safe_text(out)}' holds report files (e.g. {safe_text(example)}), not a job's results: give "
+            "the --output of frequency, range-queries, sparse-mean or batch-queries"
+        )
+    if not files and not marked:
+        raise ShowError(
+            f"'{safe_text(out)}' is not an ldp-beam job's output (no {OUTPUT_MARKER}, counts.json, "
+            "estimates-*.jsonl or answers-*.jsonl)"
+        )
+    kind: str | None = None
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line, parse_constant=lambda _: None)  # NaN, Infinity: none
+                        kind = _check_row(row, kind)
+                    except (ValueError, KeyError) as exc:
+                        reason = exc.args[0] if isinstance(exc, KeyError) else f"not JSON ({exc})"
+                        raise ShowError(
+                            f"{safe_text(path)} line {lineno}: not a result row: {safe_text(reason)}"
+                        ) from None
+                    rows.append(row)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ShowError(f"cannot read {safe_text(path)}: {safe_text(exc)}") from None
+    if kind is None and not os.path.exists(os.path.join(out, "counts.json")):
+        made_by = _marker_command(out)
+        name = os.path.splitext(made_by.split()[-1])[0] if made_by else ""
+        if name in REPORT_WRITERS:
+            raise ShowError(
+                f"'{safe_text(out)}' was written by {safe_text(made_by)}, not an aggregation job: give the "
+                "--output of frequency, range-queries, sparse-mean or batch-queries"
+            )
+    if kind is None:
+        counts = load_counts(out)
+        ran = ""
+        if counts is not None:
+            ran = (f" (the job read {counts['read']:,} reports, accepted {counts['accepted']:,}, rejected "
+                   f"{counts['rejected']:,})")
+        raise ShowError(
+            f"'{safe_text(out)}' has no result rows yet (no line in estimates-*.jsonl, answers-*.jsonl){ran}"
+        )
+    return kind, rows
+
+
+def _int(value: object) -> int:
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 0
+
+
+def load_counts(out: str) -> dict[str, Any] | None:
+    """The job's counts: ``OUT/counts.json`` (batch), else the sum of a streaming job's closed count
+    windows (``OUT/counts/counts-*.jsonl``, a window written twice counted once), else None.
+    ``{"source", "read", "accepted", "rejected", "reasons": [(reason, n), ...] largest first, "other":
+    {late_dropped, lost_*}, "private": note or None, "task_id", "kind", "mechanism", "window"}``."""
+    summary: dict[str, Any] = {}
+    path = os.path.join(out, "counts.json")
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                summary = json.load(fh, parse_constant=lambda _: None)
+            raw = summary.get("counts") if isinstance(summary, dict) else None
+            if not isinstance(raw, dict):
+                raise ValueError("no 'counts' object")
+        except (OSError, ValueError) as exc:
+            raise ShowError(f"{safe_text(path)}: not a job's counts ({safe_text(exc)})") from None
+        source = "counts.json"
+    else:
+        files = sorted(glob.glob(os.path.join(glob.escape(out), "counts", "counts-*.jsonl")))
+        if not files:
+            return None
+        by_window: dict[tuple[object, object], dict[str, Any]] = {}
+        loose: list[dict[str, Any]] = []
+        for name in files:
+            with open(name, encoding="utf-8") as fh:
+                for line in fh:
+                    if not line.strip():
+                        continue
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        raise ShowError(f"{safe_text(name)}: a line that is not JSON") from None
+                    if not isinstance(r, dict):
+                        continue
+                    if "window_start_ms" in r and "window_end_ms" in r:
+                        key = (r["window_start_ms"], r["window_end_ms"])
+                        if key not in by_window or _int(r.get("read")) > _int(by_window[key].get("read")):
+                            by_window[key] = r
+                    else:
+                        loose.append(r)
+        raw = {}
+        for r in (*loose, *by_window.values()):
+            for k, v in r.items():
+                if not k.startswith("window_"):
+                    raw[k] = raw.get(k, 0) + _int(v)
+        source = f"counts/ (streaming: {len(by_window) + len(loose)} count window(s) summed)"
+    reasons = sorted(
+        ((k[len("rejected_"):], _int(v)) for k, v in raw.items() if k.startswith("rejected_") and _int(v)),
+        key=lambda kv: (-kv[1], kv[0]),
+    )
+    other = {k: _int(v) for k, v in raw.items() if (k == "late_dropped" or k.startswith("lost_")) and _int(v)}
+    return {
+        "source": source,
+        "read": _int(raw.get("read")),
+        "accepted": _int(raw.get("accepted")),
+        "rejected": _int(raw.get("rejected")),
+        "reasons": reasons,
+        "other": other,
+        "private": summary.get("counts_private"),
+        "task_id": summary.get("task_id"),
+        "kind": summary.get("kind"),
+        "mechanism": summary.get("mechanism"),
+        "window": summary.get("window") if isinstance(summary.get("window"), dict) else None,
+        "streaming": summary.get("streaming") if summary else True,
+    }
+
+
+# ------------------------------------------------------------------------------------------ selecting
+
+
+WindowKey = tuple[str | None, str | None]
+
+
+def _window_key(row: dict[str, Any]) -> WindowKey:
+    return row.get("window_start"), row.get("window_end")
+
+
+def _sort_key(key: WindowKey) -> tuple[str, str]:
+    return key[0] or "", key[1] or ""
+
+
+def parse_time_ms(text: str) -> int | None:
+    """Milliseconds since the epoch of an ISO-8601 time (``2026-01-01T00:05:00Z``, ``...00.000Z``, no zone:
+    UTC) or of a plain integer of milliseconds; None when it is neither."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        if text.endswith(("Z", "z")):  # (fromisoformat takes a Z only from Python 3.11)
+            text = text[:-1] + "+00:00"
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return round(t.timestamp() * 1000)
+
+
+def _window_text(key: WindowKey) -> str:
+    if key[0] is None and key[1] is None:
+        return "global window"
+    return f"[{safe_text(key[0])}, {safe_text(key[1])})"
+
+
+def select_windows(keys: Sequence[WindowKey], choice: str) -> list[WindowKey]:
+    """The windows ``--window`` names: ``latest`` (the one starting last), ``all`` (in order of start), or
+    the one starting at ``START`` (``global`` for the global window). An unknown one: :class:`ShowError`
+    listing the windows there are."""
+    ordered = sorted(set(keys), key=_sort_key)
+    if choice == "latest":
+        return ordered[-1:]
+    if choice == "all":
+        return ordered
+    if choice == "global":
+        chosen = [k for k in ordered if k == (None, None)]
+    else:
+        want = parse_time_ms(choice)
+        if want is None:
+            example = safe_text(ordered[-1][0] or "2026-01-01T00:00:00Z")
+            raise ShowError(
+                f"--window '{safe_text(choice)}': give latest, all, global or a window start, e.g. {example}"
+            )
+        chosen = [k for k in ordered if k[0] is not None and parse_time_ms(k[0]) == want]
+    if not chosen:
+        shown = ", ".join(safe_text(k[0]) if k[0] else "global" for k in ordered[-5:])
+        more = f" (the last 5 of {len(ordered)})" if len(ordered) > 5 else ""
+        raise ShowError(f"--window '{safe_text(choice)}': no window starts then; windows: {shown}{more}")
+    return chosen
+
+
+def _latest_panes(rows: Sequence[dict[str, Any]], key_field: str) -> dict[int, dict[str, Any]]:
+    """Per group (or query), the row of the window's latest pane: a final pane (``is_last_pane``), else
+    the highest ``pane_index``."""
+    best: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        k = r[key_field]
+        rank = (bool(r.get("is_last_pane")), r["pane_index"])
+        if k not in best or rank > (bool(best[k].get("is_last_pane")), best[k]["pane_index"]):
+            best[k] = r
+    return dict(sorted(best.items()))
+
+
+# ------------------------------------------------------------------------------------------ the content
+
+
+def _num(x: object) -> float | None:
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
+        return float(x)
+    return None
+
+
+def _at(values: object, i: int) -> float | None:
+    return _num(values[i]) if isinstance(values, list) and i < len(values) else None
+
+
+def _pane(row: dict[str, Any], batch: bool = False) -> dict[str, Any]:
+    """The row's pane: index, timing and whether it is the window's final one (None: not known, as for
+    the answer rows of a streaming job, which carry no ``is_last_pane``; a batch job fires one pane)."""
+    timing = row["pane_timing"]
+    last = row.get("is_last_pane")
+    if isinstance(last, bool):
+        final: bool | None = last
+    elif timing == "EARLY":
+        final = False
+    else:
+        final = True if batch else None
+    return {"pane_index": row["pane_index"], "pane_timing": timing, "final": final}
+
+
+def _top(values: list[Any], top: int) -> list[int]:
+    order = sorted(range(len(values)), key=lambda i: (-(_num(values[i]) if _num(values[i]) is not None
+                                                          else -math.inf), i))
+    return order[:top]
+
+
+def _frequency_table(row: dict[str, Any], top: int) -> dict[str, Any]:
+    freq = row["frequencies"]
+    labels = row.get("labels")
+    entries = []
+    for rank, v in enumerate(_top(freq, top), 1):
+        entries.append({
+            "rank": rank,
+            "value": v,
+            "label": labels[v] if isinstance(labels, list) else None,
+            "estimate": _num(freq[v]),
+            "std": _at(row["std"], v),
+            "ci_low": _at(row.get("ci_low"), v),
+            "ci_high": _at(row.get("ci_high"), v),
+        })
+    return {
+        "group": row["group"],
+        **_pane(row),
+        "n_reports": row["n_reports"],
+        "about": {k: row.get(k) for k in ("mechanism", "epsilon", "domain_size", "postprocess", "ci_method")},
+        "shown": len(entries),
+        "of": len(freq),
+        "rows": entries,
+    }
+
+
+def _sparse_table(row: dict[str, Any], top: int) -> dict[str, Any]:
+    mean, items = row["mean"], row["items"]
+    entries = []
+    for rank, i in enumerate(_top(mean, top), 1):
+        entries.append({
+            "rank": rank,
+            "item": items[i],
+            "mean": _num(mean[i]),
+            "std": _at(row["std"], i),
+            "ci_low": _at(row.get("ci_low"), i),
+            "ci_high": _at(row.get("ci_high"), i),
+        })
+    keys = ("mechanism", "epsilon", "domain_size", "sparsity", "privacy", "linf_bound_95", "ci_method")
+    return {
+        "group": row["group"],
+        **_pane(row),
+        "n_reports": row["n_reports"],
+        "about": {k: row.get(k) for k in keys},
+        "shown": len(entries),
+        "of": len(mean),
+        "rows": entries,
+    }
+
+
+def _answers_table(rows: dict[int, dict[str, Any]], kind: str, top: int, batch: bool) -> dict[str, Any]:
+    chosen = list(rows.values())[:top]
+    first = chosen[0]
+    entries = [{
+        "query_index": r["query_index"],
+        "query": r["query"],
+        "answer": _num(r["answer"]),
+        "std": _num(r.get("std")),
+        "ci_low": _num(r.get("ci_low")),
+        "ci_high": _num(r.get("ci_high")),
+    } for r in chosen]
+    if kind == "range":
+        keys: tuple[str, ...] = ("method", "ci_method")
+    else:
+        keys = ("strategy", "epsilon", "delta", "noise_sigma", "noise_source", "privacy_model", "ci_method")
+    panes = {(r["pane_index"], r["pane_timing"]) for r in chosen}
+    return {
+        "group": None,
+        **_pane(first, batch),
+        "mixed_panes": len(panes) > 1,
+        "n_reports": first.get("n_reports"),
+        "about": {k: first.get(k) for k in keys},
+        "empty_groups": first.get("empty_groups"),
+        "shown": len(entries),
+        "of": len(rows),
+        "rows": entries,
+    }
+
+
+def collect(out: str, *, top: int = 10, window: str = "latest") -> dict[str, Any]:
+    """What ``show`` prints, as a JSON-able dict: the output, kind, task, the chosen windows (each with
+    one table per group, or one of query answers) and the counts. Raises :class:`ShowError`."""
+    kind, rows = load_rows(out)
+    by_window: dict[WindowKey, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_window.setdefault(_window_key(r), []).append(r)
+    chosen = select_windows(list(by_window), window)
+    counts = load_counts(out)
+    batch = counts is not None and counts.get("streaming") is False
+    windows = []
+    for key in chosen:
+        wrows = by_window[key]
+        if kind == "frequency":
+            tables = [_frequency_table(r, top) for r in _latest_panes(wrows, "group").values()]
+        elif kind == "sparse":
+            tables = [_sparse_table(r, top) for r in _latest_panes(wrows, "group").values()]
+        else:
+            tables = [_answers_table(_latest_panes(wrows, "query_index"), kind, top, batch)]
+        windows.append({
+            "window_start": key[0],
+            "window_end": key[1],
+            "panes_written": len({r["pane_index"] for r in wrows}),
+            "tables": tables,
+        })
+    task_ids = sorted({str(r.get("task_id")) for r in rows})
+    job_window = (counts or {}).get("window") or {}
+    return {
+        "output": out,
+        "kind": kind,
+        "task_id": task_ids[0] if len(task_ids) == 1 else task_ids,
+        "window_choice": window,
+        "windows_total": len(by_window),
+        "accumulating": job_window.get("accumulating"),
+        "windows": windows,
+        "counts": counts,
+    }
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.6g}"
+
+
+def _about(about: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {safe_text(_f(v) if isinstance(v, float) else v)}" for k, v in about.items()
+                     if v is not None)
+
+
+def _query_text(query: dict[str, Any]) -> str:
+    parts = []
+    for name, bounds in query.items():
+        if isinstance(bounds, list) and len(bounds) == 2:
+            parts.append(f"{safe_text(name)}=[{safe_text(bounds[0])},{safe_text(bounds[1])}]")
+        else:
+            parts.append(f"{safe_text(name)}={safe_text(bounds)}")
+    return safe_text(" ".join(parts), MAX_CELL_CHARS) if parts else "(everything)"
+
+
+def _pane_text(t: dict[str, Any]) -> str:
+    final = {True: "final", False: "not final", None: "final unless late panes follow"}[t["final"]]
+    if t["pane_timing"] == "EARLY":
+        final = "early (speculative), not final"
+    return f"pane {t['pane_index']} {safe_text(t['pane_timing'])}, {final}"
+
+
+def _table_lines(kind: str, t: dict[str, Any]) -> list[str]:
+    head = []
+    if t["group"] is not None:
+        head.append(f"group {t['group']}")
+    head.append(_pane_text(t))
+    if t.get("mixed_panes"):
+        head.append("queries from different panes")
+    if t["n_reports"] is not None:
+        head.append(f"{t['n_reports']:,} reports")
+    lines = ["  ".join(("", "; ".join(head))), "  " + _about(t["about"])]
+    if kind == "frequency":
+        has_labels = any(e["label"] is not None for e in t["rows"])
+        label = ["label"] if has_labels else []
+        header = ["rank", "value", *label, "estimate", "std", "95% low", "95% high"]
+        cells = [
+            [str(e["rank"]), str(e["value"]), *([safe_text(e["label"], MAX_CELL_CHARS)] if label else []),
+             _f(e["estimate"]), _f(e["std"]), _f(e["ci_low"]), _f(e["ci_high"])]
+            for e in t["rows"]
+        ]  # fmt: skip
+        right = [True, True, *([False] if label else []), True, True, True, True]
+        what = f"top {t['shown']} of {t['of']} values by estimate"
+    elif kind == "sparse":
+        header = ["rank", "item", "mean", "std", "95% low", "95% high"]
+        cells = [[str(e["rank"]), safe_text(e["item"]), _f(e["mean"]), _f(e["std"]), _f(e["ci_low"]),
+                  _f(e["ci_high"])] for e in t["rows"]]
+        right = [True, True, True, True, True, True]
+        what = f"top {t['shown']} of {t['of']} coordinates by mean"
+    else:
+        header = ["query", "range", "answer", "std", "95% low", "95% high"]
+        cells = [[str(e["query_index"]), _query_text(e["query"]), _f(e["answer"]), _f(e["std"]),
+                  _f(e["ci_low"]), _f(e["ci_high"])] for e in t["rows"]]
+        right = [True, False, True, True, True, True]
+        what = f"first {t['shown']} of {t['of']} queries"
+        if kind == "batch_queries":
+            what += " (noisy counts of raw records: CENTRAL DP, trusted aggregator)"
+            source = str(t["about"].get("noise_source") or "")
+            if "seeded" in source:
+                what += "; SEEDED NOISE: a simulation, not private"
+    lines.append("  " + what + (" (--top K for more)" if t["shown"] < t["of"] else ""))
+    lines += ["    " + line for line in format_table(header, cells, right)]
+    empty = t.get("empty_groups")
+    if isinstance(empty, int) and empty > 0:
+        lines.append(f"  {empty} group(s) without reports: their part of the model is a uniform guess")
+    return lines
+
+
+def _counts_lines(c: dict[str, Any]) -> list[str]:
+    line = f"reports: read {c['read']:,}  accepted {c['accepted']:,}  rejected {c['rejected']:,}"
+    if c["reasons"]:
+        named = ", ".join(f"{safe_text(r)} {n:,}" for r, n in c["reasons"][:TOP_REASONS])
+        rest = c["reasons"][TOP_REASONS:]
+        if rest:
+            named += f", and {sum(n for _, n in rest):,} more of {len(rest)} other reason(s)"
+        line += f" ({named})"
+    lines = [line]
+    if c["other"]:
+        lines.append("  " + ", ".join(f"{safe_text(k)} {v:,}" for k, v in sorted(c["other"].items())))
+    if c["private"]:
+        lines.append(f"  {safe_text(c['private'])}")
+    lines.append(f"  from {c['source']}")
+    return lines
+
+
+def render(content: dict[str, Any]) -> str:
+    """The text ``show`` prints for :func:`collect`'s ``content``."""
+    kind = content["kind"]
+    task = content["task_id"]
+    task_text = safe_text(task) if isinstance(task, str) else ", ".join(safe_text(t) for t in task)
+    lines = [f"{safe_text(content['output'])}: {kind} task {task_text}, "
+             f"{content['windows_total']} window(s) written"]
+    for w in content["windows"]:
+        key = (w["window_start"], w["window_end"])
+        lines += ["", f"{_window_text(key)}: {w['panes_written']} pane(s) written"]
+        if w["panes_written"] > 1 and content.get("accumulating") is False:
+            lines.append("  (discarding panes: each pane holds only the reports that arrived for it)")
+        for i, t in enumerate(w["tables"]):
+            lines += ([""] if i else []) + _table_lines(kind, t)
+    if content["counts"] is not None:
+        lines += ["", *_counts_lines(content["counts"])]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = job_parser(
+        "Print a job's results from its output directory: the newest window's top values (or query "
+        "answers) with std and 95% intervals, the pane, and the job's counts.",
+        beam_options=False,
+    )
+    parser.add_argument("output", metavar="OUT", help="a job's --output directory")
+    parser.add_argument(
+        "--top", type=int, default=10,
+        help="rows per table: the K largest estimates (frequency) or means (sparse), the first K queries",
+    )
+    parser.add_argument(
+        "--window", default="latest",
+        help="latest (the window starting last), all, global, or a window's start (ISO-8601, e.g. "
+        "2026-01-01T00:05:00Z, or epoch milliseconds)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the selection as one JSON object")
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    ns, _ = parse_job_args(build_parser(), argv, beam=False)
+    if ns.top < 1:
+        fail(f"--top must be at least 1, got {ns.top}")
+    try:
+        content = collect(ns.output, top=ns.top, window=ns.window)
+    except ShowError as exc:
+        fail(str(exc))
+    if ns.json:
+        text = json.dumps(content, allow_nan=False, ensure_ascii=True)
+    else:
+        text = render(content)
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `... | head`: the reader left; nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run())
