@@ -89,8 +89,13 @@ def test_params_reject_unsafe_choices():
 
 
 def test_binary_uses_discrete_laplace():
+    # k < d: truncation can turn one added item into one added and one evicted, so the cleaned vectors
+    # of binary event-level neighbours differ by up to 2 (ldp.sparse.params.cleaned_L)
     p = choose_params(1.0, 1000, 16, "event", values="binary")
-    assert p.noise == "discrete-laplace" and p.L == 1 and p.Delta == 1.0 and p.grid == 1.0
+    assert p.noise == "discrete-laplace" and p.L == 2 and p.Delta == 2.0 and p.grid == 1.0
+    # k >= d: truncation cannot bind and the event-level L = 1 stands
+    q = choose_params(1.0, 16, 16, "event", values="binary")
+    assert q.noise == "discrete-laplace" and q.L == 1 and q.Delta == 1.0
 
 
 # ---------------------------------------------------------------------------------------------

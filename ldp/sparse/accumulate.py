@@ -156,10 +156,16 @@ class SparseEstimate:
 
     Attributes:
         items: uint64 ``(q,)`` item ids.
-        mean: unbiased estimates (not clipped; see :meth:`clipped`).
+        mean: the estimates (not clipped to [-1, 1]; see :meth:`clipped`): unbiased when
+            ``shrinkage == 0``.
         variance: closed-form per-coordinate variance (plug-in, see the module docstring).
         n: number of reports.
         mean_norm2: estimated mean squared L2 norm of the clients' (clipped) bin vectors, or None.
+        shrinkage: ``q`` of :func:`ldp.sparse.params.clip_shrinkage` when the bins' clip can bind: each
+            holder's contribution to ``E[mean]`` lies between ``(1 - q) v`` and ``v``, so
+            ``|E[mean] - true mean| <= q`` and (with ``P + N <= 1``, the means of the positive and
+            negative parts) the true mean lies in ``[(E[mean] - q/2) / (1 - q/2), (E[mean] + q/2) /
+            (1 - q/2)]``.
     """
 
     items: np.ndarray
@@ -167,14 +173,35 @@ class SparseEstimate:
     variance: np.ndarray
     n: int
     mean_norm2: float | None = None
+    shrinkage: float = 0.0
 
     @property
     def std(self) -> np.ndarray:
         return np.sqrt(self.variance)
 
+    @property
+    def unbiased(self) -> bool:
+        """Whether ``mean`` is unbiased (no binding clip)."""
+        return self.shrinkage == 0.0
+
     def linf_bound(self, level: float = 0.95) -> float:
-        """The L-inf error the mechanism predicts over these items at ``level``."""
-        return linf_bound(self.std, level)
+        """The L-inf error over these items at ``level``: the Gaussian-tail bound of the noise plus the
+        clipping bias bound ``shrinkage`` (0 when unbiased)."""
+        return linf_bound(self.std, level) + float(self.shrinkage) if self.items.size else 0.0
+
+    def interval(self, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """Per-coordinate interval for the true mean: ``mean +- z std`` when unbiased; with a binding
+        clip the normal interval of ``E[mean]`` mapped through the shrinkage bound (class docstring),
+        intersected with [-1, 1]."""
+        z = NormalDist().inv_cdf(0.5 + level / 2.0)
+        half = z * np.asarray(self.std, dtype=np.float64)
+        m = np.asarray(self.mean, dtype=np.float64)
+        g = float(self.shrinkage) / 2.0
+        if g == 0.0:
+            return m - half, m + half
+        # every true mean lies in [-1, 1], so the intersection covers whenever the interval does
+        lo, hi = (m - half - g) / (1.0 - g), (m + half + g) / (1.0 - g)
+        return np.clip(lo, -1.0, 1.0), np.clip(hi, -1.0, 1.0)
 
     def clipped(self) -> np.ndarray:
         """The estimates clipped to [-1, 1] (post-processing; what the paper's code reports)."""
@@ -183,7 +210,9 @@ class SparseEstimate:
     def top(self, count: int) -> SparseEstimate:
         """The ``count`` items with the largest ``|mean|``."""
         idx = np.argsort(-np.abs(self.mean), kind="stable")[:count]
-        return SparseEstimate(self.items[idx], self.mean[idx], self.variance[idx], self.n, self.mean_norm2)
+        return SparseEstimate(
+            self.items[idx], self.mean[idx], self.variance[idx], self.n, self.mean_norm2, self.shrinkage
+        )
 
 
 def add_query_sums(
@@ -390,7 +419,7 @@ class SVME:
         mean = self.params.code_scale * sums / n if n else np.full(ids.size, np.nan)
         m2 = self.mean_norm2(n, acc.sumsq)
         var = np.broadcast_to(self.predicted_variance(n, m2), ids.shape).astype(float)
-        return SparseEstimate(ids, mean, var, n, m2)
+        return SparseEstimate(ids, mean, var, n, m2, self.params.shrinkage)
 
     def estimate_reports(self, reports: SparseReports, items: np.ndarray | None = None) -> SparseEstimate:
         """Convenience: one accumulator over ``reports``."""

@@ -32,7 +32,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
-from ldp.intervals import normal_interval
 from ldp.reports import Reports
 from ldp.sparse.accumulate import SVME
 from ldp.sparse.baselines import PCKV, DenseReports, Gaussian, Harmony, ItemReports, KFold, Sampling
@@ -50,9 +49,15 @@ __all__ = [
 
 
 class SparseEstimateRow(NamedTuple):
-    """The estimates of one sparse task, window and pane. The means are unbiased and unclipped, so
-    ``ci_low`` / ``ci_high`` are the normal 95% interval ``mean +- 1.96 std`` (``ci_method`` ``normal``;
-    ``ldp.intervals.normal_interval``) and ``ci_includes_zero`` flags coordinates at noise level."""
+    """The estimates of one sparse task, window and pane, not clipped to [-1, 1].
+
+    ``ci_low`` / ``ci_high`` are 95% intervals for the true means of the published numbers
+    (:meth:`ldp.sparse.accumulate.SparseEstimate.interval`): ``ci_method`` ``normal`` when the means are
+    unbiased (``mean +- 1.96 std``); ``normal+clip_shrinkage`` when SVME's bin clip can bind (the paper
+    rule beyond event level), the normal interval of the shrunk mean widened by the shrinkage bound
+    ``q`` (``ldp.sparse.params.clip_shrinkage``), with ``linf_bound_95`` including ``q``; none (null) for
+    PCKV's biased ``original`` estimator, which has no such bound. ``ci_includes_zero`` flags coordinates
+    at noise level."""
 
     task_id: str
     schema_version: int
@@ -239,7 +244,11 @@ class SparseAggregator:
             if acc.n == 0:
                 continue
             est = self.estimate(acc)
-            lo, hi = normal_interval(est.mean, est.std)
+            if getattr(self.mechanism, "estimator", "unbiased") != "unbiased":
+                lo = hi = method = None
+            else:
+                lo, hi = est.interval(0.95)
+                method = "normal" if est.unbiased else "normal+clip_shrinkage"
             rows.append(
                 SparseEstimateRow(
                     task_id=t.task_id,
@@ -260,10 +269,10 @@ class SparseAggregator:
                     mean=np.asarray(est.mean, dtype=np.float64).tolist(),
                     std=np.asarray(est.std, dtype=np.float64).tolist(),
                     linf_bound_95=float(est.linf_bound(0.95)),
-                    ci_low=lo.tolist(),
-                    ci_high=hi.tolist(),
-                    ci_method="normal",
-                    ci_includes_zero=((lo <= 0.0) & (hi >= 0.0)).tolist(),
+                    ci_low=None if lo is None else lo.tolist(),
+                    ci_high=None if hi is None else hi.tolist(),
+                    ci_method=method,
+                    ci_includes_zero=None if lo is None else ((lo <= 0.0) & (hi >= 0.0)).tolist(),
                 )
             )
         return rows

@@ -7,17 +7,23 @@ values clipped to [-1, 1], at most k non-zeros kept by random sampling) and prod
 ``t`` for ``t`` in [-1, 1]):
 
 * :class:`KFold` -- k-fold repetition of the 1-sparse mechanism (the event-level strawman): one seed;
-  for each non-zero ``x`` one bit ``Duchi(s(x) v_x)``, padded with ``Duchi(0)`` to exactly ``k`` bits;
-  the server reads the sum of the k bits as a single bin: ``v_x = (1/n) sum_i s_i(x) c sum_m y_im``.
-  Each bit uses ``eps`` (event level: one change moves one bit) or ``eps / k`` (user level, basic
-  composition). Per-client variance ``k c^2 - v_x^2``. Report: 64-bit seed + k bits.
+  the client's non-zeros go to uniformly random distinct slots of ``k`` (a random injection drawn
+  from the client's noise stream), slot ``m`` holding ``x`` sends ``Duchi(s(x) v_x)``, every other
+  slot ``Duchi(0)``; the server reads the sum of the k bits as a single bin:
+  ``v_x = (1/n) sum_i s_i(x) c sum_m y_im``. Each bit uses ``eps`` at event level or ``eps / k``
+  otherwise (basic composition over the k bits, any two inputs). Per-client variance ``k c^2 - v_x^2``.
+  Report: 64-bit seed + k bits. Why the injection is random (event level, see :meth:`KFold.encode`):
+  with the m-th item in slot m, adding an item before others shifts every later slot.
 * :class:`Sampling` -- sampling + 1-sparse (the user-level strawman): slot ``u ~ U{0..k-1}``; if
   ``u < nnz`` the ``u``-th non-zero ``(x, v)`` else a dummy with ``v = 0``; one bit
   ``Duchi_eps(s(x) v)`` scaled by ``k``. Per-client variance ``k^2 c^2 - v_x^2``. Report: seed + 1 bit.
 * :class:`Gaussian` -- naive dense perturbation ``v_i + N(0, sigma^2 I_d)`` with L2 sensitivity
   ``sqrt(2L)``: ``calibration="classical"`` (the paper's code: ``sigma = sqrt(2 ln(1.25/delta))
-  sqrt(2L) / eps``, proven only for eps < 1) or ``"analytic"`` (Balle & Wang 2018, exact for every
-  eps). Variance ``sigma^2 / n``. Report: d float32 values.
+  sqrt(2L) / eps``, proven only for eps < 1; at eps >= 1 accepted only where the exact condition of
+  Balle & Wang certifies its sigma, refused otherwise, e.g. eps >= 9 at delta = 1e-6) or
+  ``"analytic"`` (Balle & Wang 2018, exact for every eps). Variance ``sigma^2 / n``. Report: d float32
+  values. (L2 sensitivity of the cleaned vectors: a truncation swap at event level moves two entries by
+  at most 1 each, ``sqrt(2) <= sqrt(2L)``.)
 * :class:`Harmony` -- (Nguyen et al. 2016): a uniform coordinate ``j`` and one bit ``Duchi(v_j)``;
   ``v_j = (d c / n) sum_{i: j_i = j} bit_i``. Per-client variance ``d c^2 - v_x^2``. Report:
   ``ceil(log2 d) + 1`` bits.
@@ -70,6 +76,7 @@ __all__ = [
     "duchi_bits",
     "analytic_gaussian_sigma",
     "classical_gaussian_sigma",
+    "gaussian_delta",
 ]
 
 
@@ -249,9 +256,10 @@ class KFold(_OneBin):
 
     @property
     def bit_epsilon(self) -> float:
-        """Budget of each of the k bits: eps when one neighbouring change moves one bit, else eps/k."""
-        one_coordinate = self.L <= (2 if self.values == "real" else 1)
-        return self.epsilon if one_coordinate else self.epsilon / self.k
+        """Budget of each of the k bits: eps at event level (one neighbouring change moves one slot's
+        distribution, see :meth:`encode`), else eps/k."""
+        one_item = self.privacy == "event" or (self.values == "binary" and self.L == 1)
+        return self.epsilon if one_item else self.epsilon / self.k
 
     @property
     def unit(self) -> float:
@@ -265,13 +273,37 @@ class KFold(_OneBin):
         return self.k * duchi_c(self.bit_epsilon) ** 2
 
     def encode(self, vectors: SparseVectors, *, rng=None) -> tuple[SparseReports, EncodeStats]:
+        """One report per client: the public seed and k Duchi bits, the client's (cleaned) non-zeros in
+        a uniformly random injection into the k slots.
+
+        Event-level privacy (each bit at ``eps``), for a fixed public seed (it is data-independent):
+        given the slot assignment the bits are independent, slot ``j`` is ``Duchi_eps(t_j)`` with
+        ``t_j`` in [-1, 1], and one slot's ``t_j`` changing costs at most ``e^eps``. Couple the two
+        neighbours' randomness so that the ``t`` vectors differ in one slot; every output's probability
+        is then an average of pairs of products within a factor ``e^eps``, so is the average:
+
+        * a value change of ``x``: the same injection; only slot ``sigma(x)`` differs.
+        * ``v' = v + {x}`` (no truncation, ``|S| < k``): restricted to ``S`` a uniform injection for
+          ``v'`` is a uniform injection for ``v``, and ``sigma'(x)`` is a uniform free slot, which in
+          ``v``'s report carries ``Duchi(0)``: one slot differs.
+        * ``v' = v + {x}`` with truncation (``|S| >= k``): the cleaned ``v'`` drops ``x`` with
+          probability ``(|S| + 1 - k) / (|S| + 1)`` (then it is distributed as the cleaned ``v``) or
+          keeps ``x`` and a uniform (k-1)-subset ``R`` of ``S``; couple with ``v``'s subset ``R + {y}``,
+          ``y`` uniform outside ``R``, and put ``x`` in ``y``'s slot: one slot differs.
+
+        Removing an item is the same pair read backwards. Beyond event level every bit has ``eps/k``
+        and any two inputs are within ``e^eps`` whatever the slots.
+        """
         perturb, seed_rng = client_streams(rng)
         vec, st = self._prepare(vectors, perturb)
         n = vec.n
         seeds = public_seeds(n, seed_rng)
         t = np.zeros((n, self.k))
-        slot = np.arange(vec.items.size) - np.repeat(vec.indptr[:-1], vec.nnz)
-        t[vec.user_index(), slot] = self._signed_values(vec, seeds)
+        rank = np.arange(vec.items.size) - np.repeat(vec.indptr[:-1], vec.nnz)
+        # the first nnz entries of a uniform permutation of the k slots: a uniform injection
+        perm = np.argsort(perturb.random((n, self.k)), axis=1)
+        user = vec.user_index()
+        t[user, perm[user, rank]] = self._signed_values(vec, seeds)
         return SparseReports(seeds, duchi_bits(t, self.bit_epsilon, perturb)), st
 
 
@@ -310,17 +342,24 @@ def _phi(x: float) -> float:
 
 
 def classical_gaussian_sigma(epsilon: float, delta: float, l2: float) -> float:
-    """``sqrt(2 ln(1.25/delta)) * l2 / eps`` (Dwork & Roth; proven for eps < 1 only)."""
+    """``sqrt(2 ln(1.25/delta)) * l2 / eps`` (Dwork & Roth 2014, Theorem A.1; proven for eps < 1 only)."""
     return math.sqrt(2.0 * math.log(1.25 / delta)) * l2 / epsilon
 
 
+def gaussian_delta(epsilon: float, sigma: float, l2: float) -> float:
+    """The exact delta of the Gaussian mechanism with noise ``sigma`` and L2 sensitivity ``l2`` at
+    ``epsilon``: ``Phi(l2/(2s) - eps s/l2) - e^eps Phi(-l2/(2s) - eps s/l2)`` (Balle & Wang, ICML 2018,
+    Theorem 8: necessary and sufficient)."""
+    a, b = l2 / (2 * sigma), epsilon * sigma / l2
+    return _phi(a - b) - math.exp(epsilon) * _phi(-a - b)
+
+
 def analytic_gaussian_sigma(epsilon: float, delta: float, l2: float) -> float:
-    """Smallest sigma with ``Phi(l2/(2s) - eps s/l2) - e^eps Phi(-l2/(2s) - eps s/l2) <= delta``
-    (Balle & Wang, ICML 2018, Theorem 8), by bisection to 1e-10 relative."""
+    """Smallest sigma with :func:`gaussian_delta` ``<= delta`` (Balle & Wang, ICML 2018, Theorem 8), by
+    bisection to 1e-10 relative."""
 
     def dlt(s: float) -> float:
-        a, b = l2 / (2 * s), epsilon * s / l2
-        return _phi(a - b) - math.exp(epsilon) * _phi(-a - b)
+        return gaussian_delta(epsilon, s, l2)
 
     lo, hi = 1e-6 * l2, l2
     while dlt(hi) > delta:
@@ -351,6 +390,17 @@ class Gaussian(_Baseline):
         l2 = math.sqrt(2.0 * self.L)
         f = classical_gaussian_sigma if calibration == "classical" else analytic_gaussian_sigma
         self.sigma = f(self.epsilon, self.delta, l2)
+        if calibration == "classical" and self.epsilon >= 1.0:
+            # the textbook bound is proven for eps < 1; beyond, accept its sigma only where the exact
+            # condition certifies it
+            got = gaussian_delta(self.epsilon, self.sigma, l2)
+            if got > self.delta * (1 + 1e-9):
+                raise ValueError(
+                    f"calibration 'classical' (sigma = sqrt(2 ln(1.25/delta)) Delta_2/eps, Dwork & Roth "
+                    f"2014 Thm A.1, proven for eps < 1) is not ({self.epsilon:g}, {self.delta:g})-DP here: "
+                    f"the exact condition of Balle & Wang 2018 (Thm 8) gives delta = {got:.3g}; "
+                    "use calibration 'analytic'"
+                )
         self.unit = 1.0
 
     @property

@@ -9,6 +9,27 @@ Neighbouring relations (Zhou et al., S&P 2022, Sec. 3; ``L`` bounds ``||v - v'||
   its own definition, see the spec, A1).
 * an integer ``L``: ``||v - v'||_1 <= L``; capped at ``2k`` (no two valid inputs differ by more).
 
+Truncation (a client with more than k non-zeros keeps a uniform random k-subset, ``k < d``) is part of
+the mechanism, so the noise is calibrated to the L1 bound of two neighbours' *cleaned* vectors,
+:func:`cleaned_L` (``SparseParams.L``):
+
+* event level: adding item ``x`` to a client holding ``m >= k`` items. Couple the two truncations: the
+  larger client drops ``x`` (then both keep the same k-subset) or keeps ``x`` and a uniform (k-1)-subset
+  ``R`` of the rest, coupled with ``R + {y}`` for a uniform ``y`` outside ``R``. The cleaned vectors differ
+  by ``+v_x`` at ``x`` and ``-v_y`` at ``y``: L1 ``<= 2`` for real values (the event ``L`` already) and
+  ``2`` for binary values (twice the untruncated ``L = 1``), touching at most two bins.
+* user level: any two cleaned vectors have at most k non-zeros each: ``2k``.
+* an integer ``L`` with binary values: ``j <= L`` added ones evict at most ``j`` items: ``min(2L, 2k)``.
+  With real values many tiny additions can evict many items, so an integer ``L`` bounds the cleaned
+  vectors (the relation is stated on vectors with at most k non-zeros); ``"event"`` and ``"user"`` have
+  no such caveat.
+
+Per-bin Duchi noise with the full epsilon is allowed only when its worst-case privacy loss over the
+changes the relation allows is at most epsilon (:func:`duchi_loss`): a change of ``D`` in ``C_j / eta``
+costs at most ``f(D) = ln(1 + D (e^eps - 1) / 2)`` (the output probability ``1/2 + t (e^eps-1)/(2(e^eps+1))``
+is linear in ``t``, its ratio largest at ``t = -1``), ``f`` is concave, so a total change ``L / eta`` over
+at most ``m`` bins costs at most ``m f(min(L / (m eta), 2))``, with ``m = min(b, items a change touches)``.
+
 Sensitivity of the bin vector ``C`` (Delta = the minimum of the rules that apply):
 
 * ``L``: ``|sum s(x)(v_x - v'_x)| <= sum |v_x - v'_x|`` for every hash: pure eps, any hash family.
@@ -29,9 +50,9 @@ Parameter rules:
   holds) and C (``b = 1``, ``eta = sqrt(2 k ln(2n/beta))`` so that no bin of any client is clipped
   with probability ``1 - beta``: unbiased).
 
-Deviation from the paper's code: per-bin Duchi noise with the full epsilon is only private when one
-neighbouring change touches one bin (``b = 1`` or event-level); where the code would use it with
-``b > 1`` for an L-neighbouring relation we use Laplace instead.
+Deviation from the paper's code: per-bin Duchi noise with the full epsilon is only private when
+:func:`duchi_loss` is at most epsilon; where the code would use it otherwise (``b > 1`` beyond event
+level) we use Laplace instead.
 
 Discretisation (post-processing of the noisy bins, so privacy-free): Laplace bins are truncated to
 ``[-R, R]``, ``R = eta_eff + (Delta/eps) ln(2 n b / beta_trunc)`` (``beta_trunc = 1e-6``: the chance
@@ -52,6 +73,10 @@ __all__ = [
     "SparseParams",
     "choose_params",
     "neighbour_L",
+    "cleaned_L",
+    "items_changed",
+    "duchi_loss",
+    "clip_shrinkage",
     "RULES",
     "NOISES",
     "VALUE_KINDS",
@@ -104,6 +129,58 @@ def neighbour_L(privacy: str | int, k: int, values: str = "real") -> int:
     return min(L, 2 * k)
 
 
+def cleaned_L(privacy: str | int, k: int, values: str = "real", domain_size: int | None = None) -> int:
+    """The L1 bound of two neighbours' vectors after input cleaning (truncation to k; module docstring).
+
+    ``domain_size``: truncation cannot bind when ``k >= d`` (``None``: it can)."""
+    L = neighbour_L(privacy, k, values)
+    if domain_size is not None and k >= domain_size:
+        return L
+    if privacy == "event":
+        return 2
+    if values == "binary":
+        return min(2 * L, 2 * k)
+    return L
+
+
+def items_changed(privacy: str | int, k: int, values: str = "real", domain_size: int | None = None) -> int:
+    """The most non-zero entries two neighbours' cleaned vectors can differ in (``2k`` beyond event level
+    and binary integer L)."""
+    trunc = domain_size is None or k < domain_size
+    if privacy == "event":
+        return 2 if trunc else 1
+    if values == "binary" and privacy != "user":
+        L = neighbour_L(privacy, k, values)
+        return min(2 * k, 2 * L if trunc else L)
+    return 2 * k
+
+
+def duchi_loss(epsilon: float, eta: float, bins: int, L: float, items: int) -> float:
+    """Worst-case privacy loss of per-bin Duchi noise with the full ``epsilon`` on bins clipped to
+    ``[-eta, eta]``, for changes of total L1 ``L`` spread over at most ``items`` entries (module
+    docstring): ``m f(min(L / (m eta), 2))``, ``m = min(bins, items)``."""
+    m = max(1, min(int(bins), int(items)))
+    x = min(L / (m * eta), 2.0)
+    return m * math.log1p(x * math.expm1(epsilon) / 2.0)
+
+
+def clip_shrinkage(k: int, bins: int, eta: float | None) -> float:
+    """``q``: a bound on the fraction by which clipping the bins shrinks each client's contribution to a
+    coordinate's estimate (0 when clipping cannot bind).
+
+    For a client holding ``x`` with value ``v`` (``|v| <= 1``) the bin of ``x`` is ``s(x) v + R``; with
+    ``W = s(x) R`` symmetric (a sign independent of the others), ``E[s(x) clip(C)] - v`` has the sign of
+    ``-v`` and magnitude at most ``|v| P(|W| >= eta - |v|)``; by Chebyshev with pairwise-independent signs
+    and bins (``E W^2 = sum_{y != x} v_y^2 P[h(y) = h(x)] <= (k - 1) / b``) that is at most
+    ``|v| q``, ``q = min(1, (k - 1) / (b (eta - 1)^2))``. Clients without ``x`` contribute no bias.
+    """
+    if eta is None or eta >= k:
+        return 0.0
+    if eta <= 1.0:
+        return 1.0
+    return float(min(1.0, (k - 1) / (bins * (eta - 1.0) ** 2)))
+
+
 @dataclasses.dataclass(frozen=True)
 class SparseParams:
     """Everything a client and the aggregator of one sparse-vector round must agree on.
@@ -114,7 +191,7 @@ class SparseParams:
         sparsity: ``k``, the most non-zeros a client sends (more are truncated by random sampling).
         privacy: ``"event"``, ``"user"`` or the integer L as given.
         values: ``"real"`` (in [-1, 1]) or ``"binary"`` ({0, 1}).
-        L: the L1 bound of the neighbouring relation.
+        L: the L1 bound of two neighbours' cleaned (truncated) vectors (:func:`cleaned_L`).
         bins: ``b``.
         eta: the clip threshold of the bin sums; ``None`` = no clipping.
         Delta: the L1 sensitivity the noise is calibrated to.
@@ -160,11 +237,15 @@ class SparseParams:
             raise ValueError(f"sparsity k must be >= 1, got {self.sparsity}")
         if self.noise == "duchi" and self.eta is None:
             raise ValueError("Duchi noise needs a clip threshold eta")
-        if self.noise == "duchi" and self.bins > 1 and self.L > (2 if self.values == "real" else 1):
-            raise ValueError(
-                "per-bin Duchi noise with the full epsilon is not L-private when one change can touch "
-                "several bins (b > 1 and L beyond event level); use Laplace"
-            )
+        if self.noise == "duchi" and self.bins > 1:
+            items = items_changed(self.privacy, self.sparsity, self.values, self.domain_size)
+            loss = duchi_loss(self.epsilon, self.eta, self.bins, self.L, items)
+            if loss > self.epsilon * (1 + 1e-9):
+                raise ValueError(
+                    f"per-bin Duchi noise with the full epsilon is not L-private here: one change can "
+                    f"touch {min(self.bins, items)} bins, worst-case loss {loss:.4g} > eps = "
+                    f"{self.epsilon:g} (ldp.sparse.params.duchi_loss); use Laplace"
+                )
         if self.noise == "discrete-laplace" and (
             self.values != "binary" or (self.eta is not None and self.eta != int(self.eta))
         ):
@@ -190,6 +271,11 @@ class SparseParams:
     def clips(self) -> bool:
         """Whether clipping can bind (``eta < k``)."""
         return self.eta is not None and self.eta < self.sparsity
+
+    @property
+    def shrinkage(self) -> float:
+        """:func:`clip_shrinkage` of this round (0 without a binding clip)."""
+        return clip_shrinkage(self.sparsity, self.bins, self.eta) if self.clips else 0.0
 
     @property
     def scale(self) -> float:
@@ -313,10 +399,13 @@ def choose_params(
         raise ValueError(f"expected_users must be >= 2, got {expected_users}")
     if not (grid > 0 and math.isfinite(grid)):
         raise ValueError(f"grid must be a positive number, got {grid}")
-    L = neighbour_L(privacy, k, values)
+    L = cleaned_L(privacy, k, values, d)
     fam = hash_family or DEFAULT_SPARSE_HASH
-    event_like = L <= (2 if values == "real" else 1)
+    changed = items_changed(privacy, k, values, d)
     notes: list[str] = []
+    if L > neighbour_L(privacy, k, values):
+        notes.append(f"L = {L}: truncation to k can turn one added item into one added and one evicted")
+    duchi_ok = lambda b_, e_: duchi_loss(eps, e_, b_, L, changed) <= eps * (1 + 1e-9)  # noqa: E731
 
     def pow2_floor(x: int) -> int:
         return 1 << (max(1, int(x)).bit_length() - 1)
@@ -344,12 +433,12 @@ def choose_params(
             Delta, srule = delta_rule(b), "delta"
             notes.append("(eps, delta) rule 3 sqrt(b L ln(2b/delta)) is smaller and its condition holds")
         eta_duchi = eta_ if eta_ is not None else float(k)
-        if Delta / eps >= eta_duchi and (b == 1 or event_like):
+        if Delta / eps >= eta_duchi and duchi_ok(b, eta_duchi):
             chosen_noise = "duchi"
             eta_ = eta_duchi
         else:
             if Delta / eps >= eta_duchi:
-                notes.append("paper code: per-bin Duchi here, not L-private with b > 1; Laplace used")
+                notes.append("paper code: per-bin Duchi here, not L-private with this b; Laplace used")
             chosen_noise = "laplace"
     else:
         cands = []
@@ -370,7 +459,7 @@ def choose_params(
         for name, b_, e_, D_, r_ in cands:
             lap = min(k, e_ or k) / b_ + 2 * (D_ / eps) ** 2
             options = [(lap, "laplace")]
-            if b_ == 1 or event_like:
+            if duchi_ok(b_, e_ or k):
                 options.append(((e_ or k) ** 2 * duchi_c(eps) ** 2, "duchi"))
             for m2, nz in options:
                 if best is None or m2 < best[0]:
@@ -395,7 +484,7 @@ def choose_params(
         Delta, srule = min(valid)
         if noise is not None:
             chosen_noise = noise
-        elif chosen_noise == "duchi" and (eta_ is None or not (b == 1 or event_like)):
+        elif chosen_noise == "duchi" and (eta_ is None or not duchi_ok(b, eta_)):
             chosen_noise = "laplace"
         elif chosen_noise != "duchi" and values == "binary":
             chosen_noise = "laplace"  # re-decided below (discrete Laplace when bins stay integers)

@@ -100,7 +100,7 @@ def build_sparse_task(obj, common: dict[str, object], problems: list[str]) -> Sp
     n = obj.get("expected_users", DEFAULT_EXPECTED_USERS)
     if not (_is_int(n) and n >= 2):
         problems.append(f"expected_users must be an integer >= 2, got {n!r}")
-    if "n_groups" in obj and obj["n_groups"] != 1:
+    if "n_groups" in obj and not (_is_int(obj["n_groups"]) and obj["n_groups"] == 1):
         problems.append(f"sparse tasks have one group, got n_groups {obj['n_groups']!r}")
     if problems:
         return None
