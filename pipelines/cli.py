@@ -32,6 +32,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -46,6 +47,8 @@ __all__ = [
     "add_output_flags",
     "add_population_flags",
     "beam_option_parser",
+    "check_input_pattern",
+    "check_pubsub_path",
     "fail",
     "job_parser",
     "main",
@@ -79,6 +82,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pipelines.clients",
         "stateful simulated clients (secrets, memoized reports, budgets) reporting window after window",
     ),
+    "shuffle": (
+        "pipelines.shuffle",
+        "the shuffler (its own trust domain): anonymous, permuted report batches per time bucket",
+    ),
+    "privacy": (
+        "pipelines.privacy",
+        "a task's privacy guarantees: local, and central per window and over windows when shuffled",
+    ),
     "dashboard": ("pipelines.dashboard", "the live web dashboard over a latest-state store (--store URL)"),
     "dashboard-demo": (
         "pipelines.dashboard_demo",
@@ -86,6 +97,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "demo": ("pipelines.demo_beam", "the end-to-end Beam demo (simulate + aggregate on the DirectRunner)"),
     "demo-core": ("pipelines.demo", "the same demo through the numpy core only (no Beam)"),
+    "show": ("pipelines.show", "a job's results from its output directory: top values, intervals, counts"),
+    "collect": (
+        "pipelines.collect",
+        "the HTTP collector: clients POST reports, checked ones become rolling Avro files a job reads",
+    ),
 }
 
 #: Written into every output directory a job prepares; ``--overwrite`` only clears directories carrying it.
@@ -202,8 +218,8 @@ def add_input_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
 
 
 def add_output_flags(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """``--output DIR`` and ``--overwrite`` (see :func:`prepare_output`), ``--store URL`` and
-    ``--store_max_items`` (``ldp.store``)."""
+    """``--output DIR`` and ``--overwrite`` (see :func:`prepare_output`), ``--store URL``,
+    ``--store_max_items``, ``--store_retry_s`` and ``--store_allow_concurrent_runs`` (``ldp.store``)."""
     parser.add_argument("--output", required=required, help="output directory")
     parser.add_argument(
         "--overwrite",
@@ -221,6 +237,17 @@ def add_output_flags(parser: argparse.ArgumentParser, *, required: bool = True) 
         type=int,
         default=4096,
         help="--store: numbers stored per window, output and group; beyond it the largest estimates",
+    )
+    parser.add_argument(
+        "--store_retry_s",
+        type=float,
+        default=60.0,
+        help="--store: seconds a failing store write is retried (backoff, reconnecting) before the job fails",
+    )
+    parser.add_argument(
+        "--store_allow_concurrent_runs",
+        action="store_true",
+        help="--store: run even though another live run of the task writes to the store (default: refused)",
     )
 
 
@@ -412,9 +439,11 @@ def setup_logging(level: str | int = "INFO") -> None:
 
 def require_inputs(pattern: str | None, allow_empty: bool = False, *, flag: str = "--input") -> list[str]:
     """The files ``pattern`` (a glob, local or any filesystem Beam knows, e.g. ``gs://``) matches, sorted.
-    No pattern, or a pattern matching nothing (unless ``allow_empty``), is an error: one line, exit 2."""
-    if not pattern:
-        fail(f"{flag} is required")
+    Errors (one line, exit 2): no pattern; a pattern matching nothing (unless ``allow_empty``); a
+    directory (not a report file: give ``DIR/*.avro``); a glob matching a symbolic link whose target is
+    missing (Beam would skip it without a word)."""
+    check_input_pattern(pattern, flag=flag)
+    assert pattern is not None
     from apache_beam.io.filesystems import FileSystems
 
     try:
@@ -422,10 +451,53 @@ def require_inputs(pattern: str | None, allow_empty: bool = False, *, flag: str 
     except Exception as exc:  # Beam raises BeamIOError for a bad scheme or an unreadable directory
         fail(f"{flag} {pattern!r}: {exc}")
     paths = sorted(m.path for m in matched)
+    if _is_local(pattern):  # (Beam's local glob matching lists files only, never directories)
+        from transforms.io import dangling_links
+
+        dangling = dangling_links(pattern)
+        if dangling:
+            (link, target), more = dangling[0], len(dangling) - 1
+            fail(f"{flag} {pattern!r} matches the dangling symbolic link {link!r} -> {target!r} (its target "
+                 f"does not exist{f'; and {more} more' if more else ''}): restore or remove it")
     if not paths and not allow_empty:
         fail(f"{flag} {pattern!r} matches no file (check the path and quote the glob)")
     _LOG.debug("%s %r matches %d file(s)", flag, pattern, len(paths))
     return paths
+
+
+def check_input_pattern(pattern: str | None, *, flag: str = "--input") -> None:
+    """The checks of an ``--input`` glob that hold for a watched directory too (which may still be empty):
+    a pattern is given, and it is not a directory (one line naming the glob to give; exit 2)."""
+    if not pattern:
+        fail(f"{flag} is required")
+    if _is_local(pattern) and os.path.isdir(pattern):
+        example = os.path.join(pattern, "*.avro")
+        fail(f"{flag} {pattern!r} is a directory; give a glob of its report files, e.g. {flag} {example!r}")
+
+
+#: A Google Cloud project id: 6 to 30 lowercase letters, digits and hyphens, starting with a letter and
+#: not ending with a hyphen.
+PUBSUB_PROJECT_RE = re.compile(r"[a-z][a-z0-9-]{4,28}[a-z0-9]")
+#: A Pub/Sub topic or subscription id: 3 to 255 letters, digits and ``-_.~+%``, starting with a letter.
+PUBSUB_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9._~+%-]{2,254}")
+
+
+def check_pubsub_path(value: str | None, kind: str, *, flag: str) -> None:
+    """A Pub/Sub resource path ``projects/PROJECT/{kind}s/NAME`` (``kind``: ``topic`` or
+    ``subscription``), checked before anything runs: a bad one is one line naming the rule, exit 2
+    (the client library would fail later with a long traceback)."""
+    if value is None:
+        return
+    parts = value.split("/")
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != f"{kind}s":
+        fail(f"{flag} {value!r} is not a Pub/Sub {kind} path: give projects/PROJECT/{kind}s/NAME")
+    project, name = parts[1], parts[3]
+    if not PUBSUB_PROJECT_RE.fullmatch(project):
+        fail(f"{flag} {value!r}: {project!r} is not a valid project id (6 to 30 lowercase letters, digits "
+             "or hyphens, starting with a letter, not ending with a hyphen)")
+    if not PUBSUB_NAME_RE.fullmatch(name) or name.startswith("goog"):
+        fail(f"{flag} {value!r}: {name!r} is not a valid {kind} id (3 to 255 letters, digits or -_.~+%, "
+             "starting with a letter, not with 'goog')")
 
 
 def _is_local(path: str) -> bool:

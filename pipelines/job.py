@@ -13,8 +13,10 @@ jobs to come) declares its own flags, says which kind of task it takes and how t
    ``--overwrite``, so re-runs never mix window sizes or panes);
 3. the pipeline: source (:func:`read_reports`) -> :class:`transforms.aggregate.Aggregate` -> one
    :class:`transforms.io.WriteResults` per output of the aggregator, dead letters and (streaming) counts;
-4. the summary: counts (``read = accepted + rejected``), the output path and the windows written, also
-   saved as ``OUT/counts.json`` (batch).
+4. the summary: the run id, counts (``read = accepted + rejected``), the output path and the windows
+   written, also saved as ``OUT/counts.json`` (batch); with ``--store``, what the store took
+   (``store_failed_panes``): a write that failed even after ``--store_retry_s`` of retries fails the job
+   with exit status 1 and one line (docs/store.md, "Outages").
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import math
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 
 import apache_beam as beam
@@ -41,6 +44,8 @@ from ldp.task import ParsedTask, TaskError, WindowConfig, budget_summary, load_t
 from pipelines.cli import (
     add_input_flags,
     add_output_flags,
+    check_input_pattern,
+    check_pubsub_path,
     fail,
     parse_job_args,
     prepare_output,
@@ -57,12 +62,22 @@ from transforms.io import (
     WriteCounts,
     WriteDeadLetters,
     WriteResults,
+    dangling_links,
 )
 from transforms.progress import configure as configure_progress
 from transforms.progress import progress
 from transforms.records import decode_params
 from transforms.runners import RunnerLimitation, plan_runner
-from transforms.store import StoreError, WriteToStore, check_store_flags, open_job_store, register_task
+from transforms.store import (
+    DEFAULT_RETRY_S,
+    JobStore,
+    StoreError,
+    WriteToStore,
+    check_live_runs,
+    check_store_flags,
+    open_job_store,
+    read_store_status,
+)
 
 __all__ = [
     "Job",
@@ -119,6 +134,12 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=10.0,
         help="streaming from --input: seconds between matches of the glob",
+    )
+    parser.add_argument(
+        "--require_done_marker",
+        action="store_true",
+        help="streaming from --input: read a file only once its PATH.done marker exists (never at a pause "
+        "of its writer; a file without a marker is never read)",
     )
     parser.add_argument(
         "--watermark_lag",
@@ -242,6 +263,7 @@ def read_reports(p: beam.Pipeline, ns: argparse.Namespace, agg: Aggregator, *, s
             ns.input, ns.watch_interval, ns.batch_size, agg, duration_s=duration, paced=paced,
             watermark_lag_s=getattr(ns, "watermark_lag", None),
             ticks_expansion_service=_flink_ticks(ns),
+            require_done_marker=getattr(ns, "require_done_marker", False),
         )  # fmt: skip
     if ns.input:
         return p | "Read" >> ReadReportFiles(ns.input, ns.batch_size, agg)
@@ -265,8 +287,10 @@ def build_pipeline(
     *,
     streaming: bool,
     paced: bool = False,
+    store: JobStore | None = None,
 ) -> dict[str, PCollection]:
-    """Adds the job to ``p``: read -> aggregate -> write every output, dead letters and counts."""
+    """Adds the job to ``p``: read -> aggregate -> write every output, dead letters and counts (and the
+    latest-state store with ``--store``; ``store``: the job's run, its retry bound and status directory)."""
     read = read_reports(p, ns, agg, streaming=streaming, paced=paced)
     # the FnApiRunner's watch (paced) never drops late data and may fire timers before pending input
     out = read.records | "Aggregate" >> Aggregate(agg, window, drop_late=not paced)
@@ -281,9 +305,14 @@ def build_pipeline(
         counts = counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window)
         counts | "WriteCounts" >> WriteCounts(ns.output)
     if getattr(ns, "store", None):  # the latest-state store (transforms.store; checked by run_job)
-        {"panes": out["panes"], "counts": counts} | "Store" >> WriteToStore(
-            ns.store, agg.task, window, streaming=streaming, max_items=ns.store_max_items
-        )
+        # central DP (raw records): the exact counts are not published
+        private = getattr(agg, "raw_records", False)
+        {"panes": out["panes"], **({} if private else {"counts": counts})} | "Store" >> WriteToStore(
+            ns.store, agg.task, window, streaming=streaming, max_items=ns.store_max_items,
+            run_id=None if store is None else store.run_id,
+            retry_s=getattr(ns, "store_retry_s", DEFAULT_RETRY_S),
+            status_dir=None if store is None else store.status_dir,
+        )  # fmt: skip
     out["dead_letter"] = dead
     return out
 
@@ -294,6 +323,8 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
         fail("give exactly one of --input, --input_subscription, --input_topic")
     if not ns.input and not streaming:
         fail("Pub/Sub input (--input_subscription / --input_topic) needs --streaming")
+    check_pubsub_path(getattr(ns, "input_subscription", None), "subscription", flag="--input_subscription")
+    check_pubsub_path(getattr(ns, "input_topic", None), "topic", flag="--input_topic")
     v = getattr(ns, "progress_interval", 30.0)
     if not (math.isfinite(v) and v >= 0):
         fail(f"--progress_interval must be a finite number of seconds >= 0 (0: none), got {v}")
@@ -307,8 +338,15 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
     v = getattr(ns, "streaming_duration", 0.0)
     if not (math.isfinite(v) and v >= 0):
         fail(f"--streaming_duration must be a finite number of seconds >= 0 (0: until interrupted), got {v}")
-    if ns.input and not streaming:  # a watched directory may still be empty when the job starts
+    if getattr(ns, "require_done_marker", False) and not (ns.input and streaming):
+        fail("--require_done_marker is for a watched directory (--streaming --input GLOB)")
+    if ns.input and not streaming:
         require_inputs(ns.input, ns.allow_empty_input)
+    elif ns.input:  # a watched directory may still be empty when the job starts
+        check_input_pattern(ns.input)
+        for link, target in dangling_links(ns.input):
+            _LOG.warning("--input %r matches the dangling symbolic link %r -> %r: its target does not exist, "
+                         "it is not read", ns.input, link, target)  # fmt: skip
 
 
 def _flink_ticks(ns: argparse.Namespace) -> str | None:
@@ -397,7 +435,11 @@ def _remove_empty_temp_dirs(output: str, specs: Sequence[OutputSpec]) -> None:
 
 
 def _run(
-    p: beam.Pipeline, ns: argparse.Namespace, streaming: bool, flink_rest: str | None = None
+    p: beam.Pipeline,
+    ns: argparse.Namespace,
+    streaming: bool,
+    flink_rest: str | None = None,
+    stop_early: Callable[[], bool] | None = None,
 ) -> tuple[PipelineResult, float]:
     t0 = time.perf_counter()
     result = p.run()
@@ -417,6 +459,9 @@ def _run(
         deadline = time.time() + ns.streaming_duration
         while time.time() < deadline:
             time.sleep(0.5)
+            if stop_early is not None and stop_early():  # a store write failed: the job will fail
+                _LOG.error("a store write failed: cancelling the job before --streaming_duration ends")
+                break
         result.cancel()
     else:
         result.wait_until_finish()
@@ -445,6 +490,8 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     streaming = bool(options.view_as(StandardOptions).streaming)
     task = load_task_or_exit(ns.task, job.kind)
     _check_sources(ns, streaming)
+    if job.output_topic:
+        check_pubsub_path(getattr(ns, job.output_topic, None), "topic", flag=f"--{job.output_topic}")
     flink_rest = _check_flink_ticks(ns, options, streaming)
     window = window_from_flags(task.window, ns)
     try:
@@ -464,17 +511,27 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         fail(str(exc))
     window = plan.window
     try:  # --store: a bad URL or --store_max_items fails before anything is created
-        check_store_flags(getattr(ns, "store", None), getattr(ns, "store_max_items", 1))
+        check_store_flags(getattr(ns, "store", None), getattr(ns, "store_max_items", 1),
+                          getattr(ns, "store_retry_s", DEFAULT_RETRY_S))  # fmt: skip
+        # another live run of the task on the store: refused before --overwrite clears anything
+        check_live_runs(getattr(ns, "store", None), task.task_id,
+                        getattr(ns, "store_allow_concurrent_runs", False))  # fmt: skip
     except StoreError as exc:
         fail(f"--store: {exc}")
     try:
         prepare_output(ns.output, ns.overwrite)
     except OSError as exc:  # a parent that is a file, a read-only or missing mount, no permission, ...
         fail(f"--output {ns.output!r} cannot be created: {exc.strerror or exc}")
-    try:  # --store: a file that cannot be created or an unreachable server fails here, in one line
-        store = open_job_store(getattr(ns, "store", None), task, window)
+    run_id = str(uuid.uuid4())
+    try:  # --store: a file that cannot be created, an unreachable server, a live run: one line here
+        store = open_job_store(
+            getattr(ns, "store", None), task, window, run_id=run_id,
+            allow_concurrent=getattr(ns, "store_allow_concurrent_runs", False),
+            retry_s=getattr(ns, "store_retry_s", DEFAULT_RETRY_S), output=ns.output, streaming=streaming,
+        )  # fmt: skip
     except StoreError as exc:
         fail(f"--store: {exc}")
+    _LOG.info("run %s", run_id)
     _LOG.info(
         "%s job: task %s (%s, %d group(s)), window %s, %s, output %s",
         job.kind,
@@ -486,12 +543,18 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         ns.output,
     )
     p = beam.Pipeline(runner=plan.runner, options=options)
-    outputs = build_pipeline(p, ns, agg, window, streaming=streaming, paced=plan.paced)
+    outputs = build_pipeline(p, ns, agg, window, streaming=streaming, paced=plan.paced, store=store)
     if job.extra_steps is not None:
         job.extra_steps(ns, outputs)
     _LOG.info("running on %s", type(p.runner).__name__)
     configure_progress(ns.progress_interval)
-    result, seconds = _run(p, ns, streaming, flink_rest)
+    stop_early = None if store is None else (lambda: read_store_status(store.status_dir).gave_up > 0)
+    try:
+        result, seconds = _run(p, ns, streaming, flink_rest, stop_early)
+    except BaseException:
+        if store is not None:  # the run failed (a pipeline error, an interrupt): say so in ldp_runs
+            store.abort("the pipeline failed or was interrupted")
+        raise
     if ns.progress_interval > 0:
         progress().maybe_log(force=True)
     _LOG.info("job ended: %s after %.1f s", result.state, seconds)
@@ -500,6 +563,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         _remove_empty_temp_dirs(ns.output, agg.outputs)
     written = {spec.name: windows_written(ns.output, spec) for spec in agg.outputs}
     summary: dict[str, object] = {
+        "run_id": run_id,
         "output": ns.output,
         "state": str(result.state),
         "seconds": seconds,
@@ -521,13 +585,49 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     budget = _budget(task)  # issue 13: the policy and the accountant's figures (basic and tight)
     if budget is not None:
         summary["budget"] = budget
+    status = None
+    if store is not None:  # what the sink wrote, from its status files (counters are not reliable)
+        status = store.status(settle_s=10.0 if streaming else 0.0)
+        summary["store_failed_panes"] = status.failed_panes
+        summary["store"] = {**dataclasses.asdict(status), "retry_s": store.retry_s}
     _print_summary(summary, written)
-    if store is not None:
-        register_task(store, task, window, run=summary)
+    if getattr(agg, "raw_records", False):  # central DP: exact counts of raw records stay with the operator
+        summary["counts_private"] = "exact counts of raw records: not differentially private, not to publish"
+    if store is not None and status is not None:
+        private = "counts_private" in summary
+        published = {k: v for k, v in summary.items() if k != "counts"} if private else summary
+        store.finish(task, window, published, status)
     if not streaming:
         with open(os.path.join(ns.output, "counts.json"), "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)
+    if status is not None and status.failed:
+        fail(status.line(), code=1)
+    why = accepted_nothing(summary["counts"], streaming=streaming,
+                           allow_empty=bool(getattr(ns, "allow_empty_input", False)))  # fmt: skip
+    if why is not None:
+        fail(why, code=1)
     return summary
+
+
+def accepted_nothing(counts: dict, *, streaming: bool, allow_empty: bool = False) -> str | None:
+    """Why a finished job that accepted no report fails (one line), or None when it accepted some.
+
+    Reports read and none accepted: the top rejection reasons with their counts. None read: a batch job's
+    inputs held no report (unless ``allow_empty``); a streaming job that received nothing is not an error
+    (its source may simply have been quiet)."""
+    read, accepted = int(counts.get("read", 0)), int(counts.get("accepted", 0))
+    if accepted > 0:
+        return None
+    if read == 0:
+        if streaming or allow_empty:
+            return None
+        return "accepted no report: the input files hold none (read 0)"
+    rejected = {k[len("rejected_") :]: int(v) for k, v in counts.items() if k.startswith("rejected_")}
+    reasons = sorted(((n, r) for r, n in rejected.items() if n > 0), key=lambda t: (-t[0], t[1]))
+    shown = ", ".join(f"{reason} {n:,}" for n, reason in reasons[:3])
+    more = f", {len(reasons) - 3} more reason(s)" if len(reasons) > 3 else ""
+    return (f"accepted none of the {read:,} reports read; rejected: {shown or 'no reason counted'}{more} "
+            "(see the dead letters in OUTPUT/dead_letter/)")
 
 
 def _describe(w: WindowConfig) -> str:
@@ -563,6 +663,7 @@ def _budget_line(budget: dict[str, object]) -> str:
 def _print_summary(
     summary: dict[str, object], written: dict[str, list[tuple[str | None, str | None, int]]]
 ) -> None:
+    print(f"run: {summary['run_id']}", file=sys.stderr)
     print(format_counts(summary["counts"]), file=sys.stderr)  # type: ignore[arg-type]
     if isinstance(summary.get("budget"), dict):
         print(_budget_line(summary["budget"]), file=sys.stderr)  # type: ignore[arg-type]

@@ -20,7 +20,15 @@ from ldp.aggregate.batch import BatchAnswerRow
 from ldp.aggregate.frequency import EstimateRow
 from ldp.aggregate.range import AnswerRow, ModelRow
 from ldp.sparse.aggregate import SparseEstimateRow
-from ldp.store import DEFAULT_MAX_ITEMS, Store, StoreError, flatten_rows, open_store, parse_store_url
+from ldp.store import (
+    DEFAULT_MAX_ITEMS,
+    SCHEMA_VERSION,
+    Store,
+    StoreError,
+    flatten_rows,
+    open_store,
+    parse_store_url,
+)
 from ldp.store.flatten import FlatItem, FlatPane
 
 _DB_SEQ = itertools.count()
@@ -108,7 +116,8 @@ class TestStore:
     def test_create_schema_is_idempotent_and_checks_the_version(self, store: Store, store_url: str):
         store.create_schema()
         store.create_schema()
-        assert store._b.query("SELECT value FROM ldp_meta WHERE key = 'schema_version'") == [{"value": "1"}]
+        got = store._b.query("SELECT value FROM ldp_meta WHERE key = 'schema_version'")
+        assert got == [{"value": SCHEMA_VERSION}]
         with store._b.transaction() as cur:
             cur.execute("UPDATE ldp_meta SET value = '99' WHERE key = 'schema_version'")
         with pytest.raises(StoreError, match="schema version '99'"):
@@ -239,6 +248,7 @@ class TestStore:
             "late_dropped": 5,
             "written_ms": 7,
             "reasons": {"wrong_task": 7, "out_of_domain": 3, "late": 5},
+            "run_id": "",
         }
         assert got[1]["reasons"] == {} and got[1]["late_dropped"] == 0
         assert [c["window_start"] for c in store.counts("t", limit=1)] == [60_000]

@@ -22,6 +22,7 @@ import glob
 import hashlib
 import io
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -59,6 +60,8 @@ __all__ = [
     "WriteCounts",
     "read_model_records",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 
 UNDECODABLE_COUNTS = {"read": 1, "accepted": 0, "rejected": 1, "rejected_undecodable": 1}
@@ -196,6 +199,43 @@ class ReadReportFiles(beam.PTransform):
 #: The marker a writer may create next to a finished report file (``f.avro`` -> ``f.avro.done``).
 DONE_SUFFIX = ".done"
 
+
+def dangling_links(pattern: str) -> list[tuple[str, str]]:
+    """``(path, target)`` of the symbolic links a local glob matches whose target does not exist, sorted.
+    Beam's file matching skips them without a word; the jobs name them (an error in batch, a warning in
+    the watch). Patterns of other file systems (``gs://...``) have none."""
+    if "://" in pattern:
+        return []
+    out = []
+    for path in sorted(glob.glob(pattern)):
+        if os.path.islink(path) and not os.path.exists(path):
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            out.append((path, target))
+    return out
+
+
+class _WarnDanglingLinks(beam.DoFn):
+    """Passes the watch's pattern through; logs a warning naming every dangling symbolic link it matches
+    (once per link and worker) and counts them (``ldp/dangling_links``)."""
+
+    def setup(self) -> None:
+        self._warned: set[str] = set()
+        self._counter = Metrics.counter(COUNTER_NAMESPACE, "dangling_links")
+
+    def process(self, pattern: str):
+        for path, target in dangling_links(pattern):
+            if path not in self._warned:
+                self._warned.add(path)
+                self._counter.inc()
+                _LOG.warning(
+                    "watched --input %r matches the dangling symbolic link %r -> %r: its target does not "
+                    "exist, it is not read", pattern, path, target,
+                )  # fmt: skip
+        yield pattern
+
 # (size, mtime, read, time of the newest tick that saw the file: seconds, -inf when unknown)
 _FILE_STATE = TupleCoder([VarIntCoder(), FloatCoder(), BooleanCoder(), FloatCoder()])
 
@@ -206,7 +246,10 @@ class _ReadCompleteFiles(_ReadAvroBatches):
 
     Complete means (the watched-directory contract, docs/pipelines.md): a ``PATH.done`` marker exists,
     or the file's size and modification time are the same as at the previous tick (or the file has not
-    been modified for one watch interval when first seen). Per-path keyed state holds the last (size,
+    been modified for one watch interval when first seen); with ``require_done`` only the marker counts,
+    so a writer that pauses mid-file is never read at the pause. A file read because of its marker is
+    described by a fresh look-up of its size and time (the writer may have finished it after the tick's
+    match), so the tick after the read does not see a change. Per-path keyed state holds the last (size,
     mtime) seen, whether the file was read, and the time of the tick that saw it: a match from an older
     tick arriving after a newer one (parallel ticks, e.g. the Flink ticks' source at parallelism > 1, race
     through the shuffle) is stale and ignored, so an out-of-date size never passes for a change.
@@ -214,9 +257,12 @@ class _ReadCompleteFiles(_ReadAvroBatches):
 
     FILE = ReadModifyWriteStateSpec("file", _FILE_STATE)
 
-    def __init__(self, batch_size: int, aggregator: Aggregator | None, interval_s: float) -> None:
+    def __init__(
+        self, batch_size: int, aggregator: Aggregator | None, interval_s: float, require_done: bool = False
+    ) -> None:
         super().__init__(batch_size, aggregator)
         self.interval_s = interval_s
+        self.require_done = require_done
 
     def process(
         self,
@@ -238,13 +284,28 @@ class _ReadCompleteFiles(_ReadAvroBatches):
                 loss = Loss("changed_after_read", detail, prev[0], max(size - prev[0], 0))
                 yield from self.loss_outputs(path, loss)
             return
-        stable = prev is not None and (prev[0], prev[1]) == (size, mtime)
-        old = mtime > 0 and time.time() - mtime >= self.interval_s
-        if not (stable or old or FileSystems.exists(path + DONE_SUFFIX)):
+        if self.require_done:
+            complete = done = FileSystems.exists(path + DONE_SUFFIX)
+        else:
+            stable = prev is not None and (prev[0], prev[1]) == (size, mtime)
+            old = mtime > 0 and time.time() - mtime >= self.interval_s
+            done = not (stable or old) and FileSystems.exists(path + DONE_SUFFIX)
+            complete = stable or old or done
+        if not complete:
             file.write((size, mtime, False, seen))
             return
+        if done:  # finished by its writer, maybe after this tick's match: its size and time now
+            metadata = _current_metadata(path, metadata)
+            size = int(metadata.size_in_bytes)
+            mtime = float(getattr(metadata, "last_updated_in_seconds", 0.0) or 0.0)
         file.write((size, mtime, True, seen))
         yield from super().process(fileio.ReadableFile(metadata))
+
+
+def _current_metadata(path: str, metadata: FileMetadata) -> FileMetadata:
+    """``path``'s metadata looked up now (``metadata`` when the file system cannot say)."""
+    matched = FileSystems.match([path])[0].metadata_list
+    return next((m for m in matched if m.path == path), metadata)
 
 
 class Ticks(beam.PTransform):
@@ -308,8 +369,10 @@ class WatchReportFiles(beam.PTransform):
 
     A file is read once, when it is complete: a ``PATH.done`` marker exists, or its size and
     modification time did not change between two ticks (or for one interval before it was first seen);
-    a file that changes after it was read is counted and dead-lettered (``changed_after_read``), not
-    read again. Writing elsewhere and renaming into the directory remains the safest way to publish.
+    with ``require_done_marker`` only the marker counts (a writer that pauses mid-file is never read at
+    the pause; a file without a marker is never read). A file that changes after it was read is counted
+    and dead-lettered (``changed_after_read``), not read again. Writing elsewhere and renaming into the
+    directory remains the safest way to publish.
 
     Built from ``PeriodicImpulse`` rather than ``fileio.MatchContinuously``: in apache-beam 2.77 the
     latter is a splittable ``Watch`` DoFn that the Python DirectRunner does not run (the FnApiRunner
@@ -326,6 +389,7 @@ class WatchReportFiles(beam.PTransform):
         paced: bool = False,
         watermark_lag_s: float | None = None,
         ticks_expansion_service: str | None = None,
+        require_done_marker: bool = False,
     ) -> None:
         super().__init__()
         if not interval_s > 0:
@@ -343,6 +407,7 @@ class WatchReportFiles(beam.PTransform):
         self.paced = paced
         self.watermark_lag_s = lag
         self.ticks_expansion_service = ticks_expansion_service
+        self.require_done_marker = bool(require_done_marker)
 
     def expand(self, pbegin):
         pattern = self.file_pattern
@@ -350,16 +415,15 @@ class WatchReportFiles(beam.PTransform):
             ticks = FlinkTicks(self.interval_s, self.watermark_lag_s, self.ticks_expansion_service)
         else:
             ticks = Ticks(self.interval_s, self.duration_s, self.paced, self.watermark_lag_s)
+        read = _ReadCompleteFiles(self.batch_size, self.aggregator, self.interval_s, self.require_done_marker)
         return (
             pbegin
             | "Ticks" >> ticks  # tick (a timestamp or a counter), timestamped watermark_lag behind the clock
             | "Pattern" >> beam.Map(lambda _tick: pattern)
+            | "DanglingLinks" >> beam.ParDo(_WarnDanglingLinks())
             | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.ALLOW)
             | "KeyByPath" >> beam.Map(lambda m: (m.path, m)).with_output_types(tuple[str, FileMetadata])
-            | "ReadBlocks"
-            >> beam.ParDo(_ReadCompleteFiles(self.batch_size, self.aggregator, self.interval_s)).with_outputs(
-                "dead_letter", "counts", main="records"
-            )
+            | "ReadBlocks" >> beam.ParDo(read).with_outputs("dead_letter", "counts", main="records")
         )
 
 

@@ -14,10 +14,32 @@ API).
 
 from ldp.store.flatten import DEFAULT_MAX_ITEMS, FlatItem, FlatPane, flatten_rows, row_output, window_ms
 from ldp.store.schema import SCHEMA_VERSION
-from ldp.store.store import Store, StoreError, now_ms, open_store, parse_store_url, redact_url
+from ldp.store.store import (
+    HEARTBEAT_S,
+    STALE_RUN_S,
+    RunConflict,
+    Store,
+    StoreError,
+    StoreLost,
+    StoreUnavailable,
+    call_with_retry,
+    is_transient,
+    now_ms,
+    open_store,
+    parse_store_url,
+    redact_url,
+    run_conflict_message,
+)
 
 __all__ = [
     "DEFAULT_MAX_ITEMS",
+    "HEARTBEAT_S",
+    "STALE_RUN_S",
+    "RunConflict",
+    "StoreLost",
+    "StoreUnavailable",
+    "call_with_retry",
+    "is_transient",
     "SCHEMA_VERSION",
     "FlatItem",
     "FlatPane",
@@ -28,6 +50,7 @@ __all__ = [
     "open_store",
     "parse_store_url",
     "redact_url",
+    "run_conflict_message",
     "row_output",
     "window_ms",
 ]

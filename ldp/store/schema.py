@@ -21,10 +21,11 @@ __all__ = [
     "upsert_window_sql",
     "upsert_counts_sql",
     "upsert_task_sql",
+    "MIGRATIONS",
 ]
 
 #: ``ldp_meta`` row ``schema_version``.
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 _KEY = "task_id TEXT NOT NULL, output TEXT NOT NULL, window_start BIGINT NOT NULL, window_end BIGINT NOT NULL"
 
@@ -83,7 +84,18 @@ PANE_COLUMNS: tuple[str, ...] = (
     "n_items",
     "stored_items",
     "extra_json",
+    "run_id",
 )
+
+def _counts_ddl(name: str) -> str:
+    return (
+        f"CREATE TABLE IF NOT EXISTS {name} (task_id TEXT NOT NULL, run_id TEXT NOT NULL, "
+        "window_start BIGINT NOT NULL, window_end BIGINT NOT NULL, read BIGINT NOT NULL, "
+        "accepted BIGINT NOT NULL, rejected BIGINT NOT NULL, lost BIGINT NOT NULL, "
+        "late_dropped BIGINT NOT NULL, reasons_json TEXT, written_ms BIGINT NOT NULL, "
+        "PRIMARY KEY (task_id, run_id, window_start, window_end))"
+    )
+
 
 #: Table name -> CREATE TABLE statement (IF NOT EXISTS: ``create_schema`` is idempotent).
 TABLES: dict[str, str] = {
@@ -104,20 +116,21 @@ TABLES: dict[str, str] = {
         f"CREATE TABLE IF NOT EXISTS ldp_panes ({_KEY}, grp BIGINT NOT NULL, pane_index INTEGER NOT NULL, "
         "pane_timing TEXT NOT NULL, is_final SMALLINT NOT NULL, n_reports BIGINT NULL, "
         "written_ms BIGINT NOT NULL, n_items BIGINT NULL, stored_items BIGINT NULL, extra_json TEXT NULL, "
-        "PRIMARY KEY (task_id, output, window_start, window_end, grp, pane_index))"
+        "run_id TEXT NULL, PRIMARY KEY (task_id, output, window_start, window_end, grp, pane_index))"
     ),
     "ldp_windows": (
         "CREATE TABLE IF NOT EXISTS ldp_windows (task_id TEXT NOT NULL, window_start BIGINT NOT NULL, "
         "window_end BIGINT NOT NULL, last_pane_index INTEGER NOT NULL, last_pane_timing TEXT NOT NULL, "
         "is_final SMALLINT NOT NULL, n_reports BIGINT NULL, first_written_ms BIGINT NOT NULL, "
-        "last_written_ms BIGINT NOT NULL, final_ms BIGINT NULL, "
+        "last_written_ms BIGINT NOT NULL, final_ms BIGINT NULL, run_id TEXT NULL, "
         "PRIMARY KEY (task_id, window_start, window_end))"
     ),
-    "ldp_counts": (
-        "CREATE TABLE IF NOT EXISTS ldp_counts (task_id TEXT NOT NULL, window_start BIGINT NOT NULL, "
-        "window_end BIGINT NOT NULL, read BIGINT NOT NULL, accepted BIGINT NOT NULL, "
-        "rejected BIGINT NOT NULL, lost BIGINT NOT NULL, late_dropped BIGINT NOT NULL, reasons_json TEXT, "
-        "written_ms BIGINT NOT NULL, PRIMARY KEY (task_id, window_start, window_end))"
+    "ldp_counts": _counts_ddl("ldp_counts"),
+    "ldp_runs": (
+        "CREATE TABLE IF NOT EXISTS ldp_runs (run_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, "
+        "status TEXT NOT NULL, started_ms BIGINT NOT NULL, heartbeat_ms BIGINT NOT NULL, "
+        "ended_ms BIGINT NULL, host TEXT NULL, pid BIGINT NULL, streaming SMALLINT NULL, output TEXT NULL, "
+        "panes_written BIGINT NULL, failed_panes BIGINT NULL, error TEXT NULL, summary_json TEXT NULL)"
     ),
 }
 
@@ -126,7 +139,25 @@ DDL: tuple[str, ...] = (
     *TABLES.values(),
     "CREATE INDEX IF NOT EXISTS ldp_windows_by_end ON ldp_windows (task_id, window_end)",
     "CREATE INDEX IF NOT EXISTS ldp_panes_by_written ON ldp_panes (task_id, written_ms)",
+    "CREATE INDEX IF NOT EXISTS ldp_runs_by_task ON ldp_runs (task_id, status)",
 )
+
+#: ``from version -> statements`` that bring a store of that schema version to the next one, in one
+#: transaction. 1 -> 2: runs (``ldp_runs``), the run of each pane and window, counts per run (the key of
+#: ``ldp_counts`` gains ``run_id``: the table is copied; rows of version 1 get ``run_id = ''``).
+MIGRATIONS: dict[str, tuple[str, ...]] = {
+    "1": (
+        "ALTER TABLE ldp_panes ADD COLUMN run_id TEXT NULL",
+        "ALTER TABLE ldp_windows ADD COLUMN run_id TEXT NULL",
+        _counts_ddl("ldp_counts_v2"),
+        "INSERT INTO ldp_counts_v2 (task_id, run_id, window_start, window_end, read, accepted, rejected, "
+        "lost, late_dropped, reasons_json, written_ms) SELECT task_id, '', window_start, window_end, read, "
+        "accepted, rejected, lost, late_dropped, reasons_json, written_ms FROM ldp_counts",
+        "DROP TABLE ldp_counts",
+        "ALTER TABLE ldp_counts_v2 RENAME TO ldp_counts",
+        "UPDATE ldp_meta SET value = '2' WHERE key = 'schema_version'",
+    ),
+}
 
 
 def _placeholders(n: int) -> str:
@@ -189,9 +220,10 @@ def upsert_window_sql() -> str:
     newer = "excluded.last_pane_index > ldp_windows.last_pane_index"
     return (
         "INSERT INTO ldp_windows (task_id, window_start, window_end, last_pane_index, last_pane_timing, "
-        "is_final, n_reports, first_written_ms, last_written_ms, final_ms) "
-        "VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, NULL) "
+        "is_final, n_reports, first_written_ms, last_written_ms, final_ms, run_id) "
+        "VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, ?) "
         "ON CONFLICT (task_id, window_start, window_end) DO UPDATE SET "
+        f"run_id = CASE WHEN {newer} THEN excluded.run_id ELSE ldp_windows.run_id END, "
         f"last_pane_timing = CASE WHEN {newer} THEN excluded.last_pane_timing "
         "ELSE ldp_windows.last_pane_timing END, "
         f"n_reports = CASE WHEN {newer} THEN excluded.n_reports ELSE ldp_windows.n_reports END, "
@@ -205,9 +237,9 @@ def upsert_window_sql() -> str:
 
 def upsert_counts_sql() -> str:
     return (
-        "INSERT INTO ldp_counts (task_id, window_start, window_end, read, accepted, rejected, lost, "
-        "late_dropped, reasons_json, written_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (task_id, window_start, window_end) DO UPDATE SET read = excluded.read, "
+        "INSERT INTO ldp_counts (task_id, run_id, window_start, window_end, read, accepted, rejected, lost, "
+        "late_dropped, reasons_json, written_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (task_id, run_id, window_start, window_end) DO UPDATE SET read = excluded.read, "
         "accepted = excluded.accepted, rejected = excluded.rejected, lost = excluded.lost, "
         "late_dropped = excluded.late_dropped, reasons_json = excluded.reasons_json, "
         "written_ms = excluded.written_ms"

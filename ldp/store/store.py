@@ -8,10 +8,14 @@ Write API (each call is ONE transaction, so a reader never sees half of it):
   an older or equal pane's rows, never a newer one's), ``ldp_history``, ``ldp_panes``, ``ldp_windows``;
 * :meth:`Store.mark_final` -- the window is final (the watermark passed its end plus the allowed lateness);
 * :meth:`Store.write_counts` -- read / accepted / rejected / lost / late_dropped and dead-letter reasons of a
-  counts window (``ldp_counts``).
+  counts window of one run (``ldp_counts``);
+* :meth:`Store.begin_run`, :meth:`Store.heartbeat`, :meth:`Store.end_run` -- the job's run (``ldp_runs``):
+  a second live run of a task is refused unless asked for.
 
 Every write is idempotent: writing the same pane (a retried bundle) again changes nothing, not even the
-time it was first written; an older pane arriving after a newer one goes to the history only.
+time it was first written; an older pane arriving after a newer one goes to the history only. So a write
+that failed can be retried as a whole: :func:`call_with_retry` does, with exponential backoff, for
+:func:`is_transient` errors (a server restarting, a locked SQLite file), reconnecting between tries.
 
 Read API (plain dicts, JSON-able; times in epoch milliseconds; the global window is 0/0):
 
@@ -27,23 +31,61 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
+import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ldp.store import schema
 from ldp.store.flatten import DEFAULT_MAX_ITEMS, FlatPane, flatten_rows, window_ms
 
-__all__ = ["StoreError", "Store", "open_store", "parse_store_url", "redact_url", "now_ms"]
+__all__ = [
+    "StoreError",
+    "StoreLost",
+    "StoreUnavailable",
+    "RunConflict",
+    "Store",
+    "open_store",
+    "parse_store_url",
+    "redact_url",
+    "now_ms",
+    "is_transient",
+    "call_with_retry",
+    "run_conflict_message",
+    "HEARTBEAT_S",
+    "STALE_RUN_S",
+]
+
+_LOG = logging.getLogger(__name__)
+
+#: Seconds between a live run's heartbeats (``ldp_runs.heartbeat_ms``).
+HEARTBEAT_S = 10.0
+#: A live run whose heartbeat is older than this many seconds counts as dead (its launcher is gone).
+STALE_RUN_S = 90.0
 
 
 class StoreError(RuntimeError):
     """A store that cannot be opened or used (a bad URL, an unreachable server, a schema mismatch); the
     message is one line."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached now (a server down or restarting): worth retrying."""
+
+
+class StoreLost(StoreError):
+    """The store the job opened is gone: its SQLite file was deleted or replaced, or it no longer holds the
+    job's run. Never retried (a new empty file is not the store)."""
+
+
+class RunConflict(StoreError):
+    """Another live run of the same task writes to the store."""
 
 
 def now_ms() -> int:
@@ -89,6 +131,73 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0].strip()
 
 
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed store call may succeed when tried again: an unreachable or restarting server, a
+    broken connection, a locked or busy SQLite database, an I/O error. Not: a deleted store
+    (:class:`StoreLost`), a schema mismatch, a bad statement or a constraint violation (bugs)."""
+    if isinstance(exc, StoreLost):
+        return False
+    if isinstance(exc, StoreUnavailable):
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        return True
+    if isinstance(exc, (ConnectionError, TimeoutError, socket.timeout)):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a runtime dependency
+        return False
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+
+
+def call_with_retry(
+    fn: Callable[[], Any],
+    bound_s: float,
+    *,
+    what: str = "store write",
+    on_retry: Callable[[int, BaseException, float], None] | None = None,
+    first_delay_s: float = 0.1,
+    max_delay_s: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Any:
+    """Calls ``fn()`` until it returns, retrying :func:`is_transient` errors with exponential backoff
+    (``first_delay_s``, doubling, at most ``max_delay_s`` apart) for up to ``bound_s`` seconds after the
+    first failure; then (or at once for any other error) re-raises the last error. ``fn`` must be
+    idempotent (every write of :class:`Store` is). ``on_retry(attempt, error, delay_s)`` is told before
+    each wait."""
+    deadline = time.monotonic() + max(0.0, float(bound_s))
+    delay = first_delay_s
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - classified below, re-raised when not transient
+            left = deadline - time.monotonic()
+            if not is_transient(exc) or left <= 0:
+                raise
+            wait = min(delay, max_delay_s, left)
+            if on_retry is not None:
+                on_retry(attempt, exc, wait)
+            else:
+                _LOG.warning(
+                    "%s failed (try %d): %s; retrying in %.1f s", what, attempt, _first_line(exc), wait
+                )
+            sleep(wait)
+            delay *= 2
+
+
+def run_conflict_message(task_id: str, other: Mapping[str, Any], stale_after_s: float = STALE_RUN_S) -> str:
+    """The one line refusing a second live run of ``task_id`` (``other``: the live run's ``ldp_runs``
+    row)."""
+    age_s = max(0, now_ms() - int(other["heartbeat_ms"])) / 1000
+    return (
+        f"task {task_id!r} already has a live run {other['run_id']} on this store (host {other['host']}, "
+        f"pid {other['pid']}, heartbeat {age_s:.0f} s ago); stop it, or wait until its heartbeat is "
+        f"{stale_after_s:g} s old, or pass --store_allow_concurrent_runs"
+    )
+
+
 # ------------------------------------------------------------------------------------------------------------
 # backends: one connection per process and URL, shared by the threads of the process under a lock
 # ------------------------------------------------------------------------------------------------------------
@@ -113,6 +222,12 @@ class _Backend:
     def close(self) -> None:
         raise NotImplementedError
 
+    def reset(self) -> None:
+        """After a failed call: the next call starts from a fresh connection when one is needed."""
+
+    def set_wait_s(self, seconds: float) -> None:
+        """How long one call waits for a lock held by another connection (SQLite's busy timeout)."""
+
 
 class _SqliteCursor:
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -135,32 +250,62 @@ class _SqliteCursor:
 class _SqliteBackend(_Backend):
     dialect = "sqlite"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, must_exist: bool = False) -> None:
         super().__init__()
         self.path = path
         parent = os.path.dirname(os.path.abspath(path))
+        if must_exist and not os.path.isfile(path):
+            raise StoreLost(f"store file {path!r} does not exist (deleted while the job ran?)")
         try:
             os.makedirs(parent, exist_ok=True)
-            # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
-            self.conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT); must_exist: mode=rw
+            # never creates a new, empty file in place of a deleted store
+            target = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=rw" if must_exist else path
+            self.conn = sqlite3.connect(
+                target, timeout=30.0, isolation_level=None, check_same_thread=False, uri=must_exist
+            )
             mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute("PRAGMA busy_timeout=30000")
+            st = os.stat(path)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"store {path!r} cannot be opened: {_first_line(exc)}") from None
+        #: the file this connection writes: a path that no longer names it is a lost store
+        self.identity = (st.st_dev, st.st_ino)
         if str(mode).lower() != "wal":
             raise StoreError(f"store {path!r}: SQLite would not use WAL mode (got {mode!r}); is it on NFS?")
+
+    def check_file(self) -> None:
+        """Raises :class:`StoreLost` when the path no longer names the file this connection opened (it was
+        deleted, or replaced by another file): writes would go to an unlinked file nobody reads."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreLost(f"store file {self.path!r} was deleted while the job ran") from None
+        if (st.st_dev, st.st_ino) != self.identity:
+            raise StoreLost(f"store file {self.path!r} was replaced by another file while the job ran")
+
+    def set_wait_s(self, seconds: float) -> None:
+        with self.lock:
+            self.conn.execute(f"PRAGMA busy_timeout={max(1, int(seconds * 1000))}")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_SqliteCursor]:
         with self.lock:
+            self.check_file()
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield _SqliteCursor(self.conn)
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # no transaction left after some I/O errors
+                    self.conn.execute("ROLLBACK")
                 raise
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.execute("ROLLBACK")
+                raise
 
     def query(self, text: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         with self.lock:
@@ -225,14 +370,24 @@ class _PgBackend(_Backend):
                 self.url, autocommit=True, connect_timeout=int(max(1, self.connect_timeout_s))
             )
         except psycopg.Error as exc:
-            raise StoreError(f"store {redact_url(self.url)!r} is unreachable: {_first_line(exc)}") from None
+            raise StoreUnavailable(
+                f"store {redact_url(self.url)!r} is unreachable: {_first_line(exc)}"
+            ) from None
 
     def sql(self, text: str) -> str:
         return text.replace("?", "%s")
 
     def _alive(self) -> None:
-        if self.conn.closed or self.conn.broken:
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            self.conn = None
             self.conn = self._connect()
+
+    def reset(self) -> None:
+        with self.lock:
+            if self.conn is not None:
+                with contextlib.suppress(Exception):
+                    self.conn.close()
+            self.conn = None
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_PgCursor]:
@@ -253,36 +408,39 @@ class _PgBackend(_Backend):
 
     def close(self) -> None:
         with self.lock:
-            self.conn.close()
+            if self.conn is not None:
+                self.conn.close()
 
 
 _BACKENDS: dict[tuple[int, str, str], _Backend] = {}
 _BACKENDS_LOCK = threading.Lock()
 
 
-def _backend(dialect: str, target: str, shared: bool) -> _Backend:
+def _backend(dialect: str, target: str, shared: bool, must_exist: bool) -> _Backend:
     key = (os.getpid(), dialect, os.path.abspath(target) if dialect == "sqlite" else target)
     with _BACKENDS_LOCK:
         b = _BACKENDS.get(key) if shared else None
         if b is None:
-            b = _SqliteBackend(target) if dialect == "sqlite" else _PgBackend(target)
+            b = _SqliteBackend(target, must_exist) if dialect == "sqlite" else _PgBackend(target)
             if shared:
                 _BACKENDS[key] = b
         return b
 
 
-def open_store(url: str, *, create: bool = True, shared: bool = True) -> Store:
+def open_store(url: str, *, create: bool = True, shared: bool = True, must_exist: bool = False) -> Store:
     """Opens (and by default creates the tables of) the store at ``url`` (see :func:`parse_store_url`).
 
     ``shared``: reuse this process's connection to the same database (the threads of a Beam worker share
     one connection under a lock); ``shared=False`` opens a private one (tests, readers in threads).
+    ``must_exist``: a missing SQLite file is :class:`StoreLost`, never created (the job's writers).
 
     Raises:
-        StoreError: a bad URL, a file that cannot be created, an unreachable server, or a store written by
-            another schema version (one line, password redacted).
+        StoreError: a bad URL, a file that cannot be created, an unreachable server
+            (:class:`StoreUnavailable`), or a store written by another schema version (one line, password
+            redacted).
     """
     dialect, target = parse_store_url(url)
-    store = Store(_backend(dialect, target, shared), url, owns=not shared)
+    store = Store(_backend(dialect, target, shared, must_exist), url, owns=not shared)
     if create:
         store.create_schema()
     return store
@@ -310,6 +468,14 @@ class Store:
         if self._owns:
             self._b.close()
 
+    def reset(self) -> None:
+        """Drops a connection that failed (PostgreSQL): the next call reconnects."""
+        self._b.reset()
+
+    def set_wait_s(self, seconds: float) -> None:
+        """SQLite: how long one call waits for another connection's lock (default 30 s)."""
+        self._b.set_wait_s(seconds)
+
     def __enter__(self) -> Store:
         return self
 
@@ -326,13 +492,24 @@ class Store:
         """
         try:
             with self._b.transaction() as cur:
-                for stmt in schema.DDL:
-                    cur.execute(stmt)
-                cur.execute(
-                    "INSERT INTO ldp_meta (key, value) VALUES ('schema_version', ?) "
-                    "ON CONFLICT (key) DO NOTHING",
-                    (schema.SCHEMA_VERSION,),
-                )
+                cur.execute(schema.TABLES["ldp_meta"])
+                got = cur.one("SELECT value FROM ldp_meta WHERE key = 'schema_version'")
+                version = None if got is None else str(got[0])
+                while version in schema.MIGRATIONS:  # an older layout: brought up to date in place
+                    _LOG.warning(
+                        "store %s: migrating schema version %s to the next", redact_url(self.url), version
+                    )
+                    for stmt in schema.MIGRATIONS[version]:
+                        cur.execute(stmt)
+                    version = str(cur.one("SELECT value FROM ldp_meta WHERE key = 'schema_version'")[0])
+                if version is None or version == schema.SCHEMA_VERSION:
+                    for stmt in schema.DDL:
+                        cur.execute(stmt)
+                    cur.execute(
+                        "INSERT INTO ldp_meta (key, value) VALUES ('schema_version', ?) "
+                        "ON CONFLICT (key) DO NOTHING",
+                        (schema.SCHEMA_VERSION,),
+                    )
                 got = cur.one("SELECT value FROM ldp_meta WHERE key = 'schema_version'")
         except StoreError:
             raise
@@ -389,18 +566,21 @@ class Store:
         max_items: int = DEFAULT_MAX_ITEMS,
         labels: Sequence[str] | None = None,
         written_ms: int | None = None,
+        run_id: str | None = None,
     ) -> int:
         """Writes the result rows of one task, window and pane in one transaction; returns the number of
         store rows (published numbers) written.
 
         ``rows``: the pane's result rows (any of the row types of :mod:`ldp.store.flatten`; model rows are
         skipped); at most ``max_items`` numbers per output and group are stored (the top ones by estimate
-        beyond that). ``labels``: the task's value labels for rows that carry none.
+        beyond that). ``labels``: the task's value labels for rows that carry none. ``run_id``: the run
+        writing it (``ldp_panes.run_id``, ``ldp_windows.run_id``).
         """
         flat = flatten_rows(rows, max_items=max_items, labels=labels)
         return self.write_flat_pane(
-            task_id, window_start, window_end, pane_index, pane_timing, flat, written_ms=written_ms
-        )
+            task_id, window_start, window_end, pane_index, pane_timing, flat, written_ms=written_ms,
+            run_id=run_id,
+        )  # fmt: skip
 
     def write_flat_pane(
         self,
@@ -412,6 +592,7 @@ class Store:
         flat: Sequence[FlatPane],
         *,
         written_ms: int | None = None,
+        run_id: str | None = None,
     ) -> int:
         """:meth:`write_pane` for rows already flattened (:func:`ldp.store.flatten.flatten_rows`)."""
         if not flat:
@@ -490,12 +671,13 @@ class Store:
                         fp.n_items,
                         len(fp.items),
                         json.dumps(fp.extra, sort_keys=True, default=str),
+                        run_id,
                     ),
                 )
                 n += len(values)
             cur.execute(
                 schema.upsert_window_sql(),
-                (task_id, ws, we, pane_index, pane_timing, n_reports, written, written),
+                (task_id, ws, we, pane_index, pane_timing, n_reports, written, written, run_id),
             )
         return n
 
@@ -536,8 +718,10 @@ class Store:
         counts: Mapping[str, int],
         *,
         written_ms: int | None = None,
+        run_id: str | None = None,
     ) -> None:
-        """Creates or replaces the counts of one counts window (batch: the whole run, window 0/0).
+        """Creates or replaces the counts of one counts window of one run (batch: the whole run, window
+        0/0; ``run_id`` None is stored as ``''``, no run).
 
         ``counts``: ``read``, ``accepted``, ``rejected``, ``rejected_<reason>``, ``lost_records`` (stored as
         ``lost``), ``late_dropped``; ``reasons_json`` holds every ``rejected_<reason>`` and ``late`` (the
@@ -556,6 +740,7 @@ class Store:
                 schema.upsert_counts_sql(),
                 (
                     task_id,
+                    run_id or "",
                     window_ms(window_start),
                     window_ms(window_end),
                     c.get("read", 0),
@@ -566,6 +751,117 @@ class Store:
                     json.dumps(reasons, sort_keys=True),
                     now_ms() if written_ms is None else int(written_ms),
                 ),
+            )
+
+    # -- runs -----------------------------------------------------------------------------------------------
+
+    def begin_run(
+        self,
+        run_id: str,
+        task_id: str,
+        *,
+        allow_concurrent: bool = False,
+        stale_after_s: float = STALE_RUN_S,
+        streaming: bool | None = None,
+        output: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Records a new live run of ``task_id`` (``ldp_runs``), in one transaction with the check that no
+        other run of the task is live: status ``live`` and a heartbeat newer than ``stale_after_s``
+        (older ones are marked ``dead``). Returns the other live runs (empty unless ``allow_concurrent``).
+
+        Raises:
+            RunConflict: another live run of the task, without ``allow_concurrent`` (one line).
+        """
+        now = now_ms()
+        stale = now - int(stale_after_s * 1000)
+        with self._b.transaction() as cur:
+            cur.execute(
+                "UPDATE ldp_runs SET status = 'dead' WHERE task_id = ? AND status = 'live' "
+                "AND heartbeat_ms < ?",
+                (task_id, stale),
+            )
+            others = [
+                dict(zip(("run_id", "started_ms", "heartbeat_ms", "host", "pid"), r))
+                for r in cur.execute(
+                    "SELECT run_id, started_ms, heartbeat_ms, host, pid FROM ldp_runs WHERE task_id = ? AND "
+                    "status = 'live' AND run_id <> ? ORDER BY started_ms",
+                    (task_id, run_id),
+                ).fetchall()
+            ]
+            if others and not allow_concurrent:
+                raise RunConflict(run_conflict_message(task_id, others[0], stale_after_s))
+            cur.execute(
+                "INSERT INTO ldp_runs (run_id, task_id, status, started_ms, heartbeat_ms, host, pid, "
+                "streaming, output) VALUES (?, ?, 'live', ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET status = 'live', heartbeat_ms = excluded.heartbeat_ms",
+                (run_id, task_id, now, now, socket.gethostname(), os.getpid(),
+                 None if streaming is None else int(bool(streaming)), output),
+            )  # fmt: skip
+        return others
+
+    def live_runs(self, task_id: str, stale_after_s: float = STALE_RUN_S) -> list[dict[str, Any]]:
+        """The task's runs with status ``live`` and a heartbeat newer than ``stale_after_s`` (read only)."""
+        stale = now_ms() - int(stale_after_s * 1000)
+        return self._b.query(
+            "SELECT run_id, started_ms, heartbeat_ms, host, pid FROM ldp_runs WHERE task_id = ? AND "
+            "status = 'live' AND heartbeat_ms >= ? ORDER BY started_ms",
+            (task_id, stale),
+        )
+
+    def heartbeat(self, run_id: str) -> None:
+        """The run is alive (``heartbeat_ms`` = now)."""
+        with self._b.transaction() as cur:
+            cur.execute("UPDATE ldp_runs SET heartbeat_ms = ? WHERE run_id = ?", (now_ms(), run_id))
+
+    def end_run(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        panes_written: int | None = None,
+        failed_panes: int | None = None,
+        error: str | None = None,
+        summary: Mapping[str, Any] | None = None,
+    ) -> None:
+        """The run ended: ``status`` ``ended`` or ``failed``, with its pane counts, error and summary."""
+        from ldp.aggregate import json_safe
+
+        if status not in ("ended", "failed"):
+            raise ValueError(f"a run ends 'ended' or 'failed', not {status!r}")
+        summary_json = None if summary is None else json.dumps(json_safe(dict(summary)), allow_nan=False)
+        now = now_ms()
+        with self._b.transaction() as cur:
+            cur.execute(
+                "UPDATE ldp_runs SET status = ?, ended_ms = ?, heartbeat_ms = ?, panes_written = ?, "
+                "failed_panes = ?, error = ?, summary_json = ? WHERE run_id = ?",
+                (status, now, now, panes_written, failed_panes, error, summary_json, run_id),
+            )
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One ``ldp_runs`` row (``summary`` parsed), or None."""
+        rows = self._b.query("SELECT * FROM ldp_runs WHERE run_id = ?", (run_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        r["summary"] = _loads(r.pop("summary_json"))
+        return r
+
+    def runs(self, task_id: str) -> list[dict[str, Any]]:
+        """Every run of a task, latest first (``ldp_runs`` columns without the summary)."""
+        return self._b.query(
+            "SELECT run_id, task_id, status, started_ms, heartbeat_ms, ended_ms, host, pid, streaming, "
+            "output, panes_written, failed_panes, error FROM ldp_runs WHERE task_id = ? "
+            "ORDER BY started_ms DESC",
+            (task_id,),
+        )
+
+    def check_run(self, run_id: str) -> None:
+        """Raises :class:`StoreLost` when the store does not hold the run (it was deleted or replaced after
+        the run began: a writer must not fill a new, empty store)."""
+        if not self._b.query("SELECT run_id FROM ldp_runs WHERE run_id = ?", (run_id,)):
+            raise StoreLost(
+                f"store {redact_url(self.url)!r} no longer holds run {run_id} (deleted or replaced while the "
+                "job ran)"
             )
 
     # -- read API -------------------------------------------------------------------------------------------
@@ -598,11 +894,11 @@ class Store:
     def windows(self, task_id: str, limit: int = 50, *, final_only: bool = False) -> list[dict[str, Any]]:
         """The latest ``limit`` windows of a task, latest first (by window end, then start): the
         ``ldp_windows`` columns (``last_pane_index``, ``last_pane_timing``, ``is_final``, ``n_reports``,
-        ``first_written_ms``, ``last_written_ms``, ``final_ms``)."""
+        ``first_written_ms``, ``last_written_ms``, ``final_ms``, ``run_id``: the run of the latest pane)."""
         final = " AND is_final = 1" if final_only else ""
         return self._b.query(
             "SELECT task_id, window_start, window_end, last_pane_index, last_pane_timing, is_final, "
-            "n_reports, first_written_ms, last_written_ms, final_ms FROM ldp_windows "
+            "n_reports, first_written_ms, last_written_ms, final_ms, run_id FROM ldp_windows "
             f"WHERE task_id = ?{final} "
             "ORDER BY window_end DESC, window_start DESC LIMIT ?",
             (task_id, int(limit)),
@@ -677,15 +973,23 @@ class Store:
             r["extra"] = _loads(r.pop("extra_json"))
         return rows
 
-    def counts(self, task_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        """The latest ``limit`` counts windows, oldest first: ``window_start``, ``window_end``, ``read``,
-        ``accepted``, ``rejected``, ``lost``, ``late_dropped``, ``reasons`` (reason -> dead letters),
-        ``written_ms``."""
+    def counts(self, task_id: str, limit: int = 100, *, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The latest ``limit`` counts windows of one run, oldest first: ``window_start``, ``window_end``,
+        ``read``, ``accepted``, ``rejected``, ``lost``, ``late_dropped``, ``reasons`` (reason -> dead
+        letters), ``written_ms``, ``run_id``. ``run_id`` None: the run that wrote counts last (counts are
+        per run: two runs' counts are never summed)."""
+        if run_id is None:
+            last = self._b.query(
+                "SELECT run_id FROM ldp_counts WHERE task_id = ? ORDER BY written_ms DESC LIMIT 1", (task_id,)
+            )
+            if not last:
+                return []
+            run_id = last[0]["run_id"]
         rows = self._b.query(
             "SELECT * FROM (SELECT window_start, window_end, read, accepted, rejected, lost, late_dropped, "
-            "reasons_json, written_ms FROM ldp_counts WHERE task_id = ? ORDER BY window_end DESC, "
-            "window_start DESC LIMIT ?) latest ORDER BY window_end, window_start",
-            (task_id, int(limit)),
+            "reasons_json, written_ms, run_id FROM ldp_counts WHERE task_id = ? AND run_id = ? "
+            "ORDER BY window_end DESC, window_start DESC LIMIT ?) latest ORDER BY window_end, window_start",
+            (task_id, run_id, int(limit)),
         )
         for r in rows:
             r["reasons"] = _loads(r.pop("reasons_json")) or {}
