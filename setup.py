@@ -34,6 +34,8 @@ RUNTIME = [
     "psycopg[binary]>=3.2,<4",
     # the live dashboard (a Bokeh server app; Bokeh serves its own JavaScript, nothing from a CDN)
     "bokeh>=3.6,<3.11",
+    # the HTTP collector's web server (pipelines.collect; Bokeh's server runs on it too)
+    "tornado>=6.4,<7",
     # composition of per-report privacy loss across windows (repeated collection)
     "dp-accounting>=0.4,<0.7",
 ]
@@ -81,7 +83,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["ldp", "ldp.*", "transforms", "transforms.*", "pipelines",
                                     "pipelines.*", "schemas", "schemas.*"]),
-    package_data={"schemas": ["*.avsc", "*.json"]},
+    package_data={"schemas": ["*.avsc", "*.json", "vectors/v*/*.json"]},
     include_package_data=False,
     install_requires=RUNTIME,
     extras_require=EXTRAS,

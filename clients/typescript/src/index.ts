@@ -1,0 +1,28 @@
+export { toBase64 } from "./base64.js";
+export { Client, type EncodeOptions, type ReportJson, SCHEMA_VERSION, reportJson, specFromTask } from "./client.js";
+export { GOLDEN, gf2Hash, gf2HashBig, seedWord, splitmix64 } from "./hash.js";
+export {
+  MAX_DOMAIN,
+  MECHANISMS,
+  MIN_SAMPLED_PROBABILITY,
+  type Mechanism,
+  type OracleSpec,
+  type Payload,
+  type WireParams,
+  encodePayload,
+  olhBuckets,
+  ssDefaultK,
+  wireParams,
+} from "./oracles.js";
+export {
+  ByteSource,
+  CryptoSource,
+  type RandomSource,
+  type Word,
+  bernoulli,
+  bitLength,
+  cryptoSeed,
+  threshold,
+  uniform,
+  uniform53,
+} from "./random.js";

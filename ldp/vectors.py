@@ -1,0 +1,417 @@
+"""Byte-driven reference encoders of the wire format (``docs/wire_format.md``) and the report JSON form.
+
+Every client implementation of the frequency oracles (the TypeScript client in ``clients/typescript``,
+any later one) turns the same random bytes into the same report: this module is the Python reference of
+that procedure, and the conformance vectors of ``schemas/vectors/`` are generated from it.
+
+Random bytes are read as a stream of 64-bit little-endian words (:class:`WordStream`). Two primitives
+consume them:
+
+* ``uniform(m)``: an integer uniform on ``[0, m)``; ``m = 1`` consumes nothing, otherwise a word is
+  masked to the bit length of ``m - 1`` and redrawn while the result is ``>= m`` (exact rejection);
+* ``bernoulli(T)``: the top 53 bits of one word, ``u = w >> 11``, and the outcome ``u < T`` with the
+  integer threshold ``T = ceil(p * 2**53)`` (:func:`bernoulli_threshold`). It is exactly the oracles'
+  ``rng.random() < p`` on a word source (``random()`` is ``(w >> 11) * 2**-53``), so each byte-driven
+  encoder has the distribution of the oracle's own ``encode`` (same ``p``, ``q``).
+
+The encoders (:func:`encode_bytes`) are vectorized over reports: each report owns a row of words and a
+cursor, so rejection redraws advance only the rows that need them. Real clients draw the bytes from a
+cryptographic source; the conformance vectors carry them explicitly.
+
+The JSON form (:func:`report_to_json`, :func:`report_from_json`) renders an Avro report record as JSON:
+``seed`` as the decimal string of its signed 64-bit reading, ``bits`` and ``client_id`` in padded
+standard base64.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ldp.hashing import GOLDEN, splitmix64
+from ldp.oracles import (
+    BLH,
+    GRR,
+    OLH,
+    OUE,
+    SUE,
+    FrequencyOracle,
+    HadamardResponse,
+    SubsetSelection,
+    check_values,
+)
+from ldp.reports import Reports
+
+__all__ = [
+    "WIRE_VECTORS_VERSION",
+    "BYTE_MECHANISMS",
+    "REPORT_JSON_FIELDS",
+    "WireFormatError",
+    "WordStream",
+    "bernoulli_threshold",
+    "wire_params",
+    "encode_bytes",
+    "bytes_needed",
+    "gf2_hash_one",
+    "report_to_json",
+    "report_from_json",
+    "reports_to_json",
+]
+
+#: Version of the conformance vectors (``schemas/vectors/v<N>/``) and of the byte-level procedure.
+WIRE_VECTORS_VERSION = 1
+#: Mechanisms with a byte-driven client procedure.
+BYTE_MECHANISMS = ("grr", "olh", "blh", "oue", "sue", "hr", "ss")
+#: Members of a report in the JSON form: the fields of ``schemas/report.avsc``, in schema order.
+REPORT_JSON_FIELDS = (
+    "task_id", "schema_version", "event_time", "group", "value", "seed", "bits", "items", "reals", "client_id"
+)
+_PAYLOAD = {"values": "value", "seeds": "seed", "bits": "bits", "items": "items", "reals": "reals"}
+_TWO53 = 1 << 53
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_SEED_RE = re.compile(r"-?(0|[1-9][0-9]{0,18})")
+_B64_RE = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
+class WireFormatError(ValueError):
+    """A JSON report that does not map to an Avro report record; ``reason`` is its dead-letter reason."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def bernoulli_threshold(p: float) -> int:
+    """``T = ceil(p * 2**53)``: ``bernoulli`` succeeds when the 53-bit uniform ``w >> 11`` is below ``T``,
+    i.e. with probability ``T / 2**53``, exactly what ``rng.random() < p`` realizes."""
+    p = float(p)
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"a sampled probability must lie in (0, 1), got {p!r}")
+    return math.ceil(p * _TWO53)  # p * 2**53 is exact (a power-of-two scaling of a double)
+
+
+class WordStream:
+    """Rows of 64-bit little-endian words, one row per report, each consumed from a cursor.
+
+    Args:
+        data: one ``bytes`` per report (lengths may differ; a trailing partial word is never read), or a
+            uint8 array ``(n, 8 L)``, or a uint64 array ``(n, L)`` of words.
+    """
+
+    def __init__(self, data: Sequence[bytes] | np.ndarray) -> None:
+        if isinstance(data, np.ndarray) and data.dtype == np.uint64:
+            self.words = np.ascontiguousarray(data).reshape(len(data), -1)
+            self.avail = np.full(len(data), self.words.shape[1], dtype=np.int64)
+        elif isinstance(data, np.ndarray):
+            raw = np.ascontiguousarray(data, dtype=np.uint8)
+            n, nb = raw.shape
+            self.words = raw[:, : nb - nb % 8].copy().view("<u8").astype(np.uint64)
+            self.avail = np.full(n, self.words.shape[1], dtype=np.int64)
+        else:
+            lens = np.array([len(b) // 8 for b in data], dtype=np.int64)
+            width = int(lens.max()) if len(lens) else 0
+            buf = np.zeros((len(data), 8 * width), dtype=np.uint8)
+            for i, b in enumerate(data):  # building the rows; the encoders never loop over reports
+                buf[i, : 8 * lens[i]] = np.frombuffer(bytes(b)[: 8 * lens[i]], dtype=np.uint8)
+            self.words = buf.view("<u8").astype(np.uint64).reshape(len(data), width)
+            self.avail = lens
+        self.pos = np.zeros(len(self.words), dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @property
+    def consumed_bytes(self) -> np.ndarray:
+        """Bytes each report has consumed so far: ``(n,)``."""
+        return 8 * self.pos
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The next word of each row in ``rows`` (uint64), advancing their cursors."""
+        rows = np.asarray(rows, dtype=np.int64)
+        short = self.pos[rows] >= self.avail[rows]
+        if short.any():
+            raise ValueError(f"random bytes exhausted for report {int(rows[np.argmax(short)])}")
+        w = self.words[rows, self.pos[rows]]
+        self.pos[rows] += 1
+        return w
+
+    def take_block(self, rows: np.ndarray, count: int) -> np.ndarray:
+        """The next ``count`` words of each row: uint64 ``(len(rows), count)``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        short = self.pos[rows] + count > self.avail[rows]
+        if short.any():
+            raise ValueError(f"random bytes exhausted for report {int(rows[np.argmax(short)])}")
+        cols = self.pos[rows][:, None] + np.arange(count)[None, :]
+        w = self.words[rows[:, None], cols]
+        self.pos[rows] += count
+        return w
+
+    def uniform(self, m: int, rows: np.ndarray) -> np.ndarray:
+        """An integer uniform on ``[0, m)`` per row (int64; ``1 <= m <= 2**63``), by masked rejection."""
+        m = int(m)
+        rows = np.asarray(rows, dtype=np.int64)
+        if not 1 <= m <= 1 << 63:
+            raise ValueError(f"uniform needs 1 <= m <= 2**63, got {m}")
+        out = np.zeros(len(rows), dtype=np.uint64)
+        if m == 1:
+            return out.astype(np.int64)
+        mask = np.uint64((1 << (m - 1).bit_length()) - 1)
+        todo = np.arange(len(rows))
+        while len(todo):
+            x = self.take(rows[todo]) & mask
+            ok = x < np.uint64(m)
+            out[todo[ok]] = x[ok]
+            todo = todo[~ok]
+        return out.astype(np.int64)
+
+    def bernoulli(self, threshold: int | np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``(w >> 11) < T`` per row: boolean, probability ``T / 2**53``."""
+        u = self.take(rows) >> np.uint64(11)
+        return u < np.asarray(threshold, dtype=np.uint64)
+
+
+def wire_params(oracle: FrequencyOracle) -> dict[str, Any]:
+    """The integers a client needs to run ``oracle`` byte for byte (plus ``p``, ``q`` for reference)."""
+    out: dict[str, Any] = {"mechanism": oracle.name, "d": oracle.d, "p": oracle.p, "q": oracle.q}
+    if isinstance(oracle, OLH):
+        if oracle.hash.p != 2:
+            raise ValueError(f"{oracle!r}: the byte-driven procedure covers binary hash families only")
+        out.update(g=oracle.g, family=oracle.family.name, m=oracle.hash.m, k=oracle.hash.k)
+    elif isinstance(oracle, HadamardResponse):
+        out["K"] = oracle.K
+    elif isinstance(oracle, SubsetSelection):
+        out["k"] = oracle.k
+    if isinstance(oracle, (OUE, SUE)):
+        out["T_p"], out["T_q"] = bernoulli_threshold(oracle.p), bernoulli_threshold(oracle.q)
+    else:
+        out["T_p"] = bernoulli_threshold(oracle.p)
+    return out
+
+
+def _grr_bytes(values: np.ndarray, size: int, t_p: int, ws: WordStream, rows: np.ndarray) -> np.ndarray:
+    """GRR on ``[size]``: keep with ``bernoulli(T_p)``, else ``o = uniform(size - 1)``, ``o + (o >= v)``."""
+    keep = ws.bernoulli(t_p, rows)
+    out = values.astype(np.int64).copy()
+    flip = np.flatnonzero(~keep)
+    o = ws.uniform(size - 1, rows[flip])
+    out[flip] = o + (o >= out[flip])
+    return out
+
+
+def gf2_hash_one(seed: int, value: int, m: int, k: int) -> int:
+    """The ``gf2-affine`` hash of one value (pure-integer form of :class:`ldp.hashing.GF2AffineHash`):
+    words ``w_j = splitmix64(seed + (j + 1) * GOLDEN)``, rows ``w_j & (2**m - 1)`` (``j < k``), offset
+    ``w_k & (2**k - 1)``, bit ``j`` of ``h`` the parity of ``row_j & value``, then XOR the offset."""
+    seeds = np.full(1, seed % (1 << 64), dtype=np.uint64)
+    steps = (np.arange(1, k + 2, dtype=np.uint64) * GOLDEN).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        words = [int(w) for w in splitmix64(seeds[:, None] + steps[None, :])[0]]
+    h = 0
+    for j in range(k):
+        h |= (((words[j] & ((1 << m) - 1)) & value).bit_count() & 1) << j
+    return h ^ (words[k] & ((1 << k) - 1))
+
+
+def _ss_bytes(oracle: SubsetSelection, values: np.ndarray, t_p: int, ws: WordStream) -> np.ndarray:
+    """Subset selection: ``include = bernoulli(T_p)``, then Floyd's sampling of ``c = k - include``
+    distinct indices of ``[0, d - 1)`` (for ``j = d-1-c .. d-2``: ``t = uniform(j + 1)``, take ``j`` if
+    ``t`` is already taken, else ``t``), index ``x`` meaning value ``x + (x >= v)``; plus ``v`` when
+    included; sorted ascending."""
+    n, k, d = len(values), oracle.k, oracle.d
+    rows = np.arange(n)
+    include = ws.bernoulli(t_p, rows)
+    out = np.empty((n, k), dtype=np.int64)
+    big = d - 1
+    for inc in (True, False):
+        sel = rows[include == inc]
+        c = k - 1 if inc else k
+        chosen = np.zeros((len(sel), c), dtype=np.int64)
+        for step, j in enumerate(range(big - c, big)):
+            t = ws.uniform(j + 1, sel)
+            taken = (chosen[:, :step] == t[:, None]).any(axis=1)
+            chosen[:, step] = np.where(taken, j, t)
+        v = values[sel][:, None]
+        chosen = chosen + (chosen >= v)
+        if inc:
+            chosen = np.concatenate([chosen, v], axis=1)
+        out[sel] = np.sort(chosen, axis=1)
+    return out
+
+
+def encode_bytes(
+    oracle: FrequencyOracle,
+    values: Any,
+    random: WordStream | Sequence[bytes] | np.ndarray,
+    seeds: Any = None,
+) -> tuple[Reports, np.ndarray]:
+    """Encodes ``values`` with ``oracle``'s wire procedure from explicit random bytes.
+
+    Args:
+        oracle: one of :data:`BYTE_MECHANISMS` (OLH / BLH with a binary hash family).
+        values: integers in ``[0, d)``, one per report.
+        random: the reports' random bytes (see :class:`WordStream`), or a stream already in use.
+        seeds: OLH, BLH: the public 64-bit hash seeds (uint64 ``(n,)``); the procedure never draws them
+            from ``random`` (a real client reads them from its cryptographic source separately).
+
+    Returns:
+        ``(reports, consumed)``: the reports and the bytes each consumed.
+    """
+    vals = check_values(values, oracle.d)
+    ws = random if isinstance(random, WordStream) else WordStream(random)
+    if len(ws) != len(vals):
+        raise ValueError(f"{len(ws)} random byte strings for {len(vals)} values")
+    rows = np.arange(len(vals))
+    params = wire_params(oracle)
+    t_p = params["T_p"]
+    if isinstance(oracle, OLH):  # BLH too
+        if seeds is None:
+            raise ValueError(f"{oracle.name} needs the public seeds")
+        sd = np.asarray(seeds, dtype=np.uint64).reshape(-1)
+        if len(sd) != len(vals):
+            raise ValueError(f"{len(sd)} seeds for {len(vals)} values")
+        h = oracle.hash.hash(sd, vals)
+        reports = Reports(seeds=sd.copy(), values=_grr_bytes(h, oracle.g, t_p, ws, rows))
+    elif seeds is not None:
+        raise ValueError(f"{oracle.name} takes no seeds")
+    elif isinstance(oracle, GRR):
+        reports = Reports(values=_grr_bytes(vals, oracle.d, t_p, ws, rows))
+    elif isinstance(oracle, HadamardResponse):
+        want = ws.bernoulli(t_p, rows)
+        y = ws.uniform(oracle.K, rows).astype(np.uint64)
+        w = (vals + 1).astype(np.uint64)
+        in_set = (np.bitwise_count(y & w) & np.uint8(1)) == 0
+        low = w & (~w + np.uint64(1))
+        reports = Reports(values=np.where(in_set != want, y ^ low, y).astype(np.int64))
+    elif isinstance(oracle, (OUE, SUE)):
+        u = ws.take_block(rows, oracle.d) >> np.uint64(11)
+        thr = np.where(np.arange(oracle.d)[None, :] == vals[:, None], params["T_p"], params["T_q"])
+        bits = u < thr.astype(np.uint64)
+        reports = Reports(bits=np.packbits(bits, axis=1, bitorder="little"))
+    elif isinstance(oracle, SubsetSelection):
+        reports = Reports(items=_ss_bytes(oracle, vals, t_p, ws))
+    else:
+        raise ValueError(f"no byte-driven procedure for {oracle!r}; known: {BYTE_MECHANISMS}")
+    return reports, ws.consumed_bytes.copy()
+
+
+def bytes_needed(oracle: FrequencyOracle) -> int:
+    """Random bytes one report consumes at most when no rejection redraw happens (a buffer size hint)."""
+    if isinstance(oracle, (OUE, SUE)):
+        return 8 * oracle.d
+    if isinstance(oracle, SubsetSelection):
+        return 8 * (1 + oracle.k)
+    if isinstance(oracle, (GRR, OLH, BLH, HadamardResponse)):
+        return 16
+    raise ValueError(f"no byte-driven procedure for {oracle!r}")
+
+
+# ------------------------------------------------------------------------------------------------
+# JSON form
+# ------------------------------------------------------------------------------------------------
+def _b64(data: bytes) -> str:
+    return base64.b64encode(bytes(data)).decode("ascii")
+
+
+def report_to_json(record: dict[str, Any]) -> dict[str, Any]:
+    """An Avro report record (``transforms.records.reports_to_records``) in the JSON form: every member,
+    ``seed`` as a decimal string of the signed long, ``bits`` / ``client_id`` in base64."""
+    out: dict[str, Any] = {}
+    for name in REPORT_JSON_FIELDS:
+        v = record.get(name, 0 if name == "group" else None)
+        if v is not None and name == "seed":
+            v = str(int(v) - (1 << 64) if int(v) > _INT64_MAX else int(v))
+        elif v is not None and name in ("bits", "client_id"):
+            v = _b64(v)
+        out[name] = v
+    return out
+
+
+def reports_to_json(
+    task_id: str, reports: Reports, event_ms: Any, groups: Any = 0, *, schema_version: int = 2
+) -> list[dict[str, Any]]:
+    """A batch of :class:`~ldp.reports.Reports` as JSON-form reports."""
+    n = len(reports)
+    et = np.broadcast_to(np.asarray(event_ms, dtype=np.int64), (n,)).tolist()
+    grp = np.broadcast_to(np.asarray(groups, dtype=np.int64), (n,)).tolist()
+    cols: dict[str, list[Any]] = {}
+    for name, member in _PAYLOAD.items():
+        arr = getattr(reports, name)
+        if arr is None:
+            continue
+        if name == "seeds":
+            cols[member] = [str(s) for s in np.asarray(arr, dtype=np.uint64).view(np.int64).tolist()]
+        elif name == "bits":
+            cols[member] = [_b64(row.tobytes()) for row in np.ascontiguousarray(arr, dtype=np.uint8)]
+        elif name == "reals":
+            a = np.asarray(arr, dtype=np.float64)
+            cols[member] = a.tolist() if a.ndim == 2 else [[x] for x in a.tolist()]
+        else:
+            cols[member] = np.asarray(arr, dtype=np.int64).tolist()
+    out = []
+    for i in range(n):
+        rec: dict[str, Any] = dict.fromkeys(REPORT_JSON_FIELDS)
+        rec.update(task_id=task_id, schema_version=schema_version, event_time=et[i], group=grp[i])
+        for member, col in cols.items():
+            rec[member] = col[i]
+        out.append(rec)
+    return out
+
+
+def _from_b64(text: object, what: str, reason: str) -> bytes:
+    if not isinstance(text, str) or not _B64_RE.fullmatch(text):
+        raise WireFormatError(reason, f"{what} must be padded standard base64")
+    try:
+        return base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise WireFormatError(reason, f"{what} must be padded standard base64") from None
+
+
+def _as_double(x: object) -> object:
+    """A JSON integer in ``reals`` as the double it spells (``1`` is ``1.0``); anything else unchanged."""
+    if type(x) is int:
+        try:
+            return float(x)
+        except OverflowError:
+            return x
+    return x
+
+
+def report_from_json(obj: object) -> dict[str, Any]:
+    """The Avro report record a JSON-form report stands for (the validator then checks it as any record).
+
+    Raises:
+        WireFormatError: ``not_a_record`` (not an object), ``invalid_payload`` (a member the schema does
+            not have, ``bits`` not base64), ``invalid_seed`` (``seed`` not a canonical decimal string of a
+            signed 64-bit integer), ``invalid_client_id`` (``client_id`` not base64).
+    """
+    if not isinstance(obj, dict):
+        raise WireFormatError("not_a_record", "a report must be a JSON object")
+    extra = sorted(set(obj) - set(REPORT_JSON_FIELDS))
+    if extra:
+        raise WireFormatError("invalid_payload", f"unknown member(s) {', '.join(map(str, extra))[:200]}")
+    rec = {name: obj.get(name) for name in REPORT_JSON_FIELDS if name in obj}
+    seed = rec.get("seed")
+    if seed is not None:
+        if not isinstance(seed, str) or not _SEED_RE.fullmatch(seed) or seed == "-0":
+            raise WireFormatError(
+                "invalid_seed", "seed must be the decimal string of a signed 64-bit integer"
+            )
+        s = int(seed)
+        if not _INT64_MIN <= s <= _INT64_MAX:
+            raise WireFormatError("invalid_seed", "seed outside the signed 64-bit range")
+        rec["seed"] = s
+    if rec.get("bits") is not None:
+        rec["bits"] = _from_b64(rec["bits"], "bits", "invalid_payload")
+    if rec.get("client_id") is not None:
+        rec["client_id"] = _from_b64(rec["client_id"], "client_id", "invalid_client_id")
+    reals = rec.get("reals")
+    if isinstance(reals, list):
+        rec["reals"] = [_as_double(x) for x in reals]
+    return rec

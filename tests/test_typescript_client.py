@@ -1,0 +1,170 @@
+"""The TypeScript client (``clients/typescript``): build, conformance vectors, audit of its own output.
+
+Runs ``npm ci && npm run build && node --test`` in the package (the vectors of ``schemas/vectors/v1``
+under ``node --test``), then has the client draw 200,000 reports per input value with WebCrypto
+randomness (``node dist/src/cli.js``) and audits them here: every report accepted by the project's
+validator; the eps-LDP audit of ``tests/test_oracles.py`` at eps 0.5, 1 and 4 (one-sided Clopper-Pearson
+bounds at level 1e-6 per output; fail only when the ratio most favourable to the mechanism exceeds
+e^eps); and a two-sample chi-square test against ``oracle.encode`` of the Python core (fail at p-value
+< 1e-6).
+
+Skipped, with the reason, when node or npm is missing, unless ``LDP_REQUIRE_NODE=1``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ldp.oracles import OLH
+from ldp.reports import Reports
+from ldp.task import parse_task
+from ldp.vectors import BYTE_MECHANISMS, report_from_json, wire_params
+from transforms.records import ReportValidator
+
+#: integration tier: every test drives node in a subprocess (a minute in all)
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "clients" / "typescript"
+N_PER_VALUE = 200_000
+D = 6
+
+
+def _require_node() -> tuple[str, str]:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node and npm:
+        return node, npm
+    missing = " and ".join(name for name, path in (("node", node), ("npm", npm)) if not path)
+    if os.environ.get("LDP_REQUIRE_NODE") == "1":
+        pytest.fail(f"{missing} not found on PATH and LDP_REQUIRE_NODE=1")
+    pytest.skip(f"{missing} not found on PATH (set LDP_REQUIRE_NODE=1 to make this a failure)")
+
+
+def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=PACKAGE, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode:
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+@pytest.fixture(scope="module")
+def built() -> str:
+    """The package installed from its lock file and compiled; returns the node executable."""
+    node, npm = _require_node()
+    _run([npm, "ci", "--no-audit", "--no-fund"], timeout=600)
+    _run([npm, "run", "build"], timeout=600)
+    return node
+
+
+def test_node_conformance_vectors(built):
+    proc = _run([built, "--test"], timeout=600)
+    assert "# fail 0" in proc.stdout and "# pass 0" not in proc.stdout, proc.stdout[-2000:]
+
+
+def _sample(node: str, task: dict, value: int, out: Path) -> dict:
+    task_file = out.with_suffix(".task.json")
+    task_file.write_text(json.dumps(task), encoding="utf-8")
+    _run([node, "dist/src/cli.js", "--task", str(task_file), "--value", str(value),
+          "--count", str(N_PER_VALUE), "--out", str(out)], timeout=600)
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _reports(doc: dict, d: int) -> Reports:
+    """The sampled payload columns as a numpy batch."""
+    fields = {}
+    if "value" in doc:
+        fields["values"] = np.array(doc["value"], dtype=np.int64)
+    if "seed" in doc:
+        fields["seeds"] = np.array(doc["seed"]).astype(np.int64).view(np.uint64)
+    if "bits" in doc:
+        raw = b"".join(base64.b64decode(s) for s in doc["bits"])
+        fields["bits"] = np.frombuffer(raw, dtype=np.uint8).reshape(len(doc["bits"]), (d + 7) // 8)
+    if "items" in doc:
+        fields["items"] = np.array(doc["items"], dtype=np.int64)
+    return Reports(**fields)
+
+
+def _records(doc: dict, task_id: str, count: int) -> list[dict]:
+    """The first ``count`` sampled reports as JSON-form reports."""
+    out = []
+    for i in range(count):
+        rec = {"task_id": task_id, "schema_version": 2, "event_time": 1767225600000 + i, "group": 0}
+        for member in ("value", "seed", "bits", "items"):
+            rec[member] = doc[member][i] if member in doc else None
+        out.append(rec)
+    return out
+
+
+def _keys(oracle, reports: Reports, v1: int, v2: int) -> np.ndarray:
+    """One integer per report naming its wire output (OLH: which of v1, v2 it supports and whether they
+    collide, a function of the output), as in tests/test_oracles.py."""
+    if reports.bits is not None:
+        bits = np.unpackbits(reports.bits, axis=1, count=oracle.d, bitorder="little").astype(np.int64)
+        return bits @ (1 << np.arange(oracle.d))
+    if reports.items is not None:
+        return reports.items @ (oracle.d ** np.arange(reports.items.shape[1]))
+    if reports.seeds is not None:
+        h1 = oracle.hash.hash(reports.seeds, np.full(len(reports), v1))
+        h2 = oracle.hash.hash(reports.seeds, np.full(len(reports), v2))
+        return 4 * (h1 == h2) + 2 * (reports.values == h1) + (reports.values == h2)
+    return reports.values
+
+
+def _worst_ratio(k1: np.ndarray, k2: np.ndarray, level: float = 1e-6) -> float:
+    """Largest Clopper-Pearson-conservative ratio P[y | v1] / P[y | v2] over outputs y (both ways)."""
+    keys = np.union1d(k1, k2)
+    c1 = np.bincount(np.searchsorted(keys, k1), minlength=len(keys))
+    c2 = np.bincount(np.searchsorted(keys, k2), minlength=len(keys))
+    worst = 0.0
+    for a, na, b, nb in ((c1, len(k1), c2, len(k2)), (c2, len(k2), c1, len(k1))):
+        lower = np.where(a > 0, stats.beta.ppf(level, np.maximum(a, 1), na - a + 1), 0.0)
+        upper = stats.beta.ppf(1 - level, b + 1, np.maximum(nb - b, 1))
+        worst = max(worst, float(np.max(lower / upper)))
+    return worst
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
+@pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
+def test_typescript_output_passes_the_epsilon_ldp_audit(built, mechanism, eps, tmp_path):
+    task_json = {"task_id": f"ts-{mechanism}", "mechanism": mechanism, "epsilon": eps, "domain_size": D}
+    task = parse_task(task_json)
+    oracle = task.make_oracle()
+    docs = [_sample(built, task_json, v, tmp_path / f"v{v}.json") for v in (0, D - 1)]
+    for doc in docs:
+        assert doc["count"] == N_PER_VALUE
+        got = doc["params"]
+        want = wire_params(oracle)
+        assert {k: v for k, v in got.items() if k not in ("p", "q")} == \
+            {k: v for k, v in want.items() if k not in ("p", "q")}
+    records = _records(docs[0], task.task_id, 2000)
+    batch = ReportValidator(task).validate([report_from_json(r) for r in records])
+    assert not batch.dead_letters and batch.n_accepted == 2000
+    reports = [_reports(doc, D) for doc in docs]
+    ok, _ = oracle.validate(reports[0])
+    assert ok.all()
+    k1, k2 = (_keys(oracle, r, 0, D - 1) for r in reports)
+    assert _worst_ratio(k1, k2) <= math.exp(eps)
+    # the same distribution as the Python oracle's own encoder (input 0)
+    rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(BYTE_MECHANISMS.index(mechanism),
+                                                                              int(2 * eps))))
+    py = _keys(oracle, oracle.encode(np.zeros(N_PER_VALUE, dtype=np.int64), rng=rng), 0, D - 1)
+    keys = np.union1d(k1, py)
+    table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (k1, py)])
+    table = table[:, table.sum(axis=0) >= 10]  # cells with enough mass for the chi-square approximation
+    if table.shape[1] > 1:
+        assert stats.chi2_contingency(table)[1] > 1e-6
+    if isinstance(oracle, OLH):  # the seeds are uniform 64-bit words: their top bit is a fair coin
+        top = (reports[0].seeds >> np.uint64(63)).astype(np.int64)
+        assert abs(top.mean() - 0.5) < 5 * math.sqrt(0.25 / N_PER_VALUE)

@@ -1,0 +1,313 @@
+"""Wire-format conformance vectors (``schemas/vectors/v1``) and the byte-driven reference encoders.
+
+* The committed vector files are exactly what ``tools/vectors/generate.py`` produces.
+* The Python core reproduces every vector: encode (bytes -> report, every byte consumed), aggregate
+  (reports -> support counts exactly, estimates within the files' stated tolerance 1e-12 relative),
+  dead letters (report -> reason).
+* The byte-driven encoders are distributed as the oracles: thresholds within 2**-53 of ``p`` and ``q``;
+  unbiased under the project's estimator (|error| < 5 standard deviations of Eq. 4 per value: a false
+  failure rate of about 6e-7 per value); the eps-LDP audit of ``tests/test_oracles.py`` (one-sided
+  Clopper-Pearson bounds at level 1e-6 per output, fail only when the ratio most favourable to the
+  mechanism exceeds e^eps) at eps 0.5, 1 and 4; and a two-sample chi-square test against the oracle's
+  own encoder (fail at p-value < 1e-6).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import schemas
+from ldp.oracles import OLH, make_oracle
+from ldp.task import parse_task
+from ldp.vectors import (
+    BYTE_MECHANISMS,
+    REPORT_JSON_FIELDS,
+    WordStream,
+    bernoulli_threshold,
+    bytes_needed,
+    encode_bytes,
+    gf2_hash_one,
+    report_from_json,
+    report_to_json,
+    reports_to_json,
+    wire_params,
+)
+from transforms.records import REASONS, ReportValidator, reports_to_records
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTORS = ROOT / "schemas" / "vectors" / "v1"
+SEED = np.random.SeedSequence(20261201)
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("wire_vectors_generate", ROOT / "tools/vectors/generate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _load(name: str) -> dict:
+    return json.loads((VECTORS / name).read_text(encoding="utf-8"))
+
+
+def _rng(*key: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(SEED.entropy, spawn_key=key))
+
+
+# ------------------------------------------------------------------------------------------------
+# the committed vectors
+# ------------------------------------------------------------------------------------------------
+def test_committed_vectors_are_the_generators_output():
+    gen = _generator()
+    files = gen.build_vectors()
+    committed = sorted(p.name for p in VECTORS.glob("*.json"))
+    assert committed == sorted(files)
+    for name, doc in files.items():
+        assert (VECTORS / name).read_text(encoding="utf-8") == gen.render(doc), (
+            f"{name} differs from tools/vectors/generate.py's output; regenerate it"
+        )
+
+
+@pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
+def test_encode_vectors_reproduce(mechanism):
+    doc = _load(f"encode_{mechanism}.json")
+    assert doc["vectors_version"] == 1 and doc["schema_version"] == schemas.SCHEMA_VERSION
+    assert len(doc["cases"]) >= 2
+    for case in doc["cases"]:
+        task = parse_task(case["task"])
+        oracle = task.make_oracle()
+        assert wire_params(oracle) == case["params"]
+        for vec in case["vectors"]:
+            raw = bytes.fromhex(vec["random"])
+            seeds = None if vec["seed_u64"] is None else np.array([int(vec["seed_u64"])], dtype=np.uint64)
+            reports, used = encode_bytes(oracle, [vec["value"]], [raw], seeds)
+            assert int(used[0]) == len(raw)  # every byte of the vector consumed, no more
+            got = reports_to_json(task.task_id, reports, vec["event_time"])[0]
+            assert got == vec["report"]
+            if seeds is not None:
+                h = int(oracle.hash.hash(seeds, np.array([vec["value"]]))[0])
+                assert h == vec["hash"] == gf2_hash_one(int(vec["seed_u64"]), vec["value"], oracle.hash.m,
+                                                        oracle.hash.k)
+            if len(raw) >= 8:  # one byte fewer is refused, never padded
+                with pytest.raises(ValueError, match="exhausted"):
+                    encode_bytes(oracle, [vec["value"]], [raw[:-8]], seeds)
+
+
+@pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
+def test_aggregate_vectors_reproduce(mechanism):
+    doc = _load(f"aggregate_{mechanism}.json")
+    tol = doc["tolerance"]
+    assert tol == 1e-12
+    for case in doc["cases"]:
+        task = parse_task(case["task"])
+        oracle = task.make_oracle()
+        batch = ReportValidator(task).validate([report_from_json(r) for r in case["reports"]])
+        assert not batch.dead_letters
+        est = oracle.estimate(oracle.add(oracle.create_accumulator(), batch.reports))
+        assert est.n == case["n"] == len(case["reports"])
+        assert est.support_counts.tolist() == case["support_counts"]
+        for key in ("frequencies", "variance", "variance_with_f"):
+            want = np.array(case[key])
+            assert np.all(np.abs(getattr(est, key) - want) <= tol * np.maximum(1.0, np.abs(want))), key
+
+
+def test_dead_letter_vectors_reproduce():
+    doc = _load("dead_letters.json")
+    seen = set()
+    for case in doc["cases"]:
+        task = parse_task(case["task"])
+        if case["stage"] == "json":
+            with pytest.raises(ValueError) as err:
+                report_from_json(case["report"])
+            assert err.value.reason == case["reason"], case["what"]
+        else:
+            batch = ReportValidator(task).validate([report_from_json(case["report"])])
+            got = batch.dead_letters[0]["reason"] if batch.dead_letters else None
+            assert got == case["reason"], case["what"]
+            assert batch.n_accepted == (case["reason"] is None)
+        seen.add(case["reason"])
+    # every reason one report can earn on its own (the rest: decoding, budget state)
+    single = {"not_a_record", "wrong_schema_version", "wrong_task", "missing_field", "invalid_event_time",
+              "invalid_group", "invalid_seed", "invalid_payload", "out_of_domain", "invalid_client_id",
+              "missing_client_id"}
+    assert single <= seen and single <= set(REASONS)
+    assert None in seen
+
+
+# ------------------------------------------------------------------------------------------------
+# the JSON form
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
+def test_json_form_maps_one_to_one_onto_avro_records(mechanism):
+    oracle = make_oracle(mechanism, 1.0, 12)
+    rng = _rng(1, BYTE_MECHANISMS.index(mechanism))
+    reports = oracle.encode(rng.integers(0, 12, size=50), rng=rng)
+    ids = rng.integers(0, 256, size=(50, 32), dtype=np.uint8)
+    records = reports_to_records("t", reports, 1767225600000 + np.arange(50), 0, client_ids=ids)
+    as_json = [report_to_json(r) for r in records]
+    assert as_json == [
+        {**j, "client_id": report_to_json(r)["client_id"]}
+        for j, r in zip(reports_to_json("t", reports, 1767225600000 + np.arange(50)), records)
+    ]
+    for rec, js in zip(records, as_json):
+        assert tuple(js) == REPORT_JSON_FIELDS
+        assert json.loads(json.dumps(js)) == js  # plain JSON, no big numbers
+        if js["seed"] is not None:
+            assert isinstance(js["seed"], str) and -(2**63) <= int(js["seed"]) < 2**63
+        back = report_from_json(json.loads(json.dumps(js)))
+        assert back == rec
+        schemas.validate_record("report", back)
+
+
+def test_json_form_reals_integers_become_doubles():
+    rec = report_from_json({"task_id": "t", "schema_version": 2, "event_time": 0, "reals": [1, 2.5]})
+    assert rec["reals"] == [1.0, 2.5] and all(type(x) is float for x in rec["reals"])
+
+
+# ------------------------------------------------------------------------------------------------
+# the byte-level primitives
+# ------------------------------------------------------------------------------------------------
+def test_word_stream_reads_little_endian_words_and_rejects_exactly():
+    ws = WordStream([bytes(range(8)) + bytes([0xFF] * 8) + (5).to_bytes(8, "little")])
+    assert int(ws.take(np.array([0]))[0]) == 0x0706050403020100
+    # m = 6: mask 7; 0xff..ff & 7 = 7 >= 6 is redrawn, then 5 is accepted
+    assert ws.uniform(6, np.array([0])).tolist() == [5]
+    assert ws.consumed_bytes.tolist() == [24]
+    assert ws.uniform(1, np.array([0])).tolist() == [0]  # m = 1 consumes nothing
+    assert ws.consumed_bytes.tolist() == [24]
+
+
+def test_bernoulli_threshold_is_the_53_bit_comparison():
+    assert bernoulli_threshold(0.5) == 1 << 52
+    for p in (1e-3, 0.25, 1 / 3, 0.7310585786300049, 1 - 2**-40):
+        t = bernoulli_threshold(p)
+        # u < T  <=>  u * 2**-53 < p, for u = T - 1 and u = T
+        assert (t - 1) * 2.0**-53 < p <= t * 2.0**-53
+        assert abs(t / 2**53 - p) < 2**-53
+    with pytest.raises(ValueError):
+        bernoulli_threshold(1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# the byte-driven encoders are distributed as the oracles
+# ------------------------------------------------------------------------------------------------
+def _byte_encode(oracle, values: np.ndarray, rng: np.random.Generator, chunk: int = 25_000):
+    """Byte-driven reports of ``values`` from seeded random bytes, in chunks (48 spare words a report)."""
+    width = bytes_needed(oracle) + 8 * 48
+    parts = []
+    for start in range(0, len(values), chunk):
+        v = values[start : start + chunk]
+        raw = rng.integers(0, 256, size=(len(v), width), dtype=np.uint8)
+        seeds = rng.integers(0, 2**64 - 1, size=len(v), dtype=np.uint64, endpoint=True) \
+            if isinstance(oracle, OLH) else None
+        parts.append(encode_bytes(oracle, v, raw, seeds)[0])
+    from ldp.reports import Reports
+
+    return Reports.concat(parts)
+
+
+def _wire_keys(oracle, reports, v1: int, v2: int) -> np.ndarray:
+    """One integer per report naming its wire output (OLH: which of v1, v2 it supports and whether they
+    collide, a function of the output), as in tests/test_oracles.py."""
+    if reports.bits is not None:
+        bits = np.unpackbits(reports.bits, axis=1, count=oracle.d, bitorder="little").astype(np.int64)
+        return bits @ (1 << np.arange(oracle.d))
+    if reports.items is not None:
+        return reports.items.astype(np.int64) @ (oracle.d ** np.arange(reports.items.shape[1]))
+    if reports.seeds is not None:
+        h1 = oracle.hash.hash(reports.seeds, np.full(len(reports), v1))
+        h2 = oracle.hash.hash(reports.seeds, np.full(len(reports), v2))
+        return 4 * (h1 == h2) + 2 * (reports.values == h1) + (reports.values == h2)
+    return reports.values
+
+
+def _worst_ratio(k1: np.ndarray, k2: np.ndarray, level: float = 1e-6) -> float:
+    """Largest Clopper-Pearson-conservative ratio P[y | v1] / P[y | v2] over outputs y (both ways)."""
+    keys = np.union1d(k1, k2)
+    c1 = np.bincount(np.searchsorted(keys, k1), minlength=len(keys))
+    c2 = np.bincount(np.searchsorted(keys, k2), minlength=len(keys))
+    worst = 0.0
+    for a, na, b, nb in ((c1, len(k1), c2, len(k2)), (c2, len(k2), c1, len(k1))):
+        lower = np.where(a > 0, stats.beta.ppf(level, np.maximum(a, 1), na - a + 1), 0.0)
+        upper = stats.beta.ppf(1 - level, b + 1, np.maximum(nb - b, 1))
+        worst = max(worst, float(np.max(lower / upper)))
+    return worst
+
+
+@pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
+def test_thresholds_realize_the_oracles_probabilities(mechanism):
+    for eps, d in ((0.5, 6), (1.0, 16), (4.0, 100)):
+        oracle = make_oracle(mechanism, eps, d)
+        params = wire_params(oracle)
+        assert abs(params["T_p"] / 2**53 - oracle.p) < 2**-53
+        if "T_q" in params:
+            assert abs(params["T_q"] / 2**53 - oracle.q) < 2**-53
+
+
+@pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
+def test_byte_driven_estimates_are_unbiased(mechanism):
+    d, n = 8, 200_000
+    oracle = make_oracle(mechanism, 1.0, d)
+    rng = _rng(2, BYTE_MECHANISMS.index(mechanism))
+    w = 1.0 / np.arange(1, d + 1) ** 1.2
+    w[-2:] = 0.0
+    values = rng.choice(d, size=n, p=w / w.sum())
+    est = oracle.estimate_reports(_byte_encode(oracle, values, rng))
+    f = np.bincount(values, minlength=d) / n
+    z = (est.frequencies - f) / np.sqrt(oracle.variance(n, f))
+    assert np.all(np.abs(z) < 5), z
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
+@pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
+def test_byte_driven_outputs_pass_the_epsilon_ldp_audit(mechanism, eps):
+    d, n = 6, 100_000
+    oracle = make_oracle(mechanism, eps, d)
+    rng = _rng(3, BYTE_MECHANISMS.index(mechanism), int(eps * 2))
+    k1 = _wire_keys(oracle, _byte_encode(oracle, np.zeros(n, dtype=np.int64), rng), 0, d - 1)
+    k2 = _wire_keys(oracle, _byte_encode(oracle, np.full(n, d - 1), rng), 0, d - 1)
+    assert _worst_ratio(k1, k2) <= math.exp(eps)
+
+
+@pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
+def test_byte_driven_outputs_match_the_oracles_encoder(mechanism):
+    """Two-sample chi-square on the wire keys of one input: byte-driven against ``oracle.encode``."""
+    d, n = 6, 100_000
+    oracle = make_oracle(mechanism, 1.0, d)
+    rng = _rng(4, BYTE_MECHANISMS.index(mechanism))
+    v = np.full(n, 2)
+    a = _wire_keys(oracle, _byte_encode(oracle, v, rng), 2, 3)
+    b = _wire_keys(oracle, oracle.encode(v, rng=rng), 2, 3)
+    keys = np.union1d(a, b)
+    table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (a, b)])
+    table = table[:, table.sum(axis=0) >= 10]  # cells with enough mass for the chi-square approximation
+    assert stats.chi2_contingency(table)[1] > 1e-6
+
+
+def test_gf2_hash_one_matches_the_vectorized_family():
+    rng = _rng(5)
+    for d, g in ((16, 4), (1000, 8), (2**20, 2)):
+        h = OLH(1.0, d, g=g).hash
+        seeds = rng.integers(0, 2**64 - 1, size=50, dtype=np.uint64, endpoint=True)
+        vals = rng.integers(0, d, size=50)
+        want = h.hash(seeds, vals).tolist()
+        assert [gf2_hash_one(int(s), int(v), h.m, h.k) for s, v in zip(seeds, vals)] == want
+
+
+def test_encode_bytes_refuses_bad_calls():
+    oracle = make_oracle("olh", 1.0, 16)
+    with pytest.raises(ValueError, match="seeds"):
+        encode_bytes(oracle, [1], [bytes(16)])
+    with pytest.raises(ValueError, match="no seeds"):
+        encode_bytes(make_oracle("grr", 1.0, 4), [1], [bytes(16)], np.zeros(1, dtype=np.uint64))
+    with pytest.raises(ValueError, match="random byte strings"):
+        encode_bytes(make_oracle("grr", 1.0, 4), [1, 2], [bytes(16)])
+    with pytest.raises(ValueError, match="outside the domain"):
+        encode_bytes(make_oracle("grr", 1.0, 4), [4], [bytes(16)])

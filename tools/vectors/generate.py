@@ -1,0 +1,292 @@
+"""Generates the wire-format conformance vectors (``schemas/vectors/v1/*.json``; ``docs/wire_format.md``).
+
+    python tools/vectors/generate.py            # (re)writes schemas/vectors/v1/
+    python tools/vectors/generate.py --check    # exit status 1 when the committed files differ
+
+Three kinds of file, all deterministic (explicit seeds):
+
+* ``encode_<mechanism>.json``: per parameter set, the task, the client parameters (``wire_params``) and
+  vectors ``(value, seed_u64, random bytes hex) -> report`` (JSON form; ``hash`` is ``h(value)`` for OLH,
+  BLH) from :func:`ldp.vectors.encode_bytes`;
+  ``random`` holds exactly the bytes the report consumes.
+* ``aggregate_<mechanism>.json``: a list of JSON reports -> the accepted count, support counts and
+  estimates of the project's oracle (``transforms.records.ReportValidator``, ``oracle.add``, ``estimate``).
+* ``dead_letters.json``: refused reports -> the dead-letter reason (the JSON-form mapping
+  :func:`ldp.vectors.report_from_json`, then ``ReportValidator``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ldp.task import parse_task  # noqa: E402
+from ldp.vectors import (  # noqa: E402
+    WIRE_VECTORS_VERSION,
+    WireFormatError,
+    bytes_needed,
+    encode_bytes,
+    report_from_json,
+    reports_to_json,
+    wire_params,
+)
+from transforms.records import ReportValidator  # noqa: E402
+
+OUT_DIR = ROOT / "schemas" / "vectors" / f"v{WIRE_VECTORS_VERSION}"
+EVENT_MS = 1767225600000  # 2026-01-01T00:00:00Z
+#: tolerance of every float in the aggregate vectors: |got - want| <= TOL * max(1, |want|)
+TOLERANCE = 1e-12
+#: encode vectors per parameter set (plus the candidate with the most rejection redraws)
+VECTORS_PER_CASE = 8
+
+#: parameter sets per mechanism: extra task keys beyond task_id and mechanism
+CASES: dict[str, list[dict[str, Any]]] = {
+    "grr": [{"epsilon": 1.0, "domain_size": 4}, {"epsilon": 0.5, "domain_size": 10},
+            {"epsilon": 4.0, "domain_size": 100}],
+    "olh": [{"epsilon": 1.0, "domain_size": 16}, {"epsilon": 2.0, "domain_size": 1000},
+            {"epsilon": 4.0, "domain_size": 64, "hash": {"g": 8}}],
+    "blh": [{"epsilon": 1.0, "domain_size": 8}, {"epsilon": 0.5, "domain_size": 1000}],
+    "oue": [{"epsilon": 1.0, "domain_size": 8}, {"epsilon": 4.0, "domain_size": 20}],
+    "sue": [{"epsilon": 1.0, "domain_size": 8}, {"epsilon": 2.0, "domain_size": 13}],
+    "hr": [{"epsilon": 1.0, "domain_size": 7}, {"epsilon": 2.0, "domain_size": 16}],
+    "ss": [{"epsilon": 1.0, "domain_size": 8}, {"epsilon": 0.5, "domain_size": 16},
+           {"epsilon": 1.0, "domain_size": 100}],
+}
+#: seeds every OLH / BLH case includes: 0, 2**64 - 1 (signed -1) and 2**63 (signed minimum)
+EDGE_SEEDS = (0, (1 << 64) - 1, 1 << 63)
+
+
+def _task(mechanism: str, index: int, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"task_id": f"wire-{mechanism}-{index}", "mechanism": mechanism, **extra}
+
+
+def _encode_case(mechanism: str, index: int, extra: dict[str, Any], rng: np.random.Generator) -> dict:
+    task_json = _task(mechanism, index, extra)
+    task = parse_task(task_json)
+    oracle = task.make_oracle()
+    d = oracle.d
+    n = 64
+    values = rng.integers(0, d, size=n)
+    values[:2] = (0, d - 1)
+    width = bytes_needed(oracle) + 8 * 64
+    raw = rng.integers(0, 256, size=(n, width), dtype=np.uint8)
+    seeds = None
+    if mechanism in ("olh", "blh"):
+        seeds = rng.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
+        seeds[: len(EDGE_SEEDS)] = np.array(EDGE_SEEDS, dtype=np.uint64)
+    reports, used = encode_bytes(oracle, values, raw, seeds)
+    pick = list(range(VECTORS_PER_CASE))
+    most = int(np.argmax(used))
+    if most not in pick:
+        pick.append(most)
+    records = reports_to_json(task.task_id, reports.take(np.array(pick)),
+                              EVENT_MS + 1000 * np.arange(len(pick)))
+    hashed = None if seeds is None else oracle.hash.hash(seeds, values)
+    vectors = []
+    for j, i in enumerate(pick):
+        vectors.append({
+            "value": int(values[i]),
+            "seed_u64": None if seeds is None else str(int(seeds[i])),
+            "hash": None if hashed is None else int(hashed[i]),
+            "random": raw[i, : used[i]].tobytes().hex(),
+            "event_time": EVENT_MS + 1000 * j,
+            "report": records[j],
+        })
+    return {"task": task_json, "params": wire_params(oracle), "vectors": vectors}
+
+
+def _aggregate_case(mechanism: str, index: int, extra: dict[str, Any], rng: np.random.Generator) -> dict:
+    task_json = _task(mechanism, index, extra)
+    task = parse_task(task_json)
+    oracle = task.make_oracle()
+    d = oracle.d
+    n = 40
+    values = rng.integers(0, max(2, d // 3), size=n)  # skewed: the low third of the domain
+    raw = rng.integers(0, 256, size=(n, bytes_needed(oracle) + 8 * 64), dtype=np.uint8)
+    seeds = None
+    if mechanism in ("olh", "blh"):
+        seeds = rng.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
+    reports, _ = encode_bytes(oracle, values, raw, seeds)
+    records = reports_to_json(task.task_id, reports, EVENT_MS + 1000 * np.arange(n))
+    batch = ReportValidator(task).validate([report_from_json(r) for r in records])
+    if batch.dead_letters:
+        raise RuntimeError(f"{task.task_id}: a generated report was refused: {batch.dead_letters[0]}")
+    acc = oracle.add(oracle.create_accumulator(), batch.reports)
+    est = oracle.estimate(acc)
+    return {
+        "task": task_json,
+        "reports": records,
+        "n": int(est.n),
+        "support_counts": [int(round(c)) for c in est.support_counts.tolist()],
+        "frequencies": est.frequencies.tolist(),
+        "variance": est.variance.tolist(),
+        "variance_with_f": est.variance_with_f.tolist(),
+    }
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _dead_letter_cases() -> list[dict[str, Any]]:
+    """Refused (and two accepted) reports of a few tasks, each a small change of a valid report."""
+    grr = {"task_id": "wire-dl-grr", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4, "n_groups": 2}
+    olh = {"task_id": "wire-dl-olh", "mechanism": "olh", "epsilon": 1.0, "domain_size": 16}
+    oue = {"task_id": "wire-dl-oue", "mechanism": "oue", "epsilon": 1.0, "domain_size": 12}
+    ss = {"task_id": "wire-dl-ss", "mechanism": "ss", "epsilon": 1.0, "domain_size": 8}
+    hr = {"task_id": "wire-dl-hr", "mechanism": "hr", "epsilon": 1.0, "domain_size": 7}
+    ids = {"task_id": "wire-dl-ids", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4,
+           "budget": {"reports_per_period": 1, "period_s": 86400, "client_ids": True}}
+
+    def base(task: dict[str, Any], **payload: Any) -> dict[str, Any]:
+        rec = {"task_id": task["task_id"], "schema_version": 2, "event_time": EVENT_MS, "group": 0,
+               "value": None, "seed": None, "bits": None, "items": None, "reals": None, "client_id": None}
+        rec.update(payload)
+        return rec
+
+    def drop(rec: dict[str, Any], key: str) -> dict[str, Any]:
+        return {k: v for k, v in rec.items() if k != key}
+
+    g = base(grr, value=2)
+    o = base(olh, value=1, seed="-6406931151052310911")
+    u = base(oue, bits=_b64(bytes([0b00000101, 0b00000001])))
+    s = base(ss, items=[1, 5])
+    h = base(hr, value=3)
+    cid = _b64(bytes(range(32)))
+    cases: list[tuple[str, dict[str, Any], object]] = [
+        ("a valid GRR report", grr, g),
+        ("a valid GRR report, group 1, members left out", grr,
+         drop(drop({**g, "group": 1}, "bits"), "client_id")),
+        ("not a JSON object", grr, [g]),
+        ("schema version 1", grr, {**g, "schema_version": 1}),
+        ("schema_version null", grr, {**g, "schema_version": None}),
+        ("task_id absent", grr, drop(g, "task_id")),
+        ("another task", grr, {**g, "task_id": "other"}),
+        ("event_time absent", grr, drop(g, "event_time")),
+        ("event_time negative", grr, {**g, "event_time": -1}),
+        ("event_time in 2200", grr, {**g, "event_time": 7258118400000}),
+        ("event_time a string", grr, {**g, "event_time": "2026-01-01T00:00:00Z"}),
+        ("group = n_groups", grr, {**g, "group": 2}),
+        ("group negative", grr, {**g, "group": -1}),
+        ("group null", grr, {**g, "group": None}),
+        ("value null", grr, {**g, "value": None}),
+        ("value not an integer", grr, {**g, "value": 1.5}),
+        ("value a boolean", grr, {**g, "value": True}),
+        ("value = d", grr, {**g, "value": 4}),
+        ("value negative", grr, {**g, "value": -1}),
+        ("a payload member the mechanism does not use", grr, {**g, "items": [1]}),
+        ("an unknown member", grr, {**g, "extra": 1}),
+        ("client_id of 65 bytes", grr, {**g, "client_id": _b64(bytes(65))}),
+        ("client_id empty", grr, {**g, "client_id": ""}),
+        ("client_id not base64", grr, {**g, "client_id": "not base64!"}),
+        ("client_id absent where the budget counts clients", ids, {**g, "task_id": ids["task_id"]}),
+        ("client_id present where the budget counts clients", ids,
+         {**g, "task_id": ids["task_id"], "client_id": cid}),
+        ("a valid OLH report", olh, o),
+        ("seed absent", olh, drop(o, "seed")),
+        ("seed a JSON number", olh, {**o, "seed": 12345}),
+        ("seed with a leading zero", olh, {**o, "seed": "012345"}),
+        ("seed -0", olh, {**o, "seed": "-0"}),
+        ("seed 2**63", olh, {**o, "seed": "9223372036854775808"}),
+        ("seed -(2**63) - 1", olh, {**o, "seed": "-9223372036854775809"}),
+        ("bucket = g", olh, {**o, "value": 4}),
+        ("a valid OUE report", oue, u),
+        ("bits of the wrong length", oue, {**u, "bits": _b64(bytes(3))}),
+        ("bits padding set (bit 12 of d = 12)", oue, {**u, "bits": _b64(bytes([0, 0b00010000]))}),
+        ("bits not padded base64", oue, {**u, "bits": "AAA"}),
+        ("bits in the URL-safe alphabet", oue, {**u, "bits": "_-8="}),
+        ("a valid SS report", ss, s),
+        ("items not sorted", ss, {**s, "items": [5, 1]}),
+        ("items repeated", ss, {**s, "items": [3, 3]}),
+        ("items: too few", ss, {**s, "items": [3]}),
+        ("item = d", ss, {**s, "items": [1, 8]}),
+        ("items not integers", ss, {**s, "items": [1.0, 5.0]}),
+        ("a valid HR report", hr, h),
+        ("HR output = K", hr, {**h, "value": 8}),
+    ]
+    out = []
+    for what, task_json, report in cases:
+        task = parse_task(task_json)
+        stage, reason = "validator", None
+        try:
+            rec = report_from_json(report)
+        except WireFormatError as exc:
+            stage, reason = "json", exc.reason
+        else:
+            batch = ReportValidator(task).validate([rec])
+            if batch.dead_letters:
+                reason = batch.dead_letters[0]["reason"]
+        out.append({"what": what, "task": task_json, "report": report, "stage": stage, "reason": reason})
+    return out
+
+
+def build_vectors() -> dict[str, Any]:
+    """File name -> JSON document of every conformance vector file."""
+    files: dict[str, Any] = {}
+    head = {"vectors_version": WIRE_VECTORS_VERSION, "schema_version": 2}
+    for k, (mechanism, cases) in enumerate(CASES.items()):
+        rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(1, k)))
+        files[f"encode_{mechanism}.json"] = {
+            **head, "mechanism": mechanism,
+            "cases": [_encode_case(mechanism, i, c, rng) for i, c in enumerate(cases)],
+        }
+        rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(2, k)))
+        files[f"aggregate_{mechanism}.json"] = {
+            **head, "mechanism": mechanism, "tolerance": TOLERANCE,
+            "cases": [_aggregate_case(mechanism, i, c, rng) for i, c in enumerate(cases)],
+        }
+    files["dead_letters.json"] = {**head, "cases": _dead_letter_cases()}
+    return files
+
+
+def _render(doc: Any, indent: str) -> str:
+    if isinstance(doc, dict) and doc:
+        inner = indent + " "
+        items = [f"{inner}{json.dumps(k)}: {_render(v, inner)}" for k, v in sorted(doc.items())]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    if isinstance(doc, list) and any(isinstance(x, (dict, list)) for x in doc):
+        inner = indent + " "
+        return "[\n" + ",\n".join(inner + _render(x, inner) for x in doc) + "\n" + indent + "]"
+    return json.dumps(doc, sort_keys=True)
+
+
+def render(doc: Any) -> str:
+    """The committed text of a vector file: sorted keys, one member per line, lists of numbers and
+    strings on one line, a trailing newline."""
+    return _render(doc, "") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
+    ap.add_argument("--out", type=Path, default=OUT_DIR, help=f"output directory (default {OUT_DIR})")
+    args = ap.parse_args(argv)
+    files = build_vectors()
+    if args.check:
+        bad = [name for name, doc in files.items() if not (args.out / name).is_file()
+               or (args.out / name).read_text(encoding="utf-8") != render(doc)]
+        stale = sorted({p.name for p in args.out.glob("*.json")} - set(files))
+        for name in bad:
+            print(f"differs from the generator: {args.out / name}", file=sys.stderr)
+        for name in stale:
+            print(f"not produced by the generator: {args.out / name}", file=sys.stderr)
+        return 1 if bad or stale else 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, doc in files.items():
+        (args.out / name).write_text(render(doc), encoding="utf-8")
+    print(f"wrote {len(files)} files to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
