@@ -1,0 +1,198 @@
+"""Load on the HTTP collector (pipelines.collect; docs/collector.md): reports/s and latency of single-report
+and batch requests, on 127.0.0.1 only (not part of the test suite).
+
+    nice -n 10 .venv/bin/python -m bench.collect --requests 2000 --concurrency 8 --time_limit 120 \\
+        --json bench/results/collect.json
+
+Starts ``python -m pipelines.collect`` as a child process (its own session, stopped by PID with SIGTERM)
+on a free 127.0.0.1 port, writing into a temporary directory (removed afterwards), for an OLH task of
+d = 1024. Then, per mode, a fixed count of requests (``--requests``) is sent by a fixed number of client
+threads (``--concurrency``), each on one kept-alive connection, until all are answered or the time
+limit (``--time_limit`` seconds for the whole run) passes:
+
+* ``json_single``: one report per request (JSON);
+* ``json_batch100``: 100 reports per request (``{"reports": [...]}``);
+* ``avro_batch100``: 100 reports per request (an Avro object container).
+
+Reported per mode: requests and reports answered 200, wall seconds, requests/s, reports/s, and the
+median and 99th percentile of the request latency (send to answer, milliseconds, measured by the client).
+The collector's own summary (reports written = reports accepted) is checked at the end. The client
+threads share one interpreter: on a small machine the client is part of what is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ldp.task import parse_task
+from pipelines.collector import report_to_json
+from transforms.records import encode_report_container, reports_to_records
+
+REPO = Path(__file__).resolve().parent.parent
+TASK = {"task_id": "bench-collect", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024}
+START_MS = 1_767_225_600_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bodies(n_reports: int, seed: int) -> list[dict[str, Any]]:
+    task = parse_task(TASK)
+    rng = np.random.default_rng(seed)
+    reports = task.make_oracle().encode(rng.integers(0, 1024, n_reports), rng=rng)
+    return reports_to_records(task.task_id, reports, START_MS + np.arange(n_reports), 0)
+
+
+def _wait_ready(port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                conn.close()
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the collector did not start")
+        time.sleep(0.2)
+
+
+def _load(port: int, bodies: list[bytes], content_type: str, concurrency: int, deadline: float) -> dict:
+    """Sends every body once from ``concurrency`` threads (one connection each); latencies in seconds."""
+    lock = threading.Lock()
+    next_i = [0]
+    lat: list[float] = []
+    errors: dict[str, int] = {}
+
+    def worker() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        mine: list[float] = []
+        try:
+            while time.monotonic() < deadline:
+                with lock:
+                    i = next_i[0]
+                    next_i[0] += 1
+                if i >= len(bodies):
+                    break
+                t0 = time.perf_counter()
+                conn.request("POST", "/v1/reports", bodies[i], {"Content-Type": content_type})
+                resp = conn.getresponse()
+                resp.read()
+                dt = time.perf_counter() - t0
+                if resp.status == 200:
+                    mine.append(dt)
+                else:
+                    with lock:
+                        errors[str(resp.status)] = errors.get(str(resp.status), 0) + 1
+        finally:
+            conn.close()
+            with lock:
+                lat.extend(mine)
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"seconds": time.perf_counter() - t0, "latencies": lat, "errors": errors}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=2000, help="requests per mode")
+    ap.add_argument("--concurrency", type=int, default=8, help="client threads (one connection each)")
+    ap.add_argument("--time_limit", type=float, default=120.0, help="seconds for the whole run, at most")
+    ap.add_argument("--seed", type=int, default=7, help="seed of the simulated reports")
+    ap.add_argument("--json", help="write the results here")
+    ns = ap.parse_args(argv)
+    if ns.requests < 1 or ns.concurrency < 1 or not ns.time_limit > 0:
+        ap.error("--requests and --concurrency must be >= 1, --time_limit > 0")
+    n = ns.requests
+    singles = _bodies(n, ns.seed)
+    batch = _bodies(100 * n, ns.seed + 1)
+    modes = [
+        ("json_single", "application/json", [json.dumps(report_to_json(r)).encode() for r in singles], 1),
+        ("json_batch100", "application/json",
+         [json.dumps({"reports": [report_to_json(r) for r in batch[100 * i : 100 * i + 100]]}).encode()
+          for i in range(n)], 100),
+        ("avro_batch100", "application/avro",
+         [encode_report_container(batch[100 * i : 100 * i + 100]) for i in range(n)], 100),
+    ]  # fmt: skip
+    tmp = tempfile.mkdtemp(prefix="ldp-bench-collect-")
+    task_path = Path(tmp) / "task.json"
+    task_path.write_text(json.dumps(TASK))
+    port = _free_port()
+    cmd = [sys.executable, "-m", "pipelines.collect", "--task", str(task_path), "--output_dir",
+           str(Path(tmp) / "reports"), "--port", str(port), "--log_level", "WARNING"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    results = []
+    sent_reports = 0
+    try:
+        _wait_ready(port, proc)
+        deadline = time.monotonic() + ns.time_limit
+        for name, ctype, bodies, per in modes:
+            r = _load(port, bodies, ctype, ns.concurrency, deadline)
+            lat = np.asarray(r["latencies"]) * 1000
+            ok = len(lat)
+            sent_reports += ok * per
+            row = {
+                "mode": name, "reports_per_request": per, "requests": ok, "reports": ok * per,
+                "seconds": round(r["seconds"], 2), "requests_per_s": round(ok / r["seconds"]),
+                "reports_per_s": round(ok * per / r["seconds"]),
+                "p50_ms": round(float(np.percentile(lat, 50)), 2) if ok else None,
+                "p99_ms": round(float(np.percentile(lat, 99)), 2) if ok else None,
+                "errors": r["errors"], "complete": ok == len(bodies),
+            }  # fmt: skip
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        shutil.rmtree(tmp, ignore_errors=True)
+    summary = json.loads(stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    if summary is None or summary["reports_written"] != sent_reports:
+        print(f"collector exit {proc.returncode}: {stderr.strip()[-2000:]}", file=sys.stderr)
+        return 1
+    out = {
+        "command": "python -m bench.collect " + " ".join(sys.argv[1:] if argv is None else argv),
+        "task": TASK,
+        "concurrency": ns.concurrency,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
+        "collector_summary": summary,
+        "modes": results,
+    }
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
