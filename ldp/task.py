@@ -31,9 +31,32 @@ Keys common to every kind of task (keys not listed are an error, so typos do not
       },
       "resolved": {                      # optional (frequency, range), written by resolve_task: what the
         "auto_candidates": [...],        #   oracles resolved to when the task was made; every load checks
-        "oracles": [{"mechanism": ...}]  #   this release resolves the same (else a TaskError)
+        "oracles": [{"mechanism": ...}], #   this release resolves the same (else a TaskError)
+        "local_epsilon": {...}           #   with a central target: the epsilon chosen for it
       }
     }
+
+Anonymous collection (frequency and range tasks; ``docs/shuffler.md``, ``docs/shuffle_accounting.md``): an
+``"anonymity"`` section (``ldp.anonymity.AnonymitySettings``: ``shuffled``, ``delta``,
+``time_precision_s``, ``min_reports``, ``short_bucket``) says the reports reach the aggregator only through
+the shuffler. With ``"shuffled": true`` a task is refused when its reports would carry a sender's identity
+or its windows would not survive rounding: a budget with ``client_ids`` (reports carry the client's
+pseudonym), a memoized mechanism (reports linkable across windows; ``memo-olh`` and ``loloha`` send the
+user's hash seed in every report), a window size or period that is not a multiple of
+``time_precision_s``. Two more keys set an optional **central target**:
+
+* ``"central_epsilon": 1.0``: the central epsilon (at the section's ``delta``) one shuffled window must
+  meet; ``"expected_reports": 1000000``: the reports expected per shuffled window (range tasks: default
+  ``expected_users``), at least ``min_reports``.
+* ``"epsilon": "auto"`` (only with a central target): the local epsilon is the largest ``eps0`` whose
+  shuffled guarantee at ``expected_reports`` meets the target (``ldp.shuffle.local_epsilon_for_central``;
+  GRR's own bound when the oracle is GRR, else the bound for any eps0-LDP randomizer), rounded down to
+  0.001. The parsed task carries that number, so clients and the aggregator use the same epsilon.
+* ``"epsilon": <number>`` with a central target: it must meet the target at ``expected_reports`` (any
+  smaller epsilon does); otherwise the task is refused, naming the largest epsilon that does.
+* :func:`resolve_task` writes the number into ``epsilon`` and records ``resolved.local_epsilon``
+  (``epsilon``, ``central_epsilon``, ``delta``, ``expected_reports``, ``accounting``); a load refuses a
+  task whose record differs from the task or whose epsilon this release's accountant no longer certifies.
 
 ``auto`` (and a range method's per-group ``auto`` oracles) chooses only among the frozen candidates of the
 task's ``schema_version`` (``ldp.oracles.AUTO_CANDIDATES``): a mechanism added to the registry never
@@ -101,6 +124,7 @@ from typing import ClassVar
 import ldp.hashing as _hashing
 import ldp.oracles as _oracles
 import ldp.postprocess as _postprocess
+from ldp import anonymity as _anonymity
 from ldp.longitudinal import memo as _memo
 from ldp.longitudinal.budget import BudgetPolicy, parse_budget
 from ldp.rangequery import registry as _range_registry
@@ -115,6 +139,8 @@ __all__ = [
     "HashConfig",
     "WindowConfig",
     "Attribute",
+    "CentralTarget",
+    "ANONYMITY_KINDS",
     "TaskKind",
     "TASK_KINDS",
     "TaskError",
@@ -122,6 +148,8 @@ __all__ = [
     "parse_task",
     "resolve_task",
     "task_resolution",
+    "shuffle_accounting",
+    "AUTO_EPSILON",
     "task_json_schema",
     "Field",
     "COMMON_FIELDS",
@@ -190,6 +218,14 @@ _COMMON_KEYS = (
     "resolved",
 )
 _REQUIRED = ("task_id", "mechanism", "epsilon")
+#: The ``epsilon`` of a task whose local epsilon is chosen for its central target (``anonymity``).
+AUTO_EPSILON = "auto"
+#: Kinds of task that may be collected through the shuffler (the ``anonymity`` section).
+ANONYMITY_KINDS: tuple[str, ...] = ("frequency", "range")
+#: The central target's keys of the ``anonymity`` section (the rest are ``ldp.anonymity``'s).
+_TARGET_KEYS = ("central_epsilon", "expected_reports")
+#: Local epsilons chosen for a central target are rounded down to a multiple of this.
+_EPSILON_STEP = 1e-3
 _MAX_GROUPS = 1 << 31
 _MAX_DOMAIN = 1 << 31
 #: Largest domain that may carry value labels (the labels travel with the task to every worker and row).
@@ -254,6 +290,30 @@ class HashConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CentralTarget:
+    """The central target of a task's ``anonymity`` section (both keys optional).
+
+    Attributes:
+        central_epsilon: the central epsilon, at ``anonymity.delta``, one shuffled window must meet
+            (None: no target; the local ``epsilon`` is then given as a number).
+        expected_reports: the reports expected per shuffled window, the ``n`` the target is met at (range
+            tasks: default ``expected_users``); the guarantee achieved is reported from the ``n`` actually
+            shuffled (``python -m pipelines.privacy``).
+    """
+
+    central_epsilon: float | None = None
+    expected_reports: int | None = None
+
+    def to_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {}
+        if self.central_epsilon is not None:
+            out["central_epsilon"] = self.central_epsilon
+        if self.expected_reports is not None:
+            out["expected_reports"] = self.expected_reports
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
 class Attribute:
     """One attribute of a multi-attribute task: a name and a domain ``[0, domain_size)``."""
 
@@ -282,6 +342,10 @@ class Task:
     #: what the task's oracles resolved to when it was made (:func:`resolve_task`); ``parse_task`` checks
     #: that this release resolves them the same way (``None``: not recorded)
     resolved: Mapping[str, object] | None = None
+    #: the ``anonymity`` section (frequency and range tasks; ``None``: reports are not shuffled)
+    anonymity: _anonymity.AnonymitySettings | None = None
+    #: the section's central target (``None``: neither ``central_epsilon`` nor ``expected_reports``)
+    central_target: CentralTarget | None = None
 
     @property
     def is_multi_attribute(self) -> bool:
@@ -292,6 +356,22 @@ class Task:
     def requires_client_ids(self) -> bool:
         """True when reports must carry a client id (the budget's ``client_ids``; frequency tasks only)."""
         return False
+
+    @property
+    def shuffled(self) -> bool:
+        """True when the reports reach the aggregator only through the shuffler (``anonymity.shuffled``)."""
+        return self.anonymity is not None and self.anonymity.shuffled
+
+    @property
+    def expected_reports(self) -> int | None:
+        """The reports expected per shuffled window (``anonymity.expected_reports``; range tasks: default
+        ``expected_users``), None when unknown or the task has no ``anonymity`` section."""
+        if self.anonymity is None:
+            return None
+        given = None if self.central_target is None else self.central_target.expected_reports
+        if given is None and isinstance(self, RangeTask):
+            return self.expected_users
+        return given
 
     def _common_dict(self) -> dict[str, object]:
         return {
@@ -306,8 +386,14 @@ class Task:
             "hash": self.hash.to_dict(),
             "params": dict(self.params),
             "window": self.window.to_dict(),
+            **({} if self.anonymity is None else {"anonymity": self._anonymity_dict()}),
             **({} if self.resolved is None else {"resolved": json.loads(json.dumps(self.resolved))}),
         }
+
+    def _anonymity_dict(self) -> dict[str, object]:
+        assert self.anonymity is not None
+        target = {} if self.central_target is None else self.central_target.to_dict()
+        return {**self.anonymity.to_json(), **target}
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready dict; ``parse_task(task.to_dict()) == task``."""
@@ -570,10 +656,15 @@ def _check_mechanism(obj: JsonObject, problems: Problems) -> tuple[str | None, T
     return name, kinds[0] if kinds else None
 
 
-def _check_epsilon(obj: JsonObject, problems: Problems) -> float:
+def _check_epsilon(obj: JsonObject, problems: Problems, allow_auto: bool = False) -> float:
+    """The task's epsilon (1.0 when missing or invalid). ``allow_auto``: the kind accepts ``"auto"`` (chosen
+    for the ``anonymity`` section's central target; 1.0 is returned here and replaced later)."""
     eps = obj.get("epsilon")
+    if allow_auto and eps == AUTO_EPSILON:
+        return 1.0
     if "epsilon" in obj and not (_is_num(eps) and 0 < eps <= 50):
-        problems.append(f"epsilon must be a number in (0, 50], got {eps!r}")
+        also = ' or "auto" (with anonymity.central_epsilon)' if allow_auto else ""
+        problems.append(f"epsilon must be a number in (0, 50]{also}, got {eps!r}")
         return 1.0
     return float(eps) if _is_num(eps) else 1.0
 
@@ -928,6 +1019,179 @@ def budget_summary(task: Task, windows: int | None = None) -> dict[str, object] 
     return out
 
 
+# ------------------------------------------------------------------------------------------------------------
+# anonymous collection: the anonymity section and its central target
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _check_anonymity(
+    raw: object, problems: Problems
+) -> tuple[_anonymity.AnonymitySettings | None, CentralTarget | None]:
+    """The ``anonymity`` section: ``ldp.anonymity``'s keys (:func:`ldp.anonymity.check_anonymity`) and the
+    central target's (``central_epsilon``, ``expected_reports``). ``(None, None)`` without a section or
+    with problems."""
+    if raw is None:
+        return None, None
+    if not isinstance(raw, Mapping):
+        problems.append(f"anonymity must be an object, got {type(raw).__name__}")
+        return None, None
+    n = len(problems)
+    known = tuple(f.name for f in dataclasses.fields(_anonymity.AnonymitySettings))
+    for k in raw:
+        if k not in known and k not in _TARGET_KEYS:
+            problems.append(f"anonymity: unknown key {k!r} (known: {', '.join((*known, *_TARGET_KEYS))})")
+    settings, _ = _anonymity.check_anonymity({k: v for k, v in raw.items() if k in known}, problems)
+    eps = raw.get("central_epsilon")
+    if "central_epsilon" in raw and not (_is_num(eps) and 0 < eps <= 50):
+        problems.append(f"anonymity.central_epsilon must be a number in (0, 50], got {eps!r}")
+    reports = raw.get("expected_reports")
+    if "expected_reports" in raw and not (_is_int(reports) and reports >= 2):
+        problems.append(f"anonymity.expected_reports must be an integer >= 2, got {reports!r}")
+    if len(problems) > n or settings is None:
+        return None, None
+    if "central_epsilon" not in raw and "expected_reports" not in raw:
+        return settings, None
+    return settings, CentralTarget(
+        central_epsilon=None if eps is None else float(eps),
+        expected_reports=None if reports is None else int(reports),
+    )
+
+
+def _target_reports(
+    obj: JsonObject,
+    kind: str,
+    settings: _anonymity.AnonymitySettings,
+    target: CentralTarget | None,
+    problems: Problems,
+) -> int | None:
+    """The reports expected per shuffled window (``expected_reports``; range: default ``expected_users``),
+    checked against the section: at least ``min_reports``, and given when there is a central target."""
+    n = None if target is None else target.expected_reports
+    where = "anonymity.expected_reports"
+    if n is None and kind == RangeTask.kind and _is_int(obj.get("expected_users")):
+        n, where = int(obj["expected_users"]), "expected_users"  # type: ignore[call-overload]
+    has_target = target is not None and target.central_epsilon is not None
+    if has_target and not settings.shuffled:
+        problems.append(
+            "anonymity.central_epsilon applies to shuffled tasks only (anonymity.shuffled is false)"
+        )
+    if has_target and n is None:
+        problems.append(
+            "anonymity.central_epsilon needs anonymity.expected_reports: the reports shuffled together per "
+            "window, at which the local epsilon meets the target"
+        )
+    if n is not None and n < settings.min_reports and (has_target or where != "expected_users"):
+        problems.append(
+            f"{where} ({n}) is below anonymity.min_reports ({settings.min_reports}): the shuffler would "
+            "withhold every batch"
+        )
+    return n
+
+
+def _round_down_epsilon(eps: float, floor: float) -> float:
+    """``eps`` rounded down to a multiple of :data:`_EPSILON_STEP`, never below ``floor``."""
+    down = math.floor(eps / _EPSILON_STEP + 1e-9) * _EPSILON_STEP
+    down = float(f"{down:.6f}")  # the multiple itself, without binary noise
+    return down if floor <= down <= eps else eps
+
+
+def shuffle_accounting(task: Task) -> tuple[str, int | None]:
+    """How the shuffled reports of ``task`` are accounted (``ldp.shuffle.accountant``'s ``mechanism`` and
+    ``domain_size``): ``("grr", k)`` when the task's oracle is GRR on ``[k]`` (its blanket bound, or the
+    general one when tighter), else ``("general", None)``: the bound for any eps0-LDP randomizer (OLH, the
+    unary and Hadamard oracles, a range method's per-group oracles)."""
+    if isinstance(task, FrequencyTask) and not task.is_memoized:
+        try:
+            if task.make_oracle().name == "grr":
+                return "grr", task.oracle_domain_size
+        except (ValueError, ArithmeticError):
+            pass
+    return "general", None
+
+
+def _meets_target(eps0: float, target: float, delta: float, n: int, accounting: str, k: int | None) -> bool:
+    """Whether ``n`` shuffled ``eps0``-LDP reports meet ``(target, delta)``, by the accountant's public
+    functions: the tests of its inverse (``ldp.shuffle.local_epsilon_for_central``: a dominating pair's
+    ``delta(target)`` within ``delta``, or the closed form's epsilon within the target), then the central
+    epsilon it reports (which also covers figures without a curve, e.g. exact binary randomized response)."""
+    from ldp.shuffle import central_epsilon, central_epsilon_fmt_closed_form, delta_curve
+
+    if eps0 <= target:
+        return True
+    if central_epsilon_fmt_closed_form(eps0, n, delta) <= target:
+        return True
+    if float(delta_curve([target], eps0, n)[0]) <= delta:
+        return True
+    if accounting == "grr" and float(delta_curve([target], eps0, n, "grr", k)[0]) <= delta:
+        return True
+    return central_epsilon(eps0, n, delta, accounting, k) <= target
+
+
+def _largest_local_epsilon(target: float, delta: float, n: int, accounting: str, k: int | None) -> float:
+    """The largest local epsilon meeting ``(target, delta)`` at ``n``, rounded down to 0.001."""
+    from ldp.shuffle import local_epsilon_for_central
+
+    return _round_down_epsilon(local_epsilon_for_central(target, delta, n, accounting, k), target)
+
+
+def _epsilon_for_target(
+    obj: JsonObject,
+    common: dict[str, object],
+    kind: str,
+    settings: _anonymity.AnonymitySettings,
+    target: float,
+    n: int,
+) -> float:
+    """``epsilon: "auto"``: the largest local epsilon whose shuffled guarantee at ``n`` meets the target.
+    A GRR task uses GRR's bound; an ``auto`` oracle that resolves to GRR at GRR's figure uses it too (the
+    oracle is GRR there, so the bound applies); every other task uses the general bound."""
+    general = _largest_local_epsilon(target, settings.delta, n, "general", None)
+    d = obj.get("domain_size")
+    mech = common["mechanism"]
+    if kind != FrequencyTask.kind or mech not in ("grr", "auto") or not (_is_int(d) and 2 <= d < _MAX_DOMAIN):
+        return general
+    hide = obj.get("hide_participation") is True
+    k = int(d) + (1 if hide else 0)  # type: ignore[call-overload]
+    grr = _largest_local_epsilon(target, settings.delta, n, "grr", k)
+    if mech == "grr":
+        return grr
+    probe = FrequencyTask(domain_size=int(d), hide_participation=hide, **{**common, "epsilon": grr})  # type: ignore[arg-type]
+    return grr if shuffle_accounting(probe)[0] == "grr" else general
+
+
+def _check_shuffled_task(task: Task, n: int | None, problems: Problems) -> None:
+    """What a shuffled task must not do (its reports would identify a sender, or rounding would move them
+    between windows), and its epsilon against the central target."""
+    settings = task.anonymity
+    if settings is None or not settings.shuffled:
+        return
+    problems.extend(_anonymity.window_problems(settings, task.window.size_s, task.window.period_s))
+    if task.requires_client_ids:
+        problems.append(
+            "anonymity: budget.client_ids makes every report carry the client's pseudonymous id, which "
+            "identifies its sender and which the shuffler removes: a shuffled task cannot have a "
+            "server-enforced per-client budget (set budget.client_ids false: the clients enforce it)"
+        )
+    if isinstance(task, FrequencyTask) and task.is_memoized:
+        problems.append(
+            f"anonymity: mechanism {task.mechanism!r} is memoized: its reports are linkable across windows "
+            "(memo-olh and loloha send the user's hash seed in every report, the others repeat the memoized "
+            "response), so shuffling hides no sender and no amplification bound covers them: use a fresh "
+            "mechanism"
+        )
+    target = None if task.central_target is None else task.central_target.central_epsilon
+    if target is None or n is None or problems:
+        return
+    accounting, k = shuffle_accounting(task)
+    if not _meets_target(task.epsilon, target, settings.delta, n, accounting, k):
+        best = _largest_local_epsilon(target, settings.delta, n, accounting, k)
+        problems.append(
+            f"epsilon {task.epsilon:g} does not meet anonymity.central_epsilon {target:g} (delta "
+            f"{settings.delta:g}) at {n} reports per window ({accounting} bound): the largest local epsilon "
+            f'that does is {best:g} (or write "epsilon": "auto")'
+        )
+
+
 def _range_task(obj: JsonObject, common: dict[str, object], problems: Problems) -> RangeTask | None:
     mech = str(common["mechanism"])
     _require(obj, ("attributes", "expected_users"), mech, problems)
@@ -1147,6 +1411,17 @@ COMMON_FIELDS: dict[str, Field] = {
         properties={
             "auto_candidates": _f("array", items=_f("string")),
             "oracles": _f("array", items=_f("object")),
+            "local_epsilon": _f(
+                "object",
+                properties={
+                    "epsilon": _f("number"),
+                    "central_epsilon": _f("number"),
+                    "delta": _f("number"),
+                    "expected_reports": _f("integer"),
+                    "accounting": _f("string", enum=("general", "grr")),
+                },
+                required=("epsilon", "central_epsilon", "delta", "expected_reports", "accounting"),
+            ),
         },
         required=("auto_candidates", "oracles"),
         description="written by ldp.task.resolve_task: what the oracles resolved to; checked on every load",
@@ -1160,6 +1435,34 @@ _HASH_WITHOUT_G = dataclasses.replace(
     description="no OLH here: hash.g must be null",
 )
 _NO_RESOLUTION = _f("null", description="nothing resolves in this kind")
+#: the epsilon of the kinds that may be shuffled: a number, or "auto" for the anonymity section's target
+_EPSILON_OR_AUTO = Field(
+    (),
+    any_of=(COMMON_FIELDS["epsilon"], _f("string", enum=(AUTO_EPSILON,))),
+    description='the local epsilon; "auto": the largest meeting anonymity.central_epsilon',
+)
+_ANONYMITY = _f(
+    "object",
+    "null",
+    properties={
+        "shuffled": _f("boolean", default=True),
+        "delta": _f("number", exclusive_minimum=0, maximum=_anonymity.MAX_DELTA, default=1e-9),
+        "time_precision_s": _f(
+            "integer",
+            minimum=1,
+            maximum=_anonymity.MAX_TIME_PRECISION_S,
+            default=3600,
+            description="divides a day or is a whole number of days",
+        ),
+        "min_reports": _f("integer", minimum=2, default=1000),
+        "short_bucket": _f("string", enum=_anonymity.SHORT_BUCKET_POLICIES, default="withhold"),
+        "central_epsilon": _f(
+            "number", exclusive_minimum=0, maximum=50, description="central target, at delta, per window"
+        ),
+        "expected_reports": _f("integer", minimum=2, description="reports shuffled together per window"),
+    },
+    description="anonymous collection through the shuffler (ldp.anonymity; docs/shuffler.md)",
+)
 
 _FREQUENCY_FIELDS: dict[str, Field] = {
     "domain_size": _f("integer", minimum=2, maximum=_MAX_DOMAIN),
@@ -1188,6 +1491,8 @@ _FREQUENCY_FIELDS: dict[str, Field] = {
         description="the per-user budget of repeated collection (ldp.longitudinal.budget.parse_budget)",
     ),
     "hide_participation": _f("boolean", default=False),
+    "epsilon": _EPSILON_OR_AUTO,
+    "anonymity": _ANONYMITY,
 }
 _RANGE_FIELDS: dict[str, Field] = {
     "attributes": _ATTRIBUTES,
@@ -1200,6 +1505,8 @@ _RANGE_FIELDS: dict[str, Field] = {
     ),
     "options": _f("object", "null", description="method options (params is an alias)"),
     "hash": _HASH_WITHOUT_G,
+    "epsilon": _EPSILON_OR_AUTO,
+    "anonymity": _ANONYMITY,
 }
 _BATCH_FIELDS: dict[str, Field] = {
     "attributes": _ATTRIBUTES,
@@ -1246,6 +1553,11 @@ SEMANTIC_CHECKS: tuple[str, ...] = (
     "a batch_queries domain of at most 4096 cells, its strategy's params, dwork_roth only below epsilon 1",
     "unique attribute names",
     "resolved equal to what this release resolves",
+    "anonymity: time_precision_s divides a day or is whole days; window size_s / period_s multiples of it",
+    "anonymity (shuffled): no budget.client_ids, no memoized mechanism",
+    "anonymity: central_epsilon needs expected_reports (range: expected_users) and shuffled true; "
+    "expected_reports >= min_reports; a numeric epsilon must meet the central target",
+    'epsilon "auto" only with anonymity.central_epsilon',
 )
 
 
@@ -1277,7 +1589,7 @@ TASK_KINDS: dict[str, TaskKind] = {
     "frequency": TaskKind(
         "frequency",
         lambda: ORACLE_MECHANISMS,
-        ("domain_size", "labels", "labels_file", "budget", "hide_participation"),
+        ("domain_size", "labels", "labels_file", "budget", "hide_participation", "anonymity"),
         _frequency_task,
         uses_base_dir=True,
         fields=_FREQUENCY_FIELDS,
@@ -1287,7 +1599,7 @@ TASK_KINDS: dict[str, TaskKind] = {
     "range": TaskKind(
         "range",
         lambda: MULTI_ATTRIBUTE_MECHANISMS,
-        ("attributes", "expected_users", "granularity", "options"),
+        ("attributes", "expected_users", "granularity", "options", "anonymity"),
         _range_task,
         fields=_RANGE_FIELDS,
         required=("attributes", "expected_users"),
@@ -1392,14 +1704,30 @@ def task_resolution(task: Task) -> dict[str, object] | None:
     sparse vectors): ``auto_candidates``, the frozen ``auto`` candidates of its ``schema_version``
     (``ldp.oracles.AUTO_CANDIDATES``), and ``oracles``, the ``ldp.rangequery.registry.oracle_spec`` of its
     oracle (frequency: one entry, every group's) or of each group's oracle, group 0 first (range: the
-    per-group ``auto`` choices)."""
+    per-group ``auto`` choices); with a central target (``anonymity.central_epsilon``) also
+    ``local_epsilon``: the task's epsilon, the target, ``delta``, ``expected_reports`` and the
+    ``accounting`` (:func:`shuffle_accounting`)."""
     if isinstance(task, FrequencyTask):
         oracles = [_range_registry.oracle_spec(task.make_oracle())]
     elif isinstance(task, RangeTask):
         oracles = _range_registry.group_oracle_specs(task.make_mechanism())
     else:
         return None
-    return {"auto_candidates": list(_oracles.auto_candidates(task.schema_version)), "oracles": oracles}
+    out: dict[str, object] = {
+        "auto_candidates": list(_oracles.auto_candidates(task.schema_version)),
+        "oracles": oracles,
+    }
+    target = None if task.central_target is None else task.central_target.central_epsilon
+    if task.shuffled and target is not None and task.anonymity is not None:
+        accounting, _ = shuffle_accounting(task)
+        out["local_epsilon"] = {
+            "epsilon": task.epsilon,
+            "central_epsilon": target,
+            "delta": task.anonymity.delta,
+            "expected_reports": task.expected_reports,
+            "accounting": accounting,
+        }
+    return out
 
 
 def resolve_task(task: Task | JsonObject) -> dict[str, object]:
@@ -1422,9 +1750,12 @@ def _check_resolved(raw: object, task: Task, problems: Problems) -> dict[str, ob
     """A recorded ``resolved`` block (:func:`resolve_task`) must be what this release resolves."""
     if raw is None:
         return None
-    if not isinstance(raw, Mapping) or set(raw) != {"auto_candidates", "oracles"}:
+    if not isinstance(raw, Mapping) or not (
+        {"auto_candidates", "oracles"} <= set(raw) <= {"auto_candidates", "oracles", "local_epsilon"}
+    ):
         problems.append(
-            "resolved must be an object with exactly auto_candidates and oracles (ldp.task.resolve_task)"
+            "resolved must be an object with auto_candidates, oracles and (with a central target) "
+            "local_epsilon (ldp.task.resolve_task)"
         )
         return None
     now = task_resolution(task)
@@ -1432,6 +1763,14 @@ def _check_resolved(raw: object, task: Task, problems: Problems) -> dict[str, ob
         problems.append(f"resolved applies to frequency and range tasks, not {task.kind} tasks")
         return None
     rec = {"auto_candidates": raw["auto_candidates"], "oracles": raw["oracles"]}
+    if "local_epsilon" in raw:
+        rec["local_epsilon"] = raw["local_epsilon"]
+    if rec.get("local_epsilon") != now.get("local_epsilon"):
+        problems.append(
+            f"resolved.local_epsilon: the task records {rec.get('local_epsilon')!r} but it resolves to "
+            f"{now.get('local_epsilon')!r} (the epsilon chosen for the central target must be the one "
+            "clients use: resolve the task again with ldp.task.resolve_task, or make a new task)"
+        )
     if rec["auto_candidates"] != now["auto_candidates"]:
         problems.append(
             f"resolved.auto_candidates {rec['auto_candidates']!r} are not schema version "
@@ -1475,10 +1814,11 @@ def parse_task(
     problems: Problems = []
     mechanism, task_kind = _check_mechanism(obj, problems)
     _check_keys(obj, task_kind, problems)
+    anonymous = task_kind is not None and task_kind.name in ANONYMITY_KINDS
     common: dict[str, object] = {
         "task_id": _check_task_id(obj, problems),
         "mechanism": mechanism,
-        "epsilon": _check_epsilon(obj, problems),
+        "epsilon": _check_epsilon(obj, problems, allow_auto=anonymous),
         "description": _check_description(obj, problems),
         "schema_version": _check_schema_version(obj, problems),
         "postprocess": _check_postprocess(obj, problems),
@@ -1486,10 +1826,26 @@ def parse_task(
         "params": _check_params(obj, problems),
         "window": _check_window(obj.get("window"), problems),
     }
+    settings, target, n = None, None, None
+    if anonymous and task_kind is not None:
+        settings, target = _check_anonymity(obj.get("anonymity"), problems)
+        if settings is not None:
+            n = _target_reports(obj, task_kind.name, settings, target, problems)
+    goal = None if target is None else target.central_epsilon
+    auto_epsilon = anonymous and obj.get("epsilon") == AUTO_EPSILON
+    if auto_epsilon and goal is None and "anonymity" not in obj:
+        problems.append('epsilon "auto" needs an anonymity section with central_epsilon and expected_reports')
+    elif auto_epsilon and goal is None and settings is not None:
+        problems.append('epsilon "auto" needs anonymity.central_epsilon (the target it is chosen for)')
     task = None
     if task_kind is not None and mechanism is not None:
+        if auto_epsilon and settings is not None and goal is not None and n is not None and not problems:
+            common["epsilon"] = _epsilon_for_target(obj, common, task_kind.name, settings, goal, n)
         extra = {"base_dir": Path(base_dir or ".")} if task_kind.uses_base_dir else {}
         task = task_kind.build(obj, common, problems, **extra)
+    if task is not None and settings is not None:
+        task = dataclasses.replace(task, anonymity=settings, central_target=target)
+        _check_shuffled_task(task, n, problems)
     if task is not None and not problems and obj.get("resolved") is not None:
         resolved = _check_resolved(obj["resolved"], task, problems)
         if resolved is not None:

@@ -34,7 +34,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import StandardOptions
 
 from ldp.aggregate import Aggregator, make_aggregator
-from ldp.anonymity import AnonymityError, AnonymitySettings, parse_anonymity, window_problems
+from ldp.anonymity import AnonymitySettings, window_problems
 from ldp.task import ParsedTask, TaskError, WindowConfig, parse_task
 from pipelines.cli import add_input_flags, fail, job_parser, parse_job_args, prepare_output
 from pipelines.job import _check_sources, closed_window_counts, read_reports
@@ -122,19 +122,15 @@ def load_shuffled_task(path: str) -> tuple[ParsedTask, AnonymitySettings]:
         fail(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     if not isinstance(obj, dict):
         fail(f"{path}: a task must be a JSON object")
-    section = obj.get("anonymity")
-    rest = {k: v for k, v in obj.items() if k != "anonymity"}
     problems: list[str] = []
     task = None
     try:
-        task = parse_task(rest, source=path, base_dir=Path(path).parent)
+        task = parse_task(obj, source=path, base_dir=Path(path).parent)
     except TaskError as exc:
         problems += exc.problems
-    settings = None
-    try:
-        settings = parse_anonymity(section)
-    except AnonymityError as exc:
-        problems += exc.problems
+    settings = None if task is None else task.anonymity
+    if task is not None and settings is None:
+        problems.append("the task has no anonymity section")
     if settings is not None and not settings.shuffled:
         problems.append("anonymity.shuffled is false: the task is not collected through the shuffler")
     if task is not None and settings is not None:

@@ -39,11 +39,16 @@ BASES: dict[str, dict] = {
     "sparse": {"task_id": "s", "mechanism": "svme", "epsilon": 1.0, "domain_size": 1000, "sparsity": 4},
 }
 _MECH = "mechanism parameters rejected by ldp.oracles"
+_AUTO = 'epsilon "auto" needs'
 #: where parse_task may refuse what the schema accepts, for a check a JSON Schema cannot make
 #: (ldp.task.SEMANTIC_CHECKS): (kind, key) -> the fragments one of which its message must hold. A probe
 #: refused for any other reason, or accepted by parse_task and refused by the schema, is a difference.
 SEMANTIC: dict[tuple[str, str], tuple[str, ...]] = {
-    ("frequency", "epsilon"): (_MECH,),  # GRR's sampler at the extremes of (0, 50]
+    ("frequency", "epsilon"): (_MECH, _AUTO),  # GRR's sampler at the extremes of (0, 50]; "auto"
+    ("range", "epsilon"): (_AUTO,),
+    # a central target without expected_reports, expected_reports below min_reports, a target not met
+    ("frequency", "anonymity"): ("anonymity.",),
+    ("range", "anonymity"): ("anonymity.",),
     ("frequency", "domain_size"): (_MECH,),  # an accumulator above ldp.oracles.MAX_ACCUMULATOR_CELLS
     ("frequency", "hash"): ("hash.g applies to mechanism 'olh' only",),
     ("frequency", "labels_file"): ("cannot read",),
@@ -247,17 +252,18 @@ def test_schema_and_parse_task_agree_at_every_declared_boundary():
 def test_the_fuzz_catches_a_schema_changed_alone():
     s = schemas.task_schema()
     freq = next(b for b in s["allOf"] if b["then"]["properties"]["kind"]["const"] == "frequency")
-    freq["then"]["properties"]["epsilon"]["maximum"] = 60
+    freq["then"]["properties"]["epsilon"]["anyOf"][0]["maximum"] = 60  # the number, not "auto"
     found = _disagreements(_validator(s), "epsilon")
     assert found == [
         "frequency.epsilon = 50.00000000000001: schema accepts, parse_task refuses "
-        "task: epsilon must be a number in (0, 50], got 50.00000000000001"
+        'task: epsilon must be a number in (0, 50] or "auto" (with anonymity.central_epsilon), '
+        "got 50.00000000000001"
     ]
     assert s != T.task_json_schema()  # and the generated-file check fails too
 
 
 def test_the_fuzz_catches_parse_task_changed_alone(monkeypatch):
-    def unbounded(obj, problems):  # parse_task's epsilon check without its upper bound
+    def unbounded(obj, problems, allow_auto=False):  # parse_task's epsilon check without its upper bound
         eps = obj.get("epsilon", 1.0)
         if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0):
             problems.append(f"epsilon must be a positive number, got {eps!r}")
@@ -276,4 +282,5 @@ def test_a_declaration_changed_alone_is_caught(monkeypatch):
     monkeypatch.setitem(T.COMMON_FIELDS, "epsilon", tighter)
     assert schemas.task_schema() != T.task_json_schema()  # the file no longer matches the model
     found = _disagreements(_validator(T.task_json_schema()), "epsilon")
-    assert "range.epsilon = 40.00000000000001: schema refuses, parse_task accepts " in found, found
+    # the kinds that also take "auto" wrap the common declaration as it was when ldp.task was imported
+    assert "batch_queries.epsilon = 40.00000000000001: schema refuses, parse_task accepts " in found, found

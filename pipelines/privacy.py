@@ -1,0 +1,277 @@
+"""The privacy guarantees of a task: local, and central when its reports are shuffled (``ldp-beam privacy``).
+
+    python -m pipelines.privacy --task TASK.json --users 1000000 [--windows 12] [--delta 1e-9] [--json OUT]
+
+Prints the local guarantee of one report (``epsilon_1`` / ``epsilon_inf`` for the memoized mechanisms) and
+over ``--windows`` windows; for a task with an ``anonymity`` section (``"shuffled": true``) the central
+guarantee of one shuffled window of ``--users`` reports and its composition over the windows, tight (PLD)
+beside basic, each with the method that gives it (``ldp.shuffle.accountant``, ``docs/shuffle_accounting.md``).
+``--users`` is the number of reports shuffled together per window (default: the task's
+``anonymity.expected_reports``); the guarantee is only as good as that number, so give the ``n`` the
+shuffler's manifest (``OUT/batches.jsonl``) reports. A task without the section prints "no central
+guarantee (reports are not shuffled)". ``--json OUT`` also writes the figures (``local_epsilon``,
+``central_epsilon`` per window, ``central_delta``, ``windows``, ``central_epsilon_composed``, ``method``,
+...).
+
+Runs no pipeline and imports no Beam. Errors are one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pipelines.cli import fail, job_parser, parse_job_args
+
+__all__ = ["parser", "run", "privacy_report", "format_report"]
+
+NOT_SHUFFLED = "no central guarantee (reports are not shuffled)"
+
+#: the accountant's method names (``ldp.shuffle.central_epsilon_report``), described
+_PER_WINDOW_METHOD = {
+    "general": "min(FMT numerical clone-pair bound, FMT closed form, eps0): any eps0-LDP randomizer "
+    "(Feldman, McMillan, Talwar, FOCS 2021)",
+    "grr_blanket": "privacy-blanket bound for GRR on [k] (Balle et al.; Koskela et al.), below the general "
+    "bound",
+    "binary_rr_exact": "exact central epsilon of shuffled binary randomized response (worst split of the "
+    "other users' bits)",
+    "fmt_closed_form": "FMT closed form",
+}
+
+
+def _describe(method: str) -> str:
+    """The accountant's method name (with any note it carries) and what it is."""
+    base = method.split(" ", 1)[0]
+    return f"{method}: {_PER_WINDOW_METHOD[base]}" if base in _PER_WINDOW_METHOD else method
+_TIGHT_METHOD = (
+    "dp-accounting PLD composition of each window's dominating pair (pessimistic connect-the-dots), read "
+    "at the total delta"
+)
+_BASIC_METHOD = "basic composition: sum of each window's epsilon at delta / windows"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = job_parser(
+        "The privacy guarantees of a task: the local one and, when its reports are shuffled (an anonymity "
+        "section), the central one per window and over --windows windows.",
+        beam_options=False,
+    )
+    p.add_argument("--task", required=True, help="collection task JSON file")
+    p.add_argument(
+        "--users",
+        type=int,
+        help="reports shuffled together per window (one per reporting user); default: the task's "
+        "anonymity.expected_reports",
+    )
+    p.add_argument("--windows", type=int, default=1, help="windows a user reports in (one report each)")
+    p.add_argument(
+        "--delta", type=float, help="total delta of the central guarantee (default: anonymity.delta)"
+    )
+    p.add_argument("--json", metavar="OUT", help="also write the figures to this JSON file")
+    return p
+
+
+def _local(task: Any, windows: int) -> dict[str, Any]:
+    """The local guarantee of one report and over ``windows`` windows (one report per window)."""
+    from ldp.task import FrequencyTask
+
+    eps = float(task.epsilon)
+    if isinstance(task, FrequencyTask) and task.is_memoized:
+        g = task.make_oracle().guarantees()  # type: ignore[attr-defined]
+        keys = int(g["max_memo_keys"])
+        return {
+            "epsilon": float(g["epsilon_1"]),
+            "epsilon_1": float(g["epsilon_1"]),
+            "epsilon_inf": float(g["epsilon_inf"]),
+            "composed_constant_value": float(g["epsilon_inf"]),
+            "composed_changing_value": min(windows, keys) * float(g["epsilon_inf"]),
+            "method": "memoization: one report is epsilon_1-LDP; any number of reports of one value "
+            "epsilon_inf-LDP (post-processing of the permanent response); a value changing every window "
+            f"min(windows, {keys}) * epsilon_inf",
+        }
+    return {
+        "epsilon": eps,
+        "composed": windows * eps,
+        "method": "each report is epsilon-LDP; basic composition over windows (fresh reports)",
+    }
+
+
+def privacy_report(
+    task: Any, users: int | None, windows: int = 1, delta: float | None = None
+) -> dict[str, Any]:
+    """The figures :func:`run` prints, as a dict. Raises ``ValueError`` (the message is one line) when the
+    inputs admit no figure: too few reports, a bad delta, a window count below 1."""
+    from ldp.task import BatchTask, shuffle_accounting
+
+    if windows < 1:
+        raise ValueError(f"--windows must be >= 1, got {windows}")
+    local = _local(task, windows)
+    out: dict[str, Any] = {
+        "task_id": task.task_id,
+        "kind": task.kind,
+        "mechanism": task.mechanism,
+        "local_epsilon": local["epsilon"],
+        "local": local,
+        "windows": windows,
+        "shuffled": bool(task.shuffled),
+        "users": users,
+        "central_epsilon": None,
+        "central_delta": None,
+        "central_epsilon_composed": None,
+        "central_epsilon_composed_basic": None,
+        "method": {"local": local["method"], "central": NOT_SHUFFLED},
+    }
+    if isinstance(task, BatchTask):  # central DP at a trusted aggregator: not LDP, nothing shuffled
+        out["local_epsilon"] = None
+        out["local"] = None
+        out.update(
+            central_epsilon=task.epsilon,
+            central_delta=task.delta * windows if windows > 1 else task.delta,
+            central_epsilon_composed=task.epsilon * windows,
+            central_epsilon_composed_basic=task.epsilon * windows,
+            method={
+                "local": "none: the aggregator sees raw records (central DP)",
+                "central": "Gaussian matrix mechanism, one release per window (central DP)",
+                "composed": "basic composition: windows * epsilon at windows * delta",
+            },
+        )
+        return out
+    if not task.shuffled:
+        return out
+    settings = task.anonymity
+    n = users if users is not None else task.expected_reports
+    if n is None:
+        raise ValueError("--users is required: the task gives no anonymity.expected_reports")
+    if n < 1:
+        raise ValueError(f"--users must be >= 1, got {n}")
+    if n < settings.min_reports:
+        raise ValueError(
+            f"--users {n} is below the task's anonymity.min_reports ({settings.min_reports}): the shuffler "
+            "withholds such a batch, nothing is released"
+        )
+    d = settings.delta if delta is None else float(delta)
+    if not (math.isfinite(d) and 0 < d < 1):
+        raise ValueError(f"--delta must be in (0, 1), got {d}")
+
+    from ldp.shuffle import ShuffleAccountingError, central_epsilon_report, compose_windows
+
+    accounting, k = shuffle_accounting(task)
+    eps0 = float(task.epsilon)
+    try:
+        one, how = central_epsilon_report(eps0, n, d, accounting, k)
+        comp = compose_windows(eps0, n, d, windows=windows, mechanism=accounting, domain_size=k)
+    except ShuffleAccountingError as exc:
+        raise ValueError(str(exc)) from None
+    out.update(
+        users=n,
+        accounting=accounting,
+        domain_size=k,
+        central_epsilon=float(one),
+        central_delta=d,
+        central_epsilon_composed=float(comp["tight"]),
+        central_epsilon_composed_basic=float(comp["basic"]),
+        per_window_epsilon_at_delta_over_windows=float(comp["per_window"][0]),
+        anonymity=settings.to_json(),
+    )
+    out["method"] = {
+        "local": local["method"],
+        "central": _describe(how),
+        "composed": _TIGHT_METHOD,
+        "composed_basic": _BASIC_METHOD,
+    }
+    target = None if task.central_target is None else task.central_target.central_epsilon
+    if target is not None:
+        out["target"] = {
+            "central_epsilon": target,
+            "delta": settings.delta,
+            "expected_reports": task.expected_reports,
+            "met_at_users": bool(one <= target + 1e-6 + 1e-5 * target) if d == settings.delta else None,
+        }
+    return out
+
+
+def _g(x: float) -> str:
+    return f"{x:.5g}"
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The report as the lines :func:`run` prints."""
+    w = r["windows"]
+    lines = [f"task {r['task_id']} ({r['kind']}, {r['mechanism']})"]
+    loc = r["local"]
+    if loc is None:
+        lines.append("local: none (central DP: the aggregator sees raw records)")
+    elif "epsilon_inf" in loc:
+        lines.append(
+            f"local: epsilon_1 = {_g(loc['epsilon_1'])} (one report), epsilon_inf = {_g(loc['epsilon_inf'])} "
+            f"(any number of reports of one value); over {w} window(s): {_g(loc['composed_constant_value'])} "
+            f"(constant value) to {_g(loc['composed_changing_value'])} (a value changing every window)"
+        )
+    else:
+        lines.append(
+            f"local: epsilon = {_g(loc['epsilon'])} per report; over {w} window(s): {_g(loc['composed'])} "
+            "(basic composition)"
+        )
+    lines.append(f"  method: {r['method']['local']}")
+    if r["central_epsilon"] is None:
+        lines.append(f"central: {NOT_SHUFFLED}")
+        return "\n".join(lines)
+    if not r["shuffled"]:
+        lines.append(
+            f"central: epsilon = {_g(r['central_epsilon'])}, delta = {r['central_delta']:g} per window; "
+            f"over {w} window(s): {_g(r['central_epsilon_composed'])} ({r['method']['composed']})"
+        )
+        lines.append(f"  method: {r['method']['central']}")
+        return "\n".join(lines)
+    a = r["anonymity"]
+    lines.append(
+        f"central (shuffled, {r['users']:,} reports per window, time precision {a['time_precision_s']} s, "
+        f"min_reports {a['min_reports']}, accounting {r['accounting']}):"
+    )
+    lines.append(f"  one window: epsilon = {_g(r['central_epsilon'])} at delta = {r['central_delta']:g}")
+    lines.append(f"    method: {r['method']['central']}")
+    lines.append(
+        f"  {w} window(s): epsilon = {_g(r['central_epsilon_composed'])} (tight) / "
+        f"{_g(r['central_epsilon_composed_basic'])} (basic) at total delta = {r['central_delta']:g}"
+    )
+    lines.append(f"    tight: {r['method']['composed']}")
+    lines.append(f"    basic: {r['method']['composed_basic']}")
+    t = r.get("target")
+    if t is not None:
+        met = t["met_at_users"]
+        verdict = "" if met is None else (" (met)" if met else " (NOT met at this n)")
+        lines.append(
+            f"  target: central epsilon {_g(t['central_epsilon'])} at delta {t['delta']:g} with "
+            f"{t['expected_reports']:,} expected reports{verdict}"
+        )
+    return "\n".join(lines)
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The command: prints the report (and writes ``--json``); returns the report."""
+    ns, _ = parse_job_args(parser(), argv, beam=False)
+    from ldp.task import TaskError, load_task
+
+    try:
+        task = load_task(ns.task)
+    except TaskError as exc:
+        fail(exc.one_line())
+    try:
+        report = privacy_report(task, ns.users, ns.windows, ns.delta)
+    except ValueError as exc:
+        fail(str(exc))
+    print(format_report(report))
+    if ns.json:
+        try:
+            Path(ns.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            fail(f"--json {ns.json}: cannot write: {exc.strerror or exc}")
+    return report
+
+
+if __name__ == "__main__":
+    run()
