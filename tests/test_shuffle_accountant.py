@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld
-from scipy import stats
+from scipy import signal, stats
 
 from ldp.shuffle import accountant as acc
 from ldp.shuffle.accountant import ShuffleAccountingError
@@ -111,32 +111,124 @@ def test_equal_split_is_not_always_the_worst() -> None:
 def test_binary_rr_epsilon_against_exhaustive(n: int, eps0: float, delta: float) -> None:
     exact = _bisect(lambda e: _binary_exact_delta(n, eps0, e), delta, eps0)
     # the bounds are never below the exact value (bisection brackets: 1e-6 + 1e-5 eps, and 32 halvings)
-    assert acc.central_epsilon_grr(eps0, n, delta, 2) >= exact - 1e-9
+    assert acc.central_epsilon_grr_blanket(eps0, n, delta, 2) >= exact - 1e-9
     assert acc.central_epsilon_general(eps0, n, delta) >= exact - 1e-9
     assert acc.central_epsilon_binary_rr_equal_split(eps0, n, delta) <= exact + 2e-6 + 2e-5 * exact
 
 
-def test_binary_rr_equal_split_worst_at_n_1000() -> None:
-    # n = 1000, delta = 1e-6: at the equal-split epsilon every split (every 37th, and the ends) is no worse
-    n, eps0 = 1000, 1.0
-    eps = acc.central_epsilon_binary_rr_equal_split(eps0, n, 1e-6)
-    ref = float(acc.delta_curve([eps], eps0, n, "binary_equal_split")[0])
-    for ones in list(range(0, n, 37)) + [1, 2, n - 2, n - 1]:
-        a, b = _binary_split_pair(n, eps0, ones)
-        assert max(_hockey(a, b, eps), _hockey(b, a, eps)) <= ref * (1 + 1e-9)
+@pytest.mark.parametrize("n,eps0,delta", [
+    (1, 1.0, 1e-6), (2, 2.0, 1e-3), (25, 0.5, 1e-2), (60, 4.0, 1e-2), (60, 4.0, 1e-6), (101, 2.0, 1e-8),
+    (150, 1.0, 1e-6), (200, 3.0, 1e-4), (120, 0.5, 1e-3)])
+def test_binary_rr_exact_equals_all_splits_enumeration(n: int, eps0: float, delta: float) -> None:
+    # The reference enumerates every split with full (untrimmed) pmfs and bisects 32 times on [0, eps0]
+    # (bracket <= 4 / 2**32 ~ 1e-9). The accountant is never below it (its own bracket 1e-9 + 1e-8 eps,
+    # from above) and equal to it within 1e-6.
+    ref = _bisect(lambda e: _binary_exact_delta(n, eps0, e), delta, eps0)
+    got = acc.central_epsilon_binary_rr_exact(eps0, n, delta)
+    assert ref - 1e-9 <= got <= ref + 1e-6
+    assert acc.central_epsilon(eps0, n, delta, "grr", 2) == got
+
+
+def test_binary_rr_exact_finds_a_split_worse_than_equal() -> None:
+    # n = 25, eps0 = 0.5, delta = 1e-2: the worst split has one of the 24 others holding the other bit, so
+    # the exact value is above the equal-split one (far beyond both brackets)
+    exact = acc.central_epsilon_binary_rr_exact(0.5, 25, 1e-2)
+    equal = acc.central_epsilon_binary_rr_equal_split(0.5, 25, 1e-2)
+    assert exact > equal * 1.001
+    a, b = _binary_split_pair(25, 0.5, 1)
+    one_off = _bisect(lambda e: max(_hockey(a, b, e), _hockey(b, a, e)), 1e-2, 0.5)
+    assert one_off - 1e-9 <= exact <= one_off + 1e-6
+
+
+def _split_pmf_fft(n: int, eps0: float, ones: int) -> np.ndarray:
+    e0 = math.exp(eps0)
+    p, q = e0 / (e0 + 1), 1 / (e0 + 1)
+    zeros = n - 1 - ones
+    return np.clip(signal.fftconvolve(stats.binom.pmf(np.arange(ones + 1), ones, p),
+                                      stats.binom.pmf(np.arange(zeros + 1), zeros, q)), 0.0, None)
+
+
+def _splits_delta(n: int, eps0: float, ones: list[int], eps: float) -> float:
+    """Largest divergence at ``eps`` over the given splits, both orders (FFT pmfs: absolute error ~1e-16)."""
+    e0 = math.exp(eps0)
+    p, q = e0 / (e0 + 1), 1 / (e0 + 1)
+    best = 0.0
+    for m in ones:
+        s = _split_pmf_fft(n, eps0, m)
+        a, b = np.convolve(s, [q, p]), np.convolve(s, [p, q])
+        best = max(best, _hockey(a, b, eps), _hockey(b, a, eps))
+    return best
 
 
 @pytest.mark.parametrize("n", [1_000, 10_000])
 @pytest.mark.parametrize("eps0", [1.0, 2.0, 4.0])
-def test_binary_rr_bounds_against_equal_split(n: int, eps0: float) -> None:
+def test_binary_rr_reported_is_exact_at_issue_points(n: int, eps0: float) -> None:
+    # The issue's criterion: the reported central eps of binary RR is never below the exact value and
+    # within 10% of it. It is the exact value plus at most the bisection bracket (1e-9 + 1e-8 eps) and the
+    # effect of the rounding/trim allowances (< 2e-9 here): checked against an independent FFT
+    # enumeration, every split at n = 1e3 and, at n = 1e4, the 40 splits nearest each end (where the
+    # worst ones are) and every 97th.
     delta = 1e-6
-    a, b = _binary_split_pair(n, eps0, 0)  # the all-equal split, summed directly
+    report = acc.central_epsilon_report(eps0, n, delta, "grr", 2)
+    assert report.method == "binary_rr_exact"
+    got = report.epsilon
+    ones = list(range(n)) if n <= 1_000 else sorted({*range(40), *range(n - 40, n), *range(0, n, 97)})
+    assert _splits_delta(n, eps0, ones, got) <= delta * (1 + 1e-6)  # never below the exact value
+    margin = 1e-8 + 1e-7 * got
+    assert _splits_delta(n, eps0, ones, got - margin) > delta  # the exact value is above got - margin
+    assert got <= 1.10 * (got - margin)
+    # between the all-equal lower bound (direct sums) and the blanket bound
+    a, b = _binary_split_pair(n, eps0, 0)
     lower = _bisect(lambda e: max(_hockey(a, b, e), _hockey(b, a, e)), delta, eps0)
-    got_lower = acc.central_epsilon_binary_rr_equal_split(eps0, n, delta)
-    assert got_lower == pytest.approx(lower, rel=3e-5, abs=2e-6)
-    got = acc.central_epsilon(eps0, n, delta, "grr", 2)
-    # the proved bound sits 10-32% above this lower bound on this grid (docs/shuffle_accounting.md)
-    assert lower <= got <= 1.35 * lower
+    blanket = acc.central_epsilon_grr_blanket(eps0, n, delta, 2)
+    assert lower - 1e-9 <= got <= blanket <= 1.35 * lower
+
+
+@pytest.mark.parametrize("n,eps0,delta", list(itertools.product([3, 40, 400, 2_000], [0.3, 1.0, 5.0],
+                                                                [1e-2, 1e-6, 1e-10])))
+def test_binary_rr_exact_between_equal_split_and_blanket(n: int, eps0: float, delta: float) -> None:
+    exact = acc.central_epsilon_binary_rr_exact(eps0, n, delta)
+    a, b = _binary_split_pair(n, eps0, 0)
+    lower = _bisect(lambda e: max(_hockey(a, b, e), _hockey(b, a, e)), delta, eps0)
+    assert lower - 1e-9 <= exact <= eps0
+    assert exact <= acc.central_epsilon_grr_blanket(eps0, n, delta, 2)
+    assert exact <= acc.central_epsilon_general(eps0, n, delta)
+
+
+def test_binomial_pmf_within_the_exact_allowance() -> None:
+    # The exact figure allows a relative error of BINARY_EXACT_REL_ERR (1e-9) on every probability it forms;
+    # scipy's binomial pmf (its input) must be far inside that: 1e-11 here, against 40-digit mpmath values
+    # of the same float probability, from the mode out to 12 sd.
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 40
+    worst = 0.0
+    for eps0 in (0.5, 4.0):
+        e0 = math.exp(eps0)
+        for prob in (e0 / (e0 + 1), 1 / (e0 + 1)):
+            for s in (7, 500, 5_000, 50_000):
+                mean, sd = s * prob, math.sqrt(s * prob * (1 - prob))
+                ks = np.unique(np.clip(np.round(mean + sd * np.linspace(-12, 12, 13)), 0, s).astype(int))
+                got = stats.binom.pmf(ks, s, prob)
+                for k, g in zip(ks.tolist(), got):
+                    ref = mpmath.binomial(s, k) * mpmath.mpf(prob) ** k * (1 - mpmath.mpf(prob)) ** (s - k)
+                    if ref > mpmath.mpf(10) ** -290:
+                        worst = max(worst, float(abs(mpmath.mpf(float(g)) - ref) / ref))
+    assert worst < 1e-11 < acc.BINARY_EXACT_REL_ERR
+
+
+def test_binary_rr_exact_limits_and_methods() -> None:
+    big = acc.BINARY_EXACT_MAX_N + 1
+    with pytest.raises(ValueError, match="n <= "):
+        acc.central_epsilon_binary_rr_exact(1.0, big, 1e-6)
+    fallback = acc.central_epsilon_report(1.0, big, 1e-6, "grr", 2)
+    assert fallback.method == f"grr_blanket (binary exact not computed: n > {acc.BINARY_EXACT_MAX_N})"
+    assert fallback.epsilon == acc.central_epsilon_grr_blanket(1.0, big, 1e-6, 2)
+    assert acc.central_epsilon(1.0, big, 1e-6, "grr", 2) == fallback.epsilon
+    tiny = acc.central_epsilon_report(1.0, 500, 1e-250, "grr", 2)
+    assert tiny.method.endswith("(binary exact not computed: delta < 1e-200)")
+    assert acc.central_epsilon_report(1.0, 500, 1e-6, "grr", 3).method in ("grr_blanket", "general")
+    assert acc.central_epsilon_report(1.0, 500, 1e-6).method == "general"
+    assert acc.central_epsilon_report(1.0, 10_000, 1e-6, "fmt_closed").method == "fmt_closed_form"
 
 
 def test_issue_figures() -> None:
@@ -239,7 +331,9 @@ def test_inverse_issue_figure() -> None:
     assert acc.local_epsilon_for_central(1.0, 1e-9, 1_000_000) >= 7.6
 
 
-@pytest.mark.parametrize("mechanism,k,n", [("general", None, 50_000), ("grr", 2, 10_000), ("grr", 5, 10_000),
+# binary RR: exact at 1e4, the blanket fallback at 2e5 (above BINARY_EXACT_MAX_N)
+@pytest.mark.parametrize("mechanism,k,n", [("general", None, 50_000), ("grr", 2, 10_000), ("grr", 2, 200_000),
+                                           ("grr", 5, 10_000),
                                            ("fmt_closed", None, 1_000_000)])
 def test_inverse_round_trips(mechanism: str, k: int | None, n: int) -> None:
     for target in (0.1, 0.5, 1.0):
@@ -248,6 +342,20 @@ def test_inverse_round_trips(mechanism: str, k: int | None, n: int) -> None:
         assert acc.central_epsilon(eps0, n, 1e-7, mechanism, k) <= target * (1 + 1e-4) + 1e-6
         above = eps0 * (1 + 1e-3) + 1e-4
         assert acc.central_epsilon(above, n, 1e-7, mechanism, k) > target
+
+
+def test_inverse_binary_rr_exact_where_another_split_is_worst() -> None:
+    # n = 1000, central target 0.3233 at delta = 1e-6: near eps0 = 2 the worst split has two of the others
+    # holding the other bit, so the exact inverse is below the all-equal one (2.00019) and every split
+    # (independent FFT enumeration) is within delta at it.
+    n, target, delta = 1_000, 0.3233, 1e-6
+    eps0 = acc.local_epsilon_for_central(target, delta, n, "grr", 2)
+    equal = acc._largest_meeting(lambda e: e <= target or float(
+        acc.delta_curve([target], e, n, "binary_equal_split")[0]) <= delta, target, 30.0)
+    assert eps0 < equal - 1e-4
+    assert _splits_delta(n, eps0, list(range(n)), target) <= delta * (1 + 1e-6)
+    above = eps0 * (1 + 1e-4)
+    assert _splits_delta(n, above, list(range(n)), target) > delta
 
 
 # ------------------------------------------------------------------------------------------ composition
@@ -312,4 +420,12 @@ def test_table_prints() -> None:
     text = acc.format_table(rows, 1e-6)
     assert "| 1,000 | 1 | 0.6495 |" in text
     r = rows[0]
-    assert r["binary_equal_split"] <= r["binary_blanket"] <= r["fmt_numerical"] <= r["closed_form"]
+    assert r["binary_equal_split"] <= r["binary_exact"] + 1e-8 and r["binary_exact"] <= r["binary_blanket"]
+    assert r["binary_blanket"] <= r["fmt_numerical"]
+    assert r["fmt_numerical"] <= r["closed_form"]
+    assert r["binary_method"] == "binary_rr_exact" and r["binary_reported"] == r["binary_exact"]
+    assert "| 0.1266 | 0.1266 | 1.17 | 0.1266 (exact) |" in text
+    far_rows = acc.comparison_table(ns=(acc.BINARY_EXACT_MAX_N + 1,), eps0s=(1.0,), delta=1e-6)
+    far = acc.format_table(far_rows, 1e-6)
+    blanket, lower = f"{far_rows[0]['binary_blanket']:.4f}", f"{far_rows[0]['binary_equal_split']:.4f}"
+    assert f"| {blanket} | n/a | {lower} | n/a | {blanket} (blanket, fallback) |" in far

@@ -2,9 +2,10 @@
 ``n`` reports from an ``eps0``-LDP randomizer, its composition over windows, and the inverse (the largest
 ``eps0`` for a central target). numpy/scipy only; see ``docs/shuffle_accounting.md``.
 
-Every figure is an upper bound obtained from an explicit *dominating pair* ``(P, Q)`` whose hockey-stick
-divergence ``delta(eps) = sum max(0, P - e^eps Q)`` is computed numerically; the central epsilon is then the
-smallest ``eps`` on a bisection grid with ``delta(eps) <= delta`` (the upper end of the final bracket).
+Every figure is an upper bound. All but the exact binary-RR one come from an explicit *dominating pair*
+``(P, Q)`` whose hockey-stick divergence ``delta(eps) = sum max(0, P - e^eps Q)`` is computed numerically;
+the central epsilon is then the smallest ``eps`` on a bisection grid with ``delta(eps) <= delta`` (the
+upper end of the final bracket).
 
 Pairs:
 
@@ -16,14 +17,21 @@ Pairs:
   with ``C ~ Bin(n - 1, 2 / (e^eps0 + k - 1))``, entered w.p. ``lambda = (e^eps0 + 1) / (e^eps0 + k - 1)``
   (otherwise the target's report falls outside the two values in question and both worlds coincide), so
   ``delta <= lambda * D_pair`` (plus ``(1 - lambda)(1 - e^eps)`` for ``eps < 0``, the exact mixture curve).
-  The figure reported for GRR (any ``k >= 2``) is the smaller of this and the general bound.
-* **binary RR, all-equal split** (:func:`central_epsilon_binary_rr_equal_split`): with the ``n - 1``
-  others all holding the same bit the count of ones is ``Bin(n - 1, q) + Bern(p or q)`` and ``delta`` is
-  an exact finite sum (both directions, binomial tails). This is the exact curve of *one* pair of
-  neighbouring datasets, so a **lower bound** on the exact worst case; exhaustive checks over every split of
-  the others' bits find it to be the worst split at ``n = 1000``, ``delta = 1e-6``, but not everywhere (at
-  small ``n`` and large ``delta`` other splits are worse by up to 20%). It is reported beside the bounds,
-  never as the guarantee.
+  The figure reported for GRR with ``k >= 3`` (and binary RR beyond the exact limit) is the smaller of
+  this and the general bound.
+* **binary RR, exact** (:func:`central_epsilon_binary_rr_exact`, the figure reported for GRR on two
+  values up to :data:`BINARY_EXACT_MAX_N` reports): no dominating pair but the worst case itself. With
+  ``m`` of the other ``n - 1`` users holding 1 the count of ones is ``S_m + Bern(p)`` against
+  ``S_m + Bern(q)``, ``S_m = Bin(m, p) + Bin(n - 1 - m, q)``; the central epsilon is the largest over every
+  ``m`` and both orders of the epsilon at which that pair's divergence is ``delta``. Every probability it
+  forms is a sum of non-negative terms (scipy's binomial pmf, direct convolutions), so its relative
+  rounding error is bounded; the computation allows :data:`BINARY_EXACT_REL_ERR` on each and adds every
+  trimmed tail mass to the divergence, so the figure is never below the exact value.
+* **binary RR, all-equal split** (:func:`central_epsilon_binary_rr_equal_split`): the split ``m = 0``
+  alone, as an exact finite sum of binomial tails. A **lower bound** on the exact value (one pair of
+  neighbouring datasets); within 1.4e-4 relative of the exact value on the table of
+  docs/shuffle_accounting.md, but not everywhere (at small ``n`` and large ``delta`` other splits have
+  up to 20% more ``delta``).
 
 Evaluation of the clone pair: given ``C = c`` the divergence ``D_c`` has a closed form in two tails of
 ``Bin(c, 1/2)`` (the likelihood ratio is monotone in ``A``), and ``D_c`` is non-increasing in ``c`` (one more
@@ -36,8 +44,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from dp_accounting.pld import pld_pmf as _pld_pmf
@@ -56,7 +64,12 @@ __all__ = [
     "central_epsilon_grr",
     "central_epsilon_grr_blanket",
     "central_epsilon_binary_rr_equal_split",
+    "central_epsilon_binary_rr_exact",
+    "binary_rr_exact_applies",
+    "BINARY_EXACT_MAX_N",
+    "CentralEpsilon",
     "central_epsilon",
+    "central_epsilon_report",
     "delta_curve",
     "local_epsilon_for_central",
     "compose_windows",
@@ -76,6 +89,23 @@ EPS_ABS_TOL = 1e-6
 EPS_REL_TOL = 1e-5
 #: connect-the-dots grid points per window on [-eps_top, eps_top] for the composition
 GRID_POINTS = 200
+#: exact binary RR (:func:`central_epsilon_binary_rr_exact`): computed for n up to this (0.1-0.3 s at
+#: 1e4, 1-2.5 s at 1e5, growing like n^1.5); above it the blanket bound is reported
+BINARY_EXACT_MAX_N = 100_000
+#: ... and for delta down to this (so that no probability kept is near the floating-point underflow)
+BINARY_EXACT_MIN_DELTA = 1e-200
+#: relative error allowed on every probability the exact computation forms (at least 10x the bound on
+#: the rounding of its convolutions and scipy's binomial pmf, see docs/shuffle_accounting.md)
+BINARY_EXACT_REL_ERR = 1e-9
+#: each trim of a pmf's tails may drop this fraction of delta (the dropped mass is added to the divergence)
+BINARY_EXACT_TRIM = 1e-10
+#: splits evaluated together
+BINARY_EXACT_BLOCK = 256
+#: splits of one node computed by one matrix product
+_LEAF_GROUP = 16
+#: its bisection stops when the bracket is below ``BINARY_EXACT_ABS_TOL + BINARY_EXACT_REL_TOL * eps``
+BINARY_EXACT_ABS_TOL = 1e-9
+BINARY_EXACT_REL_TOL = 1e-8
 
 
 class ShuffleAccountingError(ValueError):
@@ -224,15 +254,246 @@ def _binary_rr_delta(eps: np.ndarray, eps0: float, n: int) -> np.ndarray:
     return np.maximum(d_pq, d_qp)
 
 
+# ------------------------------------------------------------------------------------- binary RR, exact
+
+def _trim(a: np.ndarray, budget: float) -> tuple[np.ndarray, float]:
+    """Drop the longest head and tail of the non-negative ``a`` whose masses are each at most ``budget / 2``;
+    returns the rest and the dropped mass (as summed in floating point)."""
+    half = 0.5 * budget
+    head = np.cumsum(a)
+    tail = np.cumsum(a[::-1])
+    i = int(np.searchsorted(head, half, side="right"))
+    j = int(np.searchsorted(tail, half, side="right"))
+    if i + j >= len(a):  # the budget covers almost everything (cannot happen for budget < 1/2)
+        return a, 0.0
+    dropped = (float(head[i - 1]) if i else 0.0) + (float(tail[j - 1]) if j else 0.0)
+    return a[i:len(a) - j], dropped
+
+
+def _binom_trimmed(s: int, prob: float, budget: float) -> tuple[np.ndarray, float]:
+    """The pmf of ``Bin(s, prob)`` on its mean +- (40 sd + 30), trimmed (:func:`_trim`), and the mass
+    outside what is returned (the two tails beyond the window from scipy's binomial cdf, plus the trim)."""
+    mean, sd = s * prob, math.sqrt(s * prob * (1.0 - prob))
+    lo = max(0, int(math.floor(mean - 40.0 * sd - 30.0)))
+    hi = min(s, int(math.ceil(mean + 40.0 * sd + 30.0)))
+    outside = (float(stats.binom.cdf(lo - 1, s, prob)) if lo > 0 else 0.0) + \
+        (float(stats.binom.sf(hi, s, prob)) if hi < s else 0.0)
+    pmf, trimmed = _trim(stats.binom.pmf(np.arange(lo, hi + 1), s, prob), budget)
+    return pmf, outside + trimmed
+
+
+def _binary_rr_split_pmfs(eps0: float, n: int, budget: float) -> Iterator[tuple[np.ndarray, float]]:
+    """For ``m = 0, 1, ..., (n - 1) // 2`` in order: the pmf of ``S_m = Bin(m, p) + Bin(n - 1 - m, q)``
+    (trimmed, its position dropped: the divergences do not depend on it) and an upper bound on the mass
+    trimmed from it.
+
+    Divide and conquer over ``m``: a node ``[lo, hi]`` holds the pmf of the ``lo`` users who hold 1 and the
+    ``n - 1 - hi`` users who hold 0 for every ``m`` in it; its left half adds ``hi - mid`` zeros, its right
+    half ``mid + 1 - lo`` ones; a node of at most ``_LEAF_GROUP`` splits convolves its pmf with each split's
+    remaining ``Bin(i, p) + Bin(size - 1 - i, q)`` in one matrix product. Every step is a direct
+    convolution of non-negative arrays (each entry has a relative rounding error of at most
+    ``len * 2**-53``), the tree's steps followed by a trim of at most ``budget`` mass."""
+    e0 = math.exp(eps0)
+    p, q = e0 / (e0 + 1.0), 1.0 / (e0 + 1.0)
+    cache: dict[tuple[int, bool], tuple[np.ndarray, float]] = {}
+
+    def binom(s: int, ones: bool) -> tuple[np.ndarray, float]:
+        key = (s, ones)
+        if key not in cache:
+            cache[key] = _binom_trimmed(s, p if ones else q, budget)
+        return cache[key]
+
+    def grow(h: np.ndarray, lost: float, s: int, ones: bool) -> tuple[np.ndarray, float]:
+        b, lost_b = binom(s, ones)
+        out, lost_c = _trim(np.convolve(h, b), budget)
+        return out, lost + lost_b + lost_c
+
+    @functools.lru_cache(maxsize=8)
+    def kernels(size: int) -> np.ndarray:
+        """Column ``i``: the pmf of ``Bin(i, p) + Bin(size - 1 - i, q)`` (full support)."""
+        out = np.empty((size, size))
+        for i in range(size):
+            out[:, i] = np.convolve(stats.binom.pmf(np.arange(i + 1), i, p),
+                                    stats.binom.pmf(np.arange(size - i), size - 1 - i, q))
+        return out
+
+    top = (n - 1) // 2
+    root, lost = binom(n - 1 - top, False)
+    stack = [(0, top, root, lost)]
+    while stack:
+        lo, hi, h, lost = stack.pop()
+        if hi - lo < _LEAF_GROUP:  # the node's splits at once: row k of `window` is h(k), h(k-1), ...
+            size = hi - lo + 1
+            padded = np.concatenate([np.zeros(size - 1), h, np.zeros(size - 1)])
+            window = np.lib.stride_tricks.sliding_window_view(padded, size)[:, ::-1]
+            for row in (window @ kernels(size)).T:
+                yield row, lost
+            continue
+        mid = (lo + hi) // 2
+        stack.append((mid + 1, hi, *grow(h, lost, mid + 1 - lo, True)))
+        stack.append((lo, mid, *grow(h, lost, hi - mid, False)))  # popped first: m increases
+
+
+def _split_blocks(eps0: float, n: int, delta: float) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The split pmfs of :func:`_binary_rr_split_pmfs` in blocks: ``(rows, lost)``, each row zero-padded
+    (at least one zero on each side)."""
+    rows: list[np.ndarray] = []
+    losses: list[float] = []
+
+    def pack() -> tuple[np.ndarray, np.ndarray]:
+        out = np.zeros((len(rows), max(len(r) for r in rows) + 2))
+        for i, r in enumerate(rows):
+            out[i, 1:1 + len(r)] = r
+        return out, np.asarray(losses)
+
+    for h, lost in _binary_rr_split_pmfs(eps0, n, delta * BINARY_EXACT_TRIM):
+        rows.append(h)
+        losses.append(lost)
+        if len(rows) == BINARY_EXACT_BLOCK:
+            yield pack()
+            rows, losses = [], []
+    if rows:
+        yield pack()
+
+
+def _split_deltas(rows: np.ndarray, lost: np.ndarray, eps: np.ndarray, eps0: float) -> np.ndarray:
+    """Upper bounds, shape ``(len(eps), len(rows))``, on ``max(D(P_m || Q_m), D(Q_m || P_m))`` at each
+    ``eps >= 0``, ``P_m = S_m + Bern(p)``, ``Q_m = S_m + Bern(q)``: with ``f`` the pmf of ``S_m``,
+    ``D(P || Q) = sum_k [a f(k-1) - b f(k)]_+`` and ``D(Q || P) = sum_k [a f(k) - b f(k-1)]_+``,
+    ``a = p - e^eps q``, ``b = e^eps p - q``. Every computed probability may be off by the relative error
+    ``r`` = :data:`BINARY_EXACT_REL_ERR`, so ``a`` is raised and ``b`` lowered by ``r (p + e^eps q)`` and
+    ``r (e^eps p + q)`` (which also covers their own rounding), the sum is scaled by ``1 + r``, and the
+    trimmed mass ``lost`` is added (it can add at most ``a * lost``)."""
+    e0 = math.exp(eps0)
+    p, q = e0 / (e0 + 1.0), 1.0 / (e0 + 1.0)
+    r = BINARY_EXACT_REL_ERR
+    big = np.exp(np.asarray(eps, dtype=float))[:, None, None]
+    a = (p - big * q) + r * (p + big * q)
+    b = (big * p - q) - r * (big * p + q)
+    prev, here = rows[None, :, :-1], rows[None, :, 1:]
+    forward = np.maximum(a * prev - b * here, 0.0).sum(axis=-1)
+    backward = np.maximum(a * here - b * prev, 0.0).sum(axis=-1)
+    return (1.0 + r) * (np.maximum(forward, backward) + np.maximum(a[:, :, 0], 0.0) * lost[None, :])
+
+
+def _exact_tolerance(eps: float) -> float:
+    return BINARY_EXACT_ABS_TOL + BINARY_EXACT_REL_TOL * eps
+
+
+def _check_exact(eps0: float, n: int, delta: float) -> None:
+    if not binary_rr_exact_applies(n, delta):
+        raise ValueError(f"the exact binary-RR computation takes n <= {BINARY_EXACT_MAX_N:,} and delta >= "
+                         f"{BINARY_EXACT_MIN_DELTA:g}, got n = {n}, delta = {delta:g}")
+
+
+def binary_rr_exact_applies(n: int, delta: float) -> bool:
+    """Whether :func:`central_epsilon_binary_rr_exact` is computed for these ``n`` and ``delta``."""
+    return int(n) <= BINARY_EXACT_MAX_N and delta >= BINARY_EXACT_MIN_DELTA
+
+
+def central_epsilon_binary_rr_exact(eps0: float, n: int, delta: float) -> float:
+    """The exact central epsilon at ``delta`` of ``n`` shuffled binary randomized-response reports (GRR on
+    two values), from above: the largest over every split ``m`` of the other ``n - 1`` users' bits and both
+    orders of the neighbouring pair of the epsilon at which the count's hockey-stick divergence is
+    ``delta``. Within ``1e-9 + 1e-8 eps`` (the bisection) plus the effect of the rounding and trimming
+    allowances (a relative ``1e-9`` on ``delta``'s scale, see :func:`_split_deltas`) of the exact value;
+    never below it. ``n <= BINARY_EXACT_MAX_N``.
+
+    Splits ``m`` and ``n - 1 - m`` are mirror images (flip every bit), so ``m <= (n - 1) / 2`` with both
+    orders covers all. Splits are taken in blocks; a block's rows whose divergence is within ``delta`` at
+    the epsilon found so far are dropped, the others bisected (all of them, no assumption on which ``m`` is
+    worst)."""
+    eps0, n, delta = _check(eps0, n, delta)
+    _check_exact(eps0, n, delta)
+    found = 0.0  # every split seen so far has delta(found) <= delta (vacuous at the start)
+    for rows, lost in _split_blocks(eps0, n, delta):
+        over = _split_deltas(rows, lost, np.array([found]), eps0)[0] > delta
+        if not over.any():
+            continue
+        rows, lost = rows[over], lost[over]
+        lo, hi = found, eps0  # eps0-LDP per report: every split's divergence is 0 at eps0
+        while hi - lo > _exact_tolerance(hi):
+            grid = np.linspace(lo, hi, 9)[1:-1]
+            d = _split_deltas(rows, lost, grid, eps0)
+            ok = (d <= delta).all(axis=1)
+            first = int(np.argmax(ok)) if ok.any() else len(grid)
+            if first > 0:
+                lo = float(grid[first - 1])
+                keep = d[first - 1] > delta  # the rest are within delta at lo, hence at every eps >= lo
+                rows, lost = rows[keep], lost[keep]
+            if first < len(grid):
+                hi = float(grid[first])
+        found = hi
+    return found
+
+
+def _one_split(eps0: float, n: int, delta: float, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split ``m`` alone, as one padded row and its lost mass (a direct convolution of the two trimmed
+    binomials)."""
+    e0 = math.exp(eps0)
+    p, q = e0 / (e0 + 1.0), 1.0 / (e0 + 1.0)
+    budget = delta * BINARY_EXACT_TRIM
+    a, lost_a = _binom_trimmed(m, p, budget)
+    b, lost_b = _binom_trimmed(n - 1 - m, q, budget)
+    f, lost_f = _trim(np.convolve(a, b), budget)
+    return np.concatenate([[0.0], f, [0.0]])[None, :], np.array([lost_a + lost_b + lost_f])
+
+
+def _binary_rr_exact_failing(eps0: float, n: int, delta: float, eps: float) -> int | None:
+    """A split ``m`` whose divergence at ``eps`` exceeds ``delta`` (the worst of the first block that has
+    one), or ``None`` when every split is within ``delta``."""
+    e = np.array([float(eps)])
+    first = 0
+    for rows, lost in _split_blocks(eps0, n, delta):
+        d = _split_deltas(rows, lost, e, eps0)[0]
+        if (d > delta).any():
+            return first + int(np.argmax(d))
+        first += len(rows)
+    return None
+
+
+def _largest_meeting(meets: Callable[[float], bool], lo: float, hi: float) -> float:
+    """Largest ``x`` in ``[lo, hi]`` (to the tolerance, from below) with ``meets(x)``, for ``meets``
+    monotone (true up to a point) and true at ``lo``."""
+    if meets(hi):
+        return hi
+    while hi - lo > EPS_ABS_TOL + EPS_REL_TOL * lo:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if meets(mid) else (lo, mid)
+    return lo
+
+
+def _binary_rr_exact_inverse(target_eps: float, delta: float, n: int, lo: float, hi: float) -> float:
+    """The largest ``eps0`` in ``[lo, hi]`` (``lo`` known to meet it) at which every split's divergence at
+    ``target_eps`` is within ``delta``. A working set of splits (the all-equal one first) is bisected on
+    ``eps0`` split by split; the result is checked against every split, and the worst split that fails
+    it joins the set, until one passes."""
+    working = [0]  # the latest first: it is the likeliest to fail
+
+    def meets(eps0: float) -> bool:
+        e = np.array([float(target_eps)])
+        return all(bool(_split_deltas(*_one_split(eps0, n, delta, m), e, eps0)[0, 0] <= delta)
+                   for m in working)
+
+    while True:
+        x = _largest_meeting(meets, lo, hi)
+        failing = None if x <= lo else _binary_rr_exact_failing(x, n, delta, target_eps)
+        if failing is None:
+            return x
+        working.insert(0, failing)
+        hi = x
+
+
 # --------------------------------------------------------------------------------------------- central eps
 
-def _bisect_epsilon(delta_fn: Callable[[np.ndarray], np.ndarray], delta: float, hi: float) -> float:
+def _bisect_epsilon(delta_fn: Callable[[np.ndarray], np.ndarray], delta: float, hi: float,
+                    abs_tol: float = EPS_ABS_TOL, rel_tol: float = EPS_REL_TOL) -> float:
     """Smallest ``eps`` in ``[0, hi]`` (to the tolerance, from above) with ``delta_fn(eps) <= delta``; ``hi``
     must satisfy it. ``delta_fn`` is non-increasing."""
     if float(delta_fn(np.array([0.0]))[0]) <= delta:
         return 0.0
     lo = 0.0
-    while hi - lo > EPS_ABS_TOL + EPS_REL_TOL * hi:
+    while hi - lo > abs_tol + rel_tol * hi:
         grid = np.linspace(lo, hi, 9)[1:-1]  # seven points a round: one vectorized call
         ok = delta_fn(grid) <= delta
         first = int(np.argmax(ok)) if ok.any() else len(grid)
@@ -263,29 +524,60 @@ def central_epsilon_grr_blanket(eps0: float, n: int, delta: float, domain_size: 
 
 
 def central_epsilon_binary_rr_equal_split(eps0: float, n: int, delta: float) -> float:
-    """The exact epsilon at ``delta`` of binary RR when the other ``n - 1`` users hold the same bit: a lower
-    bound on the exact worst case over the others' bits (module docstring), not a guarantee."""
+    """The exact epsilon at ``delta`` of binary RR when the other ``n - 1`` users hold the same bit (to the
+    exact figure's bracket, from above): a lower bound on the exact worst case over the others' bits
+    (module docstring), not a guarantee."""
     eps0, n, delta = _check(eps0, n, delta)
-    return _bisect_epsilon(lambda e: _binary_rr_delta(e, eps0, n), delta, eps0)
+    return _bisect_epsilon(lambda e: _binary_rr_delta(e, eps0, n), delta, eps0, BINARY_EXACT_ABS_TOL,
+                           BINARY_EXACT_REL_TOL)
+
+
+class CentralEpsilon(NamedTuple):
+    """A reported central epsilon and the method it comes from: ``binary_rr_exact``, ``grr_blanket``,
+    ``general`` or ``fmt_closed_form``; a fallback says so in brackets (``grr_blanket (binary exact not
+    computed: n > 10000)``)."""
+
+    epsilon: float
+    method: str
+
+
+def _grr_report(eps0: float, n: int, delta: float, k: int) -> CentralEpsilon:
+    if k == 2 and binary_rr_exact_applies(n, delta):
+        return CentralEpsilon(central_epsilon_binary_rr_exact(eps0, n, delta), "binary_rr_exact")
+    blanket = central_epsilon_grr_blanket(eps0, n, delta, k)
+    general = central_epsilon_general(eps0, n, delta)
+    out = CentralEpsilon(blanket, "grr_blanket") if blanket <= general else CentralEpsilon(general, "general")
+    if k == 2:
+        why = f"n > {BINARY_EXACT_MAX_N}" if n > BINARY_EXACT_MAX_N else f"delta < {BINARY_EXACT_MIN_DELTA:g}"
+        out = out._replace(method=f"{out.method} (binary exact not computed: {why})")
+    return out
 
 
 def central_epsilon_grr(eps0: float, n: int, delta: float, domain_size: int) -> float:
-    """Central epsilon of ``n`` shuffled GRR reports on ``[domain_size]``: the smaller of the blanket and the
-    general bounds."""
+    """Central epsilon of ``n`` shuffled GRR reports on ``[domain_size]``. For two values (binary RR) with
+    ``n <= BINARY_EXACT_MAX_N``: the exact value (:func:`central_epsilon_binary_rr_exact`); otherwise the
+    smaller of the blanket and the general bounds."""
     eps0, n, delta = _check(eps0, n, delta)
-    k = _domain("grr", domain_size)
-    return min(central_epsilon_grr_blanket(eps0, n, delta, k), central_epsilon_general(eps0, n, delta))
+    return _grr_report(eps0, n, delta, _domain("grr", domain_size)).epsilon
+
+
+def central_epsilon_report(eps0: float, n: int, delta: float, mechanism: str = "general",
+                           domain_size: int | None = None) -> CentralEpsilon:
+    """:func:`central_epsilon` with the method that gave it (:class:`CentralEpsilon`)."""
+    eps0, n, delta = _check(eps0, n, delta)
+    k = _domain(mechanism, domain_size)
+    if mechanism == "grr":
+        return _grr_report(eps0, n, delta, k)
+    if mechanism == "fmt_closed":
+        return CentralEpsilon(central_epsilon_fmt_closed_form(eps0, n, delta), "fmt_closed_form")
+    return CentralEpsilon(central_epsilon_general(eps0, n, delta), "general")
 
 
 def central_epsilon(eps0: float, n: int, delta: float, mechanism: str = "general",
                     domain_size: int | None = None) -> float:
-    """Dispatch on ``mechanism`` (:data:`MECHANISMS`)."""
-    k = _domain(mechanism, domain_size)
-    if mechanism == "grr":
-        return central_epsilon_grr(eps0, n, delta, k)
-    if mechanism == "fmt_closed":
-        return central_epsilon_fmt_closed_form(eps0, n, delta)
-    return central_epsilon_general(eps0, n, delta)
+    """Dispatch on ``mechanism`` (:data:`MECHANISMS`); :func:`central_epsilon_report` also names the
+    method."""
+    return central_epsilon_report(eps0, n, delta, mechanism, domain_size).epsilon
 
 
 def delta_curve(eps: Sequence[float] | np.ndarray, eps0: float, n: int, mechanism: str = "general",
@@ -311,8 +603,9 @@ def local_epsilon_for_central(target_eps: float, delta: float, n: int, mechanism
                               domain_size: int | None = None, eps0_max: float = 30.0) -> float:
     """The largest ``eps0`` (to the bisection tolerance, from below) whose central guarantee over ``n``
     shuffled reports meets ``(target_eps, delta)``. Bisection on ``eps0``: each step asks whether the pair's
-    ``delta(target_eps)`` is within ``delta`` (or the closed form's epsilon within ``target_eps``), which is
-    monotone in ``eps0``. At least ``target_eps`` (no amplification claimed), at most ``eps0_max``."""
+    ``delta(target_eps)`` is within ``delta`` (or the closed form's epsilon within ``target_eps``; for binary
+    RR up to ``BINARY_EXACT_MAX_N`` reports, whether every split's is), which is monotone in ``eps0``.
+    At least ``target_eps`` (no amplification claimed), at most ``eps0_max``."""
     if not (math.isfinite(target_eps) and target_eps > 0):
         raise ValueError(f"target_eps must be a finite number > 0, got {target_eps!r}")
     _check(1.0, n, delta)
@@ -328,17 +621,14 @@ def local_epsilon_for_central(target_eps: float, delta: float, n: int, mechanism
         e = np.array([float(target_eps)])
         if closed or float(_general_delta(e, eps0, n)[0]) <= delta:
             return True
-        if mechanism == "grr":
-            return float(_blanket_delta(e, eps0, n, k)[0]) <= delta
-        return False
+        if mechanism != "grr":
+            return False
+        return float(_blanket_delta(e, eps0, n, k)[0]) <= delta
 
-    lo, hi = float(target_eps), float(eps0_max)
-    if meets(hi):
-        return hi
-    while hi - lo > EPS_ABS_TOL + EPS_REL_TOL * lo:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if meets(mid) else (lo, mid)
-    return lo
+    proved = _largest_meeting(meets, float(target_eps), float(eps0_max))
+    if mechanism == "grr" and k == 2 and binary_rr_exact_applies(n, delta):
+        return _binary_rr_exact_inverse(target_eps, delta, n, proved, float(eps0_max))
+    return proved
 
 
 # ----------------------------------------------------------------------------------------------- composition
@@ -454,18 +744,24 @@ def _pld_epsilon(eps0: float, ns: list[int], delta: float, pairs: dict[int, tupl
 def comparison_table(ns: Sequence[int] = (1_000, 10_000, 100_000, 1_000_000),
                      eps0s: Sequence[float] = (0.5, 1.0, 2.0, 4.0),
                      delta: float = 1e-6) -> list[dict[str, Any]]:
-    """One row per ``(n, eps0)``: the closed form, FMT's numerical bound, the general figure, the binary-RR
-    blanket bound (an upper bound) and the binary-RR all-equal-split figure (a lower bound), at ``delta``."""
+    """One row per ``(n, eps0)`` at ``delta``: the closed form, FMT's numerical bound, the general figure,
+    the binary-RR blanket bound, the exact binary-RR value (``nan`` above ``BINARY_EXACT_MAX_N``), the
+    all-equal-split figure (a lower bound) and the binary-RR figure reported with its method."""
     rows = []
     for n in ns:
         for eps0 in eps0s:
+            reported = central_epsilon_report(eps0, n, delta, "grr", 2)
+            exact = reported.epsilon if reported.method == "binary_rr_exact" else math.nan
             rows.append({
                 "n": int(n), "eps0": float(eps0),
                 "closed_form": central_epsilon_fmt_closed_form(eps0, n, delta),
                 "fmt_numerical": central_epsilon_fmt_numerical(eps0, n, delta),
                 "general": central_epsilon_general(eps0, n, delta),
                 "binary_blanket": central_epsilon_grr_blanket(eps0, n, delta, 2),
+                "binary_exact": exact,
                 "binary_equal_split": central_epsilon_binary_rr_equal_split(eps0, n, delta),
+                "binary_reported": reported.epsilon,
+                "binary_method": reported.method,
             })
     return rows
 
@@ -473,12 +769,16 @@ def comparison_table(ns: Sequence[int] = (1_000, 10_000, 100_000, 1_000_000),
 def format_table(rows: list[dict[str, Any]], delta: float) -> str:
     """The rows of :func:`comparison_table` as a Markdown table."""
     head = ("| n | eps0 | FMT closed form | FMT numerical (= general) | binary RR blanket (upper) "
-            "| binary RR equal split (lower) | blanket / equal split |\n|---:|---:|---:|---:|---:|---:|---:|")
+            "| binary RR exact | binary RR equal split (lower) | blanket / exact | binary RR reported |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     lines = [f"delta = {delta:g}", "", head]
     for r in rows:
         cf = "n/a" if math.isinf(r["closed_form"]) else f"{r['closed_form']:.4f}"
-        ratio = r["binary_blanket"] / r["binary_equal_split"]
-        lines.append(f"| {r['n']:,} | {r['eps0']:g} | {cf} | {r['general']:.4f} | "
-                     f"{r['binary_blanket']:.4f} | {r['binary_equal_split']:.4f} | {ratio:.2f} |")
+        exact, blanket = r["binary_exact"], r["binary_blanket"]
+        ex, ratio = ("n/a", "n/a") if math.isnan(exact) else (f"{exact:.4f}", f"{blanket / exact:.2f}")
+        method = r["binary_method"].split(" ", 1)
+        used = {"binary_rr_exact": "exact", "grr_blanket": "blanket", "general": "general"}[method[0]]
+        reported = f"{r['binary_reported']:.4f} ({used}{', fallback' if len(method) > 1 else ''})"
+        lines.append(f"| {r['n']:,} | {r['eps0']:g} | {cf} | {r['general']:.4f} | {blanket:.4f} | {ex} | "
+                     f"{r['binary_equal_split']:.4f} | {ratio} | {reported} |")
     return "\n".join(lines)
-
