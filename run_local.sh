@@ -57,13 +57,25 @@ case "${1:-demo}" in
     # dashboard; prints its URL; Ctrl-C stops every process it started (docs/live.md)
     exec "$py" -m pipelines.dashboard_demo "$@"
     ;;
+  browser)
+    shift
+    # Browser demo on 127.0.0.1: the collector serving a page that encodes reports in the browser with the
+    # TypeScript client (built here: npm ci once, npm run build), the streaming job on Prism over the
+    # collector's directory writing the store, the dashboard; prints the URLs; Ctrl-C stops every process
+    # it started (docs/collector.md, "Browser demo")
+    command -v npm >/dev/null || { echo "[run_local] the browser demo needs node and npm" >&2; exit 2; }
+    [ -d clients/typescript/node_modules/typescript ] || (cd clients/typescript && npm ci --no-audit --no-fund)
+    (cd clients/typescript && npm run build >/dev/null)
+    bash tools/prism/get_prism.sh >/dev/null || echo "[run_local] could not build the Prism runner" >&2
+    exec "$py" -m pipelines.browser_demo "$@"
+    ;;
   core)
     shift
     # The same population through the numpy core only (no Beam)
     exec "$py" -m pipelines.demo "$@"
     ;;
   *)
-    echo "usage: ./run_local.sh [demo [ARGS...] | streaming [ARGS...] | dashboard [ARGS...] | core [ARGS...] | test [PYTEST ARGS...]]" >&2
+    echo "usage: ./run_local.sh [demo [ARGS...] | streaming [ARGS...] | dashboard [ARGS...] | browser [ARGS...] | core [ARGS...] | test [PYTEST ARGS...]]" >&2
     exit 2
     ;;
 esac

@@ -10,6 +10,9 @@ Endpoints (docs/collector.md): ``POST /v1/reports`` (``application/json``: one r
 ``{"reports": [...]}`` in the JSON form of docs/wire_format.md; ``application/avro``: an Avro object
 container of report records) -> 200 ``{"accepted": n}`` or a 4xx ``{"error", "detail"[, "index"]}``
 naming the first problem, nothing of the request written; ``GET /healthz``; ``GET /metrics`` (the counts).
+With ``--demo_page DIR`` (the built TypeScript client package, ``clients/typescript``) it also serves the
+browser demo from the same origin: ``GET /`` its ``demo/index.html``, ``GET /dist/....js`` its compiled
+JavaScript (nothing else of DIR), ``GET /v1/task`` the task with its ``resolved`` block.
 No access log, no address or header kept. SIGTERM / SIGINT: the open file is closed, the counts are
 printed as one JSON line on stdout, exit 0 (1 when a write failed).
 """
@@ -21,13 +24,14 @@ import json
 import logging
 import signal
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from ldp.task import TaskError, load_task
+from ldp.task import TaskError, load_task, resolve_task
 from pipelines.cli import fail, job_parser, parse_job_args
 from pipelines.collector import AVRO_TYPE, JSON_TYPE, Collector, RequestError, RollingAvroWriter, make_checker
 
@@ -93,6 +97,74 @@ class MetricsHandler(_JsonHandler):
         self.answer(200, self.collector.stats.to_json())
 
 
+class DemoPage:
+    """The browser demo of ``--demo_page DIR``: ``DIR/demo/index.html``, the ``.js`` files under ``DIR/dist``
+    and the task's JSON. Files are read at each request (a rebuild shows at the next reload)."""
+
+    PAGE = Path("demo") / "index.html"
+    SCRIPT = Path("dist") / "demo" / "demo.js"
+
+    def __init__(self, root: str | Path, task_json: str) -> None:
+        self.root = Path(root).resolve()
+        self.dist = self.root / "dist"
+        self.task_json = task_json
+        missing = [str(self.root / f) for f in (self.PAGE, self.SCRIPT) if not (self.root / f).is_file()]
+        if missing:
+            raise ValueError(
+                f"--demo_page {root}: no {' and no '.join(missing)} (build the client: cd {root} && "
+                "npm ci && npm run build)"
+            )
+
+    def script(self, rel: str) -> Path | None:
+        """The file of ``GET /dist/<rel>``: a ``.js`` file inside ``DIR/dist`` (after resolving links), no
+        hidden or empty path part; None otherwise."""
+        odd_part = any(p in ("", ".", "..") or p.startswith(".") for p in rel.split("/"))
+        if odd_part or not rel.endswith(".js") or "\\" in rel or "\0" in rel:
+            return None
+        path = (self.dist / rel).resolve()
+        if not path.is_relative_to(self.dist) or not path.is_file():
+            return None
+        return path
+
+
+class _DemoHandler(_JsonHandler):
+    """``GET`` of the demo's page, scripts and task; a refusal is the JSON 404 of the other endpoints."""
+
+    SUPPORTED_METHODS = ("GET",)
+
+    def initialize(self, collector: Collector, demo: DemoPage) -> None:
+        self.collector = collector
+        self.demo = demo
+
+    def send(self, body: bytes, content_type: str) -> None:
+        self.set_header("Content-Type", content_type)
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.finish(body)
+
+
+class DemoPageHandler(_DemoHandler):
+    def get(self) -> None:
+        self.set_header(
+            "Content-Security-Policy",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; base-uri 'none'; "
+            "form-action 'none'; frame-ancestors 'none'",
+        )
+        self.send((self.demo.root / DemoPage.PAGE).read_bytes(), "text/html; charset=utf-8")
+
+
+class DemoScriptHandler(_DemoHandler):
+    def get(self, rel: str) -> None:
+        path = self.demo.script(rel)
+        if path is None:
+            raise tornado.web.HTTPError(404)
+        self.send(path.read_bytes(), "text/javascript; charset=utf-8")
+
+
+class TaskHandler(_DemoHandler):
+    def get(self) -> None:
+        self.send(self.demo.task_json.encode("utf-8"), "application/json")
+
+
 _MEDIA_TYPES = {JSON_TYPE: JSON_TYPE, AVRO_TYPE: AVRO_TYPE}
 
 
@@ -155,14 +227,20 @@ class ReportsHandler(_JsonHandler):
         return None
 
 
-def make_app(collector: Collector) -> tornado.web.Application:
-    """The collector's web application (no access log, no cookies, no static files)."""
+def make_app(collector: Collector, demo: DemoPage | None = None) -> tornado.web.Application:
+    """The collector's web application (no access log, no cookies; static files only of ``demo``)."""
     args = {"collector": collector}
+    pages = [] if demo is None else [
+        (r"/", DemoPageHandler, {**args, "demo": demo}),
+        (r"/dist/(.+)", DemoScriptHandler, {**args, "demo": demo}),
+        (r"/v1/task", TaskHandler, {**args, "demo": demo}),
+    ]  # fmt: skip
     return tornado.web.Application(
         [
             (r"/v1/reports", ReportsHandler, args),
             (r"/healthz", HealthHandler, args),
             (r"/metrics", MetricsHandler, args),
+            *pages,
         ],
         default_handler_class=NotFoundHandler,
         default_handler_args=args,
@@ -186,6 +264,7 @@ async def serve(
     stop: asyncio.Event | None = None,
     ready: Any = None,
     tick_s: float = 1.0,
+    demo: DemoPage | None = None,
 ) -> dict[str, Any]:
     """Serves until ``stop`` is set (default: SIGTERM or SIGINT), then closes the open file and returns
     the counts. ``ready(port)`` is called once the socket listens (``port`` 0: a free one)."""
@@ -196,8 +275,8 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     server = tornado.httpserver.HTTPServer(
-        make_app(collector), max_body_size=_SERVER_BODY_LIMIT, xheaders=False, idle_connection_timeout=60,
-        body_timeout=60,
+        make_app(collector, demo), max_body_size=_SERVER_BODY_LIMIT, xheaders=False,
+        idle_connection_timeout=60, body_timeout=60,
     )  # fmt: skip
     sockets = tornado.netutil.bind_sockets(port, address=host)
     server.add_sockets(sockets)
@@ -230,6 +309,12 @@ def _parser():
     )
     p.add_argument("--max_body_bytes", type=int, default=1 << 20, help="largest request body (413 beyond)")
     p.add_argument("--max_batch", type=int, default=1000, help="most reports in one request (413 beyond)")
+    p.add_argument(
+        "--demo_page",
+        metavar="DIR",
+        help="also serve the browser demo of the built TypeScript client package DIR (clients/typescript): "
+        "GET / (DIR/demo/index.html), GET /dist/....js, GET /v1/task; a frequency task only",
+    )
     return p
 
 
@@ -248,6 +333,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         task = load_task(ns.task)
     except TaskError as exc:
         fail(exc.one_line())
+    demo = None
+    if ns.demo_page is not None:
+        if task.kind != "frequency":
+            fail(f"--demo_page needs a frequency task (the TypeScript client's oracles), not {task.kind}")
+        try:
+            demo = DemoPage(ns.demo_page, json.dumps(resolve_task(task)))
+        except ValueError as exc:
+            fail(str(exc))
     try:
         checker = make_checker(task)
         writer = RollingAvroWriter(ns.output_dir, roll_reports=ns.roll_reports, roll_seconds=ns.roll_seconds)
@@ -263,9 +356,11 @@ def run(argv: Sequence[str] | None = None) -> int:
             "collecting reports of task %r (%s) on http://%s:%d/v1/reports into %s", task.task_id, task.kind,
             ns.host, port, ns.output_dir,
         )  # fmt: skip
+        if demo is not None:
+            _LOG.info("browser demo: http://%s:%d/", ns.host, port)
 
     try:
-        stats = asyncio.run(serve(collector, ns.host, ns.port, ready=ready))
+        stats = asyncio.run(serve(collector, ns.host, ns.port, ready=ready, demo=demo))
     except OSError as exc:  # the address is in use, or not this machine's
         fail(f"cannot listen on {ns.host}:{ns.port}: {exc.strerror or exc}")
     print(json.dumps(stats), flush=True)
