@@ -104,8 +104,14 @@ Kinds of task (the mechanism names come from the mechanism registries, never fro
   ``"sparsity"`` (k), optional ``"privacy"``, ``"delta"``, ``"values"``, ``"expected_users"``
   (``docs/sparse_vectors.md``).
 
-New kinds (sparse vectors, batch queries) register a :class:`TaskKind` in :data:`TASK_KINDS`: their own
-keys, mechanism names and section checker.
+* ``numeric`` (:class:`ldp.aggregate.numeric.NumericTask`): the mean (and quantiles) of a bounded attribute,
+  a mechanism of ``ldp.numeric.MECHANISMS`` or ``auto`` with ``"kind": "numeric"`` (required), plus
+  ``"attributes": [{"name": "latency_ms", "low": 0, "high": 500}]`` (one) and optional
+  ``"quantiles": [0.5, 0.9, 0.99]`` (``docs/numeric.md``).
+
+A new kind is one entry of the registry :mod:`ldp.kinds` (``docs/architecture.md``): its :class:`TaskKind`
+(keys, mechanism names, field declarations, section checker) goes into :data:`TASK_KINDS` with the rest of
+the kind (aggregator, rows, simulator).
 
 :func:`parse_task` reports every problem at once (:class:`TaskError` lists them), not just the first:
 each section of the file has its own small checker that appends messages to one list.
@@ -143,6 +149,10 @@ __all__ = [
     "ANONYMITY_KINDS",
     "TaskKind",
     "TASK_KINDS",
+    "FREQUENCY_TASK_KIND",
+    "RANGE_TASK_KIND",
+    "BATCH_TASK_KIND",
+    "SPARSE_TASK_KIND",
     "TaskError",
     "load_task",
     "parse_task",
@@ -1558,6 +1568,7 @@ SEMANTIC_CHECKS: tuple[str, ...] = (
     "anonymity: central_epsilon needs expected_reports (range: expected_users) and shuffled true; "
     "expected_reports >= min_reports; a numeric epsilon must meet the central target",
     'epsilon "auto" only with anonymity.central_epsilon',
+    "numeric: an attribute's low below its high; the mechanism's own checks (ldp.numeric)",
 )
 
 
@@ -1584,43 +1595,83 @@ class TaskKind:
     exclusive: tuple[tuple[str, ...], ...] = ()
 
 
-#: Kinds of task by name; a new kind (sparse vectors, batch queries) adds an entry.
-TASK_KINDS: dict[str, TaskKind] = {
-    "frequency": TaskKind(
-        "frequency",
-        lambda: ORACLE_MECHANISMS,
-        ("domain_size", "labels", "labels_file", "budget", "hide_participation", "anonymity"),
-        _frequency_task,
-        uses_base_dir=True,
-        fields=_FREQUENCY_FIELDS,
-        required=("domain_size",),
-        exclusive=(("labels", "labels_file"),),
-    ),
-    "range": TaskKind(
-        "range",
-        lambda: MULTI_ATTRIBUTE_MECHANISMS,
-        ("attributes", "expected_users", "granularity", "options", "anonymity"),
-        _range_task,
-        fields=_RANGE_FIELDS,
-        required=("attributes", "expected_users"),
-    ),
-    "batch_queries": TaskKind(
-        "batch_queries",
-        lambda: BATCH_MECHANISMS,
-        ("attributes", "delta", "calibration", "max_contributions"),
-        _batch_task,
-        fields=_BATCH_FIELDS,
-        required=("kind", "attributes", "delta"),
-    ),
-    "sparse": TaskKind(
-        "sparse",
-        _sparse_mechanisms,
-        SPARSE_KEYS,
-        _sparse_task,
-        fields=_SPARSE_FIELDS,
-        required=("domain_size", "sparsity"),
-    ),
-}
+#: The task sections of the built-in kinds; ``ldp.kinds`` registers them (with the rest of each kind).
+FREQUENCY_TASK_KIND = TaskKind(
+    "frequency",
+    lambda: ORACLE_MECHANISMS,
+    ("domain_size", "labels", "labels_file", "budget", "hide_participation", "anonymity"),
+    _frequency_task,
+    uses_base_dir=True,
+    fields=_FREQUENCY_FIELDS,
+    required=("domain_size",),
+    exclusive=(("labels", "labels_file"),),
+)
+RANGE_TASK_KIND = TaskKind(
+    "range",
+    lambda: MULTI_ATTRIBUTE_MECHANISMS,
+    ("attributes", "expected_users", "granularity", "options", "anonymity"),
+    _range_task,
+    fields=_RANGE_FIELDS,
+    required=("attributes", "expected_users"),
+)
+BATCH_TASK_KIND = TaskKind(
+    "batch_queries",
+    lambda: BATCH_MECHANISMS,
+    ("attributes", "delta", "calibration", "max_contributions"),
+    _batch_task,
+    fields=_BATCH_FIELDS,
+    required=("kind", "attributes", "delta"),
+)
+SPARSE_TASK_KIND = TaskKind(
+    "sparse",
+    _sparse_mechanisms,
+    SPARSE_KEYS,
+    _sparse_task,
+    fields=_SPARSE_FIELDS,
+    required=("domain_size", "sparsity"),
+)
+
+
+class _TaskKinds(Mapping[str, TaskKind]):
+    """The task sections of the registered kinds, in registration order (:data:`TASK_KINDS`).
+
+    Filled by :func:`ldp.kinds.register`; the first read imports :mod:`ldp.kinds`, which registers every
+    built-in kind, so the task model sees the same kinds as the rest of the stack.
+    """
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, TaskKind] = {}
+        self._loaded = False
+
+    def _load(self) -> dict[str, TaskKind]:
+        if not self._loaded:
+            self._loaded = True
+            import ldp.kinds  # noqa: F401  (registers the built-in kinds)
+        return self._kinds
+
+    def __getitem__(self, name: str) -> TaskKind:
+        return self._load()[name]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(list(self._load()))
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def setdefault(self, name: str, kind: TaskKind) -> TaskKind:
+        """The registered section of ``name`` (``kind`` only when none is: older callers' idempotent
+        registration; a kind registers through :func:`ldp.kinds.register`)."""
+        return self._load().setdefault(name, kind)
+
+    def _set(self, kind: TaskKind) -> None:
+        self._kinds[kind.name] = kind
+
+    def _remove(self, name: str) -> None:
+        self._kinds.pop(name, None)
+
+
+#: Kinds of task by name (their task sections); ``ldp.kinds.register`` adds a kind.
+TASK_KINDS = _TaskKinds()
 
 
 def task_json_schema() -> dict[str, object]:

@@ -29,6 +29,10 @@ reports every window without a ledger (the aggregator's per-client count dead-le
 ``numpy.random.SeedSequence(--seed)``; what a real client draws comes from the OS CSPRNG, as on a device:
 the secrets, and the perturbation noise of every report (a :func:`ldp.csprng.secure_rng` generator).
 ``--noise_seed S`` (tests only) draws the noise from a seeded PCG64 instead, so a run's reports repeat.
+For a shuffled task (``anonymity.shuffled``) the clients round every event time down to
+``anonymity.time_precision_s``, send no client id, and make at most one report per user per aggregation
+window (:class:`ldp.longitudinal.client.ShuffledCollection`; a second one is refused and counted as
+``refused``).
 The truth of every window (histogram of the values of active users, dummies, refusals) is written to
 ``OUT/clients-truth.json``.
 """
@@ -50,7 +54,6 @@ import numpy as np
 
 import schemas
 from ldp.csprng import secure_rng
-from ldp.longitudinal.accounting import tight_epsilon_fn
 from ldp.longitudinal.budget import BudgetExceeded, BudgetPolicy
 from ldp.longitudinal.memo import MemoizedOracle
 from ldp.reports import CLIENT_ID_BYTES, Reports, client_pseudonym
@@ -58,7 +61,6 @@ from ldp.task import FrequencyTask, TaskError, load_task
 from pipelines.cli import check_pubsub_path, fail, job_parser, parse_job_args
 from pipelines.simulate import parse_iso8601_ms
 from transforms.avro_fast import write_reports
-from transforms.io import DONE_SUFFIX
 from transforms.records import encode_report_container, reports_to_records
 
 __all__ = ["WindowBatch", "ClientPopulation", "write_window", "publish_window", "parser", "run"]
@@ -73,7 +75,8 @@ class WindowBatch:
     Attributes:
         window: the window's index; ``start_ms`` / ``end_ms`` its bounds.
         reports, event_ms, groups: the reports (one row each), their event times and groups.
-        client_ids: uint8 ``(n, 32)``, each report's pseudonymous client id.
+        client_ids: uint8 ``(n, 32)``, each report's pseudonymous client id; None for a shuffled task
+            (its reports carry no id, and their ``event_time`` is rounded to ``anonymity.time_precision_s``).
         truth: ``histogram`` (values of the users with something to report), ``active``, ``dummies``,
             ``refused`` (reports the clients' ledgers refused), ``misconfigured_reports``, ``reports``.
     """
@@ -84,7 +87,7 @@ class WindowBatch:
     reports: Reports
     event_ms: np.ndarray
     groups: np.ndarray
-    client_ids: np.ndarray
+    client_ids: np.ndarray | None
     truth: dict[str, Any]
 
 
@@ -107,9 +110,10 @@ class _FileClients:
     """One ``ldp.longitudinal.client.Client`` state file per user (the on-device path)."""
 
     def __init__(self, task: FrequencyTask, users: int, state_dir: Path) -> None:
-        from ldp.longitudinal.client import Client
+        from ldp.longitudinal.client import Client, ShuffledCollection
 
         self.task, self.oracle, self.policy = task, task.make_oracle(), _policy(task)
+        self.shuffled = ShuffledCollection.of_task(task)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.clients = []
         ids = np.zeros((users, CLIENT_ID_BYTES), dtype=np.uint8)
@@ -132,9 +136,10 @@ class _FileClients:
         for i, (u, v, t) in enumerate(zip(users.tolist(), values.tolist(), times_ms.tolist())):
             try:
                 rep = self.clients[u].report(
-                    self.task.task_id, self.oracle, self.policy, int(v), now_s=t / 1000, rng=rng
+                    self.task.task_id, self.oracle, self.policy, int(v), now_s=t / 1000, rng=rng,
+                    shuffled=self.shuffled,
                 )
-            except BudgetExceeded:
+            except BudgetExceeded:  # also WindowReportRefused: a shuffled task's second report in a window
                 continue
             out.append(rep)
             ok[i] = True
@@ -171,7 +176,10 @@ class _MemoryClients:
     the OS CSPRNG stand in for the HMAC secrets)."""
 
     def __init__(self, task: FrequencyTask, users: int) -> None:
+        from ldp.longitudinal.client import ShuffledCollection
+
         self.task, self.oracle, self.policy = task, task.make_oracle(), _policy(task)
+        self.shuffled = ShuffledCollection.of_task(task)
         secrets = np.frombuffer(os.urandom(32 * users), dtype=np.uint8).reshape(users, 32)
         self.user_keys = secrets[:, :8].copy().view(np.uint64).reshape(-1)
         self.client_ids = np.stack(
@@ -185,8 +193,11 @@ class _MemoryClients:
         self.keys = np.zeros(0, dtype=np.int64)  # sorted codes user * max_keys + memo key already charged
         self.n_keys = np.zeros(users, dtype=np.int64)
         self.max_keys = int(self.oracle.d) + 1
-        pld = self.policy.composition == "pld"
-        self._tight = tight_epsilon_fn(self.oracle, self.policy.delta) if pld else None
+        self._tight = None
+        if self.policy.composition == "pld":
+            from ldp.longitudinal.accounting import tight_epsilon_fn  # dp_accounting: a second to import
+
+            self._tight = tight_epsilon_fn(self.oracle, self.policy.delta)
 
     def _spent(self, reports: np.ndarray, n_keys: np.ndarray) -> np.ndarray:
         pol = self.policy
@@ -208,6 +219,9 @@ class _MemoryClients:
         if np.any(times_ms < self.last_ms[users]):
             raise ValueError("report times must not go back (the ledger refuses a clock moved back)")
         ok = np.ones(len(users), dtype=bool)
+        if self.shuffled is not None:  # Client.report's rule: one report per user per window
+            last = self.last_ms[users]
+            ok &= ~((last >= 0) & self.shuffled.same_window(last, times_ms))
         new_period = self.period[users].copy()
         new_pr = self.period_reports[users].copy()
         if pol.period_s is not None:
@@ -311,6 +325,10 @@ class ClientPopulation:
         self.values = self._value_rng.choice(task.domain_size, size=users, p=self._probs)
         self.drift, self.active = drift, active
         self.misconfigured, self.misconfigured_reports = misconfigured, misconfigured_reports
+        from ldp.longitudinal.client import ShuffledCollection  # dp_accounting: not at --help
+
+        #: a shuffled task's rule (times rounded to the precision, one report per window), else None
+        self.shuffled = ShuffledCollection.of_task(task)
 
     @property
     def client_ids(self) -> np.ndarray:
@@ -327,6 +345,8 @@ class ClientPopulation:
         order = self._time_rng.permutation(n)  # who reports when within the window
         times_u = np.empty(n, dtype=np.int64)
         times_u[order] = times
+        if self.shuffled is not None:
+            times_u = self.shuffled.round_ms(times_u)
         well = np.arange(self.misconfigured, n)
         send = well if self.hide else well[active[well]]
         vals = self.values[send].copy()
@@ -343,7 +363,8 @@ class ClientPopulation:
         mis = 0
         for j in range(self.misconfigured_reports if len(bad) else 0):
             parts.append(self.backend.unchecked(bad, mv, self._noise_rng))
-            ev.append(np.minimum(times_u[bad] + j, end_ms - 1))
+            t_bad = np.minimum(times_u[bad] + j, end_ms - 1)
+            ev.append(t_bad if self.shuffled is None else self.shuffled.round_ms(t_bad))
             who.append(bad)
             mis += len(bad)
         reports = Reports.concat([p for p in parts if len(p)])
@@ -361,7 +382,8 @@ class ClientPopulation:
             "misconfigured_reports": mis,
             "reports": int(len(reports)),
         }
-        return WindowBatch(k, start_ms, end_ms, reports, event_ms, groups, self.client_ids[users_all], truth)
+        ids = None if self.shuffled is not None else self.client_ids[users_all]
+        return WindowBatch(k, start_ms, end_ms, reports, event_ms, groups, ids, truth)
 
     def spent(self) -> np.ndarray:
         """Each user's spent epsilon under the policy's rule (the ledgers)."""
@@ -375,6 +397,8 @@ def write_window(
     batch: WindowBatch, task: FrequencyTask, directory: str | Path, *, codec: str = "null"
 ) -> Path:
     """Writes one window's reports as ``DIR/reports-wNNNNN.avro`` then its ``.done`` marker."""
+    from transforms.io import DONE_SUFFIX  # the watch's marker (transforms.io imports Beam: not at --help)
+
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"reports-w{batch.window:05d}.avro"
@@ -402,7 +426,8 @@ def publish_window(
         hi = min(n, lo + message_size)
         recs = reports_to_records(
             task.task_id, batch.reports.take(slice(lo, hi)), batch.event_ms[lo:hi], batch.groups[lo:hi],
-            schema_version=task.schema_version, client_ids=batch.client_ids[lo:hi],
+            schema_version=task.schema_version,
+            client_ids=None if batch.client_ids is None else batch.client_ids[lo:hi],
         )  # fmt: skip
         when = str(int(batch.event_ms[lo:hi].max()))
         futures.append(publisher.publish(topic, encode_report_container(recs), event_time=when))

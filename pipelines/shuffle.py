@@ -30,26 +30,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import StandardOptions
-
 from ldp.aggregate import Aggregator, make_aggregator
 from ldp.anonymity import AnonymitySettings, window_problems
 from ldp.task import ParsedTask, TaskError, WindowConfig, parse_task
 from pipelines.cli import add_input_flags, fail, job_parser, parse_job_args, prepare_output
 from pipelines.job import _check_sources, closed_window_counts, read_reports
-from transforms.aggregate import ValidateFn
-from transforms.counts import WindowedCounts, job_counts
-from transforms.io import WriteCounts, WriteDeadLetters
-from transforms.records import decode_params, requires_client_ids
-from transforms.runners import RunnerLimitation, plan_runner
-from transforms.shuffle import (
-    BATCH_SUBDIR,
-    ScrubDeadLetters,
-    Shuffle,
-    batch_manifest,
-    write_manifest,
-)
+from transforms.records import requires_client_ids
 
 __all__ = ["parser", "run", "load_shuffled_task", "accounting"]
 
@@ -180,6 +166,17 @@ def _check_flags(ns: argparse.Namespace, streaming: bool) -> None:
 def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     """Runs the shuffler; returns (and prints) its summary (``counts``, ``batches``, ``output``, ...)."""
     ns, options = parse_job_args(parser(), argv)
+    # Beam and its transforms are imported once the flags are parsed (not for --help)
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    from transforms.aggregate import ValidateFn
+    from transforms.counts import WindowedCounts, job_counts
+    from transforms.io import WriteCounts, WriteDeadLetters
+    from transforms.records import decode_params
+    from transforms.runners import RunnerLimitation, plan_runner
+    from transforms.shuffle import BATCH_SUBDIR, ScrubDeadLetters, Shuffle, batch_manifest, write_manifest
+
     streaming = bool(options.view_as(StandardOptions).streaming)
     task, settings = load_shuffled_task(ns.task)
     _check_flags(ns, streaming)
@@ -212,7 +209,8 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         _LOG.warning("--test_shuffle_seed: the permutation is reproducible; the output is NOT anonymous")
     p = beam.Pipeline(runner=plan.runner, options=options)
     read = read_reports(p, ns, agg, streaming=streaming, paced=plan.paced)
-    v = read.records | "Validate" >> beam.ParDo(ValidateFn(agg, settings.precision_ms)).with_outputs(
+    validate = ValidateFn(agg, settings.precision_ms, rounded_times=False)  # it rounds the times itself
+    v = read.records | "Validate" >> beam.ParDo(validate).with_outputs(
         "dead_letter", "counts", main="reports"
     )
     reports, dead, counts = v.reports, [read.dead_letter, v.dead_letter], [read.counts, v.counts]

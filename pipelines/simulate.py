@@ -7,7 +7,9 @@ alike; the task file's kind decides. Batch mode writes Avro report logs and the 
         --output DIR --files 4 --start 2026-01-01T00:00:00Z --duration 3600
 
 -> ``DIR/reports-00000-of-00004.avro`` ... (one report per user in ``schemas/report.avsc``; event times
-spread uniformly over the duration, user ``i`` has the ``i``-th smallest, each file one time slice) and
+spread uniformly over the duration, user ``i`` has the ``i``-th smallest, each file one time slice; a
+shuffled task's (``anonymity.shuffled``) rounded down to ``anonymity.time_precision_s``, as its clients
+send them) and
 ``DIR/truth.json`` (the aggregator never reads it):
 
 * frequency task: ``{"kind": "frequency", "n_users", "frequencies": [...], ...}`` (the empirical value
@@ -52,18 +54,17 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 import fastavro
 import numpy as np
 
 import schemas
-from ldp.datasets import iter_population
-from ldp.datasets_multi import sample_records
-from ldp.reports import Reports
-from ldp.task import FrequencyTask, RangeTask, Task, TaskError, load_task
+from ldp.kinds import KINDS, kind_of
+from ldp.populations import RECORDS_FILE, Chunk, Population
+from ldp.task import Task, TaskError, load_task
 from pipelines.cli import fail, job_parser, parse_job_args, prepare_output
 from transforms.avro_fast import write_reports
 from transforms.records import PAYLOAD_FIELDS, encode_report_container, reports_to_records, write_report_file
@@ -73,9 +74,11 @@ __all__ = [
     "DEFAULT_START",
     "Chunk",
     "Population",
+    "RECORDS_FILE",
     "bad_records",
     "bad_records_other_schema",
     "bad_report_variants",
+    "client_times",
     "load_truth_records",
     "make_population",
     "parse_iso8601_ms",
@@ -89,16 +92,7 @@ _LOG = logging.getLogger(__name__)
 
 DEFAULT_START = "2026-01-01T00:00:00Z"
 ASSIGNMENTS = ("random", "balanced", "user_id")
-RECORDS_FILE = "truth_records.npy"
 BLOCK_RECORDS = 1 << 15  # reports per Avro block
-DEFAULT_DATASETS = {
-    "frequency": "zipf",
-    "range": "gaussian",
-    "batch_queries": "gaussian",
-    "sparse": "supersparse",
-}
-#: Largest universe d for which truth.json holds the whole true mean vector (else only its support).
-MAX_TRUTH_DOMAIN = 1_000_000
 
 
 def parse_iso8601_ms(text: str) -> int:
@@ -107,233 +101,6 @@ def parse_iso8601_ms(text: str) -> int:
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
     return int(round(t.timestamp() * 1000))
-
-
-# ------------------------------------------------------------------------------------------------------------
-# populations: one per kind of task, all yielding the same chunks of reports
-# ------------------------------------------------------------------------------------------------------------
-
-
-class Chunk(NamedTuple):
-    """Reports of some users of one block (a file, a message): ``users`` indexes the population (a slice
-    or increasing indices; it selects the users' event times), ``groups`` is one group or one per user."""
-
-    users: slice | np.ndarray
-    reports: Reports
-    groups: int | np.ndarray
-
-
-class Population(Protocol):
-    """A simulated population of one task's clients (see :func:`make_population`)."""
-
-    task: Task
-    n_users: int
-    time_rng: np.random.Generator
-    bad_rng: np.random.Generator
-
-    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
-        """``(block k, chunk)`` for the users ``[bounds[k], bounds[k + 1])`` of every block, in user order."""
-        ...
-
-    def truth(self) -> dict[str, Any]:
-        """The ground truth (valid once :meth:`chunks` has been consumed)."""
-        ...
-
-    def write_truth_files(self, out: Path) -> dict[str, Any]:
-        """Writes any ground truth beyond ``truth.json``; returns the entries to add to it."""
-        ...
-
-
-class _FrequencyPopulation:
-    """Users of a frequency task, generated in numpy batches of ``batch_size`` (memory stays bounded)."""
-
-    def __init__(
-        self, task: FrequencyTask, users: int, dataset: str, ss: np.random.SeedSequence, batch_size: int
-    ) -> None:
-        self.task, self.n_users, self.dataset, self.batch_size = task, users, dataset, batch_size
-        self.oracle = task.make_oracle()
-        self.r_val, self.r_enc, self.time_rng, self.r_grp, self.bad_rng = (
-            np.random.default_rng(s) for s in ss.spawn(5)
-        )
-        self.counts = np.zeros(self.oracle.d, dtype=np.int64)
-
-    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
-        d, n_groups = self.oracle.d, self.task.n_groups
-        done = 0
-        batches = iter_population(
-            self.dataset, self.n_users, d, batch_size=self.batch_size, rng=self.r_val, labels=self.task.labels
-        )
-        for values in batches:
-            m = len(values)
-            self.counts += np.bincount(values, minlength=d)
-            reports = self.oracle.encode(values, rng=self.r_enc)
-            groups = self.r_grp.integers(0, n_groups, m) if n_groups > 1 else np.zeros(m, np.int64)
-            k = int(np.searchsorted(bounds, done, side="right")) - 1
-            while k < len(bounds) - 1 and bounds[k] < done + m:
-                lo, hi = max(int(bounds[k]), done), min(int(bounds[k + 1]), done + m)
-                if lo < hi:
-                    rows = slice(lo - done, hi - done)
-                    yield k, Chunk(slice(lo, hi), reports.take(rows), groups[rows])
-                k += 1
-            done += m
-
-    def truth(self) -> dict[str, Any]:
-        return {"mechanism": self.oracle.name, "frequencies": (self.counts / self.n_users).tolist()}
-
-    def write_truth_files(self, out: Path) -> dict[str, Any]:
-        return {}
-
-
-def _records_dtype(domain_sizes: Sequence[int]) -> np.dtype:
-    top = max(domain_sizes) - 1
-    for t in (np.uint8, np.uint16, np.uint32):
-        if top <= np.iinfo(t).max:
-            return np.dtype(t)
-    return np.dtype(np.int64)
-
-
-class _RangePopulation:
-    """Users of a range-query task: all records, groups and per-group reports generated up front."""
-
-    def __init__(
-        self, task: RangeTask, users: int, dataset: str, ss: np.random.SeedSequence, assignment: str
-    ) -> None:
-        self.task, self.n_users, self.dataset, self.assignment = task, users, dataset, assignment
-        self.mech = mech = task.make_mechanism()
-        r_rec, r_grp, r_enc, self.time_rng, self.bad_rng = (np.random.default_rng(s) for s in ss.spawn(5))
-        names = task.attribute_names
-        records = sample_records(dataset, users, task.domain_sizes, attribute_names=names, rng=r_rec)
-        self.records = mech.check_records(records)
-        if assignment == "balanced":
-            self.groups = mech.assign_groups(users, rng=r_grp, balanced=True)
-        elif assignment == "user_id":
-            self.groups = mech.assign_groups(users, user_ids=np.arange(users, dtype=np.int64))
-        else:
-            self.groups = mech.assign_groups(users, rng=r_grp)
-        self.reports = mech.encode(self.records, rng=r_enc, groups=self.groups)
-        # row of each user inside its group's Reports (rows are in increasing user index per group)
-        order = np.argsort(self.groups, kind="stable")
-        starts = np.searchsorted(self.groups[order], np.arange(mech.n_groups + 1))
-        self.pos = np.empty(users, dtype=np.int64)
-        self.pos[order] = np.arange(users) - np.repeat(starts[:-1], np.diff(starts))
-
-    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
-        for k in range(len(bounds) - 1):
-            lo, hi = int(bounds[k]), int(bounds[k + 1])
-            gk = self.groups[lo:hi]
-            order = np.argsort(gk, kind="stable")  # one chunk (and Avro block run) per group
-            present, first = np.unique(gk[order], return_index=True)
-            for g, a, b in zip(present.tolist(), first.tolist(), [*first[1:].tolist(), hi - lo]):
-                u = lo + order[a:b]
-                yield k, Chunk(u, self.reports[g].take(self.pos[u]), g)
-
-    def truth(self) -> dict[str, Any]:
-        mech = self.mech
-        return {
-            "mechanism": self.task.mechanism,
-            "attributes": [{"name": a.name, "domain_size": a.domain_size} for a in self.task.attributes],
-            "assignment": self.assignment,
-            "n_groups": mech.n_groups,
-            "group_sizes": np.bincount(self.groups, minlength=mech.n_groups).tolist(),
-        }
-
-    def write_truth_files(self, out: Path) -> dict[str, Any]:
-        np.save(out / RECORDS_FILE, self.records.astype(_records_dtype(self.task.domain_sizes)))
-        return {"records_file": RECORDS_FILE}
-
-
-class _BatchPopulation:
-    """Users of a batch-query task (CENTRAL DP): each user's *raw* record, written as ``items`` (one
-    coordinate per attribute); these are not LDP reports, the trusted aggregator adds the noise."""
-
-    def __init__(self, task: Any, users: int, dataset: str, ss: np.random.SeedSequence) -> None:
-        self.task, self.n_users, self.dataset = task, users, dataset
-        r_rec, self.time_rng, self.bad_rng = (np.random.default_rng(s) for s in ss.spawn(3))
-        names = task.attribute_names
-        recs = sample_records(dataset, users, task.domain_sizes, attribute_names=names, rng=r_rec)
-        self.records = np.asarray(recs, dtype=np.int64)
-
-    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
-        for k in range(len(bounds) - 1):
-            lo, hi = int(bounds[k]), int(bounds[k + 1])
-            if lo < hi:
-                yield k, Chunk(slice(lo, hi), Reports(items=self.records[lo:hi]), 0)
-
-    def truth(self) -> dict[str, Any]:
-        cells = np.ravel_multi_index(tuple(self.records.T), self.task.domain_sizes)
-        counts = np.bincount(cells, minlength=self.task.n_cells)
-        return {
-            "mechanism": self.task.mechanism,
-            "privacy_model": "central-dp (raw records for a trusted aggregator)",
-            "attributes": [{"name": a.name, "domain_size": a.domain_size} for a in self.task.attributes],
-            "cell_counts": counts.tolist(),
-        }
-
-    def write_truth_files(self, out: Path) -> dict[str, Any]:
-        np.save(out / RECORDS_FILE, self.records.astype(_records_dtype(self.task.domain_sizes)))
-        return {"records_file": RECORDS_FILE}
-
-
-class _SparsePopulation:
-    """Clients of a sparse-vector task: one k-sparse vector each (:func:`ldp.datasets_sparse.sample_sparse`;
-    ``users`` None for ``csv:`` data: every client of the file), encoded in chunks
-    (:func:`ldp.sparse.aggregate.encode_population`, one spawned stream per block)."""
-
-    def __init__(self, task: Any, users: int | None, dataset: str, ss: np.random.SeedSequence) -> None:
-        from ldp.datasets_sparse import sample_sparse
-        from ldp.sparse.vectors import SparseVectors
-
-        self.task, self.dataset = task, dataset
-        r_vec, self.time_rng, self.bad_rng = (np.random.default_rng(s) for s in ss.spawn(3))
-        self._ss_reports = ss.spawn(1)[0]
-        vec = sample_sparse(dataset, users, task.domain_size, task.sparsity, r_vec)
-        if task.values == "binary":  # a binary round: every non-zero coordinate is a 1
-            vec = SparseVectors(vec.indptr, vec.items, np.ones_like(vec.values))
-        self.vectors, self.n_users = vec, int(vec.n)
-        self.mech = task.make_mechanism()
-        self.stats: Any = None
-
-    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Chunk]]:
-        from ldp.sparse.aggregate import encode_population
-
-        streams = self._ss_reports.spawn(len(bounds) - 1)
-        for k in range(len(bounds) - 1):
-            lo, hi = int(bounds[k]), int(bounds[k + 1])
-            if lo >= hi:
-                continue
-            part = self.vectors.take(slice(lo, hi))
-            start = lo
-            for reports, stats in encode_population(self.mech, part, rng=streams[k]):
-                self.stats = stats if self.stats is None else self.stats.merge(stats)
-                yield k, Chunk(slice(start, start + len(reports)), reports, 0)
-                start += len(reports)
-
-    def truth(self) -> dict[str, Any]:
-        """The true mean vector of the clients' vectors (values clipped to [-1, 1] as the encoder does)."""
-        import dataclasses as _dc
-
-        vec, d = self.vectors, self.task.domain_size
-        vals = np.clip(vec.values, -1.0, 1.0)
-        out: dict[str, Any] = {
-            "mechanism": self.task.mechanism,
-            "domain_size": d,
-            "sparsity": self.task.sparsity,
-            "privacy": self.task.privacy,
-            "report_bits": int(self.mech.report_bits),
-            "encode_stats": None if self.stats is None else _dc.asdict(self.stats),
-        }
-        if d <= MAX_TRUTH_DOMAIN:
-            total = np.bincount(vec.items.astype(np.int64), weights=vals, minlength=d)
-            out["mean"] = (total / self.n_users).tolist()
-        else:  # too long for JSON: the support of the mean and its values
-            items, inv = np.unique(vec.items, return_inverse=True)
-            total = np.bincount(inv, weights=vals, minlength=len(items))
-            out["mean_items"] = items.tolist()
-            out["mean_values"] = (total / self.n_users).tolist()
-        return out
-
-    def write_truth_files(self, out: Path) -> dict[str, Any]:
-        return {}
 
 
 def make_population(
@@ -345,35 +112,26 @@ def make_population(
     batch_size: int = 1 << 18,
     assignment: str = "random",
 ) -> Population:
-    """The simulated clients of ``task`` (any kind). ``dataset`` None: the kind's default (zipf for
-    frequency tasks, gaussian for range tasks, supersparse for sparse tasks). ``seed``: the run's
-    SeedSequence entropy (None: OS). ``users`` None: only for sparse ``csv:`` data (every client of the file).
-    """
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    if task.kind == "sparse":
-        if assignment != "random":
-            raise ValueError(f"assignment {assignment!r} applies to range tasks (sparse tasks: none)")
-        if users is not None and users < 1:
-            raise ValueError(f"users must be >= 1, got {users}")
-        return _SparsePopulation(task, users, dataset or DEFAULT_DATASETS["sparse"], ss)
-    if users is None:
+    """The simulated clients of ``task`` (any registered kind: its ``population``, ``ldp.kinds``).
+    ``dataset`` None: the kind's default (zipf for frequency tasks, gaussian for range tasks, ...).
+    ``seed``: the run's SeedSequence entropy (None: OS). ``users`` None: only for datasets that define
+    their users (the kind's ``users_from_dataset``, e.g. sparse ``csv:`` data)."""
+    kind = kind_of(task)
+    if kind.population is None:
+        raise ValueError(f"task {task.task_id!r}: no simulator for {task.kind!r} tasks")
+    dataset = dataset or kind.default_dataset
+    assert dataset is not None
+    if users is None and not (kind.users_from_dataset and dataset.startswith(kind.users_from_dataset)):
         raise ValueError(f"a {task.kind} task needs a number of users (--users)")
-    if users < 1:
+    if users is not None and users < 1:
         raise ValueError(f"users must be >= 1, got {users}")
-    if assignment not in ASSIGNMENTS:
-        raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
-    dataset = dataset or DEFAULT_DATASETS.get(task.kind, "uniform")
-    if isinstance(task, FrequencyTask):
-        if assignment != "random":
-            raise ValueError(f"assignment {assignment!r} applies to range tasks (frequency tasks: random)")
-        return _FrequencyPopulation(task, users, dataset, ss, batch_size)
-    if isinstance(task, RangeTask):
-        return _RangePopulation(task, users, dataset, ss, assignment)
-    if task.kind == "batch_queries":
-        if assignment != "random":
-            raise ValueError(f"assignment {assignment!r} applies to range tasks (batch-query tasks: none)")
-        return _BatchPopulation(task, users, dataset, ss)
-    raise ValueError(f"task {task.task_id!r}: no simulator for {task.kind!r} tasks")
+    if assignment not in kind.assignments:
+        if assignment not in ASSIGNMENTS:
+            raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
+        allowed = ", ".join(kind.assignments)
+        raise ValueError(f"assignment {assignment!r} applies to range tasks ({task.kind} tasks: {allowed})")
+    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    return kind.population(task, users, dataset, ss, batch_size=batch_size, assignment=assignment)
 
 
 def load_truth_records(directory: str | Path) -> tuple[dict[str, Any], np.ndarray]:
@@ -392,6 +150,15 @@ def load_truth_records(directory: str | Path) -> tuple[dict[str, Any], np.ndarra
 
 def _event_times(rng: np.random.Generator, n: int, start_ms: int, duration_s: float) -> np.ndarray:
     return np.sort(start_ms + np.floor(rng.random(n) * duration_s * 1000).astype(np.int64))
+
+
+def client_times(task: Task, event_ms: np.ndarray) -> np.ndarray:
+    """The event times a client of ``task`` puts in its reports: a shuffled task's
+    (``anonymity.shuffled``) rounded down to ``anonymity.time_precision_s``, any other's unchanged."""
+    settings = getattr(task, "anonymity", None)
+    if settings is None or not settings.shuffled:
+        return event_ms
+    return settings.round_ms(event_ms)
 
 
 def _base_truth(task: Task, pop: Population, dataset: str | None, seed: Any) -> dict[str, Any]:
@@ -432,7 +199,7 @@ def simulate_files(
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     start_ms = parse_iso8601_ms(DEFAULT_START) if start_ms is None else int(start_ms)
-    times = _event_times(pop.time_rng, users, start_ms, duration_s)
+    times = client_times(task, _event_times(pop.time_rng, users, start_ms, duration_s))
     bounds = np.linspace(0, users, files + 1).astype(np.int64)
     handles = [open(out / f"reports-{k:05d}-of-{files:05d}.avro", "wb") for k in range(files)]
     try:
@@ -512,7 +279,8 @@ def publish(
             now = int(clock.time() * 1000)
         n = len(chunk.reports)
         pending += reports_to_records(
-            task.task_id, chunk.reports, np.full(n, now), chunk.groups, schema_version=task.schema_version
+            task.task_id, chunk.reports, client_times(task, np.full(n, now, dtype=np.int64)), chunk.groups,
+            schema_version=task.schema_version,
         )
     if pending:
         send(pending, now)
@@ -536,36 +304,12 @@ def publish(
 
 
 def _sample_group(task: Task) -> tuple[Any, int, Any]:
-    """``(oracle, group, encode(k, rng) -> Reports)`` of one group of the task, for bad-record templates:
-    a frequency task's oracle and group 0, a range task's last group."""
-    if isinstance(task, RangeTask):
-        mech = task.make_mechanism()
-        g = mech.n_groups - 1
-        oracle = mech.group_oracle(g)
-
-        def encode(k: int, rng: np.random.Generator) -> Reports:
-            return oracle.encode(mech.project(g, np.zeros((k, mech.n_attributes), np.int64)), rng=rng)
-
-        return oracle, g, encode
-    if task.kind == "batch_queries":
-        from ldp.aggregate.batch import CellValidator
-
-        cells = CellValidator(task)  # type: ignore[arg-type]
-        return cells, 0, lambda k, rng: Reports(items=np.zeros((k, cells.k), np.int64))
-    if task.kind == "sparse":
-        from ldp.sparse.aggregate import SparseValidator, to_reports
-        from ldp.sparse.vectors import SparseVectors
-
-        mech = task.make_mechanism()
-        validator = SparseValidator(mech)
-
-        def encode_sparse(k: int, rng: np.random.Generator) -> Reports:
-            empty = SparseVectors(np.zeros(k + 1, np.int64), np.zeros(0, np.uint64), np.zeros(0))
-            return to_reports(mech, mech.encode(empty, rng=rng)[0])
-
-        return validator, 0, encode_sparse
-    oracle = task.make_oracle()
-    return oracle, 0, lambda k, rng: oracle.encode(rng.integers(0, oracle.d, k), rng=rng)
+    """``(oracle, group, encode(k, rng) -> Reports)`` of one group of the task, for bad-record templates
+    (the kind's ``bad_template``, ``ldp.kinds``)."""
+    kind = kind_of(task)
+    if kind.bad_template is None:
+        raise ValueError(f"task {task.task_id!r}: {task.kind} tasks have no bad-record template")
+    return kind.bad_template(task)
 
 
 def bad_report_variants(
@@ -696,9 +440,8 @@ def _parser():
     )
     p.add_argument(
         "--dataset",
-        help="population (default: zipf for frequency tasks, gaussian for range tasks, supersparse for "
-        "sparse tasks): zipf[:EXPONENT], uniform, csv:PATH:COLUMN | gaussian[:RHO], laplace[:RHO], uniform, "
-        "csv:PATH | supersparse, zipf-sparse[:S], csv:PATH (header user_id,item,value)",
+        help="population, by kind of task (the first is the default): "
+        + "; ".join(f"{k.name}: {k.datasets}" for k in KINDS.values() if k.population is not None),
     )
     p.add_argument("--seed", type=int, help="entropy of the simulation's SeedSequence (default: OS entropy)")
     where = p.add_mutually_exclusive_group(required=True)
@@ -724,8 +467,10 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         task = load_task(ns.task)
     except TaskError as exc:
         fail(exc.one_line())
-    if ns.users is None and not (task.kind == "sparse" and (ns.dataset or "").startswith("csv:")):
-        fail("--users is required (it may be omitted only for a sparse task with --dataset csv:PATH)")
+    kind = kind_of(task)
+    own = kind.users_from_dataset
+    if ns.users is None and not (own and (ns.dataset or "").startswith(own)):
+        fail(f"--users is required (a {task.kind} task may omit it only for {', '.join(own) or 'no'} data)")
     if ns.users is not None and ns.users < 1:
         fail(f"--users must be >= 1, got {ns.users}")
     try:

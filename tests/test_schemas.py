@@ -270,8 +270,9 @@ def test_task_schema_lists_are_the_registries():
 
     s = schemas.task_schema()
     props = s["properties"]
-    every = T.ORACLE_MECHANISMS + T.MULTI_ATTRIBUTE_MECHANISMS + T.BATCH_MECHANISMS + T._sparse_mechanisms()
+    every = [m for k in T.TASK_KINDS.values() for m in k.mechanisms()]  # the registered kinds (ldp.kinds)
     assert props["mechanism"]["enum"] == list(dict.fromkeys(every))  # 'lsa': range method and strategy
+    assert T.TASK_KINDS["sparse"].mechanisms() == T._sparse_mechanisms()
     assert props["kind"]["enum"] == list(T.TASK_KINDS)
     branches = {b["then"]["properties"]["kind"]["const"]: b["then"]["properties"] for b in s["allOf"]}
     for kind, p in branches.items():

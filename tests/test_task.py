@@ -14,6 +14,7 @@ import ldp.hashing
 import ldp.oracles
 import ldp.postprocess
 from ldp import task as T
+from ldp.kinds import KINDS
 from ldp.rangequery import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,8 @@ def test_name_lists_come_from_the_registries():
     assert T.POSTPROCESS_METHODS == tuple(m.value for m in ldp.postprocess.Method)
     assert T.HASH_FAMILY_NAMES == tuple(ldp.hashing.HASH_FAMILIES)
     assert {"gf2-affine", "linear-gf"} <= set(T.HASH_FAMILY_NAMES)
-    assert set(T.TASK_KINDS) == {"frequency", "range", "batch_queries", "sparse"}
+    assert list(T.TASK_KINDS) == list(KINDS)  # the registry's kinds, each with its task section
+    assert {"frequency", "range", "batch_queries", "sparse", "numeric"} <= set(KINDS)
 
 
 def test_every_problem_reported_at_once():

@@ -15,29 +15,12 @@ import jsonschema
 
 import schemas
 from ldp import task as T
+from ldp.kinds import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
-ATTRS = [{"name": "a", "domain_size": 16}, {"name": "b", "domain_size": 8}]
-#: one valid task per kind, chosen so that no check beyond the declared fields refuses a probe
-BASES: dict[str, dict] = {
-    "frequency": {"task_id": "f", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4},
-    "range": {
-        "task_id": "r",
-        "mechanism": "hdg",
-        "epsilon": 1.0,
-        "attributes": ATTRS,
-        "expected_users": 1000,
-    },
-    "batch_queries": {
-        "task_id": "b",
-        "kind": "batch_queries",
-        "mechanism": "identity",
-        "epsilon": 0.5,
-        "attributes": ATTRS[:1],
-        "delta": 1e-6,
-    },
-    "sparse": {"task_id": "s", "mechanism": "svme", "epsilon": 1.0, "domain_size": 1000, "sparsity": 4},
-}
+#: one valid task per kind (its registry entry's example), chosen so that no check beyond the declared
+#: fields refuses a probe
+BASES: dict[str, dict] = {name: dict(k.example or {}) for name, k in KINDS.items()}
 _MECH = "mechanism parameters rejected by ldp.oracles"
 _AUTO = 'epsilon "auto" needs'
 #: where parse_task may refuse what the schema accepts, for a check a JSON Schema cannot make
@@ -55,13 +38,15 @@ SEMANTIC: dict[tuple[str, str], tuple[str, ...]] = {
     ("frequency", "budget"): ("budget: ",),
     **{
         (k, "window"): ("window.period_s needs window.size_s",)
-        for k in ("frequency", "range", "batch_queries", "sparse")
+        for k in KINDS
     },
     **{(k, "resolved"): ("resolved.",) for k in ("frequency", "range")},
     ("range", "n_groups"): ("does not match hdg's 3 groups",),
     ("range", "attributes"): ("is repeated", "hdg needs at least two attributes"),
     ("range", "granularity"): ("must be a power of two",),
     ("batch_queries", "attributes"): ("is repeated",),
+    ("numeric", "attributes"): ("low must be below high",),
+    ("numeric", "epsilon"): ("mechanism parameters rejected by ldp.numeric",),
 }
 _TYPE_SAMPLES = {
     "string": "x",

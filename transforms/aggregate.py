@@ -42,13 +42,13 @@ from ldp.aggregate import (
     WindowInfo,
     accumulate,
     finalize_window,
-    iso_ms,
     merge_all,
 )
 from ldp.reports import Reports
 from ldp.task import WindowConfig
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.lateness import DropLateReports, drops_late_data
+from transforms.progress import window_label
 from transforms.records import REASONS, RecordBatch, TaskReportValidator, window_granule_ms
 from transforms.runners import effective_window, whole_seconds
 
@@ -87,17 +87,19 @@ class ValidateFn(beam.DoFn):
     """``RecordBatch`` -> ``(task_id, GroupReports)`` timestamped by event time (main), dead-letter dicts
     (``dead_letter``) and one count dict per batch (``counts``)."""
 
-    def __init__(self, aggregator: Aggregator, granule_ms: int | None) -> None:
+    def __init__(self, aggregator: Aggregator, granule_ms: int | None, *, rounded_times: bool = True) -> None:
         self.aggregator = aggregator
         self.granule_ms = granule_ms
+        self.rounded_times = rounded_times  # False: no fine_time check (the shuffler's input)
         self._validator: TaskReportValidator | None = None
         self.read = Metrics.counter(COUNTER_NAMESPACE, "reports_read")
         self.accepted = Metrics.counter(COUNTER_NAMESPACE, "reports_accepted")
         self.rejected = Metrics.counter(COUNTER_NAMESPACE, "reports_rejected")
+        self.record_decoded = Metrics.counter(COUNTER_NAMESPACE, "reports_decoded_one_by_one")
         self.per_reason = {r: Metrics.counter(COUNTER_NAMESPACE, f"rejected_{r}") for r in REASONS}
 
     def setup(self) -> None:
-        self._validator = TaskReportValidator(self.aggregator)
+        self._validator = TaskReportValidator(self.aggregator, rounded_times=self.rounded_times)
 
     def process(self, element: RecordBatch) -> Iterator[bw.TimestampedValue | TaggedOutput]:
         if self._validator is None:
@@ -107,6 +109,7 @@ class ValidateFn(beam.DoFn):
         self.read.inc(tb.n_read)
         self.accepted.inc(tb.n_accepted)
         self.rejected.inc(len(tb.dead_letters))
+        self.record_decoded.inc(tb.n_record_decoded)
         for reason, c in tb.reason_counts.items():
             self.per_reason[reason].inc(c)
         for dl in tb.dead_letters:
@@ -231,11 +234,11 @@ class FinalizeFn(beam.DoFn):
         self.finalize_ms.update(ms)
         self.panes.inc()
         _LOG.info(
-            "finalized %s pane %d (%s) of window %s: %d reports in %d group(s), %d row(s), %d ms",
+            "finalized %s %s pane %d (%s): %d reports in %d group(s), %d row(s), %d ms",
             _task_id,
+            window_label(info.start_ms, info.end_ms),
             info.pane_index,
             info.pane_timing,
-            "global" if info.start_ms is None else f"[{iso_ms(info.start_ms)}, {iso_ms(info.end_ms)})",
             accs.n_reports,
             len(accs.accs),
             len(rows),

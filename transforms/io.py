@@ -31,7 +31,7 @@ import apache_beam as beam
 import fastavro
 from apache_beam.coders import BooleanCoder, FloatCoder, TupleCoder, VarIntCoder
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import FileMetadata
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import PBegin, PCollection, TaggedOutput
@@ -40,7 +40,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Duration, Timestamp
 
 import schemas
 from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
-from ldp.aggregate.range import MODEL_FILE_VERSION, model_json
+from ldp.aggregate.range import read_model_records  # re-exported: model files are read without Beam
 from transforms.avro_fast import Loss, iter_report_batches
 from transforms.counts import COUNTER_NAMESPACE, FILE_WRITE_SLACK_S, AtProcessingTime
 from transforms.flink_ticks import FlinkTicks
@@ -59,6 +59,7 @@ __all__ = [
     "WriteDeadLetters",
     "WriteCounts",
     "read_model_records",
+    "shuffled_batches",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -215,6 +216,38 @@ def dangling_links(pattern: str) -> list[tuple[str, str]]:
                 target = "?"
             out.append((path, target))
     return out
+
+
+def shuffled_batches(pattern: str) -> tuple[list[dict[str, object]], list[str]]:
+    """What the shuffler says about the report files ``pattern`` matches: ``(batches, plain)``.
+
+    Each file's Avro header is read (``fastavro``'s reader reads the header when it opens, no block):
+    a batch the shuffler wrote carries ``ldp.shuffle.n`` and its bucket (``transforms.shuffle``), and
+    becomes one entry (:func:`transforms.shuffle.manifest_entry` plus ``path`` and ``min_reports``); any
+    other file (no such metadata, or no readable header) is listed in ``plain``. The headers, not
+    ``OUT/batches.jsonl``, are read because they travel with the very files the job reads: a manifest
+    could describe other files than the glob matches. ``.done`` markers are skipped."""
+    from transforms.shuffle import META_N, META_PREFIX, manifest_entry
+
+    batches: list[dict[str, object]] = []
+    plain: list[str] = []
+    paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    for path in paths:
+        if path.endswith(DONE_SUFFIX):
+            continue
+        try:
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
+                meta = {k: v for k, v in fastavro.reader(fh).metadata.items() if k.startswith(META_PREFIX)}
+            if META_N not in meta:
+                plain.append(path)
+                continue
+            entry = manifest_entry(os.path.basename(path), meta)
+            entry.update(path=path, min_reports=int(meta.get(META_PREFIX + "min_reports", "0")))
+        except (OSError, ValueError, KeyError, EOFError, StopIteration):
+            plain.append(path)  # not an Avro container (the job dead-letters it), or foreign metadata
+            continue
+        batches.append(entry)
+    return batches, plain
 
 
 class _WarnDanglingLinks(beam.DoFn):
@@ -629,41 +662,3 @@ class WriteDeadLetters(beam.PTransform):
             sink=lambda _dest: AvroRecordSink("dead_letter"),
             shards=1,
         )
-
-
-def read_model_records(pattern: str) -> list[Record]:
-    """Model records (their JSON Lines form) from ``.jsonl`` / ``.json`` / ``.avro`` files matching a path
-    or glob; a directory means its ``models-*.jsonl`` files (e.g. ``OUT/models``).
-
-    Raises:
-        ValueError: no file matches, or a line is not a model record of a supported version.
-    """
-    if os.path.isdir(pattern):
-        pattern = os.path.join(pattern, "models-*.jsonl")
-    paths = sorted(glob.glob(pattern))
-    if not paths:
-        raise ValueError(f"no model file matches {pattern!r}")
-    out: list[Record] = []
-    for path in paths:
-        if path.endswith(".avro"):
-            with open(path, "rb") as fh:
-                out.extend(model_json(r) for r in fastavro.reader(fh))
-            continue
-        with open(path, encoding="utf-8") as fh:
-            for ln, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{ln}: not JSON: {exc}") from None
-                if not isinstance(rec, dict) or "model" not in rec or "task" not in rec:
-                    raise ValueError(f"{path}:{ln}: not a model record (needs 'task' and 'model')")
-                if rec.get("model_file_version", MODEL_FILE_VERSION) != MODEL_FILE_VERSION:
-                    raise ValueError(
-                        f"{path}:{ln}: model_file_version {rec.get('model_file_version')!r} is not "
-                        f"supported (this code reads {MODEL_FILE_VERSION})"
-                    )
-                out.append(rec)
-    out.sort(key=lambda r: (r["task_id"], r.get("window_start") or "", r.get("pane_index", 0)))
-    return out

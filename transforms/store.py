@@ -73,6 +73,7 @@ from ldp.store import (
 )
 from ldp.task import Task, WindowConfig
 from transforms.counts import COUNTER_NAMESPACE, SumCounts
+from transforms.progress import window_label
 
 __all__ = [
     "PANES",
@@ -378,7 +379,7 @@ class _WritePanesFn(beam.DoFn):
         n = self.writer.call(
             "pane",
             (*key, int(info.pane_index)),
-            f"pane {info.pane_index} of window [{key[1]}, {key[2]}) of {task_id}",
+            f"pane {info.pane_index} of {task_id} {window_label(info.start_ms, info.end_ms)}",
             lambda store: store.write_pane(
                 task_id,
                 info.start_ms,
@@ -408,12 +409,12 @@ class _WritePanesFn(beam.DoFn):
         done = self.writer.call(
             "final",
             key,
-            f"final mark of window [{start}, {end}) of {task_id}",
+            f"final mark of {task_id} {window_label(start, end)}",
             lambda store: store.mark_final(task_id, start, end),
         )
         if done:
             self.finals.inc()
-            _LOG.info("store: window [%d, %d) of %s is final", start, end, task_id)
+            _LOG.info("store: %s %s is final", task_id, window_label(start, end))
         return []
 
 
@@ -433,7 +434,7 @@ class _WriteCountsFn(beam.DoFn):
         self.writer.call(
             "counts",
             (self.task_id, start, end),
-            f"counts of [{start}, {end}) of {self.task_id}",
+            f"counts of {self.task_id} {window_label(start, end)}",
             lambda store: store.write_counts(
                 self.task_id, start, end, counts, run_id=self.writer.run_id
             ),

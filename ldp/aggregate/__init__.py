@@ -22,8 +22,9 @@ Implementations: :class:`ldp.aggregate.frequency.FrequencyAggregator` (frequency
 :class:`ldp.aggregate.range.RangeAggregator` (range-query mechanisms),
 :class:`ldp.aggregate.batch.BatchAggregator` (batch queries, central DP) and
 :class:`ldp.sparse.aggregate.SparseAggregator` (k-sparse vector means); :func:`make_aggregator` picks one
-for a parsed task. A new kind of task (sparse vectors, batch queries) is a new aggregator module, not a
-new pipeline stack.
+for a parsed task from its kind's entry in the registry :mod:`ldp.kinds`. A new kind of task is a new
+aggregator module and one registry entry, not a new pipeline stack. Every row starts with the
+:data:`PANE_HEADER` fields.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ __all__ = [
     "merge_all",
     "finalize_window",
     "make_aggregator",
+    "PANE_HEADER",
+    "pane_header",
     "json_safe",
     "json_record",
     "iso_ms",
@@ -198,25 +201,41 @@ def finalize_window(
 
 
 def make_aggregator(task: Task, **job: object) -> Aggregator:
-    """The aggregator of a parsed task; ``job`` holds the job's own parameters (frequency:
-    ``postprocess``; range: ``queries``; batch_queries: ``workload``, ``noise_seed``; sparse: ``items``)."""
-    if task.kind == "frequency":
-        from ldp.aggregate.frequency import FrequencyAggregator
+    """The aggregator of a parsed task, from its kind's registry entry (``ldp.kinds``); ``job`` holds the
+    job's own parameters (frequency: ``postprocess``; range: ``queries``; batch_queries: ``workload``,
+    ``noise_seed``; sparse: ``items``)."""
+    from ldp.kinds import make_aggregator as _make
 
-        return FrequencyAggregator(task, **job)  # type: ignore[arg-type]
-    if task.kind == "range":
-        from ldp.aggregate.range import RangeAggregator
+    return _make(task, **job)
 
-        return RangeAggregator(task, **job)  # type: ignore[arg-type]
-    if task.kind == "batch_queries":
-        from ldp.aggregate.batch import BatchAggregator
 
-        return BatchAggregator(task, **job)  # type: ignore[arg-type]
-    if task.kind == "sparse":
-        from ldp.sparse.aggregate import SparseAggregator
+#: The fields every result row and its Avro schema carry first: which task, window and pane it belongs to.
+#: ``is_last_pane``: the window's final pane (no later pane replaces it); ``mechanism``: the task's.
+PANE_HEADER: tuple[str, ...] = (
+    "task_id",
+    "schema_version",
+    "window_start",
+    "window_end",
+    "pane_timing",
+    "pane_index",
+    "is_last_pane",
+    "mechanism",
+)
 
-        return SparseAggregator(task, **job)  # type: ignore[arg-type]
-    raise ValueError(f"no aggregator for {task.kind!r} tasks")
+
+def pane_header(task: Task, window: WindowInfo, mechanism: str | None = None) -> dict[str, object]:
+    """The :data:`PANE_HEADER` fields of a row of ``task`` in ``window`` (``mechanism``: default the
+    task's)."""
+    return {
+        "task_id": task.task_id,
+        "schema_version": int(task.schema_version),
+        "window_start": window.start_ms,
+        "window_end": window.end_ms,
+        "pane_timing": str(window.pane_timing),
+        "pane_index": int(window.pane_index),
+        "is_last_pane": bool(window.is_last_pane),
+        "mechanism": task.mechanism if mechanism is None else mechanism,
+    }
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -109,6 +109,8 @@ class BatchAnswerRow(NamedTuple):
     ci_low: float | None = None
     ci_high: float | None = None
     ci_method: str | None = None
+    is_last_pane: bool = True
+    mechanism: str | None = None
     output = "answers"
 
 
@@ -457,6 +459,8 @@ class BatchAggregator:
                 ci_low=float(ci_lo[i]),
                 ci_high=float(ci_hi[i]),
                 ci_method="normal",
+                is_last_pane=bool(window.is_last_pane),
+                mechanism=t.mechanism,
             )
             for i in range(len(ans))
         ]

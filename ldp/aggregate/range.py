@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -55,6 +57,7 @@ __all__ = [
     "model_row",
     "model_json",
     "answer_from_model_records",
+    "read_model_records",
 ]
 
 #: Version of the model-record JSON wrapper written under ``OUT/models/`` (the model itself carries the
@@ -90,6 +93,8 @@ class AnswerRow(NamedTuple):
     ci_method: str | None = None
     group_reports: list[int] | None = None
     empty_groups: int | None = None
+    is_last_pane: bool = True
+    mechanism: str | None = None
     output = "answers"
 
 
@@ -110,6 +115,8 @@ class ModelRow(NamedTuple):
     model_json: str
     group_reports: list[int] | None = None
     empty_groups: int | None = None
+    is_last_pane: bool = True
+    mechanism: str | None = None
     output = "models"
 
 
@@ -134,6 +141,8 @@ def model_json(rec: Record) -> Record:
         "model": json.loads(str(rec["model_json"])),
         "group_reports": rec.get("group_reports"),
         "empty_groups": rec.get("empty_groups"),
+        "is_last_pane": rec.get("is_last_pane", True),
+        "mechanism": rec.get("mechanism") or rec["method"],
     }
 
 
@@ -248,6 +257,8 @@ def answer_rows(
             ci_method=methods[i],
             group_reports=gr,
             empty_groups=empty,
+            is_last_pane=bool(window.is_last_pane),
+            mechanism=task.mechanism,
         )
         for i, (q, a, s) in enumerate(zip(queries, answers, stds))
     ]
@@ -273,6 +284,8 @@ def model_row(
         model_json=_dumps(d),
         group_reports=gr,
         empty_groups=None if gr is None else sum(1 for x in gr if x == 0),
+        is_last_pane=bool(window.is_last_pane),
+        mechanism=task.mechanism,
     )
 
 
@@ -349,4 +362,44 @@ def answer_from_model_records(
         counts = rec.get("group_reports")
         rows = answer_rows(task, model, queries, window, counts)  # type: ignore[arg-type]
         out.extend(json_record(r._asdict()) for r in rows)
+    return out
+
+
+def read_model_records(pattern: str) -> list[Record]:
+    """Model records (their JSON Lines form) from ``.jsonl`` / ``.json`` / ``.avro`` files matching a path
+    or glob; a directory means its ``models-*.jsonl`` files (e.g. ``OUT/models``). Local files only.
+
+    Raises:
+        ValueError: no file matches, or a line is not a model record of a supported version.
+    """
+    if os.path.isdir(pattern):
+        pattern = os.path.join(pattern, "models-*.jsonl")
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise ValueError(f"no model file matches {pattern!r}")
+    out: list[Record] = []
+    for path in paths:
+        if path.endswith(".avro"):
+            import fastavro
+
+            with open(path, "rb") as fh:
+                out.extend(model_json(r) for r in fastavro.reader(fh))
+            continue
+        with open(path, encoding="utf-8") as fh:
+            for ln, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{ln}: not JSON: {exc}") from None
+                if not isinstance(rec, dict) or "model" not in rec or "task" not in rec:
+                    raise ValueError(f"{path}:{ln}: not a model record (needs 'task' and 'model')")
+                if rec.get("model_file_version", MODEL_FILE_VERSION) != MODEL_FILE_VERSION:
+                    raise ValueError(
+                        f"{path}:{ln}: model_file_version {rec.get('model_file_version')!r} is not "
+                        f"supported (this code reads {MODEL_FILE_VERSION})"
+                    )
+                out.append(rec)
+    out.sort(key=lambda r: (r["task_id"], r.get("window_start") or "", r.get("pane_index", 0)))
     return out

@@ -45,6 +45,7 @@ like the raw data (mode 0600, app-private storage, excluded from cloud backups).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import math
@@ -60,11 +61,26 @@ from typing import Any
 import numpy as np
 
 from ldp.longitudinal.accounting import policy_problems, tight_epsilon_fn
-from ldp.longitudinal.budget import BudgetLedger, BudgetPolicy, Charge, LedgerState, parse_budget
+from ldp.longitudinal.budget import (
+    BudgetExceeded,
+    BudgetLedger,
+    BudgetPolicy,
+    Charge,
+    LedgerState,
+    parse_budget,
+)
 from ldp.longitudinal.memo import MemoizedOracle, memo_tag
 from ldp.oracles import FrequencyOracle, Reports, check_values
 
-__all__ = ["Client", "StateFileError", "STATE_VERSION", "STATE_FORMAT", "SECRET_BYTES"]
+__all__ = [
+    "Client",
+    "StateFileError",
+    "ShuffledCollection",
+    "WindowReportRefused",
+    "STATE_VERSION",
+    "STATE_FORMAT",
+    "SECRET_BYTES",
+]
 
 STATE_FORMAT = "ldp-longitudinal-client"
 STATE_VERSION = 1
@@ -74,6 +90,63 @@ SECRET_BYTES = 32
 
 class StateFileError(ValueError):
     """A state file that cannot be used (missing, malformed, another version, readable by others)."""
+
+
+class WindowReportRefused(BudgetExceeded):
+    """A second report in one aggregation window of a shuffled task; no report was produced (``limit``:
+    ``"one_report_per_window"``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffledCollection:
+    """What a client of a shuffled task (``anonymity.shuffled``) must keep: event times rounded down to
+    ``precision_s``, and at most one report per aggregation window (the shuffle accounting counts each
+    report as one user of its window).
+
+    Attributes:
+        precision_s: ``anonymity.time_precision_s``.
+        window_s: the task's window size (``window.size_s``); None: one global window, so one report in all.
+        period_s: the sliding period (``window.period_s``); None: fixed windows. Windows start at multiples
+            of the period (of the size for fixed windows) since the epoch, as Beam's windows do.
+    """
+
+    precision_s: int
+    window_s: float | None = None
+    period_s: float | None = None
+
+    @classmethod
+    def of_task(cls, task: Any) -> ShuffledCollection | None:
+        """The rule of a parsed task (``task.anonymity``, ``task.window``); None when it is not shuffled."""
+        settings = getattr(task, "anonymity", None)
+        if settings is None or not settings.shuffled:
+            return None
+        window = getattr(task, "window", None)
+        return cls(
+            int(settings.time_precision_s),
+            None if window is None else window.size_s,
+            None if window is None else window.period_s,
+        )
+
+    def round_ms(self, t_ms: Any) -> np.ndarray:
+        """Times (int64 milliseconds) rounded down to the precision (floor)."""
+        a = np.asarray(t_ms, dtype=np.int64)
+        return a - np.mod(a, np.int64(self.precision_s * 1000))
+
+    def round_s(self, t_s: float) -> float:
+        """One time in seconds rounded down to the precision."""
+        return float(math.floor(float(t_s) / self.precision_s) * self.precision_s)
+
+    def same_window(self, earlier_ms: Any, later_ms: Any) -> np.ndarray:
+        """Whether an aggregation window holds both times (int64 milliseconds, ``earlier <= later``;
+        arrays broadcast)."""
+        a = np.asarray(earlier_ms, dtype=np.int64)
+        b = np.asarray(later_ms, dtype=np.int64)
+        if self.window_s is None:
+            return np.ones(np.broadcast(a, b).shape, dtype=bool)
+        size = np.int64(round(self.window_s * 1000))
+        step = size if self.period_s is None else np.int64(round(self.period_s * 1000))
+        # the latest window start at or before ``a``; a window from there holds ``b`` iff it ends after it
+        return (a - np.mod(a, step)) + size > b
 
 
 _TIGHT: dict[tuple[str, float], Any] = {}
@@ -239,7 +312,8 @@ class Client:
 
     # -- reporting -------------------------------------------------------------------------------------
     def report(self, task_id: str, oracle: FrequencyOracle, policy: BudgetPolicy, value: int, *,
-               now_s: float | None = None, rng: np.random.Generator | int | None = None) -> Reports:
+               now_s: float | None = None, rng: np.random.Generator | int | None = None,
+               shuffled: ShuffledCollection | None = None) -> Reports:
         """One report of ``value`` for a task, within its budget.
 
         Args:
@@ -252,6 +326,11 @@ class Client:
                 concurrent processes of one client charge their reports in the order they take the lock).
             rng: ``None`` on devices: noise from the OS CSPRNG (:func:`ldp.csprng.secure_rng`); a seed
                 or Generator in tests and simulations only.
+            shuffled: the task's :class:`ShuffledCollection` (``ShuffledCollection.of_task(task)``) when
+                its reports go through the shuffler: the time is rounded down to the precision before
+                anything uses it (the ledger and the state file keep only the rounded time; the report's
+                ``event_time`` must be ``shuffled.round_ms(now)``), and a second report in an aggregation
+                window that already holds one is refused.
 
         Returns:
             A batch of one report in the oracle's wire format.
@@ -259,6 +338,7 @@ class Client:
         Raises:
             BudgetExceeded: past ``reports_per_period`` or ``total_epsilon``; no report is produced and the
                 state is unchanged.
+            WindowReportRefused: (a ``BudgetExceeded``) a shuffled task's second report in one window.
             ValueError: a bad value, a policy that does not fit the oracle, or a task id reused with other
                 parameters.
         """
@@ -269,6 +349,19 @@ class Client:
             self._reload()
             self._check_task(task_id, oracle, policy)
             ledger = self._ledger(task_id, oracle, policy)
+            if shuffled is not None:
+                t = shuffled.round_s(t)
+                last = ledger.state.last_time_s
+                if last is not None and t >= last and bool(
+                    shuffled.same_window(round(last * 1000), round(t * 1000))
+                ):
+                    raise WindowReportRefused(
+                        f"task {task_id!r} is collected through the shuffler: one report per user per "
+                        f"window, and this client already reported in the window holding t = {t:g} s "
+                        f"(its last report at t = {last:g} s, rounded to {shuffled.precision_s} s); "
+                        "no report produced",
+                        limit="one_report_per_window", spent=ledger.spent(), requested=0.0,
+                    )
             if isinstance(oracle, MemoizedOracle):  # authorize first: a refused report is never drawn
                 key = oracle.client_memo_key(self.__secret, task_id, value)
                 charge: Charge = ledger.authorize(t, memo_tag(self.__secret, task_id, key))

@@ -6,8 +6,10 @@
 * ``BatchAnswerRow`` (batch queries, central DP): one row per query, output ``batch``;
 * ``ModelRow`` (range models): not stored (no published number; the model files keep them).
 
-Rows are recognised by their fields (duck typing), so the store needs none of the aggregators' modules and
-takes rows that grew new fields. The error-bar fields (``ci_low``, ``ci_high``, ``ci_method``,
+Each kind's registry entry (``ldp.kinds``) names its row types, their store output and their flattener
+(the functions here for the built-in kinds); a row of a type no kind declares is an error, never dropped.
+Rows of other classes with the same fields (older rows, tests' rows) are recognised by their fields.
+The error-bar fields (``ci_low``, ``ci_high``, ``ci_method``,
 ``unbiased``, ``unbiased_std``, ``ci_includes_zero``, ``labels``, ``group_reports``) are read with
 defaults: a row without them stores NULL there. The intervals stored are the rows' own (ldp/intervals.py);
 the store never computes one (a row without bounds stores NULL ones).
@@ -31,6 +33,10 @@ __all__ = [
     "FlatItem",
     "FlatPane",
     "flatten_rows",
+    "flatten_estimates",
+    "flatten_sparse",
+    "flatten_answers",
+    "flatten_batch",
     "row_output",
     "window_ms",
 ]
@@ -109,18 +115,14 @@ def _json(obj: Any) -> str:
 
 
 def row_output(row: Any) -> str | None:
-    """The store output of a result row (None: not stored)."""
-    if hasattr(row, "model_json"):
-        return None
-    if hasattr(row, "frequencies"):
-        return "estimates"
-    if hasattr(row, "mean") and hasattr(row, "items"):
-        return "sparse"
-    if hasattr(row, "answer") and hasattr(row, "strategy"):
-        return "batch"
-    if hasattr(row, "answer") and hasattr(row, "query_index"):
-        return "answers"
-    return None
+    """The store output of a result row (None: its kind declares it is not stored, as range models).
+
+    Raises:
+        ValueError: no registered kind has this row type (``ldp.kinds``): its rows would be lost.
+    """
+    from ldp.kinds import row_kind
+
+    return row_kind(row).store_output
 
 
 def _top(estimates: Sequence[float | None], max_items: int) -> np.ndarray:
@@ -205,92 +207,105 @@ def _answer_item(row: Any) -> FlatItem:
     )
 
 
+def _extra(row: Any, names: Sequence[str]) -> dict[str, Any]:
+    return {k: _get(row, k) for k in names if _get(row, k) is not None}
+
+
+def flatten_estimates(rows: Sequence[Any], max_items: int, labels: Sequence[str] | None) -> list[FlatPane]:
+    """Frequency estimate rows: one pane per row (group), one number per value."""
+    panes = []
+    for row in rows:
+        freqs = list(row.frequencies)
+        extra = _extra(row, ("mechanism", "epsilon", "domain_size", "ci_method"))
+        row_labels = _get(row, "labels") or labels
+        method = _get(row, "postprocess")
+        panes.append(
+            _vector_pane(row, "estimates", freqs, range(len(freqs)), row_labels, max_items, method, extra)
+        )
+    return panes
+
+
+def flatten_sparse(rows: Sequence[Any], max_items: int, labels: Sequence[str] | None) -> list[FlatPane]:
+    """Sparse-vector mean rows: one pane per row, one number per estimated coordinate."""
+    panes = []
+    names = ("mechanism", "epsilon", "domain_size", "sparsity", "privacy", "linf_bound_95", "ci_method")
+    for row in rows:
+        method = "/".join(str(x) for x in (_get(row, "mechanism"), _get(row, "privacy")) if x)
+        panes.append(
+            _vector_pane(
+                row,
+                "sparse",
+                list(row.mean),
+                list(row.items),
+                None,
+                max_items,
+                method or None,
+                _extra(row, names),
+            )
+        )
+    return panes
+
+
+def _answers_pane(
+    output: str, rows: Sequence[Any], max_items: int, method: str | None, extra: dict[str, Any]
+) -> FlatPane:
+    rs = sorted(rows, key=lambda r: int(r.query_index))
+    items = [_answer_item(r) for r in rs]
+    n_reports = _get(rs[0], "n_reports")
+    n = len(items)
+    if n > max_items:
+        keep = set(_top([i.estimate for i in items], max_items).tolist())
+        items = [it for j, it in enumerate(items) if j in keep]
+    return FlatPane(output, 0, method, None if n_reports is None else int(n_reports), n, items, extra)
+
+
+def flatten_answers(rows: Sequence[Any], max_items: int, labels: Sequence[str] | None) -> list[FlatPane]:
+    """Range answer rows: one pane (group 0) of one number per query; ``extra_json`` holds the query."""
+    first = min(rows, key=lambda r: int(r.query_index))
+    method = _get(first, "mechanism") or _get(first, "method")  # rows written before the pane header: method
+    return [
+        _answers_pane(
+            "answers", rows, max_items, method, _extra(first, ("model_format_version", "group_reports"))
+        )
+    ]
+
+
+def flatten_batch(rows: Sequence[Any], max_items: int, labels: Sequence[str] | None) -> list[FlatPane]:
+    """Batch-query answer rows (central DP): one pane of one number per query."""
+    first = min(rows, key=lambda r: int(r.query_index))
+    names = (
+        "epsilon", "delta", "calibration", "max_contributions", "noise_sigma", "noise_source", "privacy_model"
+    )  # fmt: skip
+    return [_answers_pane("batch", rows, max_items, _get(first, "strategy"), _extra(first, names))]
+
+
 def flatten_rows(
     rows: Iterable[Any], max_items: int = DEFAULT_MAX_ITEMS, labels: Sequence[str] | None = None
 ) -> list[FlatPane]:
-    """The store form of one pane's result rows: one :class:`FlatPane` per (output, group).
+    """The store form of one pane's result rows: the panes of each row type's flattener (its kind's
+    registry entry, ``ldp.kinds``), row types in the order they first appear.
 
     Args:
-        rows: the result rows of one task, window and pane (any mix of outputs; model rows are skipped).
+        rows: the result rows of one task, window and pane (any mix of outputs; rows their kind declares
+            unstored, as range models, are skipped).
         max_items: the cap on numbers stored per (output, group) (see the module docstring).
         labels: value labels of the task, used when a row carries none (``labels[i]`` names value ``i``).
 
     Raises:
-        ValueError: ``max_items`` < 1, or a row whose vectors disagree in length.
+        ValueError: ``max_items`` < 1, a row whose vectors disagree in length, or a row of a type no
+            registered kind declares (never dropped silently).
     """
+    from ldp.kinds import row_kind
+
     if max_items < 1:
         raise ValueError(f"max_items must be >= 1, got {max_items}")
-    panes: list[FlatPane] = []
-    answers: dict[str, list[Any]] = {}
+    by_kind: dict[Any, list[Any]] = {}
     for row in rows:
-        out = row_output(row)
-        if out is None:
-            continue
-        if out == "estimates":
-            freqs = list(row.frequencies)
-            extra = {
-                k: _get(row, k)
-                for k in ("mechanism", "epsilon", "domain_size", "ci_method")
-                if _get(row, k) is not None
-            }
-            row_labels = _get(row, "labels") or labels
-            panes.append(
-                _vector_pane(
-                    row, out, freqs, range(len(freqs)), row_labels, max_items, _get(row, "postprocess"), extra
-                )
-            )
-        elif out == "sparse":
-            extra = {
-                k: _get(row, k)
-                for k in (
-                    "mechanism",
-                    "epsilon",
-                    "domain_size",
-                    "sparsity",
-                    "privacy",
-                    "linf_bound_95",
-                    "ci_method",
-                )
-                if _get(row, k) is not None
-            }
-            method = "/".join(str(x) for x in (_get(row, "mechanism"), _get(row, "privacy")) if x)
-            panes.append(
-                _vector_pane(
-                    row, out, list(row.mean), list(row.items), None, max_items, method or None, extra
-                )
-            )
-        else:
-            answers.setdefault(out, []).append(row)
-    for out, rs in answers.items():
-        rs = sorted(rs, key=lambda r: int(r.query_index))
-        first = rs[0]
-        if out == "batch":
-            method = _get(first, "strategy")
-            extra = {
-                k: _get(first, k)
-                for k in (
-                    "epsilon",
-                    "delta",
-                    "calibration",
-                    "max_contributions",
-                    "noise_sigma",
-                    "noise_source",
-                    "privacy_model",
-                )
-                if _get(first, k) is not None
-            }
-        else:
-            method = _get(first, "method")
-            extra = {
-                k: _get(first, k)
-                for k in ("model_format_version", "group_reports")
-                if _get(first, k) is not None
-            }
-        items = [_answer_item(r) for r in rs]
-        n_reports = _get(first, "n_reports")
-        n = len(items)
-        if n > max_items:
-            keep = set(_top([i.estimate for i in items], max_items).tolist())
-            items = [it for j, it in enumerate(items) if j in keep]
-        panes.append(FlatPane(out, 0, method, None if n_reports is None else int(n_reports), n, items, extra))
+        rk = row_kind(row)
+        if rk.store_output is not None:
+            by_kind.setdefault(rk, []).append(row)
+    panes: list[FlatPane] = []
+    for rk, rs in by_kind.items():
+        assert rk.flatten is not None  # checked at registration
+        panes.extend(rk.flatten(rs, max_items, labels))
     return panes

@@ -724,8 +724,8 @@ class Dashboard:
         text = (
             "<b class='ldp-h'>privacy budget and accounting</b> "
             f"<span class='ldp-h' id='budget-origin'>(from {shape.html_text(origin)})</span>"
-            f"{spent}<details><summary class='ldp-h'>all figures</summary><table class='ldp' "
-            "id='budget-table'>"
+            f"{_guarantees_table(summary)}{spent}"
+            "<details><summary class='ldp-h'>all figures</summary><table class='ldp' id='budget-table'>"
             f"<tr><th class='name'>figure</th><th>value</th></tr>{body}</table></details>"
         )
         if self.budget.text != _CSS + text:
@@ -747,6 +747,37 @@ class Dashboard:
                 figures = None
             self._task_budgets = {task_json: figures}  # one task shown at a time: keep the last only
         return self._task_budgets[task_json]
+
+
+def _yes_no(value: Any) -> str:
+    return "-" if value is None else ("yes" if value else "no")
+
+
+def _guarantees_table(summary: dict[str, Any]) -> str:
+    """The central and the local guarantee of each (newest) window and the ``n`` the central one rests on
+    (``shape.guarantee_rows``), as an HTML table; "" when the summary has none."""
+    rows, older = shape.guarantee_rows(summary)
+    if not rows:
+        return ""
+    cells = []
+    for r in rows:
+        n = "-" if r["n"] is None else f"{r['n']:,}"
+        delta = "-" if r["central_delta"] is None else f"{r['central_delta']:g}"
+        cells.append(
+            f"<tr><td class='name'>{shape.html_text(r['window'])}</td><td>{n}</td>"
+            f"<td>{_fmt(r['central_epsilon'], 4)}</td><td>{delta}</td><td>{_fmt(r['local_epsilon'], 4)}</td>"
+            f"<td>{_yes_no(r['through_shuffler'])}</td><td>{_yes_no(r['times_rounded'])}</td>"
+            f"<td>{_yes_no(r['no_client_ids'])}</td>"
+            f"<td class='name'>{shape.html_text(r['method'] or r['why'] or '')}</td></tr>"
+        )
+    more = f"<span class='ldp-h'>({older} older window(s) not shown)</span>" if older else ""
+    return (
+        "<table class='ldp' id='privacy-guarantees'><tr><th class='name'>window</th>"
+        "<th>n shuffled together</th><th>central epsilon</th><th>central delta</th><th>local epsilon</th>"
+        "<th>through a shuffler</th><th>times rounded</th><th>no client ids</th>"
+        "<th class='name'>method (or why no central guarantee)</th></tr>"
+        f"{''.join(cells)}</table>{more}"
+    )
 
 
 def _latency_text(summ: dict[str, Any], n_same: int, n_back: int, backfill_s: float, batch: bool) -> str:

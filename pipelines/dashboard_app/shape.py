@@ -51,6 +51,7 @@ __all__ = [
     "current_window",
     "format_ms",
     "format_window",
+    "guarantee_rows",
     "html_text",
     "labels_from_summary",
     "latest_counts",
@@ -598,6 +599,53 @@ def composition_pairs(summary: Mapping[str, Any] | None) -> list[tuple[str, floa
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def guarantee_rows(summary: Mapping[str, Any] | None, limit: int = 12) -> tuple[list[dict[str, Any]], int]:
+    """The per-window privacy guarantees of a summary's ``privacy_accounting`` entry (the job's, top level
+    or in its run summary ``run``; ``pipelines.window_privacy``): the newest ``limit`` windows, newest
+    first, each ``window`` (start - end), ``n`` (the reports shuffled together), ``central_epsilon``,
+    ``central_delta``, ``method``, ``local_epsilon``, ``through_shuffler``, ``times_rounded``,
+    ``no_client_ids`` and ``why`` (None when a central guarantee is shown); and how many older windows
+    were left out. ``([], 0)`` without the entry."""
+    if not isinstance(summary, Mapping):
+        return [], 0
+    entry = summary.get("privacy_accounting")
+    run = summary.get("run")
+    if not isinstance(entry, Mapping) and isinstance(run, Mapping):
+        entry = run.get("privacy_accounting")
+    windows = entry.get("windows") if isinstance(entry, Mapping) else None
+    if not isinstance(windows, list):
+        return [], 0
+    rows: list[dict[str, Any]] = []
+    for w in windows:
+        if not isinstance(w, Mapping):
+            continue
+        pre = w.get("preconditions") if isinstance(w.get("preconditions"), Mapping) else {}
+        start, end = w.get("window_start"), w.get("window_end")
+        rows.append(
+            {
+                "window": "global" if start is None and end is None else f"{start} - {end}",
+                "sort": str(start or ""),
+                "n": int(w["n"]) if _is_number(w.get("n")) else None,
+                "central_epsilon": _float_or_none(w.get("central_epsilon")),
+                "central_delta": _float_or_none(w.get("central_delta")),
+                "method": w.get("method"),
+                "local_epsilon": _float_or_none(w.get("local_epsilon")),
+                "through_shuffler": pre.get("through_shuffler"),
+                "times_rounded": pre.get("times_rounded"),
+                "no_client_ids": pre.get("no_client_ids"),
+                "why": w.get("why_no_central"),
+            }
+        )
+    rows.sort(key=lambda r: r["sort"], reverse=True)
+    for r in rows:
+        del r["sort"]
+    return rows[:limit], max(0, len(rows) - limit)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if _is_number(value) else None
 
 
 def budget_items(summary: Mapping[str, Any] | None) -> list[tuple[str, str]]:

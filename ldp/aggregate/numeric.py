@@ -1,0 +1,500 @@
+"""The ``numeric`` kind of task: the mean and quantiles of a bounded numeric attribute (``ldp.numeric``).
+
+Task (``docs/numeric.md``)::
+
+    {"task_id": "latency-1", "kind": "numeric", "mechanism": "hybrid", "epsilon": 1.0,
+     "attributes": [{"name": "latency_ms", "low": 0, "high": 500}],
+     "quantiles": [0.5, 0.9, 0.99], "params": {}}
+
+``"kind": "numeric"`` is required (``auto`` also names a frequency mechanism). ``mechanism``: one of
+``ldp.numeric.MECHANISMS`` or ``auto``; ``params``: the mechanism's (``moments``; Square Wave's ``bins``,
+...); one attribute. Quantiles are estimated by ``square-wave`` only (the others publish the mean).
+
+This module is the whole kind: the task section (:data:`NUMERIC_TASK_KIND`), the aggregator
+(:class:`NumericAggregator`: one group, the mechanism's exact integer accumulator), the result row
+(:class:`NumericEstimateRow`, ``schemas/numeric_estimate.avsc``), its store form (:func:`flatten_numeric`:
+store output ``numeric``, group = attribute index, item 0 the mean and item ``1 + i`` quantile ``i``), the
+simulator's population (datasets ``normal[:MEAN:STD]``, ``lognormal[:MU:SIGMA]``, ``uniform``,
+``csv:PATH:COLUMN``) and :func:`numeric_kind`, its registry entry (``ldp.kinds``).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ldp import task as _task
+from ldp.aggregate import OutputSpec, ResultRow, WindowInfo, pane_header
+from ldp.numeric import MECHANISMS, NumericAccumulator, NumericMechanism, make_numeric_mechanism
+from ldp.reports import Reports
+
+__all__ = [
+    "NumericAttribute",
+    "NumericTask",
+    "NumericEstimateRow",
+    "NumericAggregator",
+    "NUMERIC_ESTIMATES",
+    "NUMERIC_TASK_KIND",
+    "DEFAULT_QUANTILES",
+    "flatten_numeric",
+    "sample_values",
+    "numeric_kind",
+]
+
+DEFAULT_QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
+#: Largest |low|, |high| of an attribute (values are doubles on the wire; the bounds stay well inside).
+MAX_BOUND = 1e15
+_MECHANISMS: tuple[str, ...] = (*MECHANISMS, "auto")
+_KEYS = ("attributes", "quantiles")
+
+
+@dataclasses.dataclass(frozen=True)
+class NumericAttribute:
+    """A bounded attribute: clients clip their value into ``[low, high]``."""
+
+    name: str
+    low: float
+    high: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NumericTask(_task.Task):
+    """The mean (and with ``square-wave`` the quantiles) of one bounded attribute per user."""
+
+    kind = "numeric"
+    attributes: tuple[NumericAttribute, ...]
+    quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+
+    def make_mechanism(self, attribute: int = 0) -> NumericMechanism:
+        a = self.attributes[attribute]
+        return make_numeric_mechanism(self.mechanism, self.epsilon, a.low, a.high, **dict(self.params))
+
+    def to_dict(self) -> dict[str, object]:
+        out = self._common_dict()
+        out["attributes"] = [dataclasses.asdict(a) for a in self.attributes]
+        out["quantiles"] = list(self.quantiles)
+        return out
+
+
+def _num(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_attributes(raw: object, problems: list[str]) -> tuple[NumericAttribute, ...]:
+    if not isinstance(raw, list) or len(raw) != 1:
+        problems.append("attributes must be a list of one {name, low, high} object")
+        return ()
+    a = raw[0]
+    if not isinstance(a, Mapping):
+        problems.append("attributes[0] must be an object with name, low and high")
+        return ()
+    ok = True
+    extra = set(a) - {"name", "low", "high"}
+    if extra:
+        problems.append(f"attributes[0]: unknown key(s) {sorted(extra)}")
+        ok = False
+    name, low, high = a.get("name"), a.get("low"), a.get("high")
+    if not isinstance(name, str) or not name:
+        problems.append(f"attributes[0].name must be a non-empty string, got {name!r}")
+        ok = False
+    for key, v in (("low", low), ("high", high)):
+        if not (_num(v) and abs(v) <= MAX_BOUND):  # type: ignore[arg-type]
+            problems.append(f"attributes[0].{key} must be a number in [-1e15, 1e15], got {v!r}")
+            ok = False
+    if ok and not low < high:  # type: ignore[operator]
+        problems.append(f"attributes[0]: low must be below high, got [{low}, {high}]")
+        ok = False
+    return (NumericAttribute(str(name), float(low), float(high)),) if ok else ()  # type: ignore[arg-type]
+
+
+def _check_quantiles(raw: object, problems: list[str]) -> tuple[float, ...]:
+    if raw is None:
+        return DEFAULT_QUANTILES
+    if not isinstance(raw, list) or not all(_num(q) and 0 < q < 1 for q in raw):
+        problems.append(f"quantiles must be a list of numbers in (0, 1), got {raw!r}")
+        return ()
+    if len(set(raw)) != len(raw):
+        problems.append(f"quantiles must be distinct, got {raw!r}")
+    return tuple(float(q) for q in raw)
+
+
+def _build(obj: Mapping[str, object], common: dict[str, object], problems: list[str]) -> NumericTask | None:
+    if obj.get("kind") != NumericTask.kind:
+        problems.append('numeric tasks must say "kind": "numeric"')
+    if "attributes" not in obj:
+        problems.append("missing 'attributes' (required by numeric tasks)")
+    attributes = _check_attributes(obj.get("attributes"), problems) if "attributes" in obj else ()
+    quantiles = _check_quantiles(obj.get("quantiles"), problems)
+    n_groups = obj.get("n_groups", 1)
+    if not (isinstance(n_groups, int) and not isinstance(n_groups, bool) and n_groups == 1):
+        problems.append(f"numeric tasks have one group, got n_groups {obj['n_groups']!r}")
+    if problems:
+        return None
+    task = NumericTask(
+        attributes=attributes,
+        quantiles=quantiles,
+        n_groups=1,
+        **{**common, "params": dict(common["params"])},  # type: ignore[arg-type,dict-item]
+    )
+    try:
+        task.make_mechanism()
+    except (TypeError, ValueError) as exc:
+        problems.append(f"mechanism parameters rejected by ldp.numeric: {exc}")
+        return None
+    return task
+
+
+def _f(*types: str, **kw: Any) -> _task.Field:
+    return _task.Field(tuple(types), **kw)
+
+
+_NUMERIC_FIELDS: dict[str, _task.Field] = {
+    "attributes": _f(
+        "array",
+        min_items=1,
+        max_items=1,
+        items=_f(
+            "object",
+            properties={
+                "name": _f("string", min_length=1),
+                "low": _f("number", minimum=-MAX_BOUND, maximum=MAX_BOUND),
+                "high": _f("number", minimum=-MAX_BOUND, maximum=MAX_BOUND),
+            },
+            required=("name", "low", "high"),
+        ),
+        description="the attribute and its bounds [low, high] (low < high); clients clip into them",
+    ),
+    "quantiles": _f(
+        "array",
+        "null",
+        unique_items=True,
+        items=_f("number", exclusive_minimum=0, exclusive_maximum=1),
+        default=list(DEFAULT_QUANTILES),
+        description="quantiles to estimate (square-wave only)",
+    ),
+    "epsilon": _f("number", minimum=1e-3, maximum=50),
+    "n_groups": _f("integer", enum=(1,)),
+    "hash": dataclasses.replace(
+        _task.COMMON_FIELDS["hash"],
+        properties={**(_task.COMMON_FIELDS["hash"].properties or {}), "g": _f("null")},
+        description="no OLH here: hash.g must be null",
+    ),
+    "resolved": _f("null", description="nothing resolves in this kind"),
+}
+
+#: The kind's task section (``ldp.task.TASK_KINDS["numeric"]`` once registered).
+NUMERIC_TASK_KIND = _task.TaskKind(
+    "numeric",
+    lambda: _MECHANISMS,
+    _KEYS,
+    _build,
+    fields=_NUMERIC_FIELDS,
+    required=("kind", "attributes"),
+)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# rows and the aggregator
+# ------------------------------------------------------------------------------------------------------------
+
+
+class NumericEstimateRow(NamedTuple):
+    """One attribute's estimates in one window and pane (the fields of ``schemas/numeric_estimate.avsc``).
+
+    ``mean`` is unbiased and not clipped; ``mean_ci_*`` its normal 95% interval and ``mean_bound_*`` the
+    interval valid at every n (both intersected with ``[low, high]``); ``quantiles`` a list of
+    ``{q, value, ci_low, ci_high}`` (Square Wave; empty otherwise); ``variance*`` None without a second
+    moment (``ldp.numeric.estimates.NumericEstimate``)."""
+
+    task_id: str
+    schema_version: int
+    window_start: int | None
+    window_end: int | None
+    pane_timing: str
+    pane_index: int
+    is_last_pane: bool
+    mechanism: str
+    attribute: str
+    epsilon: float
+    low: float
+    high: float
+    n_reports: int
+    mean: float
+    mean_std: float
+    mean_ci_low: float
+    mean_ci_high: float
+    mean_bound_low: float
+    mean_bound_high: float
+    quantiles: list[dict[str, float]]
+    variance: float | None = None
+    variance_std: float | None = None
+    variance_ci_low: float | None = None
+    variance_ci_high: float | None = None
+    ci_method: str = "normal"
+    output = "estimates"
+
+
+NUMERIC_ESTIMATES = OutputSpec("estimates", "numeric_estimate", "", "estimates", None)
+
+
+class _Validator:
+    """The report checks of the task's mechanism (``name``, ``report_fields``, ``validate``)."""
+
+    def __init__(self, mech: NumericMechanism) -> None:
+        self.mech = mech
+        self.name = mech.name
+        self.report_fields = tuple(mech.report_fields)
+        #: ``values`` lie in [0, d): a bit, a moment slot, or 2 bit + slot (one-bit-mean with two moments)
+        self.d = 4 if mech.name == "one-bit-mean" and mech.moments == 2 else 2
+
+    def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
+        return self.mech.validate(reports)
+
+
+class NumericAggregator:
+    """:class:`ldp.aggregate.Aggregator` of a :class:`NumericTask`: one group; its accumulator is the
+    mechanism's (exact integer sums, so merges are exact); finalize is ``mech.estimate``.
+
+    Args:
+        task: the parsed task.
+        replicas: bootstrap replicas of Square Wave's quantile intervals (``ldp.numeric.estimates``).
+    """
+
+    outputs = (NUMERIC_ESTIMATES,)
+    uniform_oracle = True
+
+    def __init__(self, task: NumericTask, *, replicas: int | None = None) -> None:
+        if getattr(task, "kind", None) != NumericTask.kind:
+            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a numeric task")
+        self.task = task
+        self.replicas = replicas
+        self._mech: NumericMechanism | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_mech": None}
+
+    @property
+    def mech(self) -> NumericMechanism:
+        if self._mech is None:
+            self._mech = self.task.make_mechanism()
+        return self._mech
+
+    def validation_oracle(self, group: int) -> _Validator:
+        return _Validator(self.mech)
+
+    def create_accumulator(self, group: int) -> NumericAccumulator:
+        return self.mech.create_accumulator()
+
+    def add(self, group: int, acc: NumericAccumulator, reports: Reports) -> NumericAccumulator:
+        return self.mech.add(acc, reports)
+
+    def merge(self, group: int, accs: Sequence[NumericAccumulator]) -> NumericAccumulator:
+        return self.mech.merge(list(accs))
+
+    def finalize(self, accs: Mapping[int, NumericAccumulator], window: WindowInfo) -> list[ResultRow]:
+        acc = accs.get(0)
+        if acc is None or acc.n[0] == 0:
+            return []
+        a = self.task.attributes[0]
+        opts: dict[str, Any] = {} if self.replicas is None else {"replicas": self.replicas}
+        est = self.mech.estimate(acc, attribute=a.name, quantiles=self.task.quantiles, **opts)
+        return [numeric_row(self.task, window, est, a)]
+
+
+def numeric_row(
+    task: NumericTask, window: WindowInfo, est: Any, attribute: NumericAttribute
+) -> NumericEstimateRow:
+    """The row of one :class:`~ldp.numeric.estimates.NumericEstimate`."""
+    return NumericEstimateRow(
+        **pane_header(task, window, mechanism=est.mechanism),  # type: ignore[arg-type]
+        attribute=attribute.name,
+        epsilon=float(est.epsilon),
+        low=attribute.low,
+        high=attribute.high,
+        n_reports=int(est.n),
+        mean=float(est.mean),
+        mean_std=float(est.mean_std),
+        mean_ci_low=float(est.mean_ci_low),
+        mean_ci_high=float(est.mean_ci_high),
+        mean_bound_low=float(est.mean_bound_low),
+        mean_bound_high=float(est.mean_bound_high),
+        quantiles=[q.to_dict() for q in est.quantiles],
+        variance=est.variance,
+        variance_std=est.variance_std,
+        variance_ci_low=est.variance_ci_low,
+        variance_ci_high=est.variance_ci_high,
+    )
+
+
+def flatten_numeric(rows: Sequence[Any], max_items: int, labels: Sequence[str] | None) -> list[Any]:
+    """Store form: one pane per row (group 0, the attribute), item 0 the mean (label ``mean``) and item
+    ``1 + i`` quantile ``i`` (label ``q0.5``), each with its interval."""
+    from ldp.store.flatten import FlatItem, FlatPane
+
+    def item(i: int, label: str, est: float, std: float | None, lo: float, hi: float) -> FlatItem:
+        return FlatItem(i, label, est, std, lo, hi, None, None, int(lo <= 0.0 <= hi), None)
+
+    panes = []
+    for row in rows:
+        items = [item(0, "mean", row.mean, row.mean_std, row.mean_ci_low, row.mean_ci_high)]
+        for i, q in enumerate(row.quantiles):
+            items.append(item(1 + i, f"q{q['q']:g}", q["value"], None, q["ci_low"], q["ci_high"]))
+        extra = {
+            k: getattr(row, k) for k in ("attribute", "mechanism", "epsilon", "low", "high", "ci_method")
+        }
+        panes.append(
+            FlatPane("numeric", 0, row.mechanism, int(row.n_reports), len(items), items[:max_items], extra)
+        )
+    return panes
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the simulator's population
+# ------------------------------------------------------------------------------------------------------------
+
+
+def sample_values(dataset: str, n: int | None, rng: np.random.Generator) -> np.ndarray:
+    """Values of a dataset spec: ``normal[:MEAN:STD]`` (default 0:1), ``lognormal[:MU:SIGMA]`` (default
+    0:1), ``uniform[:LOW:HIGH]`` (default 0:1) or ``csv:PATH:COLUMN`` (every row's number; ``n`` None:
+    all of them, else the first ``n``).
+
+    Raises:
+        ValueError: an unknown or malformed spec, a missing column, a value that is not a number.
+    """
+    name, _, rest = dataset.partition(":")
+    if name == "csv":
+        path, sep, column = rest.rpartition(":")
+        if not sep or not path or not column:
+            raise ValueError(f"dataset {dataset!r}: expected csv:PATH:COLUMN")
+        try:
+            with open(path, newline="", encoding="utf-8") as fh:
+                reader = csv.DictReader(fh)
+                if column not in (reader.fieldnames or ()):
+                    raise ValueError(f"dataset {dataset!r}: no column {column!r} (has {reader.fieldnames})")
+                raw = [row[column] for row in reader]
+        except OSError as exc:
+            raise ValueError(f"dataset {dataset!r}: cannot read {path}: {exc.strerror or exc}") from None
+        try:
+            vals = np.array([float(v) for v in raw], dtype=np.float64)
+        except ValueError:
+            raise ValueError(
+                f"dataset {dataset!r}: column {column!r} holds a value that is not a number"
+            ) from None
+        if not np.all(np.isfinite(vals)):
+            raise ValueError(f"dataset {dataset!r}: column {column!r} holds a non-finite value")
+        if n is not None:
+            if len(vals) < n:
+                raise ValueError(f"dataset {dataset!r}: {len(vals)} rows, {n} users asked for")
+            vals = vals[:n]
+        return vals
+    if n is None:
+        raise ValueError(f"dataset {dataset!r} needs a number of users (only csv: data defines its own)")
+    defaults = {"normal": (0.0, 1.0), "lognormal": (0.0, 1.0), "uniform": (0.0, 1.0)}
+    if name not in defaults:
+        raise ValueError(
+            f"unknown numeric dataset {dataset!r}: normal, lognormal, uniform or csv:PATH:COLUMN"
+        )
+    try:
+        args = [float(x) for x in rest.split(":")] if rest else list(defaults[name])
+    except ValueError:
+        raise ValueError(f"dataset {dataset!r}: parameters must be numbers") from None
+    if len(args) != 2 or not all(math.isfinite(x) for x in args):
+        raise ValueError(f"dataset {dataset!r}: give two finite parameters ({name}:A:B) or none")
+    a, b = args
+    if name == "normal":
+        if b < 0:
+            raise ValueError(f"dataset {dataset!r}: the std must be >= 0")
+        return rng.normal(a, b, n)
+    if name == "lognormal":
+        if b < 0:
+            raise ValueError(f"dataset {dataset!r}: sigma must be >= 0")
+        return rng.lognormal(a, b, n)
+    if not a < b:
+        raise ValueError(f"dataset {dataset!r}: uniform needs LOW < HIGH")
+    return rng.uniform(a, b, n)
+
+
+class _NumericPopulation:
+    """Clients of a numeric task: one value each, encoded by the task's mechanism."""
+
+    def __init__(
+        self, task: NumericTask, users: int | None, dataset: str, ss: np.random.SeedSequence
+    ) -> None:
+        self.task, self.dataset = task, dataset
+        r_val, r_enc, self.time_rng, self.bad_rng = (np.random.default_rng(s) for s in ss.spawn(4))
+        self.values = sample_values(dataset, users, r_val)
+        self.n_users = len(self.values)
+        if self.n_users < 1:
+            raise ValueError(f"dataset {dataset!r} has no values")
+        self.mech = task.make_mechanism()
+        self.reports = self.mech.encode(self.values, rng=r_enc)
+
+    def chunks(self, bounds: np.ndarray) -> Iterator[tuple[int, Any]]:
+        from ldp.populations import Chunk
+
+        for k in range(len(bounds) - 1):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            if lo < hi:
+                yield k, Chunk(slice(lo, hi), self.reports.take(slice(lo, hi)), 0)
+
+    def truth(self) -> dict[str, Any]:
+        a = self.task.attributes[0]
+        clipped = np.clip(self.values, a.low, a.high)
+        return {
+            "mechanism": self.mech.name,
+            "attribute": a.name,
+            "mean": float(np.mean(clipped)),
+            "quantiles": {f"{q:g}": float(np.quantile(clipped, q)) for q in self.task.quantiles},
+        }
+
+    def write_truth_files(self, out: Path) -> dict[str, Any]:
+        return {}
+
+
+def numeric_population(
+    task: Any,
+    users: int | None,
+    dataset: str,
+    ss: np.random.SeedSequence,
+    *,
+    batch_size: int,
+    assignment: str,
+) -> _NumericPopulation:
+    return _NumericPopulation(task, users, dataset, ss)
+
+
+def numeric_template(task: Any) -> tuple[Any, int, Any]:
+    """The mechanism's validator and reports of the attribute's lower bound (bad-record variants)."""
+    mech = task.make_mechanism()
+    return _Validator(mech), 0, lambda k, rng: mech.encode(np.full(k, mech.low), rng=rng)
+
+
+def numeric_kind() -> Any:
+    """The kind's registry entry (``ldp.kinds`` registers it)."""
+    from ldp.kinds import Kind, RowKind
+
+    return Kind(
+        "numeric",
+        NUMERIC_TASK_KIND,
+        aggregator=NumericAggregator,
+        rows=(RowKind(NumericEstimateRow, "numeric_estimate", "numeric", flatten_numeric),),
+        population=numeric_population,
+        default_dataset="normal",
+        datasets="normal[:MEAN:STD], lognormal[:MU:SIGMA], uniform[:LOW:HIGH], csv:PATH:COLUMN",
+        users_from_dataset=("csv:",),
+        bad_template=numeric_template,
+        description="the mean and quantiles of a bounded numeric attribute",
+        example={
+            "task_id": "n",
+            "kind": "numeric",
+            "mechanism": "hybrid",
+            "epsilon": 1.0,
+            "attributes": [{"name": "x", "low": 0.0, "high": 10.0}],
+        },
+    )

@@ -1,0 +1,284 @@
+"""The privacy guarantees of each window an aggregation job wrote: local always, central when shuffled.
+
+The job (:mod:`pipelines.job`) calls :func:`window_privacy` after a run; the result is the summary's
+``privacy_accounting`` entry (so also ``OUT/counts.json``, the store's run summary and the dashboard's
+privacy panel). For every window of results it gives:
+
+* ``local_epsilon``: each report is ``epsilon``-LDP (``local.method`` says so);
+* ``n``: the reports the shuffler shuffled together for the window, the sum of ``ldp.shuffle.n`` over the
+  batch files (:func:`transforms.io.shuffled_batches`) whose bucket lies in the window;
+* ``central_epsilon`` at ``central_delta`` (``anonymity.delta``) from that ``n``
+  (:func:`ldp.shuffle.central_epsilon_report`, the task's accounting :func:`ldp.task.shuffle_accounting`)
+  and its ``method``, or None with ``why_no_central``;
+* ``preconditions``: which of the shuffle model's preconditions hold, each checked from what the job
+  has (below).
+
+Summing ``n`` over the window's batches is the right count only when **one user reports at most once per
+window**: then the window's reports come from ``n`` distinct users, each hidden among the others of its
+own batch at least, and a batch of the window is a sub-multiset of the window's. The aggregator cannot
+check it (the reports carry no id); the clients of a shuffled task enforce it
+(:class:`ldp.longitudinal.client.ShuffledCollection`), and the entry states it as an assumption. The
+figure is the guarantee of the shuffled window as a whole; a user's reports in several windows compose
+(``python -m pipelines.privacy --windows W``).
+
+A window is claimed a central guarantee only when all of these hold (else ``central_epsilon`` is None):
+
+* ``through_shuffler``: every file the job read carries the shuffler's metadata for this task (a plain
+  file's reports could be in any window), the window has at least one batch, and no batch's bucket
+  straddles the window's bounds;
+* ``times_rounded``: the task is shuffled, so the job's validator refused every report whose time is not
+  a multiple of ``anonymity.time_precision_s`` (``fine_time`` dead letters, counted), and every batch was
+  rounded to a multiple of that precision;
+* ``no_client_ids``: the task's budget has no ``client_ids`` and the reports came through the shuffler,
+  which re-encodes only the group and the payload;
+* ``min_reports``: every batch of the window holds at least ``anonymity.min_reports`` reports;
+* ``accepted_within_n``: the window's accepted reports (``n_reports`` of its result rows) are at most
+  ``n`` (None when the rows do not say).
+
+Input that did not come through a shuffler (plain report files, Pub/Sub) gets no central claim.
+Beam-free.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import glob
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ldp.aggregate import OutputSpec
+
+__all__ = ["ONE_REPORT_PER_WINDOW", "job_privacy", "window_privacy", "accepted_per_window", "iso_to_ms"]
+
+ONE_REPORT_PER_WINDOW = (
+    "assumed, not checked (reports carry no id): each user reports at most once per window; the clients "
+    "of a shuffled task enforce it (ldp.longitudinal.client.ShuffledCollection). n is the sum over the "
+    "window's batches only under it"
+)
+#: Seconds the accountant may take for one summary (see :func:`window_privacy`).
+SUMMARY_BUDGET_S = 30.0
+_LOCAL_METHOD = "each report is epsilon-LDP (the task's local randomizer)"
+
+
+def iso_to_ms(text: str | None) -> int | None:
+    """An ISO-8601 UTC time of a result row (``2026-01-01T00:00:00.000Z``) in milliseconds; None stays."""
+    if text is None:
+        return None
+    t = _dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return round(t.timestamp() * 1000)
+
+
+def accepted_per_window(output: str, spec: OutputSpec, accumulating: bool) -> dict[tuple[Any, Any], int]:
+    """The accepted reports per window (``(window_start, window_end)`` as in the rows) from the
+    ``n_reports`` of ``spec``'s JSON Lines rows: summed over the groups of a pane, then over the panes
+    (discarding) or the largest pane (accumulating). Windows whose rows have no ``n_reports`` are left
+    out."""
+    base = os.path.join(output, spec.subdir) if spec.subdir else output
+    panes: dict[tuple[Any, Any], dict[int, int]] = {}
+    for path in glob.glob(os.path.join(base, f"{spec.prefix}-*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                if not isinstance(r.get("n_reports"), int):
+                    continue
+                key = (r.get("window_start"), r.get("window_end"))
+                pane = int(r.get("pane_index", 0))
+                by_pane = panes.setdefault(key, {})
+                by_pane[pane] = by_pane.get(pane, 0) + int(r["n_reports"])
+    return {k: (max(v.values()) if accumulating else sum(v.values())) for k, v in panes.items()}
+
+
+def _local(task: Any) -> dict[str, Any]:
+    from pipelines.privacy import _local as local_of
+
+    loc = local_of(task, 1)
+    return {"epsilon": loc["epsilon"], "method": loc["method"] if "epsilon_inf" in loc else _LOCAL_METHOD}
+
+
+def window_privacy(
+    task: Any,
+    windows: Sequence[tuple[str | None, str | None]],
+    batches: Sequence[dict[str, Any]],
+    plain: Sequence[str],
+    *,
+    accepted: dict[tuple[Any, Any], int] | None = None,
+    fine_time: int = 0,
+    source: str = "files",
+    budget_s: float = SUMMARY_BUDGET_S,
+) -> dict[str, Any]:
+    """The ``privacy_accounting`` entry of a job's summary (see the module docstring).
+
+    Args:
+        task: the job's parsed task.
+        windows: the ``(window_start, window_end)`` of every window with results (ISO strings as in the
+            rows; None, None: the global window).
+        batches, plain: :func:`transforms.io.shuffled_batches` of the job's ``--input`` (both empty for
+            Pub/Sub).
+        accepted: :func:`accepted_per_window` (None: unknown).
+        fine_time: the job's ``rejected_fine_time`` count.
+        source: ``"files"`` or ``"pubsub"``.
+        budget_s: seconds the accountant may take in all (one figure per distinct ``n``: 10-25 ms for the
+            general bound, up to 5 s for exact binary RR at n = 1e5); windows are computed newest first,
+            and those left when it is spent get no figure (``why_no_central`` says so).
+    """
+    from ldp.shuffle import ShuffleAccountingError, central_epsilon_report
+    from ldp.task import shuffle_accounting
+
+    settings = getattr(task, "anonymity", None)
+    shuffled = bool(getattr(task, "shuffled", False))
+    local = _local(task)
+    ids_in_budget = bool(getattr(getattr(task, "budget", None), "client_ids", False))
+    own = [b for b in batches if b.get("task_id") == task.task_id]
+    foreign = len(batches) - len(own)
+    out: dict[str, Any] = {
+        "shuffled_task": shuffled,
+        "local": local,
+        "input": {
+            "source": source,
+            "shuffled_batches": len(own),
+            "other_tasks_batches": foreign,
+            "plain_files": len(plain),
+        },
+        "fine_time_rejected": int(fine_time),
+        "one_report_per_user_per_window": ONE_REPORT_PER_WINDOW,
+        "central_delta": None if settings is None else settings.delta,
+        "accounting": None,
+        "windows": [],
+    }
+    accounting: str | None = None
+    k: int | None = None
+    if shuffled:
+        accounting, k = shuffle_accounting(task)
+        out["accounting"] = accounting
+    cache: dict[int, tuple[float, str]] = {}
+    deadline = time.monotonic() + budget_s
+    all_shuffled = source == "files" and not plain and not foreign
+    for ws, we in windows:
+        lo, hi = iso_to_ms(ws), iso_to_ms(we)
+        inside, straddle = [], 0
+        for b in own:
+            s, e = int(b["bucket_start_ms"]), int(b["bucket_end_ms"])
+            if (lo is None or s >= lo) and (hi is None or e <= hi):
+                inside.append(b)
+            elif (lo is None or e > lo) and (hi is None or s < hi):
+                straddle += 1
+        n = sum(int(b["n"]) for b in inside)
+        acc = None if accepted is None else accepted.get((ws, we))
+        precision = None if settings is None else settings.time_precision_s
+        through = all_shuffled and bool(inside) and straddle == 0
+        rounded = shuffled and all(
+            precision is not None and int(b["time_precision_s"]) % precision == 0 for b in inside
+        )
+        min_ok = settings is not None and all(int(b["n"]) >= settings.min_reports for b in inside)
+        within = None if acc is None else acc <= n
+        pre = {
+            "through_shuffler": through,
+            "times_rounded": rounded,
+            "no_client_ids": through and not ids_in_budget,
+            "min_reports": bool(inside) and min_ok,
+            "accepted_within_n": within,
+        }
+        why = _why_not(shuffled, source, plain, foreign, inside, straddle, pre)
+        row: dict[str, Any] = {
+            "window_start": ws,
+            "window_end": we,
+            "n": n if inside else None,
+            "batches": len(inside),
+            "accepted": acc,
+            "local_epsilon": local["epsilon"],
+            "central_epsilon": None,
+            "central_delta": None,
+            "method": None,
+            "preconditions": pre,
+            "why_no_central": why,
+        }
+        out["windows"].append(row)
+    for row in sorted(out["windows"], key=lambda r: str(r["window_start"] or ""), reverse=True):
+        n = row["n"]
+        if row["why_no_central"] is not None or settings is None or accounting is None:
+            continue
+        if n not in cache and time.monotonic() > deadline:
+            row["why_no_central"] = (
+                f"not computed: the summary's {budget_s:g} s for the accountant ran out (newest windows "
+                f"first); python -m pipelines.privacy --task TASK --users {n} gives it"
+            )
+            continue
+        try:
+            if n not in cache:
+                rep = central_epsilon_report(float(task.epsilon), n, settings.delta, accounting, k)
+                cache[n] = (float(rep.epsilon), str(rep.method))
+            eps, method = cache[n]
+            row.update(central_epsilon=eps, central_delta=settings.delta, method=method)
+        except (ShuffleAccountingError, ValueError) as exc:
+            row["why_no_central"] = f"the accountant gives no figure: {exc}"
+    claimed = [w for w in out["windows"] if w["central_epsilon"] is not None]
+    out["windows_with_central"] = len(claimed)
+    out["windows_without_central"] = len(out["windows"]) - len(claimed)
+    return out
+
+
+def _why_not(
+    shuffled: bool,
+    source: str,
+    plain: Sequence[str],
+    foreign: int,
+    inside: Sequence[dict[str, Any]],
+    straddle: int,
+    pre: dict[str, Any],
+) -> str | None:
+    """Why a window gets no central claim (the first reason), None when it gets one."""
+    if not shuffled:
+        return "the task is not shuffled (no anonymity section with shuffled true)"
+    if source != "files":
+        return "reports read from Pub/Sub: the input carries no shuffler metadata"
+    if plain:
+        return f"{len(plain)} input file(s) without the shuffler's metadata: their reports were not shuffled"
+    if foreign:
+        return f"{foreign} input batch(es) of another task"
+    if straddle:
+        return f"{straddle} batch(es) straddle the window's bounds: its n is unknown"
+    if not inside:
+        return "no shuffled batch lies in this window"
+    if not pre["times_rounded"]:
+        return "a batch was rounded to a precision finer than the task's"
+    if not pre["no_client_ids"]:
+        return "the task's budget makes reports carry client ids"
+    if not pre["min_reports"]:
+        return "a batch holds fewer than anonymity.min_reports reports"
+    if pre["accepted_within_n"] is False:
+        return "the window accepted more reports than its batches hold"
+    return None
+
+
+def job_privacy(
+    task: Any,
+    input_pattern: str | None,
+    written: Sequence[tuple[str | None, str | None, int]],
+    counts: dict[str, Any],
+    output: str,
+    spec: OutputSpec,
+    accumulating: bool,
+) -> dict[str, Any]:
+    """:func:`window_privacy` of a finished job: the windows of ``spec`` it ``written`` (``(start, end,
+    pane)``), the headers of its ``--input`` files (None: Pub/Sub), its ``counts`` and result rows."""
+    from transforms.io import shuffled_batches
+
+    if input_pattern:
+        batches, plain = shuffled_batches(input_pattern)
+    else:
+        batches, plain = [], []
+    windows = sorted({(s, e) for s, e, _ in written}, key=lambda w: (w[0] or "", w[1] or ""))
+    return window_privacy(
+        task,
+        windows,
+        batches,
+        plain,
+        accepted=accepted_per_window(output, spec, accumulating),
+        fine_time=int(counts.get("rejected_fine_time", 0)),
+        source="files" if input_pattern else "pubsub",
+    )
