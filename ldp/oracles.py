@@ -56,12 +56,14 @@ import numpy as np
 from ldp.csprng import client_rng
 from ldp.hashing import (
     DEFAULT_HASH_FAMILY,
+    GOLDEN,
     LEGACY_HASH_FAMILY,
     LinearHash,
     client_streams,
     hash_family,
     prime_power,
     public_seeds,
+    splitmix64,
 )
 from ldp.reports import Reports
 
@@ -831,6 +833,9 @@ class OLH(FrequencyOracle):
         ys = np.asarray(reports.values, dtype=np.int64)
         flat = counts.reshape(-1)
         per = self.add_cells_per_report
+        if self.hash.p == 2 and self.hash.k > 1 and not self.direct:
+            self._add_gf2_table(flat, seeds, ys)
+            return
         if self.direct:  # 2k elimination words and 2 solution arrays of 8 bytes per report
             step = max(1, _CHUNK_BYTES // (8 * (2 * self.hash.k + 2 * per + 8)))
         else:  # three (rows x g) 8-byte arrays per chunk
@@ -841,6 +846,39 @@ class OLH(FrequencyOracle):
             index = self._row_index if self.hash.k == 1 else self._table_index
         for start in range(0, len(ys), step):
             _scatter_add(flat, index(seeds[start : start + step], ys[start : start + step]))
+
+    def _add_gf2_table(self, flat: np.ndarray, seeds: np.ndarray, ys: np.ndarray) -> None:
+        """Fourier table, ``p = 2``, ``k > 1``: ``T[r, u] += 1`` at ``r * 2^m + u`` for every ``s`` in
+        ``GF(2)^k`` and report (``u = M^T s``, ``r = <s, b xor y>``), flat index ``u | r << m``.
+
+        The index is XOR-linear in ``s``: the XOR of ``w_j = row_j | z_j << m`` (``z = b xor y``) over the
+        bits ``j`` of ``s``. The ``s = 0`` cell (index 0) gets one per report directly; the other ``g - 1``
+        indices are built by doubling into a ``(g - 1, rows)`` buffer reused across chunks (one row of
+        the buffer per ``s``, contiguous over the chunk's reports, so every step is a long vector
+        operation), from hash words expanded per chunk exactly as :meth:`ldp.hashing.LinearHash.rows`
+        does (word ``j`` of seed ``s`` is ``splitmix64(s + (j + 1) * GOLDEN)``).
+        """
+        hsh = self.hash
+        g, k, m = self.g, hsh.k, hsh.m
+        step = min(1 << 16, max(1024, (1 << 20) // g))  # a buffer of about 8 MiB
+        buf = np.empty((g - 1, min(step, len(ys))), dtype=np.int64)
+        steps = (np.arange(1, k + 2, dtype=np.uint64) * GOLDEN)[:, None]
+        mask = np.int64((1 << m) - 1)
+        for start in range(0, len(ys), step):
+            sd = seeds[start : start + step]
+            nn = len(sd)
+            with np.errstate(over="ignore"):
+                words = splitmix64(steps + sd[None, :]).view(np.int64)  # (k + 1, nn)
+            z = (words[k] & (g - 1)) ^ ys[start : start + step]
+            idx = buf[:, :nn]
+            for j in range(k):
+                h = 1 << j
+                w = idx[h - 1]  # s = 2^j
+                np.bitwise_and(words[j], mask, out=w)
+                w |= ((z >> j) & 1) << m
+                np.bitwise_xor(idx[: h - 1], w, out=idx[h : 2 * h - 1])  # s = 2^j + s' for s' < 2^j
+            flat[0] += nn
+            _scatter_add(flat, idx)
 
     def _support_sets(self, seeds: np.ndarray, ys: np.ndarray) -> np.ndarray:
         """Value-domain path (``p = 2``): every ``x`` with ``M x = y xor b``, for each report, flattened.
@@ -911,21 +949,11 @@ class OLH(FrequencyOracle):
         return (rows[:, 0, :] @ self._upow) * hsh.p + (ys - b[:, 0]) % hsh.p
 
     def _table_index(self, seeds: np.ndarray, ys: np.ndarray) -> np.ndarray:
-        """Flat indices ``r * p^m + u`` of the ``g`` table cells each report adds one to: ``(n, g)``."""
+        """``p > 2``: flat indices ``r * p^m + u`` of the ``g`` table cells each report adds one to:
+        ``(n, g)`` (``p = 2`` goes through :meth:`_add_gf2_table`)."""
         hsh = self.hash
         size = hsh.size
         n = len(ys)
-        if hsh.p == 2:
-            # s runs over GF(2)^k; u = M^T s and r = <s, b xor y> are both XOR-linear in s, so the index
-            # r * 2^m + u = u | r << m is the XOR of w_j = row_j | z_j << m over the bits j of s (doubling)
-            rows, b = hsh.rows(seeds)
-            z = b ^ ys
-            idx = np.zeros((n, self.g), dtype=np.int64)
-            for j in range(hsh.k):
-                h = 1 << j
-                w = rows[:, j].astype(np.int64) | (((z >> j) & 1) << hsh.m)
-                np.bitwise_xor(idx[:, :h], w[:, None], out=idx[:, h : 2 * h])
-            return idx
         M, b = hsh.rows(seeds)
         p, k, S = hsh.p, hsh.k, self._s
         ydig = (ys[:, None] // self._ypow[None, :]) % p

@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from statistics import NormalDist
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 __all__ = [
     "METHODS_NEEDING_VARIANCE",
@@ -527,6 +526,8 @@ def _fit_exponent(
     def neg_loglik(s: float) -> float:
         marg = kern.apply(_power_masses(edges, s)[:, None])[:, 0]
         return -float(np.sum(kern.at_estimates(np.log(np.maximum(marg, 1e-300)))))
+
+    from scipy.optimize import minimize_scalar  # ~0.8 s to import: only the fits that need it pay
 
     res = minimize_scalar(neg_loglik, bounds=(lo, hi), method="bounded", options={"xatol": 1e-3})
     return float(res.x)

@@ -589,6 +589,40 @@ def test_small_and_large_batches_give_the_same_accumulator(name):
     assert acc == whole
 
 
+def _olh_table_reference(o: OLH, seeds: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """The OLH Fourier table (``p = 2``, ``k > 1``) from the explicit ``(n, g)`` index matrix: for every
+    report and every ``s`` in GF(2)^k, one count at ``u | r << m`` (``u = M^T s``, ``r = <s, b xor y>``)."""
+    hsh = o.hash
+    rows, b = hsh.rows(seeds)
+    z = b ^ ys
+    idx = np.zeros((len(ys), o.g), dtype=np.int64)
+    for j in range(hsh.k):
+        h = 1 << j
+        w = rows[:, j].astype(np.int64) | (((z >> j) & 1) << hsh.m)
+        np.bitwise_xor(idx[:, :h], w[:, None], out=idx[:, h : 2 * h])
+    return np.bincount(idx.reshape(-1), minlength=2 * hsh.size).reshape(2, hsh.size)
+
+
+@pytest.mark.parametrize(
+    ("eps", "d", "g"), [(4.0, 1024, None), (3.0, 1024, None), (1.0, 300, 4), (2.0, 37, 8)]
+)
+def test_olh_fourier_table_equals_the_index_matrix_count(eps, d, g):
+    o = OLH(eps, d, g=g)
+    assert o.hash.k > 1 and not o.direct  # the Fourier table path
+    rng = _rng(26, d, o.g)
+    n = 70_000  # more than one chunk of the accumulation loop for every g here
+    seeds = rng.integers(0, 2**64, n, dtype=np.uint64, endpoint=False)
+    ys = rng.integers(0, o.g, n)
+    reports = Reports(seeds=seeds, values=ys)
+    acc = o.add(o.create_accumulator(), reports)
+    np.testing.assert_array_equal(acc.counts, _olh_table_reference(o, seeds, ys))
+    assert acc.counts.dtype == np.int64 and acc.n == n
+    small = o.create_accumulator()  # tiny batches take the scatter-add path: the same table
+    for i in range(0, 30, 3):
+        o.add(small, reports.take(slice(i, i + 3)))
+    np.testing.assert_array_equal(small.counts, _olh_table_reference(o, seeds[:30], ys[:30]))
+
+
 # ------------------------------------------------------------------------------------------------
 # client randomness
 # ------------------------------------------------------------------------------------------------

@@ -5,17 +5,24 @@ pipeline to ~200k reports/s on one core before any other work. Report blocks are
 decoded column-wise instead:
 
 1. *Record starts.* Every record begins with the task id string (zig-zag length + UTF-8 bytes). In a block
-   whose records all carry the task's id, the record starts are the occurrences of that byte pattern.
-2. *Column decode.* From the starts, every field is decoded for all records at once: varints by gathering
-   up to 10 bytes per record, union branches from their index byte, bytes/arrays of the expected length.
+   whose records all carry the task's id, the record starts are the occurrences of that byte pattern
+   (found with numpy: the first byte, then 8-byte words of the rest at the candidates).
+2. *Column decode.* From the starts, every field is decoded for all records at once: a varint from one
+   8-byte word gathered per row (a second for varints of 9 or 10 bytes), union branches from their index
+   byte, ``bits`` / ``items`` of any length up to the longest the task's groups accept (zero-padded
+   columns plus a length per row), ``reals``, ``client_id``.
 3. *Verification.* The decode is accepted only if it is exactly what a sequential decoder would produce:
-   the first record starts at 0, each record ends where the next begins, the last ends at the end of the
-   block, the number of records equals the block header's count, every varint terminates and every union
-   index and length is the expected one. A pattern occurrence inside another field would break the chain.
+   the first record starts at 0, the number of starts equals the block header's count, and each record
+   ends where the next begins (the last at the end of the block). A pattern occurrence inside another
+   field would break the chain.
 
-A block that fails a check (another task's reports, unexpected lengths, a foreign writer schema, ...)
-returns ``None`` and is decoded by ``fastavro`` record by record instead, which also produces the dead
+A row the columns cannot carry (a ``bits`` / ``items`` longer than any group accepts, an array written in
+several blocks, a varint of more than 64 bits, a malformed ``reals`` or ``client_id``) is decoded by
+``fastavro`` from exactly its bytes (the chain delimits it) and counted (``ColumnBatch.n_fallback``; the
+validate step counts ``reports_decoded_one_by_one``). A block whose starts do not chain, or whose row does
+not decode, is declined: ``fastavro`` decodes it record by record instead, which also produces the dead
 letters. Nothing is guessed: the fast path either reproduces the sequential decode or declines.
+Consecutive small blocks (fastavro's writer makes ~16 kB blocks) are decoded as one run.
 """
 
 from __future__ import annotations
@@ -23,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
-import re
 import zlib
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
@@ -54,9 +60,6 @@ __all__ = [
     "write_reports",
 ]
 
-_AR10 = np.arange(10, dtype=np.int64)
-_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
-_PAD = 16
 _U64 = np.uint64
 
 
@@ -116,10 +119,17 @@ class ColumnBatch:
         schema_version, event_ms, group: int64 ``(n,)``.
         present: Avro payload field -> bool ``(n,)`` (non-null); also ``client_id``.
         payload: Avro payload field -> numpy array over all rows (zeros where null): ``value`` int64,
-            ``seed`` int64 (the signed bit pattern), ``bits`` uint8 ``(n, nbytes)``, ``items`` int64
-            ``(n, k)``, ``reals`` float64 ``(n,)`` (one double per report) or ``(n, w)`` (``reals_len`` w);
-            ``client_id`` uint8 ``(n, 1 + w)``: column 0 the id's length, then its bytes zero-padded to the
-            longest id of the block (``w`` <= :data:`MAX_CLIENT_ID_BYTES`; ``(n, 1)`` when none has one).
+            ``seed`` int64 (the signed bit pattern), ``bits`` uint8 ``(n, w)`` and ``items`` int64
+            ``(n, w)``, each row zero-padded to the block's longest (row ``i`` holds
+            ``lengths[f][i]`` entries), ``reals`` float64 ``(n,)`` (one double per report) or ``(n, w)``
+            (``reals_len`` w); ``client_id`` uint8 ``(n, 1 + w)``: column 0 the id's length, then its
+            bytes zero-padded to the longest id of the block (``w`` <= :data:`MAX_CLIENT_ID_BYTES`;
+            ``(n, 1)`` when none has one).
+        lengths: ``bits`` (bytes), ``items`` and ``reals`` (entries) -> int64 ``(n,)``, the length of each
+            present field (0 where null). A length above the padded width (a field longer than any group
+            of the task accepts) has no entries in ``payload``: the validator refuses it by its length.
+        fallback: None, or object ``(n,)``: the fastavro record of each row the column decoder left to
+            fastavro (None for the others); :attr:`n_fallback` counts them.
     """
 
     task_id: str
@@ -130,9 +140,16 @@ class ColumnBatch:
     payload: dict[str, np.ndarray]
     #: the writer schema has the ``client_id`` field (False: version 2 before it; :meth:`record` omits it)
     client_id_field: bool = True
+    lengths: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    fallback: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.event_ms)
+
+    @property
+    def n_fallback(self) -> int:
+        """Rows decoded one by one by fastavro (not column-wise)."""
+        return 0 if self.fallback is None else int(np.count_nonzero(np.not_equal(self.fallback, None)))
 
     @staticmethod
     def concat(batches: list[ColumnBatch]) -> ColumnBatch:
@@ -140,18 +157,27 @@ class ColumnBatch:
         if len(batches) == 1:
             return batches[0]
         b0 = batches[0]
+        fallback = None
+        if any(b.fallback is not None for b in batches):
+            fallback = np.concatenate(
+                [np.full(len(b), None, dtype=object) if b.fallback is None else b.fallback for b in batches]
+            )
         return ColumnBatch(
             b0.task_id,
             np.concatenate([b.schema_version for b in batches]),
             np.concatenate([b.event_ms for b in batches]),
             np.concatenate([b.group for b in batches]),
             {k: np.concatenate([b.present[k] for b in batches]) for k in b0.present},
-            {k: _concat_payload(k, [b.payload[k] for b in batches]) for k in b0.payload},
+            {k: _concat_payload([b.payload[k] for b in batches]) for k in b0.payload},
             b0.client_id_field,
+            {k: np.concatenate([b.lengths[k] for b in batches]) for k in b0.lengths},
+            fallback,
         )
 
     def record(self, i: int) -> dict[str, object]:
         """Row ``i`` as the dict ``fastavro`` would have produced (event_time as integer ms)."""
+        if self.fallback is not None and self.fallback[i] is not None:
+            return dict(self.fallback[i])
         rec: dict[str, object] = {
             "task_id": self.task_id,
             "schema_version": int(self.schema_version[i]),
@@ -161,30 +187,28 @@ class ColumnBatch:
         for f in ("value", "seed", "bits", "items", "reals", "client_id"):
             if f == "client_id" and not self.client_id_field:
                 continue
-            if f == "client_id" and f in self.present and self.present[f][i]:
-                row = self.payload[f][i]
-                rec[f] = row[1 : 1 + int(row[0])].tobytes()
-            elif f in self.present and self.present[f][i]:
-                v = self.payload[f][i]
-                rec[f] = (
-                    v.tobytes()
-                    if f == "bits"
-                    else v.tolist()
-                    if f == "items"
-                    else ([float(v)] if np.ndim(v) == 0 else v.tolist())
-                    if f == "reals"
-                    else int(v)
-                )
-            else:
+            if f not in self.present or not self.present[f][i]:
                 rec[f] = None
+                continue
+            v = self.payload[f][i]
+            if f == "client_id":
+                rec[f] = v[1 : 1 + int(v[0])].tobytes()
+            elif f in ("bits", "items"):
+                v = v[: int(self.lengths[f][i])] if f in self.lengths else v
+                rec[f] = v.tobytes() if f == "bits" else v.tolist()
+            elif f == "reals":
+                rec[f] = [float(v)] if np.ndim(v) == 0 else v.tolist()
+            else:
+                rec[f] = int(v)
         return rec
 
 
-def _concat_payload(name: str, cols: list[np.ndarray]) -> np.ndarray:
-    if name != "client_id":
+def _concat_payload(cols: list[np.ndarray]) -> np.ndarray:
+    """Row-wise concatenation; 2-D columns are zero-padded to the widest block's."""
+    if cols[0].ndim == 1:
         return np.concatenate(cols)
-    w = max(c.shape[1] for c in cols)  # zero-pad to the widest block's ids
-    return np.concatenate([np.pad(c, ((0, 0), (0, w - c.shape[1]))) for c in cols])
+    w = max(c.shape[1] for c in cols)
+    return np.concatenate([c if c.shape[1] == w else np.pad(c, ((0, 0), (0, w - c.shape[1]))) for c in cols])
 
 
 def client_id_keys(ids: np.ndarray) -> np.ndarray:
@@ -201,30 +225,176 @@ def client_id_keys(ids: np.ndarray) -> np.ndarray:
     return full.view(f"V{w}").reshape(-1)
 
 
-def _varint(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Zig-zag varints at positions ``p``: (values int64, new positions, all well-formed)."""
+_HIGH_BITS = _U64(0x8080808080808080)
+_LOW7 = _U64(0x7F7F7F7F7F7F7F7F)
+#: zero bytes after a block's data: positions of rows that cannot be read column-wise may run past the
+#: block's end for a few fields before the rows are dropped from the column decode
+_PAD = 256
+#: ``bits`` / ``items`` / ``reals`` decoded column-wise when the task declares no size for them (rows with
+#: more go through fastavro one by one: the validator refuses them, and their dead letters hold them)
+_UNDECLARED_LEN = 0
+
+
+class _Buf:
+    """A block's bytes followed by :data:`_PAD` zero bytes, as bytes and as the little-endian uint64 word
+    starting at every byte offset (a strided view: ``u64[p]`` gathers 8 bytes at each position ``p``)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.size = len(data)
+        self.u8 = np.frombuffer(data + b"\x00" * _PAD, dtype=np.uint8)
+        self.u64 = np.ndarray((len(self.u8) - 7,), dtype="<u8", buffer=self.u8, strides=(1,))
+
+    def clamp(self, p: np.ndarray, odd: np.ndarray, rows: np.ndarray | slice = slice(None)) -> None:
+        """Rows ``rows`` whose position ``p`` ran past the block are marked ``odd`` (left to fastavro) and
+        set back to the block's end, so that later gathers stay inside the padding."""
+        over = p > self.size
+        if over.any():
+            odd[np.flatnonzero(over) if isinstance(rows, slice) else rows[over]] = True
+            p[over] = self.size
+
+    def at(self, p: np.ndarray, ln: np.ndarray, w: int) -> np.ndarray:
+        """The ``ln`` bytes at ``p`` of each row, zero-padded to ``w``: uint8 ``(len(p), w)``."""
+        idx = p[:, None] + np.arange(w)
+        if len(p) and int(p.max()) + w > len(self.u8):
+            np.minimum(idx, len(self.u8) - 1, out=idx)
+        out = self.u8[idx]
+        if len(p) and int(ln.min()) < w:
+            out *= np.arange(w)[None, :] < ln[:, None]
+        return out
+
+
+def _compact7(v: np.ndarray, tmp: np.ndarray) -> None:
+    """Packs, in place, the 7-bit groups of the 8 bytes of each word (high bits already clear) into 56
+    bits; ``tmp`` is scratch of the same shape."""
+    for shift, keep, moved in (
+        (1, 0x007F007F007F007F, 0x3F803F803F803F80),
+        (2, 0x00003FFF00003FFF, 0x0FFFC0000FFFC000),
+        (4, 0x000000000FFFFFFF, 0x00FFFFFFF0000000),
+    ):
+        np.right_shift(v, _U64(shift), out=tmp)
+        tmp &= _U64(moved)
+        v &= _U64(keep)
+        v |= tmp
+
+
+def _varint(b: _Buf, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Zig-zag varints at positions ``p``: (values int64, new positions, rows that are not a varint of at
+    most 64 bits, or None when there are none).
+
+    One 8-byte word gathered per row: the lowest clear high bit ends the varint, the bytes up to it are
+    kept and their 7-bit groups packed; rows running past 8 bytes read a second word (bytes 8 and 9).
+    A varint longer than 10 bytes, or a 10th byte above 1 (more than 64 bits), is flagged: such a row is
+    decoded by fastavro, whose reading is the reference. The arithmetic is in place on a few arrays."""
     if len(p) == 0:
-        return np.zeros(0, np.int64), p, True
-    first = buf[p]
-    if not (first & 0x80).any():  # all one byte: the common case for small ints and union indexes
+        return np.zeros(0, np.int64), p, None
+    first = b.u8[p]
+    if int(first.max()) < 0x80:  # all one byte: the common case for small ints and union indexes
         u = first.astype(np.int64)
-        return (u >> 1) ^ -(u & 1), p + 1, True
-    w = buf[p[:, None] + _AR10]
-    term = (w & 0x80) == 0
-    ok = bool(term.any(axis=1).all())
-    ln = term.argmax(axis=1) + 1
-    parts = (w & 0x7F).astype(np.uint64) << _SHIFTS
-    parts[_AR10[None, :] >= ln[:, None]] = 0
-    u = np.bitwise_or.reduce(parts, axis=1)
-    v = (u >> np.uint64(1)) ^ (np.uint64(0) - (u & np.uint64(1)))
-    return v.view(np.int64), p + ln, ok
+        return (u >> 1) ^ -(u & 1), p + 1, None
+    u = b.u64[p]
+    low = np.invert(u)
+    low &= _HIGH_BITS
+    tmp = np.negative(low)
+    low &= tmp  # the terminating byte's high bit (0: longer than 8 bytes)
+    np.left_shift(low, _U64(1), out=tmp)
+    tmp -= _U64(1)  # bytes up to the terminator (all 8 when low is bit 63 or 0)
+    u &= tmp
+    u &= _LOW7
+    _compact7(u, tmp)
+    low -= _U64(1)
+    ln = np.bitwise_count(low)
+    ln >>= 3
+    ln = ln.astype(np.int64)
+    ln += 1
+    bad = None
+    is_long = ln == 9
+    if is_long.any():
+        rows: np.ndarray | slice = slice(None) if is_long.all() else np.flatnonzero(is_long)
+        hi = b.u64[p[rows] + 8]  # bytes 8 and 9 of the varint in the low 16 bits
+        ten = hi >> _U64(7)
+        ten &= _U64(1)  # byte 8 continues: 10 bytes
+        top = hi >> _U64(1)
+        top &= hi
+        top &= _U64(0x80)  # bit 0 of byte 9 (bit 63 of the value), only when byte 8 continues
+        top |= hi & _U64(0x7F)
+        top <<= _U64(56)
+        if isinstance(rows, slice):
+            u |= top
+        else:
+            u[rows] |= top
+        ln[rows] += ten.astype(np.int64)
+        hi &= _U64(0xFE00)  # byte 9 above 1 (more than 64 bits, or a continuation) when ten
+        hi *= ten
+        if hi.any():
+            bad = np.zeros(len(p), dtype=bool)
+            bad[rows] = hi != 0
+    np.bitwise_and(u, _U64(1), out=tmp)
+    np.negative(tmp, out=tmp)
+    u >>= _U64(1)
+    u ^= tmp
+    ln += p
+    return u.view(np.int64), ln, bad
 
 
-def _union(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Union branch of ``["null", X]`` at ``p``: (has value, new positions, well-formed)."""
-    b = buf[p]
-    ok = bool(((b == 0) | (b == 2)).all())
-    return b == 2, p + 1, ok
+def _union(b: _Buf, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Union branch of ``["null", X]`` at ``p``: (has value, new positions, rows with another index)."""
+    x = b.u8[p]
+    has = x == 2
+    return has, p + 1, ~has & (x != 0)
+
+
+def _record_starts(b: _Buf, prefix: bytes) -> np.ndarray:
+    """Every offset of the block where ``prefix`` occurs (overlapping occurrences included)."""
+    last = b.size - len(prefix)
+    if last < 0:
+        return np.zeros(0, dtype=np.int64)
+    cand = np.flatnonzero(b.u8[: last + 1] == prefix[0])
+    for j in range(1, len(prefix), 8):
+        part = prefix[j : j + 8]
+        if not len(cand):
+            break
+        word = _U64(int.from_bytes(part, "little"))
+        mask = _U64((1 << (8 * len(part))) - 1)
+        cand = cand[(b.u64[cand + j] & mask) == word]
+    return cand
+
+
+@functools.lru_cache(maxsize=2)
+def _fallback_schema(client_id: bool) -> object:
+    """fastavro's parse (no logical types) of the report layout, for the rows decoded one by one."""
+    current = schemas.load_schema("report")
+    if not client_id:
+        current = {**current, "fields": [f for f in current["fields"] if f["name"] != "client_id"]}
+    return fastavro.parse_schema(_strip_logical_types(current))
+
+
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _is_i64(x: object) -> bool:
+    return type(x) is int and _I64[0] <= x <= _I64[1]
+
+
+class _Columns:
+    """The columns of one block under construction (see :class:`ColumnBatch` for their meaning)."""
+
+    def __init__(self, n: int, reals_len: int | None) -> None:
+        self.present = {f: np.zeros(n, dtype=bool) for f in ("value", "seed", "bits", "items", "reals")}
+        self.payload: dict[str, np.ndarray] = {
+            "value": np.zeros(n, dtype=np.int64),
+            "seed": np.zeros(n, dtype=np.int64),
+            "bits": np.zeros((n, 0), dtype=np.uint8),
+            "items": np.zeros((n, 0), dtype=np.int64),
+            "reals": np.zeros(n if reals_len is None else (n, reals_len), dtype=np.float64),
+            "client_id": np.zeros((n, 1), dtype=np.uint8),
+        }
+        self.present["client_id"] = np.zeros(n, dtype=bool)
+        self.lengths = {f: np.zeros(n, dtype=np.int64) for f in ("bits", "items", "reals")}
+
+    def widen(self, name: str, w: int) -> None:
+        col = self.payload[name]
+        if col.shape[1] < w:
+            self.payload[name] = np.pad(col, ((0, 0), (0, w - col.shape[1])))
 
 
 def decode_block(
@@ -236,151 +406,276 @@ def decode_block(
     items_len: int | None = None,
     reals_len: int | None = None,
     client_id: bool = False,
+    splits: np.ndarray | None = None,
 ) -> ColumnBatch | None:
     """Decodes one block's records (writer schema = report v2) or returns None (see the module doc).
+
+    Rows are read column-wise; a row the column decoder cannot read (a field longer than the task
+    declares, an array written in several blocks, a varint of more than 64 bits, ...) is decoded by
+    fastavro from its bytes (which the record-start chain delimits) and counted in
+    :attr:`ColumnBatch.n_fallback`. The block is declined (None) when the record starts do not chain or a
+    row does not decode.
 
     Args:
         data: the block's decompressed bytes.
         num_records: the block header's record count.
         task_id: the expected task id (the record-start pattern).
-        bits_len: expected byte length of ``bits`` where present (None: any present ``bits`` declines).
-        items_len: expected length of ``items`` where present (None: any present ``items`` declines).
+        bits_len: the longest ``bits`` (bytes) any group of the task accepts (None: none does).
+        items_len: the longest ``items`` any group accepts (None: none does).
         reals_len: expected length w of ``reals`` where present, decoded as ``(n, w)`` (sparse vectors);
             None: one double per report, decoded as ``(n,)``.
         client_id: the records end with the ``client_id`` union (the current schema; False: the version 2
-            layout before it). An id longer than :data:`MAX_CLIENT_ID_BYTES` declines the block.
+            layout before it). An id longer than :data:`MAX_CLIENT_ID_BYTES` is read by fastavro.
+        splits: for the bytes of consecutive blocks decoded as one, ``(k, 2)`` pairs (record index, byte
+            offset) where each later block starts: a record start must be there, or the run is declined.
     """
     tid = task_id.encode("utf-8")
     prefix = zigzag_varint_bytes(len(tid)) + tid
-    starts = np.fromiter((m.start() for m in re.finditer(re.escape(prefix), data)), dtype=np.int64)
     n = num_records
+    b = _Buf(data)
+    starts = _record_starts(b, prefix)
     if len(starts) != n or n == 0 or starts[0] != 0:
         return None
-    buf = np.frombuffer(data + b"\x00" * _PAD, dtype=np.uint8)
+    if splits is not None and len(splits) and not np.array_equal(starts[splits[:, 0]], splits[:, 1]):
+        return None
+    ends = np.empty(n, dtype=np.int64)
+    ends[:-1] = starts[1:]
+    ends[-1] = len(data)
+    odd = np.zeros(n, dtype=bool)  # rows left to fastavro
+
+    def flag(rows: np.ndarray | slice, bad: np.ndarray | None) -> None:
+        if bad is None:
+            return
+        if isinstance(rows, slice):
+            odd[bad] = True
+        else:
+            odd[rows[bad]] = True
+
+    everyone = slice(None)
     p = starts + len(prefix)
-    ok_all = True
-    sv, p, ok = _varint(buf, p)
-    ok_all &= ok
-    et, p, ok = _varint(buf, p)
-    ok_all &= ok
-    grp, p, ok = _varint(buf, p)
-    ok_all &= ok
-    present: dict[str, np.ndarray] = {}
-    payload: dict[str, np.ndarray] = {
-        "bits": np.zeros((n, bits_len or 0), dtype=np.uint8),
-        "items": np.zeros((n, items_len or 0), dtype=np.int64),
-        "reals": np.zeros(n if reals_len is None else (n, reals_len), dtype=np.float64),
-    }
+    sv, p, bad = _varint(b, p)
+    flag(everyone, bad)
+    et, p, bad = _varint(b, p)
+    flag(everyone, bad)
+    grp, p, bad = _varint(b, p)
+    flag(everyone, bad)
+    cols = _Columns(n, reals_len)
     for f in ("value", "seed"):
-        has, p, ok = _union(buf, p)
-        ok_all &= ok
-        vals = np.zeros(n, dtype=np.int64)
+        has, p, bad = _union(b, p)
+        flag(everyone, bad)
+        cols.present[f] = has
         if has.any():
-            v, pv, ok = _varint(buf, p[has])
-            ok_all &= ok
-            vals[has] = v
-            p[has] = pv
-        present[f], payload[f] = has, vals
+            rows = everyone if has.all() else np.flatnonzero(has)
+            v, pv, bad = _varint(b, p[rows])
+            flag(rows, bad)
+            cols.payload[f][rows] = v
+            p[rows] = pv
     # bits: ["null", "bytes"]
-    has, p, ok = _union(buf, p)
-    ok_all &= ok
-    present["bits"] = has
-    if has.any():
-        if bits_len is None:
-            return None
-        ln, pv, ok = _varint(buf, p[has])
-        if not ok or not (ln == bits_len).all():
-            return None
-        out = np.zeros((n, bits_len), dtype=np.uint8)
-        out[has] = buf[pv[:, None] + np.arange(bits_len)]
-        p[has] = pv + bits_len
-        payload["bits"] = out
-    # items: ["null", array<long>] as one block of exactly items_len entries then the 0 terminator
-    has, p, ok = _union(buf, p)
-    ok_all &= ok
-    present["items"] = has
-    if has.any():
-        if items_len is None:
-            return None
-        cnt, q, ok = _varint(buf, p[has])
-        if not ok or not (cnt == items_len).all():
-            return None
-        cols = []
-        for _ in range(items_len):
-            v, q, ok = _varint(buf, q)
-            ok_all &= ok
-            cols.append(v)
-        if not (buf[q] == 0).all():
-            return None
-        out = np.zeros((n, items_len), dtype=np.int64)
-        out[has] = np.stack(cols, axis=1) if cols else np.zeros((int(has.sum()), 0), np.int64)
-        p[has] = q + 1
-        payload["items"] = out
-    # reals: ["null", array<double>] as one block of one double then the 0 terminator
-    has, p, ok = _union(buf, p)
-    ok_all &= ok
-    present["reals"] = has
-    if has.any() and reals_len is not None:
-        ok_r, pr, out = _decode_reals(buf, p[has], reals_len)
-        if not ok_r:
-            return None
-        payload["reals"] = np.zeros((n, reals_len), dtype=np.float64)
-        payload["reals"][has] = out
-        p[has] = pr
-    elif has.any():
-        q = p[has]
-        if not ((buf[q] == 2) & (buf[q + 9] == 0)).all():
-            return None
-        raw = buf[(q + 1)[:, None] + np.arange(8)].copy()
-        out = np.zeros(n, dtype=np.float64)
-        out[has] = raw.view("<f8").reshape(-1)
-        p[has] = q + 10
-        payload["reals"] = out
+    has, p, bad = _union(b, p)
+    flag(everyone, bad)
+    cols.present["bits"] = has
+    rows = np.flatnonzero(has & ~odd)
+    if len(rows):
+        ln, pv, bad = _varint(b, p[rows])
+        wrong = (ln < 0) | (ln > (bits_len or _UNDECLARED_LEN)) | (pv + ln > b.size)
+        if bad is not None:
+            wrong |= bad
+        flag(rows, wrong)
+        rows, ln, pv = rows[~wrong], ln[~wrong], pv[~wrong]
+        w = int(ln.max()) if len(ln) else 0
+        if w:
+            cols.widen("bits", w)
+            cols.payload["bits"][rows] = b.at(pv, ln, w)
+        cols.lengths["bits"][rows] = ln
+        p[rows] = pv + ln
+    b.clamp(p, odd)
+    # items: ["null", array<long>]: one block of 1..items_len entries then the 0 terminator, or just the 0
+    has, p, bad = _union(b, p)
+    flag(everyone, bad)
+    cols.present["items"] = has
+    rows = np.flatnonzero(has & ~odd)
+    if len(rows):
+        cnt, q, bad = _varint(b, p[rows])
+        wrong = (cnt < 0) | (cnt > (items_len or _UNDECLARED_LEN))
+        if bad is not None:
+            wrong |= bad
+        flag(rows, wrong)
+        rows, cnt, q = rows[~wrong], cnt[~wrong], q[~wrong]
+        w = int(cnt.max()) if len(cnt) else 0
+        local = np.zeros((len(rows), w), dtype=np.int64)
+        broken = np.zeros(len(rows), dtype=bool)
+        for j in range(w):
+            act = np.flatnonzero(cnt > j)
+            if len(act) == len(rows):
+                v, q, bad = _varint(b, q)
+                local[:, j] = v
+            else:
+                v, qa, bad = _varint(b, q[act])
+                local[act, j] = v
+                q[act] = qa
+            if bad is not None:
+                broken[act[bad]] = True
+            b.clamp(q, broken)
+        nonempty = cnt > 0
+        broken |= nonempty & (b.u8[q] != 0)  # another array block follows: fastavro reads it
+        q = q + nonempty
+        flag(rows, broken)
+        if w:
+            cols.widen("items", w)
+            cols.payload["items"][rows] = local
+        cols.lengths["items"][rows] = cnt
+        p[rows] = q
+    b.clamp(p, odd)
+    # reals: ["null", array<double>]: one block of one double (or of reals_len doubles) then the 0
+    has, p, bad = _union(b, p)
+    flag(everyone, bad)
+    cols.present["reals"] = has
+    rows = np.flatnonzero(has & ~odd)
+    if len(rows):
+        q = p[rows]
+        if reals_len is None:
+            ok = (b.u8[q] == 2) & (b.u8[q + 9] == 0) & (q + 10 <= b.size)
+            good = rows[ok]
+            cols.payload["reals"][good] = b.u64[q[ok] + 1].view("<f8")
+            cols.lengths["reals"][good] = 1
+            p[good] = q[ok] + 10
+        else:
+            ok, pr, out = _decode_reals(b, q, reals_len)
+            good = rows[ok]
+            cols.payload["reals"][good] = out
+            cols.lengths["reals"][good] = reals_len
+            p[good] = pr
+        flag(rows, ~ok)
     # client_id: ["null", "bytes"] of 0..MAX_CLIENT_ID_BYTES bytes (the validator judges a length of 0)
-    present["client_id"] = np.zeros(n, dtype=bool)
-    payload["client_id"] = np.zeros((n, 1), dtype=np.uint8)
     if client_id:
-        has, p, ok = _union(buf, p)
-        ok_all &= ok
-        present["client_id"] = has
-        if has.any():
-            ln, pv, ok = _varint(buf, p[has])
-            if not ok or ln.min() < 0 or ln.max() > MAX_CLIENT_ID_BYTES or int((pv + ln).max()) > len(data):
-                return None
-            w = int(ln.max())
-            cols_ = np.arange(w)
-            at = np.minimum(pv[:, None] + cols_, len(buf) - 1)
-            got = buf[at] * (cols_[None, :] < ln[:, None])
+        has, p, bad = _union(b, p)
+        flag(everyone, bad)
+        cols.present["client_id"] = has
+        rows = np.flatnonzero(has & ~odd)
+        if len(rows):
+            ln, pv, bad = _varint(b, p[rows])
+            wrong = (ln < 0) | (ln > MAX_CLIENT_ID_BYTES) | (pv + ln > b.size)
+            if bad is not None:
+                wrong |= bad
+            flag(rows, wrong)
+            rows, ln, pv = rows[~wrong], ln[~wrong], pv[~wrong]
+            w = int(ln.max()) if len(ln) else 0
             out = np.zeros((n, 1 + w), dtype=np.uint8)
-            out[has, 0] = ln
-            out[has, 1:] = got
-            p[has] = pv + ln
-            payload["client_id"] = out
-    if not ok_all:
-        return None
+            out[rows, 0] = ln
+            out[rows, 1:] = b.at(pv, ln, w)
+            p[rows] = pv + ln
+            cols.payload["client_id"] = out
     # the chain: each record ends where the next starts, the last at the end of the block
-    if not (np.array_equal(p[:-1], starts[1:]) and p[-1] == len(data)):
-        return None
-    return ColumnBatch(task_id, sv, et, grp, present, payload, client_id)
+    odd |= p != ends
+    fallback = None
+    if odd.any():
+        caps = {"bits": bits_len or _UNDECLARED_LEN, "items": items_len or _UNDECLARED_LEN}
+        rows = np.flatnonzero(odd)
+        fallback = _decode_rows(data, starts, ends, rows, task_id, cols, caps, client_id, sv, et, grp)
+        if fallback is None:
+            return None
+    return ColumnBatch(
+        task_id, sv, et, grp, cols.present, cols.payload, client_id, cols.lengths, fallback
+    )
 
 
-def _decode_reals(buf: np.ndarray, p: np.ndarray, w: int) -> tuple[bool, np.ndarray, np.ndarray]:
+def _decode_rows(
+    data: bytes,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    rows: np.ndarray,
+    task_id: str,
+    cols: _Columns,
+    caps: dict[str, int],
+    client_id: bool,
+    sv: np.ndarray,
+    et: np.ndarray,
+    grp: np.ndarray,
+) -> np.ndarray | None:
+    """Decodes ``rows`` one by one with fastavro, each from exactly its bytes, into the columns and an
+    object array of their records (None elsewhere). ``bits`` / ``items`` longer than ``caps`` (what no
+    group accepts) keep only their length in the columns; the validator refuses them by it. None when a
+    row does not decode to exactly its bytes, or holds integers the columns cannot carry (the block is
+    then declined)."""
+    schema = _fallback_schema(client_id)
+    recs = []
+    for i in rows.tolist():
+        s, e = int(starts[i]), int(ends[i])
+        bio = io.BytesIO(data[s:e])
+        try:
+            rec = fastavro.schemaless_reader(bio, schema, None, handle_unicode_errors="replace")
+        except Exception:  # noqa: BLE001 - the record path reports where the block stops decoding
+            return None
+        if bio.tell() != e - s or rec.get("task_id") != task_id:
+            return None
+        if not all(_is_i64(rec[f]) for f in ("schema_version", "event_time", "group")):
+            return None
+        if any(rec[f] is not None and not _is_i64(rec[f]) for f in ("value", "seed")):
+            return None
+        items = rec.get("items")
+        if items is not None and not all(_is_i64(x) for x in items):
+            return None
+        recs.append((i, rec))
+    fits = {f: [len(r[f]) for _, r in recs if r[f] is not None and len(r[f]) <= caps[f]] for f in caps}
+    for f in caps:
+        cols.widen(f, max(fits[f], default=0))
+    ids = cols.payload["client_id"]
+    if client_id:
+        w = max((len(r["client_id"]) for _, r in recs if r["client_id"] is not None), default=0)
+        w = min(w, MAX_CLIENT_ID_BYTES)
+        if w + 1 > ids.shape[1]:
+            cols.payload["client_id"] = ids = np.pad(ids, ((0, 0), (0, w + 1 - ids.shape[1])))
+    reals = cols.payload["reals"]
+    fallback = np.full(len(sv), None, dtype=object)
+    for i, rec in recs:
+        fallback[i] = rec
+        sv[i], et[i], grp[i] = rec["schema_version"], rec["event_time"], rec["group"]
+        for f in ("value", "seed"):
+            cols.present[f][i] = rec[f] is not None
+            cols.payload[f][i] = 0 if rec[f] is None else rec[f]
+        for f in ("bits", "items", "reals"):
+            v = rec[f]
+            cols.present[f][i] = v is not None
+            cols.lengths[f][i] = 0 if v is None else len(v)
+            if f in caps:
+                cols.payload[f][i] = 0
+                if v and len(v) <= caps[f]:
+                    cols.payload[f][i, : len(v)] = np.frombuffer(v, np.uint8) if f == "bits" else v
+        v = rec["reals"]
+        if reals.ndim == 1:
+            reals[i] = v[0] if v is not None and len(v) == 1 else 0.0
+        else:
+            reals[i] = v if v is not None and len(v) == reals.shape[1] else 0.0
+        if client_id:
+            v = rec["client_id"]
+            cols.present["client_id"][i] = v is not None
+            ids[i] = 0
+            if v is not None and len(v) <= MAX_CLIENT_ID_BYTES:
+                ids[i, 0] = len(v)
+                ids[i, 1 : 1 + len(v)] = np.frombuffer(v, np.uint8)
+            # a longer id keeps length 0 and is present: the validator refuses it (invalid_client_id)
+    return fallback
+
+
+def _decode_reals(b: _Buf, p: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``reals`` arrays of exactly ``w`` doubles at ``p`` (one block of w, then the 0 terminator; w = 0:
-    just the terminator): (well-formed, new positions, values ``(len(p), w)``)."""
+    just the terminator): (well-formed rows, their new positions, their values ``(ok rows, w)``)."""
     if w == 0:
-        return bool((buf[p] == 0).all()), p + 1, np.zeros((len(p), 0), dtype=np.float64)
-    cnt, q, ok = _varint(buf, p)
-    if not ok or not (cnt == w).all() or int(q.max()) + 8 * w >= len(buf):
-        return False, p, np.zeros((0, w))
-    if not (buf[q + 8 * w] == 0).all():
-        return False, p, np.zeros((0, w))
+        ok = b.u8[p] == 0
+        return ok, p[ok] + 1, np.zeros((int(ok.sum()), 0), dtype=np.float64)
+    cnt, q, bad = _varint(b, p)
+    end = np.minimum(q + 8 * w, b.size)  # the terminator's position, inside the block
+    ok = (cnt == w) & (q + 8 * w < b.size) & (b.u8[end] == 0)
+    if bad is not None:
+        ok &= ~bad
+    q = q[ok]
     out = np.empty((len(q), w), dtype=np.float64)
     step = max(1, (1 << 22) // (8 * w))  # rows per gather: a bounded index array whatever w is
-    cols = np.arange(8 * w)
+    at = np.arange(8 * w)
     for lo in range(0, len(q), step):
-        raw = buf[q[lo : lo + step, None] + cols]
+        raw = b.u8[q[lo : lo + step, None] + at]
         out[lo : lo + step] = np.ascontiguousarray(raw).view("<f8")
-    return True, q + 8 * w + 1, out
+    return ok, q + 8 * w + 1, out
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -695,6 +990,20 @@ def _to_ms(records: list[object], header: _Header) -> list[object]:
     return records
 
 
+#: consecutive small blocks are decoded column-wise together, up to this many bytes (fastavro's writer
+#: makes blocks of about 16 kB: a hundred reports with a ``bits`` payload)
+_COALESCE_BYTES = 1 << 20
+
+
+class _Block(NamedTuple):
+    """A block whose records are to be decoded: its decompressed bytes, count and offset in the input."""
+
+    raw: bytes
+    count: int
+    offset: int
+    header: _Header
+
+
 def iter_container(
     fo: BinaryIO,
     *,
@@ -705,9 +1014,57 @@ def iter_container(
 ) -> Iterator[ColumnBatch | list[object] | Loss]:
     """Every block of an Avro container as a :class:`ColumnBatch` (fast path), a list of records (fallback)
     or a :class:`Loss`; the input's bytes are all accounted for: header + decoded blocks + lost bytes.
+    Consecutive blocks of the fast path may come as one :class:`ColumnBatch` (records never span blocks,
+    so their bytes decode as one run; when that run does not decode, each block is decoded alone).
 
     Raises only what reading ``fo`` raises (``OSError``, ``MemoryError``: the runner retries those).
     """
+    kw = {"bits_len": bits_len, "items_len": items_len, "reals_len": reals_len}
+    pending: list[_Block] = []
+    size = 0
+
+    def flush() -> Iterator[ColumnBatch | list[object] | Loss]:
+        if len(pending) > 1:
+            counts = np.cumsum([x.count for x in pending])
+            offsets = np.cumsum([len(x.raw) for x in pending])
+            data = b"".join(x.raw for x in pending)
+            h = pending[0].header
+            splits = np.stack([counts[:-1], offsets[:-1]], axis=1)
+            cb = decode_block(data, int(counts[-1]), task_id, client_id=h.client_id, splits=splits, **kw)
+            if cb is not None:
+                yield cb
+                return
+        for x in pending:
+            cb = None
+            if task_id is not None and x.header.is_report:
+                cb = decode_block(x.raw, x.count, task_id, client_id=x.header.client_id, **kw)
+            if cb is not None:
+                yield cb
+                continue
+            recs, loss = _decode_records(x.raw, x.count, x.header, x.offset)
+            if recs:
+                yield recs
+            if loss is not None:
+                yield loss
+
+    for item in _container_blocks(fo):
+        if isinstance(item, _Block) and item.header.is_report and task_id is not None:
+            pending.append(item)
+            size += len(item.raw)
+            if size < _COALESCE_BYTES:
+                continue
+        elif isinstance(item, _Block):
+            pending.append(item)
+        yield from flush()
+        pending.clear()
+        size = 0
+        if isinstance(item, Loss):
+            yield item
+    yield from flush()
+
+
+def _container_blocks(fo: BinaryIO) -> Iterator[_Block | Loss]:
+    """The blocks of an Avro container, decompressed, and the :class:`Loss` of what is not a block."""
     s = _Stream(fo)
     try:
         header = _read_header(s)
@@ -717,7 +1074,6 @@ def iter_container(
         yield Loss("undecodable", f"{type(exc).__name__}: {str(exc)[:200]}", 0, s.pos + s.drain())
         return
     decompress = _decompressor(header.codec)
-    fast = task_id is not None and header.is_report
     min_rec = _MIN_REPORT_BYTES if header.is_report else 1
     while True:
         offset = s.pos
@@ -819,25 +1175,7 @@ def iter_container(
                 0,
             )
             continue
-        cb = None
-        if fast:
-            cb = decode_block(
-                raw,
-                count,
-                task_id,
-                bits_len=bits_len,
-                items_len=items_len,
-                reals_len=reals_len,
-                client_id=header.client_id,
-            )
-        if cb is not None:
-            yield cb
-            continue
-        recs, loss = _decode_records(raw, count, header, offset)
-        if recs:
-            yield recs
-        if loss is not None:
-            yield loss
+        yield _Block(raw, count, offset, header)
 
 
 def iter_report_batches(

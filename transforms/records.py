@@ -28,6 +28,7 @@ import fastavro
 import numpy as np
 
 import schemas
+from ldp import anonymity as _anonymity
 from ldp.aggregate import Aggregator, ValidationOracle
 from ldp.reports import Reports
 from ldp.task import CollectionTask
@@ -86,6 +87,7 @@ REASONS = (
     "missing_client_id",  # no client_id in a report of a task whose budget counts reports per client
     "over_budget",  # a client's reports beyond the task's reports per budget period (transforms.budget)
     "budget_period_closed",  # a report of a budget period whose per-client counts were released (late)
+    "fine_time",  # a shuffled task's report whose event_time is not a multiple of anonymity.time_precision_s
     # parts of an input that are not records (transforms.avro_fast.LOSS_REASONS; "undecodable" above)
     *(r for r in LOSS_REASONS if r != "undecodable"),
 )
@@ -268,12 +270,19 @@ class ReportValidator:
     ``schema_version``; ``task_id`` equals the task's; ``event_time`` present and in range; ``group`` in
     ``[0, n_groups)`` (absent means 0, the schema default); ``client_id`` null or 1 to 64 bytes, and present
     when the task requires ids (:func:`requires_client_ids`); the payload fields the mechanism uses are
-    present and well typed, the others null; and finally ``oracle.validate`` on the numpy batch (domain
-    checks).
+    present and well typed, the others null; for a shuffled task (``anonymity.shuffled``) ``event_time``
+    a multiple of ``anonymity.time_precision_s`` (``fine_time``); and finally ``oracle.validate`` on the
+    numpy batch (domain checks). ``rounded_times=False`` skips the ``fine_time`` check (the shuffler, which
+    rounds the times itself, reads the clients' reports).
     """
 
     def __init__(
-        self, task: CollectionTask, oracle: ValidationOracle | None = None, *, redact_records: bool = False
+        self,
+        task: CollectionTask,
+        oracle: ValidationOracle | None = None,
+        *,
+        redact_records: bool = False,
+        rounded_times: bool = True,
     ) -> None:
         self.task = task
         self.redact_records = redact_records  # raw records (central DP): dead letters keep only the size
@@ -281,6 +290,13 @@ class ReportValidator:
         self.fields = tuple(self.oracle.report_fields)
         self.unused = tuple(f for f in PAYLOAD_FIELDS if f not in self.fields)
         self.require_ids = requires_client_ids(task)
+        settings = getattr(task, "anonymity", None)
+        shuffled = rounded_times and settings is not None and settings.shuffled
+        self.time_precision_s: int | None = int(settings.time_precision_s) if shuffled else None
+        self._fine_detail = (
+            f"event_time must be a multiple of anonymity.time_precision_s ({self.time_precision_s} s): "
+            "the shuffler rounds every time"
+        )
 
     def _check_client_ids(
         self, present: np.ndarray, valid: np.ndarray, reason: np.ndarray, detail: np.ndarray
@@ -372,6 +388,22 @@ class ReportValidator:
         bad = ~ok & ~missing
         _mark(reason, detail, rows[bad], "invalid_payload", "reals must hold one finite double")
         return np.fromiter((v[0] if o else 0.0 for v, o in zip(col, ok)), dtype=np.float64, count=n)
+
+    def _length_rule(self, name: str) -> tuple[int, str] | None:
+        """``(length, invalid_payload detail)`` the oracle requires of a ``bits`` / ``items`` / ``reals``
+        payload (the checks of :meth:`_payload` on the columns' ``lengths``), None for the others."""
+        if name == "bits":
+            nb = (self.oracle.d + 7) // 8
+            return nb, f"bits must be {nb} bytes"
+        if name == "items":
+            k = int(getattr(self.oracle, "k", 0))
+            return k, f"items must be a list of {k} integers"
+        if name == "reals":
+            w = getattr(self.oracle, "reals_len", None)
+            if w is None:
+                return 1, "reals must hold one finite double"
+            return w, f"reals must hold {w} doubles"
+        return None
 
     def validate(self, records: RawRecords, source: str = "", *, at_ms: int | None = None) -> ValidatedBatch:
         """Splits ``records`` (a list of record dicts, or a :class:`~transforms.avro_fast.ColumnBatch`)
@@ -472,6 +504,9 @@ class ReportValidator:
     def _finish(self, reason, detail, alive, payload, event_ms, groups, get_record, source, at_ms, ids=None):
         """Runs ``oracle.validate`` on the rows still alive and assembles the :class:`ValidatedBatch`."""
         n = len(reason)
+        if len(alive) and self.time_precision_s is not None:
+            fine = ~_anonymity.is_rounded(np.asarray(event_ms)[alive], self.time_precision_s)
+            _mark(reason, detail, alive[fine], "fine_time", self._fine_detail)
         if len(alive):
             ok_sub = np.equal(reason[alive], None)
             if ok_sub.any():
@@ -549,17 +584,32 @@ class ReportValidator:
                 "invalid_payload",
                 f"field {avro} is not used by mechanism {self.oracle.name}",
             )
-        for name in self.fields:
+        widths: dict[str, int] = {}
+        for name in self.fields:  # field by field, missing before malformed, as :meth:`_payload` does
             avro = PAYLOAD_FIELDS[name]
             _mark(reason, detail, idx[~cb.present[avro]], "missing_field", f"{avro} is null or absent")
+            rule = self._length_rule(name)
+            if rule is not None and avro in cb.lengths:
+                widths[name], text = rule
+                wrong = cb.present[avro] & (cb.lengths[avro] != widths[name])
+                _mark(reason, detail, idx[wrong], "invalid_payload", text)
         alive = np.flatnonzero(np.equal(reason, None))
         payload = {}
         for name in self.fields:
             col = cb.payload[PAYLOAD_FIELDS[name]][alive]
+            if name in widths and col.ndim == 2:
+                col = _fit_width(col, widths[name])
             payload[name] = col.view(np.uint64) if name == "seeds" else col
         return self._finish(
             reason, detail, alive, payload, cb.event_ms, cb.group, cb.record, source, at_ms, ids
         )
+
+
+def _fit_width(col: np.ndarray, w: int) -> np.ndarray:
+    """A zero-padded ``(n, width)`` column cut (or padded) to ``w`` columns (every row kept holds ``w``)."""
+    if col.shape[1] >= w:
+        return col[:, :w]
+    return np.pad(col, ((0, 0), (0, w - col.shape[1])))
 
 
 def _empty(fields: Sequence[str]) -> Reports:
@@ -770,12 +820,15 @@ class TaskBatch:
         dead_letters: one dead-letter dict per refused record.
         reason_counts: refused records per reason.
         n_read: input records (= accepted + refused).
+        n_record_decoded: input records decoded one by one by fastavro rather than column-wise (a list
+            batch: all; a ColumnBatch: its :attr:`~transforms.avro_fast.ColumnBatch.n_fallback`).
     """
 
     parts: list[GroupBatch]
     dead_letters: list[dict[str, object]]
     reason_counts: dict[str, int]
     n_read: int
+    n_record_decoded: int = 0
 
     @property
     def n_accepted(self) -> int:
@@ -828,9 +881,10 @@ class TaskReportValidator:
     or an earlier reason).
     """
 
-    def __init__(self, aggregator: Aggregator) -> None:
+    def __init__(self, aggregator: Aggregator, *, rounded_times: bool = True) -> None:
         self.aggregator = aggregator
         self.task = aggregator.task
+        self.rounded_times = rounded_times  # ReportValidator's fine_time check
         self._validators: dict[int, ReportValidator] = {}
 
     def _validator(self, group: int) -> ReportValidator:
@@ -840,6 +894,7 @@ class TaskReportValidator:
                 self.task,
                 oracle=self.aggregator.validation_oracle(group),
                 redact_records=bool(getattr(self.aggregator, "raw_records", False)),
+                rounded_times=self.rounded_times,
             )
             self._validators[group] = v
         return v
@@ -853,12 +908,13 @@ class TaskReportValidator:
         at_ms: int | None = None,
     ) -> TaskBatch:
         """``records``: a list of record dicts or a ColumnBatch (:mod:`transforms.avro_fast`)."""
+        is_list = isinstance(records, (list, tuple))
+        one_by_one = len(records) if is_list else records.n_fallback
         if self.aggregator.uniform_oracle:
             vb = self._validator(0).validate(records, source, at_ms=at_ms)
             parts = _parts(vb.groups, vb.event_ms, vb.reports, granule_ms, vb.client_ids)
-            return TaskBatch(parts, vb.dead_letters, vb.reason_counts, vb.n_read)
+            return TaskBatch(parts, vb.dead_letters, vb.reason_counts, vb.n_read, one_by_one)
         m = self.task.n_groups
-        is_list = isinstance(records, (list, tuple))
         n = len(records)
         if is_list:
             grp = np.fromiter(
@@ -890,32 +946,29 @@ class TaskReportValidator:
                 if g < 0 or not bool(np.all(vb.groups == g)):
                     raise AssertionError(f"the validator of group {g} accepted another group's report")
                 parts.extend(_parts(vb.groups, vb.event_ms, vb.reports, granule_ms, vb.client_ids))
-        return TaskBatch(parts, dead, counts, n)
+        return TaskBatch(parts, dead, counts, n, one_by_one)
 
 
 class _PayloadView:
-    """Payload fields of all groups; ``bits`` / ``items`` only when every group using them agrees on size."""
+    """Payload fields of all groups, with the largest ``bits`` domain ``d`` and ``items`` length ``k`` any
+    group uses: the column decoder reads every length up to those (each group's validator then refuses
+    the lengths it does not take), and leaves longer ones to fastavro."""
 
     name = "task"
 
     def __init__(self, oracles: Sequence[ValidationOracle]) -> None:
         fields: set[str] = set()
-        bits_d: set[int] = set()
-        items_k: set[int] = set()
+        self.d = self.k = 0
+        reals: set[object] = set()
         for o in oracles:
             fields |= set(o.report_fields)
             if "bits" in o.report_fields:
-                bits_d.add(int(o.d))
+                self.d = max(self.d, int(o.d))
             if "items" in o.report_fields:
-                items_k.add(int(o.k))
-        if len(bits_d) == 1:
-            self.d = bits_d.pop()
-        else:
-            fields.discard("bits")  # sizes differ: the fast decoder declines such blocks (fastavro path)
-        if len(items_k) == 1:
-            self.k = items_k.pop()
-        else:
-            fields.discard("items")
+                self.k = max(self.k, int(o.k))
+            if "reals" in o.report_fields:
+                reals.add(getattr(o, "reals_len", None))
+        self.reals_len = reals.pop() if len(reals) == 1 else None  # groups differ: one double is read
         self.report_fields = tuple(sorted(fields))
 
 

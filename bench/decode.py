@@ -1,0 +1,224 @@
+"""Read benchmark: report decoding against the disk read floor and fastavro, on the same files.
+
+    .venv/bin/python -m bench.decode --users 1000000 --range_users 300000,1000000 --json OUT.json
+
+For each data set (a frequency task, ``--mechanism`` default ``auto``, d = ``--domain_size``, at each
+``--users``; an HDG range task over ``--attributes`` attributes of domain ``--range_domain`` at each
+``--range_users``), simulated once into a work directory (``pipelines.simulate.simulate_files``), it
+measures, best of ``--repeat`` (files in the page cache):
+
+* ``read_floor_reports_per_s``: reading the files' bytes (``open().read()``), nothing else;
+* ``decode_reports_per_s``: :func:`transforms.avro_fast.iter_report_batches` with the job's decode
+  parameters (:func:`transforms.records.decode_params`), the rows decoded column-wise
+  (``column_rows``) and those decoded one by one by fastavro (``one_by_one_rows``: whole blocks the
+  column decoder declined, plus rows it left to fastavro);
+* ``decode_validate_reports_per_s``: the same plus :class:`transforms.records.TaskReportValidator`;
+* ``fastavro_reports_per_s``: ``fastavro.reader`` over the same files, record by record;
+* ``job_s`` / ``job_reports_per_s`` (``--job``): the job end to end on the DirectRunner
+  (``pipelines.frequency.run`` / ``pipelines.range_queries.run`` in this process, imports excluded).
+
+Every record carries the 1-minute load average before and after (a shared 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import io
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "measure"]
+
+
+def _best(fn, repeat: int) -> tuple[float, Any]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def _task(kind: str, n: int, args: argparse.Namespace):
+    from ldp.task import parse_task
+
+    if kind == "frequency":
+        return parse_task(
+            {
+                "task_id": "bench-freq",
+                "mechanism": args.mechanism,
+                "epsilon": 1.0,
+                "domain_size": args.domain_size,
+            }
+        )
+    attrs = [{"name": f"a{i}", "domain_size": args.range_domain} for i in range(args.attributes)]
+    return parse_task(
+        {
+            "task_id": "bench-range",
+            "mechanism": "hdg",
+            "epsilon": 1.0,
+            "attributes": attrs,
+            "expected_users": n,
+        }
+    )
+
+
+def measure(kind: str, n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    import fastavro
+
+    from ldp.aggregate import make_aggregator
+    from pipelines import simulate
+    from transforms.avro_fast import ColumnBatch, iter_report_batches
+    from transforms.records import TaskReportValidator, decode_params
+
+    task = _task(kind, n, args)
+    here = workdir / f"{kind}-{n}"
+    here.mkdir(parents=True, exist_ok=True)
+    task.save(here / "task.json")
+    dataset = "zipf" if kind == "frequency" else "gaussian:0.5"
+    t_sim, _ = _best(
+        lambda: simulate.simulate_files(task, n, dataset, here / "in", seed=args.seed, files=4), 1
+    )
+    paths = sorted(glob.glob(str(here / "in" / "reports-*.avro")))
+    agg = make_aggregator(task)
+    params = decode_params(agg)
+    load0 = os.getloadavg()[0]
+
+    def read_floor() -> int:
+        total = 0
+        for p in paths:
+            with open(p, "rb") as fh:
+                total += len(fh.read())
+        return total
+
+    def decode(validate: bool) -> dict[str, int]:
+        v = TaskReportValidator(agg) if validate else None
+        out = {"rows": 0, "column_rows": 0, "one_by_one_rows": 0, "accepted": 0}
+        for p in paths:
+            with open(p, "rb") as fh:
+                data = fh.read()
+            for b in iter_report_batches(io.BytesIO(data), args.batch_size, **params):
+                out["rows"] += len(b)
+                fall = b.n_fallback if isinstance(b, ColumnBatch) else len(b)
+                out["one_by_one_rows"] += fall
+                out["column_rows"] += len(b) - fall
+                if v is not None:
+                    out["accepted"] += v.validate(b, p, at_ms=0).n_accepted
+        return out
+
+    def peer() -> int:
+        count = 0
+        for p in paths:
+            with open(p, "rb") as fh:
+                for _ in fastavro.reader(fh):
+                    count += 1
+        return count
+
+    t_floor, size = _best(read_floor, args.repeat)
+    t_dec, dec = _best(lambda: decode(False), args.repeat)
+    t_val, val = _best(lambda: decode(True), args.repeat)
+    rec: dict[str, Any] = {
+        "kind": kind,
+        "n": n,
+        "mechanism": task.mechanism,
+        "n_groups": task.n_groups,
+        "bytes": size,
+        "simulate_s": t_sim,
+        "read_floor_reports_per_s": n / t_floor,
+        "decode_reports_per_s": n / t_dec,
+        "decode_validate_reports_per_s": n / t_val,
+        "decode_s_per_report": t_dec / n,
+        **{k: dec[k] for k in ("column_rows", "one_by_one_rows")},
+        "accepted": val["accepted"],
+    }
+    if n <= args.fastavro_max:
+        t_peer, count = _best(peer, 1)
+        assert count == n
+        rec["fastavro_reports_per_s"] = n / t_peer
+    if args.job:
+        rec.update(_job(kind, task, here))
+    rec["load_avg_1m"] = [load0, os.getloadavg()[0]]
+    return rec
+
+
+def _job(kind: str, task, here: Path) -> dict[str, Any]:
+    argv = ["--task", str(here / "task.json"), "--input", str(here / "in" / "reports-*.avro"), "--output"]
+    argv.append(str(here / "out"))
+    if kind == "frequency":
+        from pipelines import frequency as job
+    else:
+        from pipelines import range_queries as job
+
+        names = [a["name"] if isinstance(a, dict) else a.name for a in task.attributes][:2]
+        (here / "q.json").write_text(json.dumps([{names[0]: [0, 7], names[1]: [2, 9]}]))
+        argv += ["--queries", str(here / "q.json")]
+    shutil.rmtree(here / "out", ignore_errors=True)
+    t0 = time.perf_counter()
+    job.run(argv)
+    t = time.perf_counter() - t0
+    summary = json.loads((here / "out" / "counts.json").read_text())
+    read = int(summary["counts"]["read"])
+    return {
+        "job_s": t,
+        "job_reports_per_s": read / t,
+        "job_run_seconds": summary.get("seconds"),  # the job's own clock: from pipeline start to done
+        "job_counts": summary["counts"],
+    }
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--users", default="1000000", help="comma-separated frequency-task sizes ('' for none)")
+    ap.add_argument("--range_users", default="300000,1000000", help="comma-separated range-task sizes")
+    ap.add_argument("--mechanism", default="auto")
+    ap.add_argument("--domain_size", type=int, default=1024)
+    ap.add_argument("--attributes", type=int, default=5)
+    ap.add_argument("--range_domain", type=int, default=64)
+    ap.add_argument("--batch_size", type=int, default=1 << 15)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--fastavro_max", type=int, default=1_000_000, help="largest n decoded with fastavro too")
+    ap.add_argument("--job", action="store_true", help="also run the job end to end on the DirectRunner")
+    ap.add_argument("--workdir", default=None, help="keep the simulated files here (default: a temp dir)")
+    ap.add_argument("--json", dest="json_out", default=None)
+    args = ap.parse_args(argv)
+    sizes = [("frequency", int(x)) for x in args.users.split(",") if x]
+    sizes += [("range", int(x)) for x in args.range_users.split(",") if x]
+    tmp = None if args.workdir else tempfile.mkdtemp(prefix="bench-decode-")
+    workdir = Path(args.workdir or tmp)
+    records = []
+    try:
+        for kind, n in sizes:
+            rec = measure(kind, n, args, workdir)
+            rec["machine"] = {
+                "python": sys.version.split()[0],
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+            }
+            records.append(rec)
+            print(
+                f"{kind:9s} n={n:>9,} decode {rec['decode_reports_per_s']:>12,.0f}/s  +validate "
+                f"{rec['decode_validate_reports_per_s']:>12,.0f}/s  "
+                f"floor {rec['read_floor_reports_per_s']:>14,.0f}/s  "
+                f"fastavro {rec.get('fastavro_reports_per_s', float('nan')):>10,.0f}/s  column rows "
+                f"{rec['column_rows']:,} one-by-one {rec['one_by_one_rows']:,}  load {rec['load_avg_1m']}",
+                flush=True,
+            )
+            if args.json_out:
+                Path(args.json_out).write_text(json.dumps(records, indent=1))
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return records
+
+
+if __name__ == "__main__":
+    main()
