@@ -114,6 +114,8 @@ def _kind_of(row: dict[str, Any]) -> str:
         return "frequency"
     if "mean" in row and "items" in row:
         return "sparse"
+    if "attribute" in row and "mean_std" in row:
+        return "numeric"
     if "strategy" in row and "query" in row:
         return "batch_queries"
     if "method" in row and "query" in row:
@@ -125,6 +127,8 @@ def _kind_of(row: dict[str, Any]) -> str:
 _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     "frequency": {"group": (int,), "n_reports": (int,), "frequencies": (list,), "std": (list,)},
     "sparse": {"group": (int,), "n_reports": (int,), "items": (list,), "mean": (list,), "std": (list,)},
+    "numeric": {"attribute": (str,), "n_reports": (int,), "mean": (int, float, type(None)),
+                "mean_std": (int, float, type(None))},
     "range": {"query_index": (int,), "query": (dict,), "answer": (int, float, type(None))},
     "batch_queries": {"query_index": (int,), "query": (dict,), "answer": (int, float, type(None))},
 }
@@ -465,6 +469,36 @@ def _sparse_table(row: dict[str, Any], top: int) -> dict[str, Any]:
     }
 
 
+def _numeric_table(row: dict[str, Any]) -> dict[str, Any]:
+    entries = [{
+        "statistic": "mean",
+        "value": _num(row["mean"]),
+        "std": _num(row.get("mean_std")),
+        "ci_low": _num(row.get("mean_ci_low")),
+        "ci_high": _num(row.get("mean_ci_high")),
+    }]
+    quantiles = row.get("quantiles")
+    for q in quantiles if isinstance(quantiles, list) else []:
+        if isinstance(q, dict):
+            entries.append({
+                "statistic": f"q{safe_text(q.get('q'))}",
+                "value": _num(q.get("value")),
+                "std": None,
+                "ci_low": _num(q.get("ci_low")),
+                "ci_high": _num(q.get("ci_high")),
+            })
+    keys = ("attribute", "mechanism", "epsilon", "low", "high", "ci_method")
+    return {
+        "group": None,
+        **_pane(row),
+        "n_reports": row["n_reports"],
+        "about": {k: row.get(k) for k in keys},
+        "shown": len(entries),
+        "of": len(entries),
+        "rows": entries,
+    }
+
+
 def _answers_table(rows: dict[int, dict[str, Any]], kind: str, top: int, batch: bool) -> dict[str, Any]:
     chosen = list(rows.values())[:top]
     first = chosen[0]
@@ -511,6 +545,8 @@ def collect(out: str, *, top: int = 10, window: str = "latest") -> dict[str, Any
             tables = [_frequency_table(r, top) for r in _latest_panes(wrows, "group").values()]
         elif kind == "sparse":
             tables = [_sparse_table(r, top) for r in _latest_panes(wrows, "group").values()]
+        elif kind == "numeric":
+            tables = [_numeric_table(r) for r in _latest_panes(wrows, "attribute").values()]
         else:
             tables = [_answers_table(_latest_panes(wrows, "query_index"), kind, top, batch)]
         windows.append({
@@ -589,6 +625,12 @@ def _table_lines(kind: str, t: dict[str, Any]) -> list[str]:
                   _f(e["ci_high"])] for e in t["rows"]]
         right = [True, True, True, True, True, True]
         what = f"top {t['shown']} of {t['of']} coordinates by mean"
+    elif kind == "numeric":
+        header = ["statistic", "estimate", "std", "95% low", "95% high"]
+        cells = [[e["statistic"], _f(e["value"]), _f(e["std"]), _f(e["ci_low"]), _f(e["ci_high"])]
+                 for e in t["rows"]]
+        right = [False, True, True, True, True]
+        what = "mean and quantiles of the clipped values"
     else:
         header = ["query", "range", "answer", "std", "95% low", "95% high"]
         cells = [[str(e["query_index"]), _query_text(e["query"]), _f(e["answer"]), _f(e["std"]),

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from ldp.task import parse_task
-from pipelines import batch_queries, frequency, range_queries, show, simulate, sparse_mean
+from pipelines import batch_queries, frequency, numeric, range_queries, show, simulate, sparse_mean
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SEEDS = np.random.SeedSequence(2026_12_19).spawn(4)
@@ -78,6 +78,12 @@ def outs(tmp_path_factory) -> dict[str, Path]:
             {"task_id": "show-batch", "kind": "batch_queries", "mechanism": "lsa", "epsilon": 1.0,
              "delta": 1e-6, "attributes": [{"name": "age", "domain_size": 16}], "params": {"k_max": 4}},
             batch_queries.run, ["--workload", str(tmp / "w.json"), "--noise_seed", "5"], dataset="gaussian",
+        ),
+        "numeric": _job(
+            tmp, "numeric",
+            {"task_id": "show-numeric", "kind": "numeric", "mechanism": "square-wave", "epsilon": 1.0,
+             "attributes": [{"name": "load_ms", "low": 0, "high": 5000}], "quantiles": [0.5, 0.9]},
+            numeric.run, [], dataset="lognormal:6:1",
         ),
     }  # fmt: skip
 
@@ -244,6 +250,21 @@ def test_sparse_top_coordinates_are_the_rows(outs, capsys):
     (printed,) = _tables(_show(capsys, str(outs["sparse"]), "--top", "4"))
     assert printed[0] == ["rank", "item", "mean", "std", "95% low", "95% high"]
     assert [p[1:3] for p in printed[1:]] == [[str(row["items"][i]), _g(row["mean"][i])] for i in top]
+
+
+def test_numeric_mean_and_quantiles_are_the_rows(outs, capsys):
+    (row,) = _rows(outs["numeric"])
+    (table,) = _show_json(capsys, str(outs["numeric"]))["windows"][0]["tables"]
+    assert table["about"]["attribute"] == "load_ms" and table["n_reports"] == row["n_reports"]
+    mean, *quantiles = table["rows"]
+    assert (mean["value"], mean["std"], mean["ci_low"], mean["ci_high"]) == (
+        row["mean"], row["mean_std"], row["mean_ci_low"], row["mean_ci_high"])
+    assert [(e["value"], e["ci_low"], e["ci_high"]) for e in quantiles] == [
+        (q["value"], q["ci_low"], q["ci_high"]) for q in row["quantiles"]]
+    (printed,) = _tables(_show(capsys, str(outs["numeric"])))
+    assert printed[0] == ["statistic", "estimate", "std", "95% low", "95% high"]
+    assert printed[1][:2] == ["mean", _g(row["mean"])]
+    assert [p[0] for p in printed[2:]] == ["q0.5", "q0.9"]
 
 
 def test_batch_answers_are_the_rows_and_marked_central(outs, capsys):
