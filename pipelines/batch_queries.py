@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ldp.aggregate.batch import BatchAggregator, load_workload
-from ldp.dgauss import load_or_create_key
-from ldp.task import BatchTask
 from pipelines.cli import job_parser
 from pipelines.job import Job, add_job_flags, run_job
+
+if TYPE_CHECKING:  # the aggregator's modules are imported when the job runs, not to build its parser
+    from ldp.aggregate.batch import BatchAggregator
+    from ldp.task import BatchTask
 
 __all__ = ["parser", "run"]
 
@@ -70,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _aggregator(ns: argparse.Namespace, task: BatchTask) -> BatchAggregator:
+    from ldp.aggregate.batch import BatchAggregator, load_workload
+    from ldp.dgauss import load_or_create_key
+
     if ns.early_firing is not None or ns.accumulating or ns.window_period is not None:
         raise ValueError(
             "batch-query jobs release each record once: --early_firing, --accumulating and --window_period "

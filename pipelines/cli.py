@@ -78,6 +78,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pipelines.sparse_mean",
         "k-sparse vector mean estimation over reports (SVME and its baselines)",
     ),
+    "numeric": ("pipelines.numeric", "the mean and quantiles of a bounded numeric attribute over reports"),
     "clients": (
         "pipelines.clients",
         "stateful simulated clients (secrets, memoized reports, budgets) reporting window after window",

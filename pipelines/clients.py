@@ -59,7 +59,6 @@ from ldp.longitudinal.memo import MemoizedOracle
 from ldp.reports import CLIENT_ID_BYTES, Reports, client_pseudonym
 from ldp.task import FrequencyTask, TaskError, load_task
 from pipelines.cli import check_pubsub_path, fail, job_parser, parse_job_args
-from pipelines.simulate import parse_iso8601_ms
 from transforms.avro_fast import write_reports
 from transforms.records import encode_report_container, reports_to_records
 
@@ -468,6 +467,8 @@ def parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Runs the clients; returns (and writes to ``OUT/clients-truth.json``) the summary."""
     ns, _ = parse_job_args(parser(), argv, beam=False)
+    from pipelines.simulate import parse_iso8601_ms  # (the simulator's populations: not for --help)
+
     try:
         task = load_task(ns.task, kind="frequency")
     except TaskError as exc:

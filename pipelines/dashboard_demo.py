@@ -39,7 +39,6 @@ from ldp.task import TaskError, parse_task
 from pipelines.cli import fail, job_parser, parse_job_args
 from pipelines.live import ChildJob, FileFeeder, PubSubFeeder
 from pipelines.pubsub_emulator import PubSubEmulator
-from transforms.runners import find_prism_binary
 
 __all__ = ["run", "DEMO_LABELS"]
 
@@ -95,6 +94,8 @@ def _free_port(address: str, port: int) -> int:
 
 
 def _choose_source(source: str) -> str:
+    from transforms.runners import find_prism_binary  # imports Beam: not to build the parser
+
     if source == "auto":
         if find_prism_binary() is not None:
             return "directory"

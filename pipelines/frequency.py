@@ -24,15 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-
-import apache_beam as beam
-from apache_beam.pvalue import PCollection
+from typing import TYPE_CHECKING
 
 from ldp.aggregate import json_record
 from ldp.aggregate.frequency import EstimateRow, FrequencyAggregator
 from ldp.task import POSTPROCESS_METHODS, FrequencyTask
 from pipelines.cli import job_parser
 from pipelines.job import Job, add_job_flags, run_job
+
+if TYPE_CHECKING:  # Beam is imported when the job runs, not to build its parser
+    from apache_beam.pvalue import PCollection
 
 __all__ = ["parser", "run"]
 
@@ -60,6 +61,8 @@ def _to_pubsub(row: EstimateRow) -> bytes:
 
 def _publish(ns: argparse.Namespace, outputs: dict[str, PCollection]) -> None:
     if ns.output_topic:
+        import apache_beam as beam
+
         rows = outputs["estimates"]
         rows | "ToPubSubJson" >> beam.Map(_to_pubsub) | "Publish" >> beam.io.WriteToPubSub(ns.output_topic)
 

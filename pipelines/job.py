@@ -14,7 +14,9 @@ jobs to come) declares its own flags, says which kind of task it takes and how t
 3. the pipeline: source (:func:`read_reports`) -> :class:`transforms.aggregate.Aggregate` -> one
    :class:`transforms.io.WriteResults` per output of the aggregator, dead letters and (streaming) counts;
 4. the summary: the run id, counts (``read = accepted + rejected``), the output path and the windows
-   written, also saved as ``OUT/counts.json`` (batch); with ``--store``, what the store took
+   written, the privacy figures per window (``privacy_accounting``: local, and central from the
+   shuffler's n when the input came through it, :mod:`pipelines.window_privacy`), also saved as
+   ``OUT/counts.json`` (batch); with ``--store``, what the store took
    (``store_failed_panes``): a write that failed even after ``--store_retry_s`` of retries fails the job
    with exit status 1 and one line (docs/store.md, "Outages").
 """
@@ -33,11 +35,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions, StandardOptions
-from apache_beam.pvalue import PCollection
-from apache_beam.runners.runner import PipelineResult
+from typing import TYPE_CHECKING
 
 from ldp.aggregate import Aggregator, OutputSpec
 from ldp.task import ParsedTask, TaskError, WindowConfig, budget_summary, load_task
@@ -51,33 +49,16 @@ from pipelines.cli import (
     prepare_output,
     require_inputs,
 )
-from pipelines.pubsub_emulator import allow_large_messages
-from transforms.aggregate import Aggregate
-from transforms.counts import WindowedCounts, format_counts, job_counts, job_distribution
-from transforms.flink_ticks import FlinkRest, FlinkRestError, run_draining
-from transforms.io import (
-    DecodeReportMessages,
-    ReadReportFiles,
-    WatchReportFiles,
-    WriteCounts,
-    WriteDeadLetters,
-    WriteResults,
-    dangling_links,
-)
-from transforms.progress import configure as configure_progress
-from transforms.progress import progress
-from transforms.records import decode_params
-from transforms.runners import RunnerLimitation, plan_runner
-from transforms.store import (
-    DEFAULT_RETRY_S,
-    JobStore,
-    StoreError,
-    WriteToStore,
-    check_live_runs,
-    check_store_flags,
-    open_job_store,
-    read_store_status,
-)
+
+# Beam and the transforms are imported by the functions that build and run a pipeline, so that a job
+# module's parser (and its --help) loads neither.
+if TYPE_CHECKING:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.pvalue import PCollection
+    from apache_beam.runners.runner import PipelineResult
+
+    from transforms.store import JobStore
 
 __all__ = [
     "Job",
@@ -87,6 +68,7 @@ __all__ = [
     "read_reports",
     "build_pipeline",
     "run_job",
+    "kind_job",
     "closed_window_counts",
     "windows_written",
 ]
@@ -96,7 +78,7 @@ _LOG = logging.getLogger(__name__)
 #: Builds the job's aggregator from its parsed flags and task (raise ValueError for a bad job input).
 MakeAggregator = Callable[[argparse.Namespace, ParsedTask], Aggregator]
 #: Adds job-specific steps after the aggregation (e.g. publishing estimates); gets the outputs.
-ExtraSteps = Callable[[argparse.Namespace, dict[str, PCollection]], None]
+ExtraSteps = Callable[[argparse.Namespace, dict[str, "PCollection"]], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +239,11 @@ def read_reports(p: beam.Pipeline, ns: argparse.Namespace, agg: Aggregator, *, s
     """The report source from the flags: ``--input`` files read once (batch) or watched (``streaming``;
     ``paced`` for the FnApiRunner), else Pub/Sub. Returns the reader's outputs (``records``,
     ``dead_letter``, ``counts``)."""
+    import apache_beam as beam
+
+    from pipelines.pubsub_emulator import allow_large_messages
+    from transforms.io import DecodeReportMessages, ReadReportFiles, WatchReportFiles
+
     if ns.input and streaming:
         duration = ns.streaming_duration if ns.streaming_duration > 0 else None
         return p | "Read" >> WatchReportFiles(
@@ -291,6 +278,13 @@ def build_pipeline(
 ) -> dict[str, PCollection]:
     """Adds the job to ``p``: read -> aggregate -> write every output, dead letters and counts (and the
     latest-state store with ``--store``; ``store``: the job's run, its retry bound and status directory)."""
+    import apache_beam as beam
+
+    from transforms.aggregate import Aggregate
+    from transforms.counts import WindowedCounts
+    from transforms.io import WriteCounts, WriteDeadLetters, WriteResults
+    from transforms.store import DEFAULT_RETRY_S, WriteToStore
+
     read = read_reports(p, ns, agg, streaming=streaming, paced=paced)
     # the FnApiRunner's watch (paced) never drops late data and may fire timers before pending input
     out = read.records | "Aggregate" >> Aggregate(agg, window, drop_late=not paced)
@@ -344,6 +338,8 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
         require_inputs(ns.input, ns.allow_empty_input)
     elif ns.input:  # a watched directory may still be empty when the job starts
         check_input_pattern(ns.input)
+        from transforms.io import dangling_links
+
         for link, target in dangling_links(ns.input):
             _LOG.warning("--input %r matches the dangling symbolic link %r -> %r: its target does not exist, "
                          "it is not read", ns.input, link, target)  # fmt: skip
@@ -367,6 +363,8 @@ def _check_flink_ticks(ns: argparse.Namespace, options: PipelineOptions, streami
         return None
     if not (streaming and ns.input):  # like --watch_interval, the watch's flags mean nothing without a watch
         return None
+    from apache_beam.options.pipeline_options import FlinkRunnerOptions, StandardOptions
+
     runner = str(options.view_as(StandardOptions).runner or "")
     if runner.rsplit(".", 1)[-1] not in ("FlinkRunner", "PortableRunner"):
         fail(f"--watch_ticks=flink needs --runner=FlinkRunner or PortableRunner (a Flink job server), "
@@ -444,6 +442,8 @@ def _run(
     t0 = time.perf_counter()
     result = p.run()
     if flink_rest is not None:  # the Flink ticks never end: the job is drained after the duration
+        from transforms.flink_ticks import FlinkRest, FlinkRestError, run_draining
+
         job_id = str(getattr(result, "_job_id", ""))
         if ns.streaming_duration > 0 and job_id:
             try:
@@ -468,7 +468,13 @@ def _run(
     return result, time.perf_counter() - t0
 
 
-def _counts(result: PipelineResult, output: str, streaming: bool) -> dict[str, int]:
+def _counts(
+    result: PipelineResult, output: str, streaming: bool, *, pubsub_on_direct: bool = False
+) -> dict[str, int]:
+    """The job's counts: Beam's counters (batch), or the closed count windows (streaming; the counters
+    are logged beside them, with the DirectRunner's caveat when it read Pub/Sub)."""
+    from transforms.counts import format_counts, job_counts
+
     try:
         counts = job_counts(result)
     except RecursionError as exc:  # the FnApiRunner's metrics of a very long watch (many bundles)
@@ -477,7 +483,9 @@ def _counts(result: PipelineResult, output: str, streaming: bool) -> dict[str, i
     if not streaming:
         return counts
     closed = closed_window_counts(output)
-    _LOG.info("Beam counters (incomplete on the DirectRunner with Pub/Sub): %s", format_counts(counts))
+    caveat = " (incomplete on the DirectRunner with Pub/Sub)" if pubsub_on_direct else ""
+    _LOG.info("Beam counters%s: %s (the job's counts below are its closed count windows)", caveat,
+              format_counts(counts))  # fmt: skip
     return {
         **{k: v for k, v in counts.items() if not k.startswith(("read", "accepted", "rejected"))},
         **closed,
@@ -487,6 +495,23 @@ def _counts(result: PipelineResult, output: str, streaming: bool) -> dict[str, i
 def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> dict[str, object]:
     """Parses the flags, checks everything, runs the job and returns (and prints) its summary."""
     ns, options = parse_job_args(parser, argv)
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    from transforms.counts import job_distribution
+    from transforms.progress import configure as configure_progress
+    from transforms.progress import progress
+    from transforms.records import decode_params
+    from transforms.runners import RunnerLimitation, plan_runner, runner_label
+    from transforms.store import (
+        DEFAULT_RETRY_S,
+        StoreError,
+        check_live_runs,
+        check_store_flags,
+        open_job_store,
+        read_store_status,
+    )
+
     streaming = bool(options.view_as(StandardOptions).streaming)
     task = load_task_or_exit(ns.task, job.kind)
     _check_sources(ns, streaming)
@@ -546,7 +571,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     outputs = build_pipeline(p, ns, agg, window, streaming=streaming, paced=plan.paced, store=store)
     if job.extra_steps is not None:
         job.extra_steps(ns, outputs)
-    _LOG.info("running on %s", type(p.runner).__name__)
+    _LOG.info("running on %s", runner_label(options))
     configure_progress(ns.progress_interval)
     stop_early = None if store is None else (lambda: read_store_status(store.status_dir).gave_up > 0)
     try:
@@ -558,7 +583,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     if ns.progress_interval > 0:
         progress().maybe_log(force=True)
     _LOG.info("job ended: %s after %.1f s", result.state, seconds)
-    counts = _counts(result, ns.output, streaming)
+    counts = _counts(result, ns.output, streaming, pubsub_on_direct=not ns.input and plan.name == "direct")
     if not streaming or ns.input:
         _remove_empty_temp_dirs(ns.output, agg.outputs)
     written = {spec.name: windows_written(ns.output, spec) for spec in agg.outputs}
@@ -585,6 +610,9 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     budget = _budget(task)  # issue 13: the policy and the accountant's figures (basic and tight)
     if budget is not None:
         summary["budget"] = budget
+    privacy = _privacy_accounting(task, ns, written, summary["counts"], agg, window)  # type: ignore[arg-type]
+    if privacy is not None:  # per window: local, and central from the shuffler's n (pipelines.window_privacy)
+        summary["privacy_accounting"] = privacy
     status = None
     if store is not None:  # what the sink wrote, from its status files (counters are not reliable)
         status = store.status(settle_s=10.0 if streaming else 0.0)
@@ -607,6 +635,21 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     if why is not None:
         fail(why, code=1)
     return summary
+
+
+def kind_job(kind: str) -> tuple[Job, argparse.ArgumentParser]:
+    """The job and parser of a registered kind (``ldp.kinds``): the shared flags plus the kind's
+    ``job_flags``, its aggregator from ``make_job_aggregator(ns, task)``. ``run_job(*kind_job(k), argv)``
+    runs it."""
+    from ldp.kinds import get
+    from pipelines.cli import job_parser
+
+    entry = get(kind)
+    parser = job_parser(f"{entry.description or entry.name} over reports (batch or streaming)")
+    add_job_flags(parser)
+    if entry.job_flags is not None:
+        entry.job_flags(parser)
+    return Job(kind=entry.name, make_aggregator=entry.make_job_aggregator), parser
 
 
 def accepted_nothing(counts: dict, *, streaming: bool, allow_empty: bool = False) -> str | None:
@@ -645,6 +688,47 @@ def _budget(task: ParsedTask) -> dict[str, object] | None:
         return None
 
 
+def _privacy_accounting(
+    task: ParsedTask,
+    ns: argparse.Namespace,
+    written: dict[str, list[tuple[str | None, str | None, int]]],
+    counts: dict[str, int],
+    agg: Aggregator,
+    window: WindowConfig,
+) -> dict[str, object] | None:
+    """:func:`pipelines.window_privacy.job_privacy` of the run (None for central-DP tasks, whose
+    aggregator sees raw records, or when the figures cannot be computed: never fails a finished job)."""
+    if getattr(agg, "raw_records", False) or not agg.outputs:
+        return None
+    from pipelines.window_privacy import job_privacy
+
+    spec = agg.outputs[0]
+    try:
+        return job_privacy(task, ns.input, written.get(spec.name, []), counts, ns.output, spec,
+                           window.accumulating)  # fmt: skip
+    except (ValueError, OSError, ArithmeticError) as exc:
+        _LOG.warning("privacy figures per window unavailable: %s", exc)
+        return None
+
+
+def _privacy_line(privacy: dict[str, object]) -> str:
+    windows = privacy.get("windows") or []
+    claimed = [w for w in windows if w.get("central_epsilon") is not None]  # type: ignore[union-attr]
+    local = privacy["local"]["epsilon"]  # type: ignore[index]
+    text = f"privacy: local epsilon {local:g} per report"
+    if claimed:
+        eps = [float(w["central_epsilon"]) for w in claimed]
+        ns_ = [int(w["n"]) for w in claimed]
+        text += (
+            f"; central (shuffled) epsilon {min(eps):.4g}..{max(eps):.4g} at delta "
+            f"{privacy['central_delta']:g} in {len(claimed)} window(s), n {min(ns_):,}..{max(ns_):,}"
+        )
+    rest = [w for w in windows if w.get("central_epsilon") is None]  # type: ignore[union-attr]
+    if rest:
+        text += f"; {len(rest)} window(s) without a central guarantee ({rest[0]['why_no_central']})"
+    return text
+
+
 def _budget_line(budget: dict[str, object]) -> str:
     pol = budget["policy"]
     g = budget.get("guarantees") or {}
@@ -663,13 +747,18 @@ def _budget_line(budget: dict[str, object]) -> str:
 def _print_summary(
     summary: dict[str, object], written: dict[str, list[tuple[str | None, str | None, int]]]
 ) -> None:
+    from transforms.counts import format_counts
+    from transforms.progress import window_label
+
     print(f"run: {summary['run_id']}", file=sys.stderr)
     print(format_counts(summary["counts"]), file=sys.stderr)  # type: ignore[arg-type]
     if isinstance(summary.get("budget"), dict):
         print(_budget_line(summary["budget"]), file=sys.stderr)  # type: ignore[arg-type]
+    if isinstance(summary.get("privacy_accounting"), dict):
+        print(_privacy_line(summary["privacy_accounting"]), file=sys.stderr)  # type: ignore[arg-type]
     print(f"output: {summary['output']}", file=sys.stderr)
     for name, panes in written.items():
         windows = sorted({(s, e) for s, e, _ in panes}, key=lambda w: (w[0] or "", w[1] or ""))
-        shown = ", ".join("global" if s is None else f"[{s}, {e})" for s, e in windows[:3])
+        shown = ", ".join(window_label(s, e) for s, e in windows[:3])
         more = f", ... ({len(windows) - 3} more)" if len(windows) > 3 else ""
         print(f"{name}: {len(windows)} window(s), {len(panes)} pane(s): {shown}{more}", file=sys.stderr)

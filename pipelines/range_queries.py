@@ -28,11 +28,10 @@ import sys
 from collections.abc import Sequence
 
 from ldp.aggregate import Record
-from ldp.aggregate.range import RangeAggregator, answer_from_model_records, load_queries
+from ldp.aggregate.range import RangeAggregator, answer_from_model_records, load_queries, read_model_records
 from ldp.task import RangeTask
 from pipelines.cli import fail, job_parser, parse_job_args
 from pipelines.job import Job, add_job_flags, run_job
-from transforms.io import read_model_records
 
 __all__ = ["parser", "answer_parser", "run", "run_answer"]
 

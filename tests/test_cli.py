@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
 import logging
 import os
 import re
@@ -250,3 +251,127 @@ def test_range_answer_subcommand_names_itself(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         range_queries.run(["answer", "--help"])
     assert capsys.readouterr().out.startswith("usage: ldp-beam range-queries answer ")
+
+
+# ---- operator output: runner names, caveats where they apply, windows in wall-clock form -------------------
+
+
+def test_window_labels_are_utc_wall_clock():
+    from transforms.progress import window_label
+
+    start = 1_796_119_200_000  # 2026-12-01T10:00:00Z
+    assert window_label(start, start + 600_000) == "2026-12-01T10:00:00Z..10:10:00Z"
+    assert window_label(start + 250, start + 600_000) == "2026-12-01T10:00:00.250Z..10:10:00Z"
+    assert window_label("2026-12-01T23:50:00.000Z", "2026-12-02T00:00:00.000Z") == (
+        "2026-12-01T23:50:00Z..2026-12-02T00:00:00Z"  # the end's date when it is another day
+    )
+    assert window_label(iso := "2026-12-01T10:00:00.000Z", iso) == "2026-12-01T10:00:00Z..10:00:00Z"
+    assert window_label(None, None) == "global window"
+    assert window_label(0, 0) == "global window"  # the store's key of the global window
+    assert window_label(0, 600_000) == "1970-01-01T00:00:00Z..00:10:00Z"  # a real window at the epoch
+    from apache_beam.transforms.window import GlobalWindow
+
+    g = GlobalWindow()
+    assert window_label(g.start.micros // 1000, g.max_timestamp().micros // 1000) == "global window"
+    assert window_label(5, 10**16) == "[5, 10000000000000000) ms"  # no date: the raw bounds, said so
+
+
+def test_runner_label_is_the_runner_as_named():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.runners import DirectRunnerWithoutPrism, plan_runner, runner_label
+
+    assert runner_label(PipelineOptions([])) == "DirectRunner"  # Beam's default, by its public name
+    flink = "apache_beam.runners.portability.flink_runner.FlinkRunner"
+    for typed in ("direct", "DirectRunner", "FlinkRunner", flink):
+        assert runner_label(PipelineOptions([f"--runner={typed}"])) == typed
+    opts = PipelineOptions([])
+    opts.view_as(StandardOptions).runner = DirectRunnerWithoutPrism()
+    assert runner_label(opts) == "DirectRunner"
+    from ldp.task import WindowConfig
+
+    plan = plan_runner(PipelineOptions([]), WindowConfig(), streaming=False, files=True)
+    assert isinstance(plan.runner, DirectRunnerWithoutPrism)  # what runs; the log names the DirectRunner
+
+
+def test_streaming_counters_caveat_only_for_pubsub_on_the_direct_runner(caplog, monkeypatch, tmp_path):
+    from pipelines import job
+    from transforms import counts
+
+    monkeypatch.setattr(counts, "job_counts", lambda result: {"read": 3, "accepted": 3, "rejected": 0})
+    with caplog.at_level(logging.INFO, logger="pipelines.job"):
+        job._counts(object(), str(tmp_path), True)  # a watched directory (or any other runner)
+        job._counts(object(), str(tmp_path), True, pubsub_on_direct=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "pipelines.job"]
+    assert len(lines) == 2 and all(ln.startswith("Beam counters") for ln in lines), lines
+    assert "Pub/Sub" not in lines[0]
+    assert "incomplete on the DirectRunner with Pub/Sub" in lines[1]
+
+
+def _freq_reports(tmp_path: Path, window: dict | None) -> tuple[Path, Path]:
+    from pipelines import simulate
+
+    obj = {"task_id": "ops-freq", "mechanism": "olh", "epsilon": 1.0, "domain_size": 16}
+    if window is not None:
+        obj["window"] = window
+    task = tmp_path / "task.json"
+    task.write_text(json.dumps(obj), encoding="utf-8")
+    simulate.run(["--task", str(task), "--users", "600", "--seed", "3", "--output", str(tmp_path / "in"),
+                  "--files", "2", "--start", "2026-12-01T10:00:00Z", "--duration", "1200",
+                  "--log_level", "WARNING"])  # fmt: skip
+    return task, tmp_path / "in"
+
+
+def _job_output(caplog, capsys, argv: list[str]) -> tuple[list[str], str]:
+    from pipelines import frequency
+
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO):
+        frequency.run(argv)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith(("pipelines", "transforms"))]
+    return lines, capsys.readouterr().err
+
+
+def test_job_log_names_the_runner_and_windows_in_wall_clock_form(caplog, capsys, tmp_path):
+    task, reports = _freq_reports(tmp_path, {"size_s": 600})
+    lines, err = _job_output(caplog, capsys, [
+        "--task", str(task), "--input", str(reports / "*.avro"), "--output", str(tmp_path / "out"),
+        "--store", str(tmp_path / "store.db"), "--progress_interval", "0",
+    ])  # fmt: skip
+    text = "\n".join(lines)
+    assert "running on DirectRunner" in lines and "WithoutPrism" not in text + err
+    w0, w1 = "2026-12-01T10:00:00Z..10:10:00Z", "2026-12-01T10:10:00Z..10:20:00Z"
+    for w in (w0, w1):
+        assert any(ln.startswith(f"finalized ops-freq {w} pane 0 (ON_TIME): ") for ln in lines), text
+        assert f"store: ops-freq {w} is final" in lines, text
+    assert f"estimates: 2 window(s), 2 pane(s): {w0}, {w1}" in err
+    # no window in raw milliseconds or in the store's [0, 0) form, no Pub/Sub caveat in a file job
+    assert not re.search(r"\[\d+, \d+\)", text + err) and "Pub/Sub" not in text, text
+
+
+def test_job_log_names_the_global_window(caplog, capsys, tmp_path):
+    task, reports = _freq_reports(tmp_path, None)
+    lines, err = _job_output(caplog, capsys, [
+        "--task", str(task), "--input", str(reports / "*.avro"), "--output", str(tmp_path / "out"),
+        "--store", str(tmp_path / "store.db"), "--progress_interval", "0", "--runner=direct",
+    ])  # fmt: skip
+    text = "\n".join(lines)
+    assert "running on direct" in lines, text  # as typed
+    finalized = "finalized ops-freq global window pane 0 (ON_TIME): 600 reports"
+    assert any(ln.startswith(finalized) for ln in lines), text
+    assert "store: ops-freq global window is final" in lines, text
+    assert "estimates: 1 window(s), 1 pane(s): global window" in err
+    assert "[0, 0)" not in text + err
+
+
+def test_watched_directory_job_shows_no_pubsub_caveat(caplog, capsys, tmp_path):
+    task, reports = _freq_reports(tmp_path, {"size_s": 600})
+    lines, _err = _job_output(caplog, capsys, [
+        "--task", str(task), "--streaming", "--input", str(reports / "*.avro"), "--watch_interval", "1",
+        "--streaming_duration", "4", "--output", str(tmp_path / "out"), "--progress_interval", "0",
+    ])  # fmt: skip
+    text = "\n".join(lines)
+    assert "running on DirectRunner" in lines, text
+    (counters,) = [ln for ln in lines if ln.startswith("Beam counters")]
+    assert "Pub/Sub" not in text, text
+    assert "reports read=600" in counters

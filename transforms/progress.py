@@ -5,11 +5,14 @@ result writers count the panes written, by window and timing. At most every ``in
 (``--progress_interval``, default 30 s; 0 turns the lines off) one INFO line sums it up::
 
     progress: 12 file(s), 1,204,000 reports read (40,133/s over the last 30 s, 38,800/s overall);
-    9 pane(s) written, 3 window(s) closed (last: [2026-12-01T09:40:00Z, 2026-12-01T09:40:10Z) ON_TIME)
+    9 pane(s) written, 3 window(s) closed (last: 2026-12-01T09:40:00Z..09:40:10Z ON_TIME)
 
 The counts are per process: the whole job on the local runners (the DirectRunner, Prism and Flink with
 ``--environment_type=LOOPBACK`` run the workers in the launching process), one worker's share on a
 cluster. They are progress, not the job's counts (those are the Beam counters and the count windows).
+
+Every log line of a job names a window by :func:`window_label`: its UTC wall-clock bounds, or
+``global window``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import logging
 import threading
 import time
 
-__all__ = ["DEFAULT_INTERVAL_S", "Progress", "configure", "progress"]
+__all__ = ["DEFAULT_INTERVAL_S", "Progress", "configure", "progress", "window_label"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -67,8 +70,7 @@ class Progress:
             if len(self._panes_seen) > _MAX_PANES_REMEMBERED:
                 self._panes_seen.pop(next(iter(self._panes_seen)))
             self.panes += 1
-            where = "global" if start is None else f"[{_iso(start)}, {_iso(end)})"
-            self.last_pane = f"{where} {timing}"
+            self.last_pane = f"{window_label(start, end)} {timing}"
             if timing != "EARLY" and (start, end) not in self._windows_closed:
                 self._windows_closed.add((start, end))
                 if len(self._windows_closed) > _MAX_PANES_REMEMBERED:
@@ -104,11 +106,45 @@ class Progress:
         return line
 
 
-def _iso(t: object) -> str:
-    """Epoch milliseconds as ISO-8601 UTC (anything else as it is)."""
-    if isinstance(t, int):
-        return dt.datetime.fromtimestamp(t / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return str(t)
+def window_label(start: object, end: object) -> str:
+    """A window as an operator reads it: ``2026-12-01T10:00:00Z..10:10:00Z`` (UTC, from its start to its
+    exclusive end; the end's date only when it differs from the start's, milliseconds only when the bound
+    is not a whole second), or ``global window``. The bounds are epoch milliseconds or ISO-8601 strings;
+    None bounds, the store's 0, 0 and Beam's (before year 1 to after year 9999) are the global window;
+    other bounds that are no date show as milliseconds."""
+    if (start is None and end is None) or (start == 0 and end == 0):
+        return "global window"
+    try:
+        a, b = _utc(start), _utc(end)
+    except (TypeError, ValueError, OverflowError, OSError):
+        numbers = isinstance(start, (int, float)) and isinstance(end, (int, float))
+        if numbers and start < _MIN_MS and end > _MAX_MS:  # type: ignore[operator]
+            return "global window"
+        return f"[{start}, {end}) ms"
+    left = _clock(a, a.strftime("%Y-%m-%dT"))
+    right = _clock(b, "" if b.date() == a.date() else b.strftime("%Y-%m-%dT"))
+    return f"{left}..{right}"
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+#: Epoch milliseconds of 0001-01-01 and of the last millisecond of 9999 (the dates ``datetime`` holds).
+_MIN_MS = (dt.datetime(1, 1, 1, tzinfo=dt.timezone.utc) - _EPOCH) // dt.timedelta(milliseconds=1)
+_MAX_MS = (dt.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=dt.timezone.utc) - _EPOCH) // dt.timedelta(
+    milliseconds=1
+)
+
+
+def _utc(t: object) -> dt.datetime:
+    if isinstance(t, str):
+        return dt.datetime.fromisoformat(t.replace("Z", "+00:00")).astimezone(dt.timezone.utc)
+    if isinstance(t, (int, float)) and not isinstance(t, bool):
+        return _EPOCH + dt.timedelta(milliseconds=t)
+    raise TypeError(f"not a window bound: {t!r}")
+
+
+def _clock(t: dt.datetime, date: str) -> str:
+    ms = t.microsecond // 1000
+    return f"{date}{t:%H:%M:%S}{f'.{ms:03d}' if ms else ''}Z"
 
 
 _PROGRESS = Progress()

@@ -70,6 +70,7 @@ __all__ = [
     "RunnerPlan",
     "plan_runner",
     "runner_name",
+    "runner_label",
     "runs_on_fnapi_runner",
     "adapt_directory_streaming",
     "adapt_prism_window",
@@ -103,6 +104,20 @@ def runner_name(options: PipelineOptions) -> str:
     name = "direct" if runner is None else runner if isinstance(runner, str) else type(runner).__name__
     name = name.rsplit(".", 1)[-1].lower().removesuffix("runner")
     return "direct" if name in ("switchingdirect", "") else name
+
+
+def runner_label(options: PipelineOptions) -> str:
+    """The runner as the operator named it, for log lines: ``--runner`` as typed (``FlinkRunner``,
+    ``direct``, a module path), ``DirectRunner`` when none was given (Beam's default), and Beam's public
+    name for a runner object (this module's :class:`DirectRunnerWithoutPrism` is the ``DirectRunner``)."""
+    runner = options.view_as(StandardOptions).runner
+    if runner is None:
+        return "DirectRunner"
+    if isinstance(runner, str):
+        return runner
+    if isinstance(runner, SwitchingDirectRunner):
+        return "DirectRunner"
+    return type(runner).__name__
 
 
 def runs_on_fnapi_runner(options: PipelineOptions) -> bool:
