@@ -48,7 +48,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
 
 from ldp.intervals import data_seed, z_value
 from ldp.numeric.mechanisms import LaplaceMean, NumericAccumulator, NumericMechanism, SquareWaveNumeric
@@ -149,6 +148,8 @@ def laplace_chernoff_halfwidth(n: int, beta: float, level: float = LEVEL) -> flo
     hi = beta
     while log_bound(hi) > 0:
         hi *= 2.0
+    from scipy.optimize import brentq  # imported on use: scipy.optimize costs ~0.4 s at start-up
+
     return float(brentq(log_bound, 1e-12 * beta, hi, xtol=1e-12 * beta))
 
 
