@@ -10,7 +10,8 @@ Stable handles for tests and scripts (Bokeh ``name``\\ s; the same names, dashed
 ``task_select``, ``view_select``, ``k_select``, ``series_items``, ``topk_plot`` / ``topk_source`` /
 ``topk_table``, ``series_plot``, ``windows_plot`` / ``windows_source`` / ``windows_table``, ``counts_plot`` /
 ``counts_source``, ``reasons_table`` / ``reasons_source``, ``latency_plot`` / ``latency_source`` /
-``latency_summary``, ``budget``, ``freshness`` (the newest pane's age and the run; ``data-state`` ``none``,
+``latency_summary``, ``numeric_plot`` / ``numeric_mean_source`` / ``numeric_q_source_<i>`` / ``numeric_table``
+(numeric tasks only), ``budget``, ``freshness`` (the newest pane's age and the run; ``data-state`` ``none``,
 ``fresh``, ``stale``, ``ended`` or ``failed``).
 
 Every text from the store reaches HTML through :func:`~pipelines.dashboard_app.shape.html_text`
@@ -55,6 +56,10 @@ _LOG = logging.getLogger(__name__)
 
 #: How many values (or queries) the time-series plot can show at once.
 SERIES_SLOTS = 8
+#: Quantiles the numeric panel draws (the table lists every stored one).
+QUANTILE_SLOTS = 8
+#: The output of numeric tasks (``ldp.aggregate.numeric.flatten_numeric``): item 0 the mean, 1 + i quantile i.
+NUMERIC_OUTPUT = "numeric"
 #: Outputs whose rows are frequency-like estimates (top-k by value); the others are query answers.
 ESTIMATE_OUTPUTS = ("estimates", "sparse")
 K_CHOICES = ("5", "10", "20", "50")
@@ -270,6 +275,8 @@ class Dashboard:
         self.series_plot.add_layout(self._legend(self.series_items_legend), "right")
         self.series_plot.yaxis.axis_label = "estimate"
 
+        self._build_numeric()
+
         # windows: n_reports and pane timing
         self.windows_source = _named(ColumnDataSource(shape.windows_columns([])), "windows_source")
         self.windows_plot = _named(
@@ -413,6 +420,8 @@ class Dashboard:
             self.freshness,
             row(self.task_select, self.view_select, self.k_select),
             self.budget,
+            self.numeric_plot,
+            self.numeric_table,
             self.topk_plot,
             self.topk_table,
             self.series_items,
@@ -426,6 +435,111 @@ class Dashboard:
             sizing_mode="stretch_width",
             name="dashboard",
         )
+
+    def _build_numeric(self) -> None:
+        """The numeric panel (shown for output ``numeric`` only): the mean with its 95% band across windows,
+        the quantiles as a fan (a line and a band each) and the newest window's figures in a table."""
+        empty = shape.numeric_columns([], [0])[0]
+        self.numeric_mean_source = _named(ColumnDataSource(dict(empty)), "numeric_mean_source")
+        self.numeric_plot = _named(
+            figure(
+                x_axis_type="datetime",
+                height=320,
+                sizing_mode="stretch_width",
+                title="numeric: mean and quantiles across windows (x: window end), 95% bands",
+                tools="pan,wheel_zoom,save,reset",
+                visible=False,
+            ),
+            "numeric_plot",
+        )
+        band = self.numeric_plot.varea(
+            x="x",
+            y1="lower",
+            y2="upper",
+            source=self.numeric_mean_source,
+            fill_color="black",
+            fill_alpha=0.15,
+        )
+        line = self.numeric_plot.line(
+            x="x", y="estimate", source=self.numeric_mean_source, color="black", line_width=2.5
+        )
+        dots = self.numeric_plot.scatter(
+            x="x", y="estimate", source=self.numeric_mean_source, color="black", size=6
+        )
+        self.numeric_legend_items = [LegendItem(label=value("mean"), renderers=[line, dots, band])]
+        self.numeric_quantile_sources: list[ColumnDataSource] = []
+        for i in range(QUANTILE_SLOTS):
+            src = _named(ColumnDataSource(dict(empty)), f"numeric_q_source_{i}")
+            color = Category10_10[i % 10]
+            q_band = self.numeric_plot.varea(
+                x="x", y1="lower", y2="upper", source=src, fill_color=color, fill_alpha=0.12
+            )
+            q_line = self.numeric_plot.line(
+                x="x", y="estimate", source=src, color=color, line_width=1.5, line_dash="dashed"
+            )
+            self.numeric_quantile_sources.append(src)
+            self.numeric_legend_items.append(
+                LegendItem(label=value(f"quantile {i}"), renderers=[q_line, q_band], visible=False)
+            )
+        self.numeric_plot.add_tools(
+            HoverTool(
+                renderers=[dots],
+                tooltips=[
+                    ("mean", "@estimate{0.0000}"),
+                    ("95% CI", "[@lower{0.0000}, @upper{0.0000}]"),
+                    ("pane", "@timing"),
+                ],
+            )
+        )
+        self.numeric_plot.add_layout(self._legend(self.numeric_legend_items), "right")
+        self.numeric_plot.yaxis.axis_label = "value"
+        self.numeric_table = _named(Div(text="", visible=False, sizing_mode="stretch_width"), "numeric_table")
+
+    def _update_numeric(
+        self,
+        task_id: str,
+        task: dict[str, Any],
+        grp: int,
+        rows: Sequence[dict[str, Any]],
+        current: dict[str, Any] | None,
+        partial: bool,
+        oldest_end: int,
+    ) -> None:
+        """Fills the numeric panel from the task's ``numeric`` rows (``rows``: the current window's)."""
+        assert self.reader is not None
+        attribute = shape.numeric_attribute(task.get("task_json"))
+        items = sorted({int(r["item"]) for r in rows} | {0})
+        history = self.reader.item_rows(task_id, NUMERIC_OUTPUT, grp, items, oldest_end)
+        cols = shape.numeric_columns(history, items)
+        self._set_data("numeric_mean", self.numeric_mean_source, cols[0])
+        labels = {int(r["item"]): str(r.get("label") or f"item {int(r['item'])}") for r in history}
+        labels.update({int(r["item"]): str(r.get("label") or f"item {int(r['item'])}") for r in rows})
+        quantiles = [i for i in items if i > 0]
+        for slot in range(QUANTILE_SLOTS):
+            legend = self.numeric_legend_items[1 + slot]
+            src = self.numeric_quantile_sources[slot]
+            if slot < len(quantiles):
+                item = quantiles[slot]
+                self._set_data(f"numeric_q{slot}", src, cols[item])
+                label = labels.get(item, f"item {item}")
+                if legend.label != value(label):
+                    legend.label = value(label)
+                legend.visible = True
+                for renderer in legend.renderers:
+                    renderer.visible = True
+            else:
+                self._set_data(f"numeric_q{slot}", src, shape.numeric_columns([], [0])[0])
+                legend.visible = False
+                for renderer in legend.renderers:
+                    renderer.visible = False
+        title = f"numeric {attribute}: mean and quantiles across windows (x: window end), 95% bands"
+        if partial:
+            title = f"PARTIAL (EARLY pane, window still open): {title}"
+        if self.numeric_plot.title.text != title:
+            self.numeric_plot.title.text = title
+        table = _numeric_html(attribute, rows, current, partial, len(quantiles) > QUANTILE_SLOTS)
+        if self.numeric_table.text != table:
+            self.numeric_table.text = table
 
     @staticmethod
     def _legend(items: list[LegendItem]) -> Any:
@@ -579,6 +693,11 @@ class Dashboard:
         table = _topk_html(top, rows[0] if rows else None, is_estimate)
         if self.topk_table.text != table:
             self.topk_table.text = table
+        is_numeric = output == NUMERIC_OUTPUT
+        self.numeric_plot.visible = is_numeric
+        self.numeric_table.visible = is_numeric
+        if is_numeric:
+            self._update_numeric(task_id, task, grp, rows, current, partial, oldest_end)
 
         # the series: chosen items (first time per task and view: the current top 5 / first 5 queries)
         all_items = sorted({int(r["item"]) for r in rows})
@@ -841,6 +960,42 @@ def _topk_html(top: dict[str, list[Any]], first: dict[str, Any] | None, is_estim
         _CSS + f"<table class='ldp' id='topk-table' data-method='{method}'>{head}{''.join(body)}</table>"
         f"<span class='ldp-h' style='font-size:11px'>method: {method}; intervals are the store's ci_low / "
         "ci_high (95%), drawn as whiskers</span>"
+    )
+
+
+def _numeric_html(
+    attribute: str,
+    rows: Sequence[dict[str, Any]],
+    current: dict[str, Any] | None,
+    partial: bool,
+    clipped: bool,
+) -> str:
+    """The newest window's numeric figures as an HTML table (``id='numeric-table'``, one ``tr`` per stored
+    number with ``data-item``; ``data-partial='1'`` on the table while the window's pane is EARLY)."""
+    name = shape.html_text(attribute)
+    if not rows or current is None:
+        return _CSS + f"<span class='ldp-h'>no numeric rows of {name} yet</span>"
+    what = shape.html_text(shape.format_window(int(current["window_start"]), int(current["window_end"])))
+    head = (
+        f"<b class='ldp-h'>{'PARTIAL (EARLY pane, window still open): ' if partial else ''}"
+        f"{name}, window {what}, n_reports {shape.html_text(rows[0].get('n_reports'))}</b>"
+    )
+    body = "".join(
+        f"<tr data-item='{int(r['item'])}'><td class='name'>{shape.html_text(r.get('label'))}</td>"
+        f"<td class='estimate'>{_fmt(r.get('estimate'))}</td><td>{_fmt(r.get('std'))}</td>"
+        f"<td>{_fmt(r.get('ci_low'))}</td><td>{_fmt(r.get('ci_high'))}</td></tr>"
+        for r in sorted(rows, key=lambda r: int(r["item"]))
+    )
+    more = (
+        f"<span class='ldp-h' style='font-size:11px'>the plot draws the first {QUANTILE_SLOTS} "
+        "quantiles</span>"
+        if clipped
+        else ""
+    )
+    return (
+        _CSS + head + f"<table class='ldp' id='numeric-table' data-partial='{int(partial)}'>"
+        "<tr><th class='name'>figure</th><th>estimate</th><th>std</th><th>95% low</th><th>95% high</th></tr>"
+        f"{body}</table>{more}"
     )
 
 

@@ -868,3 +868,22 @@ def is_partial(timing: str | None, is_final: Any) -> bool:
     """Whether a window's shown numbers are partial: its latest pane is EARLY (the window is still open in
     event time; more reports will come) and the store has not marked it final."""
     return str(timing) == "EARLY" and not is_final
+
+
+def numeric_columns(rows: Iterable[Row], items: Sequence[int]) -> dict[int, Columns]:
+    """:func:`series_columns` of a numeric task's rows (output ``numeric``: item 0 the mean, item ``1 + i``
+    quantile ``i``), plus ``partial`` (1 where the window's shown pane is EARLY and not final)."""
+    out = series_columns(rows, items)
+    for cols in out.values():
+        cols["partial"] = [int(is_partial(t, f)) for t, f in zip(cols["timing"], cols["final"], strict=True)]
+    return out
+
+
+def numeric_attribute(task_json: str | None) -> str:
+    """The attribute name of a stored numeric task (``attributes[0].name``), ``value`` when unreadable."""
+    task = parse_json(task_json)
+    try:
+        name = task["attributes"][0]["name"]
+    except (TypeError, KeyError, IndexError):
+        return "value"
+    return str(name)
