@@ -18,6 +18,10 @@ The encoders (:func:`encode_bytes`) are vectorized over reports: each report own
 cursor, so rejection redraws advance only the rows that need them. Real clients draw the bytes from a
 cryptographic source; the conformance vectors carry them explicitly.
 
+The memoized mechanisms (:func:`memo_report_bytes`) derive the permanent response from HMAC-SHA256 of
+the user's secret exactly as :mod:`ldp.longitudinal.memo` does, then run the instantaneous step on the
+random bytes.
+
 The JSON form (:func:`report_to_json`, :func:`report_from_json`) renders an Avro report record as JSON:
 ``seed`` as the decimal string of its signed 64-bit reading, ``bits`` and ``client_id`` in padded
 standard base64.
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import math
 import re
 from collections.abc import Sequence
@@ -35,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ldp.hashing import GOLDEN, splitmix64
+from ldp.longitudinal.memo import LOLOHA, PRF_DOMAIN, RAPPOR, MemoGRR, MemoizedOracle, MemoOLH
 from ldp.oracles import (
     BLH,
     GRR,
@@ -62,6 +69,10 @@ __all__ = [
     "report_to_json",
     "report_from_json",
     "reports_to_json",
+    "MEMO_BYTE_MECHANISMS",
+    "memo_wire_params",
+    "memo_prf_words",
+    "memo_report_bytes",
 ]
 
 #: Version of the conformance vectors (``schemas/vectors/v<N>/``) and of the byte-level procedure.
@@ -310,6 +321,124 @@ def bytes_needed(oracle: FrequencyOracle) -> int:
     if isinstance(oracle, (GRR, OLH, BLH, HadamardResponse)):
         return 16
     raise ValueError(f"no byte-driven procedure for {oracle!r}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Memoized mechanisms (docs/wire_format.md, section 6)
+# ------------------------------------------------------------------------------------------------
+#: Memoized mechanisms with a byte-driven client procedure.
+MEMO_BYTE_MECHANISMS = ("memo-grr", "rappor", "memo-olh", "loloha")
+
+
+def _threshold_or_none(p: float) -> int | None:
+    """``T`` of a sampled probability, ``None`` for ``p = 1`` (the stage draws nothing)."""
+    return None if p >= 1.0 else bernoulli_threshold(p)
+
+
+def memo_wire_params(oracle: MemoizedOracle) -> dict[str, Any]:
+    """The integers a client needs to run a memoized ``oracle`` byte for byte: the permanent thresholds
+    ``T_perm_p`` (and ``T_perm_q``, rappor), the instantaneous ``T_inst`` (``None``: no instantaneous
+    stage, ``epsilon_1 = epsilon``), the structure (``d``; ``g, m, k`` for local hashing) and, for
+    reference, the composed ``p``, ``q`` and the stage probabilities."""
+    if not isinstance(oracle, (MemoGRR, RAPPOR, MemoOLH, LOLOHA)):
+        raise ValueError(f"no byte-driven procedure for {oracle!r}; known: {MEMO_BYTE_MECHANISMS}")
+    out: dict[str, Any] = {"mechanism": oracle.name, "d": oracle.d, "p": oracle.p, "q": oracle.q,
+                           "perm_p": oracle.perm_p, "perm_q": oracle.perm_q, "inst_p": oracle.inst_p,
+                           "T_perm_p": bernoulli_threshold(oracle.perm_p),
+                           "T_inst": _threshold_or_none(oracle.inst_p)}
+    if isinstance(oracle, RAPPOR):
+        out["T_perm_q"] = bernoulli_threshold(oracle.perm_q)
+    if isinstance(oracle, (MemoOLH, LOLOHA)):
+        if oracle.hash.p != 2:
+            raise ValueError(f"{oracle!r}: the byte-driven procedure covers binary hash families only")
+        out.update(g=oracle.g, family=oracle.base.family.name, m=oracle.hash.m, k=oracle.hash.k)
+    return out
+
+
+def _memo_message(label: str, task_id: str, key: int, block: int) -> bytes:
+    t = task_id.encode("utf-8")
+    return (PRF_DOMAIN + b"\x00" + label.encode("ascii") + b"\x00" + len(t).to_bytes(2, "big") + t + b"\x00"
+            + key.to_bytes(8, "big") + block.to_bytes(4, "big"))
+
+
+def memo_prf_words(secret: bytes, task_id: str, label: str, key: int, count: int) -> list[int]:
+    """``count`` 64-bit words: block ``b`` is ``HMAC-SHA256(secret, message(label, task_id, key, b))``
+    read as four **big-endian** words (the byte order of :func:`ldp.longitudinal.memo.memo_words_hmac`)."""
+    if len(secret) < 16:
+        raise ValueError("secret must be at least 16 bytes")
+    if not 0 <= key < 1 << 64:
+        raise ValueError(f"memoization key must be in [0, 2**64), got {key}")
+    raw = b"".join(hmac.new(bytes(secret), _memo_message(label, task_id, key, b), hashlib.sha256).digest()
+                   for b in range((count + 3) // 4))
+    return [int.from_bytes(raw[8 * i : 8 * i + 8], "big") for i in range(count)]
+
+
+def memo_report_bytes(
+    oracle: MemoizedOracle, secret: bytes, task_id: str, value: int, random: bytes
+) -> tuple[Reports, int, dict[str, Any]]:
+    """One report of one user of a memoized ``oracle`` from its secret and the instantaneous random bytes.
+
+    Permanent step (a function of the secret; words of :func:`memo_prf_words`, ``u(w) = w >> 11``):
+
+    * memo-grr: words ``w0, w1`` of key ``v``: the memo is ``v`` if ``u(w0) < T_perm_p``, else
+      ``o + (o >= v)`` with ``o = w1 mod (d - 1)``;
+    * rappor: words ``w_0 .. w_{d-1}`` of key ``v``: bit ``j`` is ``u(w_j) < (T_perm_p if j = v else
+      T_perm_q)``;
+    * memo-olh, loloha: the seed is word 0 of label ``"seed"``, key 0; ``h = h_seed(v)``; the key is ``v``
+      (memo-olh) or ``h`` (loloha); from its words ``w0, w1``: GRR on ``[g]`` of ``h`` as for memo-grr.
+
+    Instantaneous step (section 3's procedure on ``random``): GRR on ``[d]`` / ``[g]`` of the memo at
+    ``T_inst`` (``bernoulli``, then ``uniform(size - 1)`` when not kept); rappor: per bit ``j``,
+    ``keep = bernoulli(T_inst)``, the reported bit is the memo's bit when kept, else its complement. With
+    ``T_inst = None`` nothing is read and the report is the memo.
+
+    Returns ``(report, bytes consumed, info)`` with ``info`` the ``memo_key``, ``permanent`` response and
+    (local hashing) ``seed_u64``, ``hash``.
+    """
+    params = memo_wire_params(oracle)
+    v = int(check_values(np.asarray([value]), oracle.d)[0])
+    ws = WordStream([bytes(random)])
+    row = np.zeros(1, dtype=np.int64)
+    t_inst = params["T_inst"]
+    info: dict[str, Any] = {}
+    if isinstance(oracle, RAPPOR):
+        d = oracle.d
+        words = memo_prf_words(secret, task_id, "memo", v, d)
+        memo = np.array([(w >> 11) < (params["T_perm_p"] if j == v else params["T_perm_q"])
+                         for j, w in enumerate(words)], dtype=bool)
+        if t_inst is None:
+            bits = memo
+        else:
+            keep = (ws.take_block(row, d)[0] >> np.uint64(11)) < np.uint64(t_inst)
+            bits = memo == keep
+        info.update(memo_key=v, permanent=memo.astype(int).tolist())
+        reports = Reports(bits=np.packbits(bits[None, :], axis=1, bitorder="little"))
+        return reports, int(ws.consumed_bytes[0]), info
+    seed = None
+    if isinstance(oracle, (MemoOLH, LOLOHA)):
+        seed = memo_prf_words(secret, task_id, "seed", 0, 1)[0]
+        size = oracle.g
+        start = gf2_hash_one(seed, v, params["m"], params["k"])
+        key = start if isinstance(oracle, LOLOHA) else v
+        info.update(seed_u64=str(seed), hash=start)
+    else:
+        size, start, key = oracle.d, v, v
+    w0, w1 = memo_prf_words(secret, task_id, "memo", key, 2)
+    if (w0 >> 11) < params["T_perm_p"]:
+        memo_value = start
+    else:
+        o = w1 % (size - 1)
+        memo_value = o + (o >= start)
+    info.update(memo_key=key, permanent=memo_value)
+    if t_inst is None:
+        y = np.array([memo_value], dtype=np.int64)
+    else:
+        y = _grr_bytes(np.array([memo_value], dtype=np.int64), size, t_inst, ws, row)
+    if seed is None:
+        reports = Reports(values=y)
+    else:
+        reports = Reports(seeds=np.array([seed], dtype=np.uint64), values=y)
+    return reports, int(ws.consumed_bytes[0]), info
 
 
 # ------------------------------------------------------------------------------------------------

@@ -6,7 +6,9 @@ randomness (``node dist/src/cli.js``) and audits them here: every report accepte
 validator; the eps-LDP audit of ``tests/test_oracles.py`` at eps 0.5, 1 and 4 (one-sided Clopper-Pearson
 bounds at level 1e-6 per output; fail only when the ratio most favourable to the mechanism exceeds
 e^eps); and a two-sample chi-square test against ``oracle.encode`` of the Python core (fail at p-value
-< 1e-6).
+< 1e-6). The memoized mechanisms (``memo_<mechanism>.json`` under ``node --test``): the instantaneous step
+on two fixed memos audited against e^epsilon_instantaneous, and one report per fresh WebCrypto secret
+audited against e^epsilon_1 (eps 0.5, 1, 4), accepted by the validator and compared with ``oracle.encode``.
 
 Skipped, with the reason, when node or npm is missing, unless ``LDP_REQUIRE_NODE=1``.
 """
@@ -28,7 +30,7 @@ from scipy import stats
 from ldp.oracles import OLH
 from ldp.reports import Reports
 from ldp.task import parse_task
-from ldp.vectors import BYTE_MECHANISMS, report_from_json, wire_params
+from ldp.vectors import BYTE_MECHANISMS, MEMO_BYTE_MECHANISMS, memo_wire_params, report_from_json, wire_params
 from transforms.records import ReportValidator
 
 #: integration tier: every test drives node in a subprocess (a minute in all)
@@ -73,11 +75,12 @@ def test_node_conformance_vectors(built):
     assert "# fail 0" in proc.stdout and "# pass 0" not in proc.stdout, proc.stdout[-2000:]
 
 
-def _sample(node: str, task: dict, value: int, out: Path) -> dict:
+def _sample(node: str, task: dict, value: int, out: Path, extra: tuple[str, ...] = (),
+            count: int = N_PER_VALUE) -> dict:
     task_file = out.with_suffix(".task.json")
     task_file.write_text(json.dumps(task), encoding="utf-8")
     _run([node, "dist/src/cli.js", "--task", str(task_file), "--value", str(value),
-          "--count", str(N_PER_VALUE), "--out", str(out)], timeout=600)
+          "--count", str(count), "--out", str(out), *extra], timeout=600)
     return json.loads(out.read_text(encoding="utf-8"))
 
 
@@ -168,3 +171,72 @@ def test_typescript_output_passes_the_epsilon_ldp_audit(built, mechanism, eps, t
     if isinstance(oracle, OLH):  # the seeds are uniform 64-bit words: their top bit is a fair coin
         top = (reports[0].seeds >> np.uint64(63)).astype(np.int64)
         assert abs(top.mean() - 0.5) < 5 * math.sqrt(0.25 / N_PER_VALUE)
+
+
+#: reports per input of the memoized mechanisms' audits
+N_MEMO = 100_000
+
+
+def _memo_task(mechanism: str, eps: float) -> dict:
+    """A memoized task whose one report costs ``eps`` (``epsilon_inf = 2 eps``)."""
+    return {"task_id": f"ts-{mechanism}", "mechanism": mechanism, "epsilon": 2 * eps, "domain_size": D,
+            "params": {"epsilon_1": eps}}
+
+
+def _check_params(doc: dict, oracle) -> None:
+    got, want = doc["params"], memo_wire_params(oracle)
+    assert set(got) == set(want)
+    for key, value in want.items():
+        if key.startswith("T_") and value is not None:  # exp(log(.)) in V8 may put T one off (2**-53)
+            assert abs(got[key] - value) <= 1, key
+        elif isinstance(value, float):
+            assert abs(got[key] - value) <= 2**-50, key
+        else:
+            assert got[key] == value, key
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
+@pytest.mark.parametrize("mechanism", MEMO_BYTE_MECHANISMS)
+def test_typescript_memo_instantaneous_step_passes_the_epsilon_ldp_audit(built, mechanism, eps, tmp_path):
+    """The instantaneous step alone, on two memos as far apart as possible (GRR types: 0 and size - 1;
+    rappor: all bits 0 and all bits 1, differing in all d bits): the Clopper-Pearson audit at level 1e-6
+    per output bounds the ratio by e^epsilon_instantaneous (ln(p2/q2); rappor: d ln(s/(1-s)))."""
+    task_json = _memo_task(mechanism, eps)
+    oracle = parse_task(task_json).make_oracle()
+    size = oracle.g if oracle.uses_seed else D
+    memos = ("0" * D, "1" * D) if mechanism == "rappor" else ("0", str(size - 1))
+    docs = [_sample(built, task_json, 0, tmp_path / f"m{i}.json", ("--memo", m), N_MEMO)
+            for i, m in enumerate(memos)]
+    for doc in docs:
+        assert doc["count"] == N_MEMO
+        _check_params(doc, oracle)
+    k1, k2 = (_keys(oracle, _reports(doc, D), 0, D - 1) for doc in docs)
+    assert _worst_ratio(k1, k2) <= math.exp(oracle.epsilon_instantaneous)
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
+@pytest.mark.parametrize("mechanism", MEMO_BYTE_MECHANISMS)
+def test_typescript_memo_reports_of_fresh_users_pass_the_epsilon_ldp_audit(built, mechanism, eps, tmp_path):
+    """One report per fresh WebCrypto secret (permanent and instantaneous stage, the HMAC included): every
+    report accepted by the validator, the audit bounds the ratio by e^epsilon_1 (= e^eps), and a two-sample
+    chi-square against the Python oracle's encoder (fresh independent users) does not reject (p < 1e-6)."""
+    task_json = _memo_task(mechanism, eps)
+    task = parse_task(task_json)
+    oracle = task.make_oracle()
+    docs = [_sample(built, task_json, v, tmp_path / f"v{v}.json", ("--secret", "fresh"), N_MEMO)
+            for v in (0, D - 1)]
+    for doc in docs:
+        _check_params(doc, oracle)
+    records = _records(docs[0], task.task_id, 2000)
+    batch = ReportValidator(task).validate([report_from_json(r) for r in records])
+    assert not batch.dead_letters and batch.n_accepted == 2000
+    reports = [_reports(doc, D) for doc in docs]
+    k1, k2 = (_keys(oracle, r, 0, D - 1) for r in reports)
+    assert _worst_ratio(k1, k2) <= math.exp(oracle.epsilon_1)
+    rng = np.random.default_rng(np.random.SeedSequence(20261202, spawn_key=(
+        MEMO_BYTE_MECHANISMS.index(mechanism), int(2 * eps))))
+    py = _keys(oracle, oracle.encode(np.zeros(N_MEMO, dtype=np.int64), rng=rng), 0, D - 1)
+    keys = np.union1d(k1, py)
+    table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (k1, py)])
+    table = table[:, table.sum(axis=0) >= 10]
+    assert table.shape[1] > 1 and stats.chi2_contingency(table)[1] > 1e-6

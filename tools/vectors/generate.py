@@ -11,6 +11,9 @@ Three kinds of file, all deterministic (explicit seeds):
   ``random`` holds exactly the bytes the report consumes.
 * ``aggregate_<mechanism>.json``: a list of JSON reports -> the accepted count, support counts and
   estimates of the project's oracle (``transforms.records.ReportValidator``, ``oracle.add``, ``estimate``).
+* ``memo_<mechanism>.json`` (memoized mechanisms): per parameter set, the task, ``memo_wire_params`` and
+  vectors ``(secret hex, value, instantaneous random bytes hex) -> report`` with the memoization key and
+  permanent response (:func:`ldp.vectors.memo_report_bytes`).
 * ``dead_letters.json``: refused reports -> the dead-letter reason (the JSON-form mapping
   :func:`ldp.vectors.report_from_json`, then ``ReportValidator``).
 """
@@ -32,10 +35,13 @@ if str(ROOT) not in sys.path:
 
 from ldp.task import parse_task  # noqa: E402
 from ldp.vectors import (  # noqa: E402
+    MEMO_BYTE_MECHANISMS,
     WIRE_VECTORS_VERSION,
     WireFormatError,
     bytes_needed,
     encode_bytes,
+    memo_report_bytes,
+    memo_wire_params,
     report_from_json,
     reports_to_json,
     wire_params,
@@ -64,6 +70,24 @@ CASES: dict[str, list[dict[str, Any]]] = {
 }
 #: seeds every OLH / BLH case includes: 0, 2**64 - 1 (signed -1) and 2**63 (signed minimum)
 EDGE_SEEDS = (0, (1 << 64) - 1, 1 << 63)
+#: memoized mechanisms' parameter sets (``epsilon`` is ``epsilon_inf``); the last of each has
+#: ``epsilon_1 = epsilon``: no instantaneous stage, the report is the permanent response
+MEMO_CASES: dict[str, list[dict[str, Any]]] = {
+    "memo-grr": [{"epsilon": 2.0, "domain_size": 10}, {"epsilon": 1.0, "domain_size": 4,
+                 "params": {"epsilon_1": 0.8}},
+                 {"epsilon": 2.0, "domain_size": 6, "params": {"epsilon_1": 2.0}}],
+    "rappor": [{"epsilon": 2.0, "domain_size": 10}, {"epsilon": 4.0, "domain_size": 13,
+               "params": {"epsilon_1": 1.0, "permanent": "oue"}},
+               {"epsilon": 1.0, "domain_size": 8, "params": {"epsilon_1": 1.0}}],
+    "memo-olh": [{"epsilon": 2.0, "domain_size": 100}, {"epsilon": 4.0, "domain_size": 64,
+                 "params": {"epsilon_1": 2.0, "g": 8}}, {"epsilon": 1.0, "domain_size": 16,
+                 "params": {"epsilon_1": 1.0}}],
+    "loloha": [{"epsilon": 2.0, "domain_size": 100}, {"epsilon": 1.0, "domain_size": 32,
+               "params": {"epsilon_1": 0.5, "g": 2}}, {"epsilon": 2.0, "domain_size": 16,
+               "params": {"epsilon_1": 2.0}}],
+}
+#: memo vectors per parameter set: VALUES_PER_SECRET values for each of SECRETS_PER_CASE secrets
+SECRETS_PER_CASE, VALUES_PER_SECRET = 3, 3
 
 
 def _task(mechanism: str, index: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +127,30 @@ def _encode_case(mechanism: str, index: int, extra: dict[str, Any], rng: np.rand
             "report": records[j],
         })
     return {"task": task_json, "params": wire_params(oracle), "vectors": vectors}
+
+
+def _memo_case(mechanism: str, index: int, extra: dict[str, Any], rng: np.random.Generator) -> dict:
+    task_json = _task(mechanism, index, extra)
+    task = parse_task(task_json)
+    oracle = task.make_oracle()
+    d = oracle.d
+    vectors = []
+    for s in range(SECRETS_PER_CASE):
+        secret = rng.integers(0, 256, size=32, dtype=np.uint8).tobytes()
+        values = rng.choice(d, size=VALUES_PER_SECRET, replace=False)
+        if s == 0:
+            values[:2] = (0, d - 1)
+        for v in values.tolist():
+            raw = rng.integers(0, 256, size=8 * (d + 64), dtype=np.uint8).tobytes()
+            reports, used, info = memo_report_bytes(oracle, secret, task.task_id, v, raw)
+            et = EVENT_MS + 1000 * len(vectors)
+            vectors.append({
+                "secret": secret.hex(), "value": int(v), "memo_key": info["memo_key"],
+                "permanent": info["permanent"], "seed_u64": info.get("seed_u64"), "hash": info.get("hash"),
+                "random": raw[:used].hex(), "event_time": et,
+                "report": reports_to_json(task.task_id, reports, et)[0],
+            })
+    return {"task": task_json, "params": memo_wire_params(oracle), "vectors": vectors}
 
 
 def _aggregate_case(mechanism: str, index: int, extra: dict[str, Any], rng: np.random.Generator) -> dict:
@@ -244,6 +292,12 @@ def build_vectors() -> dict[str, Any]:
         files[f"aggregate_{mechanism}.json"] = {
             **head, "mechanism": mechanism, "tolerance": TOLERANCE,
             "cases": [_aggregate_case(mechanism, i, c, rng) for i, c in enumerate(cases)],
+        }
+    for k, mechanism in enumerate(MEMO_BYTE_MECHANISMS):
+        rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(3, k)))
+        files[f"memo_{mechanism}.json"] = {
+            **head, "mechanism": mechanism,
+            "cases": [_memo_case(mechanism, i, c, rng) for i, c in enumerate(MEMO_CASES[mechanism])],
         }
     files["dead_letters.json"] = {**head, "cases": _dead_letter_cases()}
     return files

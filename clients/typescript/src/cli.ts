@@ -7,12 +7,19 @@
  * OUT.json holds the wire parameters and the payload columns: `value` (integers), `seed` (decimal strings,
  * signed as in the JSON form), `bits` (base64) and `items` (integer arrays), each present when the
  * mechanism sets it.
+ *
+ * Memoized tasks (memo-grr, rappor, memo-olh, loloha) also take `--secret HEX` (one user: its fixed
+ * permanent response, fresh instantaneous noise per report) or `--secret fresh` (a new WebCrypto secret per
+ * report: the one-report distribution of fresh users), or `--memo M` (the instantaneous step alone on the
+ * memo `M`: an integer, or rappor's bits as a 0/1 string).
  */
 
 import { readFileSync, writeFileSync } from "node:fs";
 
 import { toBase64 } from "./base64.js";
 import { Client } from "./client.js";
+import { MEMO_MECHANISMS, MemoClient, fromHex, instantaneous, memoSpecFromTask, memoWireParams, newSecret } from "./memo.js";
+import type { Payload } from "./oracles.js";
 import { CryptoSource } from "./random.js";
 
 function parseArgs(argv: string[]): Map<string, string> {
@@ -28,11 +35,36 @@ function parseArgs(argv: string[]): Map<string, string> {
 
 function main(): void {
   const args = parseArgs(process.argv.slice(2));
-  const client = Client.fromTask(JSON.parse(readFileSync(args.get("task")!, "utf-8")));
+  const task = JSON.parse(readFileSync(args.get("task")!, "utf-8"));
   const value = Number(args.get("value"));
   const count = Number(args.get("count"));
   if (!Number.isInteger(count) || count < 1) throw new Error("--count must be a positive integer");
   const src = new CryptoSource(65536);
+  let client: { params: object; payload(value: number, src: CryptoSource): Payload };
+  if ((MEMO_MECHANISMS as readonly string[]).includes(task.mechanism)) {
+    const params = memoWireParams(memoSpecFromTask(task));
+    const memoArg = args.get("memo");
+    const secretArg = args.get("secret");
+    if (memoArg !== undefined) {
+      const memo = params.mechanism === "rappor" ? [...memoArg].map(Number) : Number(memoArg);
+      client = {
+        params,
+        payload: (_v, s) => {
+          const y = instantaneous(params, memo, s);
+          return y instanceof Uint8Array ? { bits: y } : { value: y };
+        },
+      };
+    } else if (secretArg === "fresh") {
+      client = { params, payload: (v, s) => MemoClient.fromTask(task, newSecret()).payload(v, s) };
+    } else if (secretArg !== undefined) {
+      const user = MemoClient.fromTask(task, fromHex(secretArg));
+      client = { params, payload: (v, s) => user.payload(v, s) };
+    } else {
+      throw new Error("a memoized task needs --secret HEX, --secret fresh or --memo M");
+    }
+  } else {
+    client = Client.fromTask(task);
+  }
   const values: number[] = [];
   const seeds: string[] = [];
   const bits: string[] = [];

@@ -98,7 +98,9 @@ export function specFromTask(task: unknown): OracleSpec {
   const mechanism = t.mechanism as string;
   if (mechanism === "auto") throw new Error("mechanism auto: resolve the task first (python -m ldp.task --resolve)");
   if (!(MECHANISMS as readonly string[]).includes(mechanism)) {
-    throw new Error(`mechanism ${JSON.stringify(mechanism)} is not supported by this client (${MECHANISMS.join(" ")})`);
+    throw new Error(
+      `mechanism ${JSON.stringify(mechanism)} is not supported by this client (${MECHANISMS.join(" ")}; memoized: MemoClient)`,
+    );
   }
   const hash = t.hash === undefined || t.hash === null ? {} : obj(t.hash, "hash");
   const params = t.params === undefined || t.params === null ? {} : obj(t.params, "params");
