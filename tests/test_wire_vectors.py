@@ -25,11 +25,14 @@ from scipy import stats
 
 import schemas
 from ldp.longitudinal.memo import make_memo_oracle, memo_words_hmac
+from ldp.numeric.mechanisms import make_numeric_mechanism
 from ldp.oracles import OLH, make_oracle
+from ldp.reports import Reports
 from ldp.task import parse_task
 from ldp.vectors import (
     BYTE_MECHANISMS,
     MEMO_BYTE_MECHANISMS,
+    NUMERIC_BYTE_MECHANISMS,
     REPORT_JSON_FIELDS,
     WordStream,
     bernoulli_threshold,
@@ -39,6 +42,8 @@ from ldp.vectors import (
     memo_prf_words,
     memo_report_bytes,
     memo_wire_params,
+    numeric_encode_bytes,
+    numeric_wire_params,
     report_from_json,
     report_to_json,
     reports_to_json,
@@ -395,3 +400,146 @@ def test_memo_instantaneous_step_matches_memo_py_in_distribution(mechanism):
     table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (got, want_keys)])
     table = table[:, table.sum(axis=0) >= 10]
     assert table.shape[1] > 1 and stats.chi2_contingency(table)[1] > 1e-6
+
+
+# ------------------------------------------------------------------------------------------------
+# numeric mechanisms (docs/wire_format.md, section 7)
+# ------------------------------------------------------------------------------------------------
+def _numeric(case_mech: dict):
+    extra = {k: v for k, v in case_mech.items() if k != "name"}
+    return make_numeric_mechanism(case_mech["name"], **extra)
+
+
+def _reals_equal(got: float, want: float, tol: float, inexact: bool) -> bool:
+    """Exact, or (through ``log``: Laplace) within ``tol * max(1, |want|)``."""
+    return got == want if not inexact else abs(got - want) <= tol * max(1.0, abs(want))
+
+
+@pytest.mark.parametrize("mechanism", NUMERIC_BYTE_MECHANISMS)
+def test_numeric_encode_vectors_reproduce(mechanism):
+    doc = _load(f"encode_numeric_{mechanism}.json")
+    tol = doc["real_tolerance"]
+    for case in doc["cases"]:
+        mech = _numeric(case["mechanism"])
+        assert numeric_wire_params(mech) == case["params"]
+        for vec in case["vectors"]:
+            raw = bytes.fromhex(vec["random"])
+            reports, used = numeric_encode_bytes(mech, [vec["value"]], [raw])
+            assert int(used[0]) == len(raw)  # every byte consumed, no more
+            got = reports_to_json(vec["report"]["task_id"], reports, vec["event_time"])[0]
+            want = vec["report"]
+            assert {k: v for k, v in got.items() if k != "reals"} == {
+                k: v for k, v in want.items() if k != "reals"}
+            if want["reals"] is None:
+                assert got["reals"] is None
+            else:
+                assert _reals_equal(got["reals"][0], want["reals"][0], tol, mechanism == "laplace")
+            rec = report_from_json(want)
+            rep = Reports(reals=None if rec["reals"] is None else np.array(rec["reals"], dtype=np.float64),
+                          values=None if rec["value"] is None else np.array([rec["value"]]))
+            assert mech.validate(rep)[0].all()
+
+
+@pytest.mark.parametrize("mechanism", NUMERIC_BYTE_MECHANISMS)
+def test_numeric_aggregate_vectors_reproduce(mechanism):
+    doc = _load(f"aggregate_numeric_{mechanism}.json")
+    tol = doc["tolerance"]
+    gen = _generator()
+    for case in doc["cases"]:
+        mech = _numeric(case["mechanism"])
+        acc = mech.add(mech.create_accumulator(), gen._numeric_reports(case["reports"]))
+        assert [str(t) for t in acc.total] == case["totals_fixed_point"]
+        est = mech.estimate(acc, distribution=False)
+        assert est.n == case["n"]
+        for key in ("mean", "mean_std", "variance"):
+            got, want = getattr(est, key), case[key]
+            if want is None:
+                assert got is None
+            else:
+                assert abs(got - want) <= tol * max(1.0, abs(want)), key
+
+
+def test_numeric_dead_letter_vectors_reproduce():
+    cases = _load("dead_letters_numeric.json")["cases"]
+    assert {c["reason"] for c in cases} >= {None, "reals_out_of_range", "reals_not_plus_minus_c", "bad_slot",
+                                             "missing_reals", "missing_values", "value_not_a_bit"}
+    for c in cases:
+        mech = _numeric(c["mechanism"])
+        rep = Reports(reals=None if c["reals"] is None else np.array(c["reals"], dtype=np.float64),
+                      values=None if c["values"] is None else np.array(c["values"]))
+        ok, reasons = mech.validate(rep)
+        assert reasons[0] == c["reason"], c["what"]
+        assert bool(ok[0]) == (c["reason"] is None)
+
+
+#: (mechanism, epsilon, moments) of the distribution tests
+_NUMERIC_GRID = [(m, 1.0, 1) for m in NUMERIC_BYTE_MECHANISMS] + [
+    ("duchi", 1.0, 2), ("piecewise", 2.0, 2), ("one-bit-mean", 1.0, 2), ("hybrid", 0.3, 1),
+    ("laplace", 1.0, 2)]
+
+
+def _numeric_keys(mech, reports) -> np.ndarray:
+    """One integer per report naming a cell of its output (a post-processing, so eps-LDP carries over):
+    ``reals`` in 32 equal cells of the output range (Laplace: of ``[-1 - 4 s, 1 + 4 s]``, tails into the end
+    cells), times the ``values`` field (bit, slot)."""
+    key = np.zeros(len(reports), dtype=np.int64)
+    if reports.reals is not None:
+        lo, hi = mech.output_range
+        if mech.name == "laplace":
+            lo, hi = -1.0 - 4.0 * mech.scale, 1.0 + 4.0 * mech.scale
+        key = np.clip(((reports.reals - lo) / (hi - lo) * 32).astype(np.int64), 0, 31)
+    if reports.values is not None:
+        key = key * 4 + reports.values
+    return key
+
+
+def _numeric_byte_encode(mech, x: np.ndarray, rng: np.random.Generator) -> Reports:
+    raw = rng.integers(0, 256, size=(len(x), 8 * 8), dtype=np.uint8)  # at most 4 words a report + redraws
+    return numeric_encode_bytes(mech, x, raw)[0]
+
+
+@pytest.mark.parametrize(("mechanism", "eps", "moments"), _NUMERIC_GRID)
+def test_numeric_byte_outputs_match_the_mechanisms_encoder(mechanism, eps, moments):
+    """Two-sample chi-square (byte-driven against ``mechanism.encode``) on the output cells of three
+    inputs (low end, interior, high end); fail at p-value < 1e-6, and the two samples' means agree within
+    5 standard deviations of their difference (Var[y | t] from the closed form, 2 / n per sample)."""
+    mech = make_numeric_mechanism(mechanism, eps, 0.0, 10.0, moments=moments)
+    rng = _rng(6, NUMERIC_BYTE_MECHANISMS.index(mechanism), moments, int(eps * 10))
+    n = 40_000
+    for x0 in (0.0, 3.7, 10.0):
+        x = np.full(n, x0)
+        a = _numeric_byte_encode(mech, x, rng)
+        b = mech.encode(x, rng=rng)
+        ka, kb = _numeric_keys(mech, a), _numeric_keys(mech, b)
+        keys = np.union1d(ka, kb)
+        table = np.stack([np.bincount(np.searchsorted(keys, k), minlength=len(keys)) for k in (ka, kb)])
+        table = table[:, table.sum(axis=0) >= 10]
+        if table.shape[1] > 1:
+            assert stats.chi2_contingency(table)[1] > 1e-6, x0
+        if moments == 1:
+            ya, yb = mech.decode(a)[0], mech.decode(b)[0]
+            t = 2.0 * x0 / 10.0 - 1.0
+            sd = math.sqrt(2.0 * float(mech.variance(t)) / n)
+            assert abs(ya.mean() - yb.mean()) < 5 * sd + 1e-12, x0
+            assert abs(ya.mean() - t) < 5 * sd / math.sqrt(2.0) + 1e-12, x0  # unbiased
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
+@pytest.mark.parametrize("mechanism", NUMERIC_BYTE_MECHANISMS)
+def test_numeric_byte_outputs_pass_the_epsilon_ldp_audit(mechanism, eps):
+    """The Clopper-Pearson audit (level 1e-6 per cell) on the output cells of the two extreme inputs."""
+    mech = make_numeric_mechanism(mechanism, eps, 0.0, 1.0)
+    rng = _rng(7, NUMERIC_BYTE_MECHANISMS.index(mechanism), int(eps * 2))
+    n = 100_000
+    k1 = _numeric_keys(mech, _numeric_byte_encode(mech, np.zeros(n), rng))
+    k2 = _numeric_keys(mech, _numeric_byte_encode(mech, np.ones(n), rng))
+    assert _worst_ratio(k1, k2) <= math.exp(eps)
+
+
+def test_numeric_laplace_redraws_a_zero_word_and_refuses_short_input():
+    mech = make_numeric_mechanism("laplace", 1.0)
+    zero, half = bytes(8), (1 << 63).to_bytes(8, "little")  # U = 0, then U = 0.5: log(1) = 0
+    reports, used = numeric_encode_bytes(mech, [0.25], [zero + half])
+    assert int(used[0]) == 16 and reports.reals[0] == -0.5
+    with pytest.raises(ValueError, match="exhausted"):
+        numeric_encode_bytes(mech, [0.25], [zero])

@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ldp.numeric.mechanisms import make_numeric_mechanism  # noqa: E402
+from ldp.reports import Reports  # noqa: E402
 from ldp.task import parse_task  # noqa: E402
 from ldp.vectors import (  # noqa: E402
     MEMO_BYTE_MECHANISMS,
@@ -42,6 +44,8 @@ from ldp.vectors import (  # noqa: E402
     encode_bytes,
     memo_report_bytes,
     memo_wire_params,
+    numeric_encode_bytes,
+    numeric_wire_params,
     report_from_json,
     reports_to_json,
     wire_params,
@@ -88,6 +92,101 @@ MEMO_CASES: dict[str, list[dict[str, Any]]] = {
 }
 #: memo vectors per parameter set: VALUES_PER_SECRET values for each of SECRETS_PER_CASE secrets
 SECRETS_PER_CASE, VALUES_PER_SECRET = 3, 3
+
+
+#: numeric mechanisms' parameter sets (``make_numeric_mechanism`` arguments beyond the name)
+NUMERIC_CASES: dict[str, list[dict[str, Any]]] = {
+    "duchi": [{"epsilon": 1.0, "low": 0.0, "high": 1.0}, {"epsilon": 0.5, "low": -5.0, "high": 20.0,
+              "moments": 2}],
+    "piecewise": [{"epsilon": 1.0, "low": 0.0, "high": 1.0}, {"epsilon": 4.0, "low": 10.0, "high": 100.0,
+                  "moments": 2}],
+    "hybrid": [{"epsilon": 2.0, "low": 0.0, "high": 1.0}, {"epsilon": 0.5, "low": 0.0, "high": 1.0}],
+    "laplace": [{"epsilon": 1.0, "low": 0.0, "high": 1.0}, {"epsilon": 0.1, "low": -1.0, "high": 1.0,
+                "moments": 2}],
+    "one-bit-mean": [{"epsilon": 1.0, "low": 0.0, "high": 1.0}, {"epsilon": 2.0, "low": 0.0, "high": 50.0,
+                     "moments": 2}],
+    "square-wave": [{"epsilon": 1.0, "low": 0.0, "high": 1.0, "bins": 16},
+                    {"epsilon": 3.0, "low": -2.0, "high": 2.0, "bins": 16}],
+}
+#: tolerance of the numeric encode vectors' reals: exact except through ``log`` (Laplace), where
+#: ``|got - want| <= NUMERIC_REAL_TOLERANCE * max(1, |want|)`` (16 ulps of a double at 1)
+NUMERIC_REAL_TOLERANCE = 2.0**-48
+
+
+def _numeric_reports(doc_reports: list[dict[str, Any]]) -> Reports:
+    """JSON-form numeric reports as :class:`Reports` (``reals`` of one double, ``values``)."""
+    reals = [r["reals"][0] for r in doc_reports] if doc_reports[0]["reals"] is not None else None
+    vals = [r["value"] for r in doc_reports] if doc_reports[0]["value"] is not None else None
+    return Reports(reals=None if reals is None else np.array(reals, dtype=np.float64),
+                   values=None if vals is None else np.array(vals, dtype=np.int64))
+
+
+def _numeric_values(mech: Any, n: int, rng: np.random.Generator) -> np.ndarray:
+    span = mech.high - mech.low
+    x = rng.uniform(mech.low - 0.1 * span, mech.high + 0.1 * span, size=n)  # some outside: clipped
+    x[:3] = (mech.low, mech.high, 0.5 * (mech.low + mech.high))
+    return x
+
+
+def _numeric_encode_case(name: str, index: int, extra: dict[str, Any], rng: np.random.Generator) -> dict:
+    mech = make_numeric_mechanism(name, **extra)
+    n = 12
+    x = _numeric_values(mech, n, rng)
+    raw = rng.integers(0, 256, size=(n, 8 * 8), dtype=np.uint8)
+    reports, used = numeric_encode_bytes(mech, x, raw)
+    task_id = f"wire-{name}-{index}"
+    records = reports_to_json(task_id, reports, EVENT_MS + 1000 * np.arange(n))
+    vectors = [{"value": float(x[i]), "random": raw[i, : used[i]].tobytes().hex(),
+                "event_time": EVENT_MS + 1000 * i, "report": records[i]} for i in range(n)]
+    return {"mechanism": {"name": name, **extra}, "params": numeric_wire_params(mech), "vectors": vectors}
+
+
+def _numeric_aggregate_case(name: str, index: int, extra: dict[str, Any], rng: np.random.Generator) -> dict:
+    mech = make_numeric_mechanism(name, **extra)
+    n = 40
+    x = _numeric_values(mech, n, rng)
+    raw = rng.integers(0, 256, size=(n, 8 * 8), dtype=np.uint8)
+    reports, _ = numeric_encode_bytes(mech, x, raw)
+    records = reports_to_json(f"wire-{name}-{index}", reports, EVENT_MS + 1000 * np.arange(n))
+    acc = mech.add(mech.create_accumulator(), _numeric_reports(records))
+    est = mech.estimate(acc, distribution=False)
+    return {"mechanism": {"name": name, **extra}, "reports": records, "n": int(est.n),
+            "totals_fixed_point": [str(t) for t in acc.total], "mean": est.mean, "mean_std": est.mean_std,
+            "variance": est.variance}
+
+
+def _numeric_dead_letter_cases() -> list[dict[str, Any]]:
+    """Numeric reports refused by the mechanism's ``validate`` (``reason``; null: accepted)."""
+    out: list[dict[str, Any]] = []
+
+    def case(what: str, name: str, extra: dict[str, Any], reals: Any, value: Any) -> None:
+        mech = make_numeric_mechanism(name, **extra)
+        rep = Reports(reals=None if reals is None else np.asarray(reals),
+                      values=None if value is None else np.asarray(value))
+        _, reasons = mech.validate(rep)
+        out.append({"what": what, "mechanism": {"name": name, **extra},
+                    "reals": None if reals is None else [float(r) for r in reals],
+                    "values": value, "reason": reasons[0]})
+
+    c = make_numeric_mechanism("duchi", epsilon=1.0).c
+    case("duchi +C", "duchi", {"epsilon": 1.0}, [c], None)
+    case("duchi not +-C", "duchi", {"epsilon": 1.0}, [0.5], None)
+    case("duchi no reals", "duchi", {"epsilon": 1.0}, None, [0])
+    case("duchi two moments without a slot", "duchi", {"epsilon": 1.0, "moments": 2}, [c], None)
+    case("duchi slot 2", "duchi", {"epsilon": 1.0, "moments": 2}, [c], [2])
+    c = make_numeric_mechanism("piecewise", epsilon=1.0).c
+    case("piecewise inside [-C, C]", "piecewise", {"epsilon": 1.0}, [0.9 * c], None)
+    case("piecewise beyond C", "piecewise", {"epsilon": 1.0}, [1.01 * c], None)
+    case("hybrid beyond C", "hybrid", {"epsilon": 2.0}, [-100.0], None)
+    case("laplace far tail", "laplace", {"epsilon": 1.0}, [1.0 + 61.0 * 2.0], None)
+    case("laplace inside the tail bound", "laplace", {"epsilon": 1.0}, [50.0], None)
+    case("one-bit-mean bit 1", "one-bit-mean", {"epsilon": 1.0}, None, [1])
+    case("one-bit-mean value 2", "one-bit-mean", {"epsilon": 1.0}, None, [2])
+    case("one-bit-mean two moments value 4", "one-bit-mean", {"epsilon": 1.0, "moments": 2}, None, [4])
+    b = make_numeric_mechanism("square-wave", epsilon=1.0).sw.b
+    case("square-wave at -b", "square-wave", {"epsilon": 1.0}, [-b], None)
+    case("square-wave beyond 1 + b", "square-wave", {"epsilon": 1.0}, [1.0 + b + 0.01], None)
+    return out
 
 
 def _task(mechanism: str, index: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -300,6 +399,18 @@ def build_vectors() -> dict[str, Any]:
             "cases": [_memo_case(mechanism, i, c, rng) for i, c in enumerate(MEMO_CASES[mechanism])],
         }
     files["dead_letters.json"] = {**head, "cases": _dead_letter_cases()}
+    for k, (name, cases) in enumerate(NUMERIC_CASES.items()):
+        rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(4, k)))
+        files[f"encode_numeric_{name}.json"] = {
+            **head, "mechanism": name, "real_tolerance": NUMERIC_REAL_TOLERANCE,
+            "cases": [_numeric_encode_case(name, i, c, rng) for i, c in enumerate(cases)],
+        }
+        rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(5, k)))
+        files[f"aggregate_numeric_{name}.json"] = {
+            **head, "mechanism": name, "tolerance": TOLERANCE,
+            "cases": [_numeric_aggregate_case(name, i, c, rng) for i, c in enumerate(cases)],
+        }
+    files["dead_letters_numeric.json"] = {**head, "cases": _numeric_dead_letter_cases()}
     return files
 
 
