@@ -30,8 +30,9 @@ function load(name: string): { vectors_version: number; schema_version: number; 
   return JSON.parse(readFileSync(resolve(VECTORS, name), "utf-8"));
 }
 
-test("every mechanism has an encode vector file", () => {
-  const files = readdirSync(VECTORS).filter((f) => f.startsWith("encode_"));
+test("every frequency oracle has an encode vector file", () => {
+  // encode_numeric_*.json: the numeric mechanisms, which this client does not implement yet
+  const files = readdirSync(VECTORS).filter((f) => f.startsWith("encode_") && !f.startsWith("encode_numeric_"));
   assert.deepEqual(files.sort(), MECHANISMS.map((m) => `encode_${m}.json`).sort());
 });
 
