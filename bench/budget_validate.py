@@ -1,4 +1,4 @@
-"""Throughput of the validate step with and without client ids, and of the over-budget check (issue 13).
+"""Throughput of the validate step with and without client ids, and of the over-budget check.
 
 Decodes an in-memory Avro container of ``--n`` OLH reports (``d = 1024``, eps = 1, written with the numpy
 encoder) column-wise and validates it against the task, batch by batch, as the pipeline's ``Validate``

@@ -1,4 +1,4 @@
-"""Benchmark of the matrix-mechanism core (issue 9, item 4).
+"""Benchmark of the matrix-mechanism core.
 
 Times, with BLAS capped at one thread (``ldp.matrix`` default; 2 shared cores):
 

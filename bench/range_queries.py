@@ -1,4 +1,4 @@
-"""Benchmark of the range-query core (issue 4, scope item 6).
+"""Benchmark of the range-query core.
 
 For d attributes of domain c and n users (default d = 6, c = 64, n = 1,000,000, epsilon = 1, correlated
 Gaussian data) it times, per method:

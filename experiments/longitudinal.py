@@ -1,4 +1,4 @@
-"""Longitudinal reproduction (issue 13): fresh OLH against memoized OLH, LOLOHA and RAPPOR over windows.
+"""Longitudinal reproduction: fresh OLH against memoized OLH, LOLOHA and RAPPOR over windows.
 
     .venv/bin/python -m experiments.longitudinal --users 100000 --windows 30 --epsilon 1 \\
         --json OUT.json [--plot OUT.png]

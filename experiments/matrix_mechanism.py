@@ -1,4 +1,4 @@
-"""Reproduction of Li & Miklau, "Efficient Batch Query Answering Under Differential Privacy" (issue 9).
+"""Reproduction of Li & Miklau, "Efficient Batch Query Answering Under Differential Privacy".
 
 Every number is a ratio: expected total error of a strategy / the SVD bound, both at c = 1, so eps, delta
 and the data do not enter (the (eps, delta) constant c^2 multiplies both).  Outputs:

@@ -1,4 +1,4 @@
-"""Stateful simulated clients for streaming runs of repeated collection (issue 13).
+"""Stateful simulated clients for streaming runs of repeated collection.
 
 ``N`` simulated users report window after window for one frequency task with a budget: each has a secret,
 a budget ledger (the client refuses past its budget) and a pseudonymous client id

@@ -607,7 +607,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         "panes_written": {name: len(w) for name, w in written.items()},
         "finalize_ms": job_distribution(result, "finalize_ms"),
     }
-    budget = _budget(task)  # issue 13: the policy and the accountant's figures (basic and tight)
+    budget = _budget(task)  # the policy and the accountant's figures (basic and tight)
     if budget is not None:
         summary["budget"] = budget
     privacy = _privacy_accounting(task, ns, written, summary["counts"], agg, window)  # type: ignore[arg-type]

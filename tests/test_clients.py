@@ -1,4 +1,4 @@
-"""Tests of pipelines/clients.py: stateful simulated clients of repeated collection (issue 13).
+"""Tests of pipelines/clients.py: stateful simulated clients of repeated collection.
 
 The two backends (one state file per user through ``ldp.longitudinal.client.Client``, and the vectorized
 in-memory one) must refuse the same reports for the same values and times; the reports carry each

@@ -1,4 +1,4 @@
-"""A dashboard that tells the truth (issue 19 item 7): the budget of every job, stale data, late panes that
+"""A dashboard that tells the truth: the budget of every job, stale data, late panes that
 changed nothing, backfills and partial windows. The Bokeh document over a SQLite store written through the
 project's writers (``ldp.store``; the job's task row through ``transforms.store.register_task``), with a
 fixed page clock."""

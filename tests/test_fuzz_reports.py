@@ -1,4 +1,4 @@
-"""Fuzz harness of report files (issue 12, item 5): hypothesis mutates valid containers (truncate, flip
+"""Fuzz harness of report files: hypothesis mutates valid containers (truncate, flip
 bits, splice two files, change block counts, grow fields, mix writer schemas) and the reader must never
 crash, and account for everything:
 

@@ -78,7 +78,7 @@ def test_gf2_affine_is_three_wise_independent(k, triple):
 
 
 def test_legacy_prime_family_is_not_three_wise_independent():
-    """The defect behind issue 7: over GF(p), consecutive values hash in arithmetic progression, so the
+    """The defect this guards against: over GF(p), consecutive values hash in arithmetic progression, so the
     triple collision has probability 1/g, not 1/g^2 (g = 5: 0.2 vs 0.04)."""
     N = 50_000
     h = LinearHash(100, 5, 1)

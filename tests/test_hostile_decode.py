@@ -1,4 +1,4 @@
-"""Hostile input at the decoder (issue 12, items 1-2): per-record isolation, accounted loss, codecs,
+"""Hostile input at the decoder: per-record isolation, accounted loss, codecs,
 interoperability with the official ``avro`` library, and the privacy contract of the dead letters.
 
 Every test reads the same bytes on both decode paths: the column-wise numpy decoder (``task_id`` given:

@@ -1,4 +1,4 @@
-"""Flags checked up front (issue 12, item 4): window sizes and durations that are not finite, not
+"""Flags checked up front: window sizes and durations that are not finite, not
 positive or not whole milliseconds are refused in one line (exit status 2) before anything runs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pub/Sub poison messages on the emulator (issue 12, item 3): a message larger than 4 MiB, garbage,
+"""Pub/Sub poison messages on the emulator: a message larger than 4 MiB, garbage,
 and messages whose ``--timestamp_attribute`` is missing or does not parse are each dead-lettered with
 a reason and acked; nothing stalls the pull: every good report sent is accepted and the job ends by
 itself (exit status 0). Skipped without the emulator binary (``gcloud beta emulators pubsub``)."""

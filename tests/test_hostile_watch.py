@@ -1,4 +1,4 @@
-"""Watched directories (issue 12, item 1): a file is read once and only when complete (a ``.done``
+"""Watched directories: a file is read once and only when complete (a ``.done``
 marker, or size and modification time unchanged for a tick); one that changes after it was read is a
 counted ``changed_after_read`` loss. The DoFn is driven tick by tick with its per-path state, so the
 test is exact (no timing)."""

@@ -1,4 +1,4 @@
-"""Repeated collection (issue 13, item 6): exact eps-LDP audits of one report and of the memoized pair,
+"""Repeated collection: exact eps-LDP audits of one report and of the memoized pair,
 the e_1 / e_inf closed forms, stability and independence of the permanent responses, the client's budget
 refusal, the state file, and the accountant against a hand computation.
 
@@ -345,7 +345,7 @@ def test_client_id_is_a_per_task_pseudonym(tmp_path):
     import ldp.reports
 
     if not hasattr(ldp.reports, "client_pseudonym"):
-        pytest.skip("ldp.reports.client_pseudonym (the pipeline side of issue 13) is not in this tree yet")
+        pytest.skip("ldp.reports.client_pseudonym is not in this tree yet")
     a, b = Client.create(tmp_path / "a.json"), Client.create(tmp_path / "b.json")
     assert len(a.client_id("t")) == 32 and a.client_id("t") == Client.load(tmp_path / "a.json").client_id("t")
     assert a.client_id("t") != a.client_id("u") and a.client_id("t") != b.client_id("t")

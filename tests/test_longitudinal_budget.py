@@ -1,4 +1,4 @@
-"""Budget policy parsing and the client-side ledger (issue 13, item 2)."""
+"""Budget policy parsing and the client-side ledger."""
 
 from __future__ import annotations
 

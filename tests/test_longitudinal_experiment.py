@@ -1,4 +1,4 @@
-"""experiments.longitudinal end to end on a small population (issue 13, item 5): the record fields, the
+"""experiments.longitudinal end to end on a small population: the record fields, the
 budget figures against their definitions, and the plot."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Memoized oracles (issue 13, item 1): closed forms of the composed probabilities and guarantees, the
+"""Memoized oracles: closed forms of the composed probabilities and guarantees, the
 FrequencyOracle protocol, stability of the permanent responses, and per-window unbiasedness.
 
 Tolerances (DESIGN.md): mean error of each value over T windows' worth of independent populations has

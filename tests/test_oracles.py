@@ -423,7 +423,7 @@ def test_set_sum_variance_matches_closed_form(name):
 
 @pytest.mark.parametrize("eps", [3.0, 4.0])
 def test_olh_default_g_set_query_variance(eps):
-    """Issue 7's check: sum of 64 estimates, default g (16 at eps 3, 64 at eps 4: gf2-affine), 150 trials.
+    """The set-sum check: sum of 64 estimates, default g (16 at eps 3, 64 at eps 4: gf2-affine), 150 trials.
 
     The prime-g linear family gave 5.7x / 18x theory here. With 150 trials the ratio's relative SE is
     sqrt(2 / 150) = 0.115; the issue's acceptance band [0.55, 1.6] is -3.9 / +5.2 SE.

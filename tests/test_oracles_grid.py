@@ -1,4 +1,4 @@
-"""Unbiasedness and closed-form variance of every oracle on the grid eps x d of issue 7.
+"""Unbiasedness and closed-form variance of every oracle on a grid of eps x d.
 
 eps in {0.1, 1, 4, 8} x d in {2, 3, 17, 1024, 2^16} x the seven mechanisms. Each case draws T trials of n
 reports of a skewed population (T * d >= 4096 standardized errors, n small to stay fast) and checks the

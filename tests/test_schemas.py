@@ -41,7 +41,7 @@ def test_report_schema_covers_every_payload_field():
     names = [f["name"] for f in schemas.load_schema("report")["fields"]]
     assert names[:4] == ["task_id", "schema_version", "event_time", "group"]
     assert set(names[4:-1]) == {"value", "seed", "bits", "items", "reals"}
-    assert names[-1] == "client_id"  # optional, appended with a default (issue 13; schema version 2)
+    assert names[-1] == "client_id"  # optional, appended with a default (schema version 2)
     et = next(f for f in schemas.load_schema("report")["fields"] if f["name"] == "event_time")
     assert et["type"]["logicalType"] == "timestamp-millis"
 

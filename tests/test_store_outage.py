@@ -1,4 +1,4 @@
-"""Store outages end to end (issue 18, items 7 and 10): jobs whose store goes away while they run.
+"""Store outages end to end: jobs whose store goes away while they run.
 
 * PostgreSQL, streaming (a watched directory on the DirectRunner's FnApiRunner): the server is stopped
   (immediate shutdown) as soon as the job has begun its run, and started again 3 s after the sink's first

@@ -1,4 +1,4 @@
-"""Store write retries and failure reporting (issue 18, item 7), without a job: the retry loop's backoff and
+"""Store write retries and failure reporting, without a job: the retry loop's backoff and
 bound, which errors are retried, the sink's status records and its one-line summary, and the sink
 (``transforms.store.WriteToStore``) in a Beam pipeline against a locked SQLite store (released during the
 retries: every pane written; held past the bound: every pane recorded as failed) and a deleted one

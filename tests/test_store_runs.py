@@ -1,4 +1,4 @@
-"""Runs in the latest-state store (issue 18, item 10): each job's run (``ldp_runs``: id, task, status,
+"""Runs in the latest-state store: each job's run (``ldp_runs``: id, task, status,
 heartbeat), a second live run of a task refused (unless asked for; a stale heartbeat counts as dead),
 counts per run, the schema migration from version 1, and the batch job's run id, summary and refusal
 (one line, exit status 2). The store tests run on SQLite and PostgreSQL (``store_url`` of test_store)."""

@@ -376,7 +376,7 @@ def test_labels_file_problems(tmp_path):
 
 def test_window_times_must_be_whole_milliseconds():
     """600.0005 s is not a whole number of milliseconds: event times are epoch ms, so the windows would be
-    wrong (issue 12). Whole-millisecond values pass, fractional seconds included."""
+    wrong. Whole-millisecond values pass, fractional seconds included."""
     ok = T.parse_task({**FREQ, "window": {"size_s": 0.5, "period_s": 0.25, "allowed_lateness_s": 1.001}})
     assert ok.window.size_s == 0.5 and ok.window.allowed_lateness_s == 1.001
     with pytest.raises(T.TaskError) as ei:
@@ -411,7 +411,7 @@ def test_read_labels_file(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
-# the budget block and the memoized mechanisms (issue 13)
+# the budget block and the memoized mechanisms
 # ----------------------------------------------------------------------------------------------------
 def _budget_task(mech: str = "olh", **budget):
     return T.parse_task(

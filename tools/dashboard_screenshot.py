@@ -53,7 +53,7 @@ def simulated_store(url: str, windows: int = 15) -> str:
     end = now - now % 60_000
     stream = SimulatedStream(start_ms=end - windows * 60_000, users_per_window=3000)
     summary = stream.summary()
-    try:  # the accounting figures issue 13's helpers put in a task summary, when that code is present
+    try:  # the accounting figures the longitudinal helpers put in a task summary, when that code is present
         from ldp.longitudinal.accounting import budget_summary
         from ldp.longitudinal.budget import parse_budget
         from ldp.oracles import make_oracle

@@ -1,5 +1,5 @@
 """The aggregator's budget check: reports per pseudonymous client id and budget period, the excess
-dead-lettered as ``over_budget`` (issue 13; ``docs/longitudinal_pipeline.md``).
+dead-lettered as ``over_budget`` (``docs/longitudinal_pipeline.md``).
 
 A task whose budget says ``"client_ids": true`` (:attr:`ldp.task.Task.requires_client_ids`) has its clients
 put a per-task pseudonym (HMAC-SHA256 of the client's secret and the task id) in every report. The

@@ -1,4 +1,4 @@
-"""Late reports: dropped against the watermark the same way on every runner, and counted (issue 12).
+"""Late reports: dropped against the watermark the same way on every runner, and counted.
 
 Beam drops an element of an event-time window once the watermark has passed the window's end plus the
 allowed lateness (the window's *garbage-collection time*, GC) -- or not: the streaming DirectRunner and

@@ -1,4 +1,4 @@
-"""Repeated collection (issue 13): per-user budgets, memoized reports and their accounting.
+"""Repeated collection: per-user budgets, memoized reports and their accounting.
 
 * :mod:`ldp.longitudinal.budget`: the budget policy a task declares and the client-side ledger.
 * :mod:`ldp.longitudinal.memo`: memoized mechanisms (RAPPOR-style GRR and unary encoding, memo-OLH,

@@ -1,4 +1,4 @@
-"""Generalized least squares over LDP level / grid estimates (issue 9 item 2b, spec Sec. 6(b)).
+"""Generalized least squares over LDP level / grid estimates (spec ``matrix_mechanism.md`` Sec. 6(b)).
 
 **LDP, not central DP.**  Users are split into groups g (fractions p_g, N_g users); group g reports the
 block of its value in a public partition P_g of the cells through a frequency oracle at the full eps, so

@@ -1,5 +1,5 @@
 """LSA: range queries under LDP with user groups chosen by the Level Selection Algorithm and answered by
-generalized least squares (issue 9, item 2b; spec ``matrix_mechanism.md`` Sec. 6(b)). Meant for 1-D and
+generalized least squares (spec ``matrix_mechanism.md`` Sec. 6(b)). Meant for 1-D and
 2-D tasks; with more attributes it runs box-LSA over a grid of at most ``max_cells`` cells in total, which
 leaves each attribute only a few cells (e.g. 4 per attribute for 4 attributes): use HDG there.
 

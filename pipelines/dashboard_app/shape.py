@@ -650,8 +650,9 @@ def _float_or_none(value: Any) -> float | None:
 
 def budget_items(summary: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """The privacy budget and accounting figures of a task summary, flattened to ``(key.path, text)``
-    pairs: every top-level entry whose key names a budget, an accounting or a composition (issue 13's
-    helpers put e.g. basic and tight composition figures there); ``[]`` when the summary has none."""
+    pairs: every top-level entry whose key names a budget, an accounting or a composition (the
+    longitudinal accounting puts e.g. basic and tight composition figures there); ``[]`` when the summary
+    has none."""
     if not summary:
         return []
     out: list[tuple[str, str]] = []
