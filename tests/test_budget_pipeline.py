@@ -1,6 +1,6 @@
 """Tests of the pipeline side of repeated collection: pseudonymous client ids in reports
-(schemas/report.avsc, both decoders, the Pub/Sub path, dead letters), the task's budget block, the over-budget step
-(transforms/budget.py) and participation hiding.
+(schemas/report.avsc, both decoders, the Pub/Sub path, dead letters), the task's budget block,
+the over-budget step (transforms/budget.py) and participation hiding.
 
 Exact tests (decoders, counts, dead letters) compare arrays for equality; the statistical ones state their
 tolerance (z = 5) next to the assertion. Every random draw comes from one SeedSequence.
