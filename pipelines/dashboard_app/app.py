@@ -824,7 +824,7 @@ class Dashboard:
         if rows:
             cells = "".join(
                 f"<tr><td class='name'>{shape.html_text(r['figure'])}</td>"
-                f"<td>{'-' if r['windows'] is None else r['windows']}</td>"
+                f"<td>{'-' if r['windows'] is None else shape.html_text(r['windows'])}</td>"
                 f"<td>{_fmt(r['basic'], 4)}</td><td>{_fmt(r['tight'], 4)}</td>"
                 f"<td class='worst'>{_fmt(r['worst_basic'], 4)}</td>"
                 f"<td class='worst'>{_fmt(r['worst_tight'], 4)}</td></tr>"
@@ -949,9 +949,9 @@ def _topk_html(top: dict[str, list[Any]], first: dict[str, Any] | None, is_estim
     for i in range(len(top["item"])):
         noise = top["noise"][i] in (shape.NOISE, shape.NOISE_CI)
         body.append(
-            f"<tr class='{'noise' if noise else 'value'}' data-item='{top['item'][i]}'>"
+            f"<tr class='{'noise' if noise else 'value'}' data-item='{shape.html_text(top['item'][i])}'>"
             f"<td>{top['rank'][i]}</td><td class='name'>{shape.html_text(str(top['name'][i]))}</td>"
-            f"<td>{top['item'][i]}</td><td class='estimate'>{_fmt(top['estimate'][i])}</td>"
+            f"<td>{shape.html_text(top['item'][i])}</td><td class='estimate'>{_fmt(top['estimate'][i])}</td>"
             f"<td>{_fmt(top['ci_low'][i])}</td><td>{_fmt(top['ci_high'][i])}</td>"
             f"<td class='name'>{shape.html_text(top['noise'][i])}</td></tr>"
         )
