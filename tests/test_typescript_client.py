@@ -31,6 +31,8 @@ from ldp.oracles import OLH
 from ldp.reports import Reports
 from ldp.task import parse_task
 from ldp.vectors import BYTE_MECHANISMS, MEMO_BYTE_MECHANISMS, memo_wire_params, report_from_json, wire_params
+from tests.test_oracles import _worst_ratio
+from tests.test_wire_vectors import _wire_keys
 from transforms.records import ReportValidator
 
 #: integration tier: every test drives node in a subprocess (a minute in all)
@@ -110,34 +112,6 @@ def _records(doc: dict, task_id: str, count: int) -> list[dict]:
     return out
 
 
-def _keys(oracle, reports: Reports, v1: int, v2: int) -> np.ndarray:
-    """One integer per report naming its wire output (OLH: which of v1, v2 it supports and whether they
-    collide, a function of the output), as in tests/test_oracles.py."""
-    if reports.bits is not None:
-        bits = np.unpackbits(reports.bits, axis=1, count=oracle.d, bitorder="little").astype(np.int64)
-        return bits @ (1 << np.arange(oracle.d))
-    if reports.items is not None:
-        return reports.items @ (oracle.d ** np.arange(reports.items.shape[1]))
-    if reports.seeds is not None:
-        h1 = oracle.hash.hash(reports.seeds, np.full(len(reports), v1))
-        h2 = oracle.hash.hash(reports.seeds, np.full(len(reports), v2))
-        return 4 * (h1 == h2) + 2 * (reports.values == h1) + (reports.values == h2)
-    return reports.values
-
-
-def _worst_ratio(k1: np.ndarray, k2: np.ndarray, level: float = 1e-6) -> float:
-    """Largest Clopper-Pearson-conservative ratio P[y | v1] / P[y | v2] over outputs y (both ways)."""
-    keys = np.union1d(k1, k2)
-    c1 = np.bincount(np.searchsorted(keys, k1), minlength=len(keys))
-    c2 = np.bincount(np.searchsorted(keys, k2), minlength=len(keys))
-    worst = 0.0
-    for a, na, b, nb in ((c1, len(k1), c2, len(k2)), (c2, len(k2), c1, len(k1))):
-        lower = np.where(a > 0, stats.beta.ppf(level, np.maximum(a, 1), na - a + 1), 0.0)
-        upper = stats.beta.ppf(1 - level, b + 1, np.maximum(nb - b, 1))
-        worst = max(worst, float(np.max(lower / upper)))
-    return worst
-
-
 @pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
 @pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
 def test_typescript_output_passes_the_epsilon_ldp_audit(built, mechanism, eps, tmp_path):
@@ -157,12 +131,12 @@ def test_typescript_output_passes_the_epsilon_ldp_audit(built, mechanism, eps, t
     reports = [_reports(doc, D) for doc in docs]
     ok, _ = oracle.validate(reports[0])
     assert ok.all()
-    k1, k2 = (_keys(oracle, r, 0, D - 1) for r in reports)
+    k1, k2 = (_wire_keys(oracle, r, 0, D - 1) for r in reports)
     assert _worst_ratio(k1, k2) <= math.exp(eps)
     # the same distribution as the Python oracle's own encoder (input 0)
     rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(BYTE_MECHANISMS.index(mechanism),
                                                                               int(2 * eps))))
-    py = _keys(oracle, oracle.encode(np.zeros(N_PER_VALUE, dtype=np.int64), rng=rng), 0, D - 1)
+    py = _wire_keys(oracle, oracle.encode(np.zeros(N_PER_VALUE, dtype=np.int64), rng=rng), 0, D - 1)
     keys = np.union1d(k1, py)
     table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (k1, py)])
     table = table[:, table.sum(axis=0) >= 10]  # cells with enough mass for the chi-square approximation
@@ -210,7 +184,7 @@ def test_typescript_memo_instantaneous_step_passes_the_epsilon_ldp_audit(built, 
     for doc in docs:
         assert doc["count"] == N_MEMO
         _check_params(doc, oracle)
-    k1, k2 = (_keys(oracle, _reports(doc, D), 0, D - 1) for doc in docs)
+    k1, k2 = (_wire_keys(oracle, _reports(doc, D), 0, D - 1) for doc in docs)
     assert _worst_ratio(k1, k2) <= math.exp(oracle.epsilon_instantaneous)
 
 
@@ -231,11 +205,11 @@ def test_typescript_memo_reports_of_fresh_users_pass_the_epsilon_ldp_audit(built
     batch = ReportValidator(task).validate([report_from_json(r) for r in records])
     assert not batch.dead_letters and batch.n_accepted == 2000
     reports = [_reports(doc, D) for doc in docs]
-    k1, k2 = (_keys(oracle, r, 0, D - 1) for r in reports)
+    k1, k2 = (_wire_keys(oracle, r, 0, D - 1) for r in reports)
     assert _worst_ratio(k1, k2) <= math.exp(oracle.epsilon_1)
     rng = np.random.default_rng(np.random.SeedSequence(20261202, spawn_key=(
         MEMO_BYTE_MECHANISMS.index(mechanism), int(2 * eps))))
-    py = _keys(oracle, oracle.encode(np.zeros(N_MEMO, dtype=np.int64), rng=rng), 0, D - 1)
+    py = _wire_keys(oracle, oracle.encode(np.zeros(N_MEMO, dtype=np.int64), rng=rng), 0, D - 1)
     keys = np.union1d(k1, py)
     table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (k1, py)])
     table = table[:, table.sum(axis=0) >= 10]

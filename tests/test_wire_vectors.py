@@ -49,6 +49,7 @@ from ldp.vectors import (
     reports_to_json,
     wire_params,
 )
+from tests.test_oracles import _worst_ratio
 from transforms.records import REASONS, ReportValidator, reports_to_records
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,18 +238,6 @@ def _wire_keys(oracle, reports, v1: int, v2: int) -> np.ndarray:
         return 4 * (h1 == h2) + 2 * (reports.values == h1) + (reports.values == h2)
     return reports.values
 
-
-def _worst_ratio(k1: np.ndarray, k2: np.ndarray, level: float = 1e-6) -> float:
-    """Largest Clopper-Pearson-conservative ratio P[y | v1] / P[y | v2] over outputs y (both ways)."""
-    keys = np.union1d(k1, k2)
-    c1 = np.bincount(np.searchsorted(keys, k1), minlength=len(keys))
-    c2 = np.bincount(np.searchsorted(keys, k2), minlength=len(keys))
-    worst = 0.0
-    for a, na, b, nb in ((c1, len(k1), c2, len(k2)), (c2, len(k2), c1, len(k1))):
-        lower = np.where(a > 0, stats.beta.ppf(level, np.maximum(a, 1), na - a + 1), 0.0)
-        upper = stats.beta.ppf(1 - level, b + 1, np.maximum(nb - b, 1))
-        worst = max(worst, float(np.max(lower / upper)))
-    return worst
 
 
 @pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
