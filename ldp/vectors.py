@@ -25,6 +25,14 @@ random bytes.
 The numeric mechanisms (:func:`numeric_encode_bytes`) mirror :mod:`ldp.numeric.mechanisms` step for
 step, with each ``rng.random()`` a double ``(w >> 11) * 2**-53`` of the next word.
 
+The sparse-vector mechanisms (:func:`sparse_encode_bytes`) clean the input (clip, drop zeros, sort,
+truncate to ``k`` by a partial Fisher-Yates shuffle from the words), then hash with
+:func:`ldp.sparse.hashes.bins_signs` (pure-integer reference :func:`sparse_hash_one`) and draw each
+bin's noise or bit from the words in order; they match :mod:`ldp.sparse`'s encoders in distribution.
+
+:func:`client_wire_params` gives a task's parameters (the thresholds as integers) for clients to read:
+``python -m ldp.vectors TASK.json``.
+
 The JSON form (:func:`report_to_json`, :func:`report_from_json`) renders an Avro report record as JSON:
 ``seed`` as the decimal string of its signed 64-bit reading, ``bits`` and ``client_id`` in padded
 standard base64.
@@ -67,6 +75,10 @@ from ldp.oracles import (
     check_values,
 )
 from ldp.reports import Reports
+from ldp.sparse.accumulate import SVME
+from ldp.sparse.baselines import PCKV, Gaussian, Harmony, KFold, Sampling
+from ldp.sparse.hashes import bins_signs, domain_bits
+from ldp.sparse.vectors import SparseVectors
 
 __all__ = [
     "WIRE_VECTORS_VERSION",
@@ -89,6 +101,13 @@ __all__ = [
     "NUMERIC_BYTE_MECHANISMS",
     "numeric_wire_params",
     "numeric_encode_bytes",
+    "SPARSE_BYTE_MECHANISMS",
+    "sparse_item_bits",
+    "sparse_hash_one",
+    "sparse_wire_params",
+    "sparse_encode_bytes",
+    "client_wire_params",
+    "client_params_document",
 ]
 
 #: Version of the conformance vectors (``schemas/vectors/v<N>/``) and of the byte-level procedure.
@@ -689,3 +708,415 @@ def numeric_encode_bytes(
     if slot is not None:
         values_out = slot if values_out is None else values_out * 2 + slot
     return Reports(reals=reals, values=values_out), ws.consumed_bytes.copy()
+
+
+# ------------------------------------------------------------------------------------------------
+# Sparse vectors (docs/wire_format.md, section 8)
+# ------------------------------------------------------------------------------------------------
+#: Sparse-vector mechanisms (:data:`ldp.sparse.mechanisms.SPARSE_MECHANISMS`) with a byte-driven client.
+SPARSE_BYTE_MECHANISMS = ("svme", "kfold", "sampling", "gaussian", "harmony", "pckv")
+_M64 = (1 << 64) - 1
+_GOLDEN_INT = 0x9E3779B97F4A7C15
+_SPARSE_TAG_BIN = 0x6A09E667F3BCC909
+_SPARSE_TAG_SIGN = 0xBB67AE8584CAA73B
+_SPARSE_PI_MULT = (0x9E3779B97F4A7C15, 0xD6E8FEB86659FD93, 0xC2B2AE3D27D4EB4F)
+
+
+def _splitmix64_int(z: int) -> int:
+    z &= _M64
+    z ^= z >> 30
+    z = (z * 0xBF58476D1CE4E5B9) & _M64
+    z ^= z >> 27
+    z = (z * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def sparse_item_bits(item: int, m: int) -> int:
+    """``pi(x)`` of the sparse gf2-affine family (pure-integer form of :func:`ldp.sparse.hashes.item_bits`):
+    ``x mod 2**m``, then three rounds of ``x = x * c mod 2**m``, ``x ^= x >> ceil(m / 2)``."""
+    mask, shift = (1 << m) - 1, (m + 1) // 2
+    x = int(item) & mask
+    for c in _SPARSE_PI_MULT:
+        x = (x * c) & mask
+        x ^= x >> shift
+    return x
+
+
+def sparse_hash_one(family: str, seed: int, item: int, b: int, d: int) -> tuple[int, int]:
+    """``(bin, sign)`` of one item under one public seed: the pure-integer reference of
+    :func:`ldp.sparse.hashes.bins_signs` (``docs/wire_format.md`` section 8)."""
+    seed, item = int(seed) & _M64, int(item)
+    if family == "gf2-affine":
+        r = int(b).bit_length() - 1
+        if 1 << r != b:
+            raise ValueError(f"gf2-affine needs a power-of-two number of bins, got b = {b}")
+        m = max(1, (int(d) - 1).bit_length())
+        w = [_splitmix64_int(seed + (j + 1) * _GOLDEN_INT) for j in range(r + 2)]
+        u = sparse_item_bits(item, m)
+        mask = (1 << m) - 1
+        h = w[r + 1] & ((1 << r) - 1)
+        for j in range(r):
+            h ^= ((w[j] & mask & u).bit_count() & 1) << j
+        sign_bit = ((w[r] & mask & u).bit_count() & 1) ^ (w[r + 1] >> 63)
+        return h, 1 - 2 * sign_bit
+    if family == "mix64":
+        zb = _splitmix64_int(seed ^ _splitmix64_int(item ^ _SPARSE_TAG_BIN))
+        zs = _splitmix64_int(seed ^ _splitmix64_int(item ^ _SPARSE_TAG_SIGN))
+        return ((zb >> 32) * b) >> 32, 1 - 2 * (zs >> 63)
+    if family == "blake2b":
+        key = seed.to_bytes(8, "little")
+        dig = hashlib.blake2b(item.to_bytes(8, "little"), key=key, digest_size=16).digest()
+        z = int.from_bytes(dig[:8], "little")
+        return ((z >> 32) * b) >> 32, 1 - 2 * (dig[8] & 1)
+    raise ValueError(f"unknown sparse hash family {family!r}")
+
+
+def _duchi_a(epsilon: float) -> float:
+    """``a = (e - 1) / (2 (e + 1))``, ``e = exp(eps)``: Duchi's bit is +1 with probability ``1/2 + t a``."""
+    e = math.exp(epsilon)
+    return (e - 1.0) / (2.0 * (e + 1.0))
+
+
+def sparse_wire_params(mech: SVME | KFold | Sampling | Gaussian | Harmony | PCKV) -> dict[str, Any]:
+    """The integers and doubles a client needs to run a sparse-vector mechanism byte for byte (doubles as
+    :mod:`ldp.sparse` computes them; ``T_*`` are :func:`bernoulli_threshold` integers)."""
+    if isinstance(mech, SVME):
+        p = mech.params
+        out: dict[str, Any] = {"mechanism": "svme", "epsilon": p.epsilon, "d": p.domain_size, "k": p.sparsity,
+                               "values": p.values, "family": p.hash_family, "bins": p.bins, "noise": p.noise,
+                               "eta": p.eta, "code_scale": p.code_scale, "max_code": p.max_code}
+        if p.hash_family == "gf2-affine":
+            out["m"] = domain_bits(p.domain_size)
+        if p.noise == "laplace":
+            out.update(scale=p.scale, trunc=p.trunc, grid=p.grid)
+        elif p.noise == "discrete-laplace":
+            out["T_geo"] = bernoulli_threshold(math.exp(-p.epsilon / p.Delta))
+        else:
+            out["duchi_a"] = _duchi_a(p.epsilon)
+        return out
+    if not isinstance(mech, (KFold, Sampling, Gaussian, Harmony, PCKV)):
+        raise ValueError(f"no byte-driven procedure for {mech!r}; known: {SPARSE_BYTE_MECHANISMS}")
+    out = {"mechanism": mech.name, "epsilon": mech.epsilon, "d": mech.d, "k": mech.k, "values": mech.values}
+    if isinstance(mech, (KFold, Sampling)):
+        out["family"] = mech.hash_family
+        if mech.hash_family == "gf2-affine":
+            out["m"] = domain_bits(mech.d)
+    if isinstance(mech, Gaussian):
+        out["sigma"] = mech.sigma
+    elif isinstance(mech, PCKV):
+        out.update(d_prime=mech.dp, a=mech.a, p=mech.p, T_a=bernoulli_threshold(mech.a),
+                   T_p=bernoulli_threshold(mech.p), T_half=bernoulli_threshold(0.5), unit=mech.unit)
+    else:
+        bit_eps = mech.bit_epsilon if isinstance(mech, KFold) else mech.epsilon
+        out.update(bit_epsilon=bit_eps, duchi_a=_duchi_a(bit_eps), unit=mech.unit)
+    return out
+
+
+def _uniform_rows(ws: WordStream, m: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``uniform(m_i)`` per row with its own ``m_i`` (``1 <= m_i <= 2**63``; ``m_i = 1`` reads nothing)."""
+    m = np.asarray(m, dtype=np.uint64)
+    rows = np.asarray(rows, dtype=np.int64)
+    mask = m - np.uint64(1)  # smeared to 2**L - 1, L the bit length of m - 1
+    for sh in (1, 2, 4, 8, 16, 32):
+        mask |= mask >> np.uint64(sh)
+    out = np.zeros(len(rows), dtype=np.uint64)
+    todo = np.flatnonzero(m > np.uint64(1))
+    while len(todo):
+        x = ws.take(rows[todo]) & mask[todo]
+        ok = x < m[todo]
+        out[todo[ok]] = x[ok]
+        todo = todo[~ok]
+    return out
+
+
+def _sparse_clean(vectors: SparseVectors, d: int, k: int, values: str, ws: WordStream):
+    """Input cleaning from the random words: ids checked, values clipped to [-1, 1] (real) or checked to
+    be 0 / 1 (binary), zeros dropped, entries in ascending item order; a client with ``m > k`` entries
+    keeps ``k`` by a partial Fisher-Yates shuffle of its sorted entries (``for i < k: j = i +
+    uniform(m - i)``, swap ``i`` and ``j``), the kept ones again in ascending item order.
+
+    Returns ``(items uint64 (n, k), vals float64 (n, k), nnz (n,))`` (padding: item 0, value 0)."""
+    n = vectors.n
+    user = vectors.user_index()
+    items = np.asarray(vectors.items, dtype=np.uint64)
+    vals = np.asarray(vectors.values, dtype=np.float64)
+    if items.size and int(items.max()) >= d:
+        j = int(np.argmax(items >= np.uint64(d)))
+        raise ValueError(f"client {user[j]}: item id {int(items[j])} outside [0, {d})")
+    order = np.lexsort((items, user))
+    user, items, vals = user[order], items[order], vals[order]
+    dup = (user[1:] == user[:-1]) & (items[1:] == items[:-1])
+    if dup.any():
+        j = int(np.argmax(dup)) + 1
+        raise ValueError(f"client {user[j]}: item {int(items[j])} appears more than once")
+    if values == "binary":
+        bad = (vals != 0.0) & (vals != 1.0)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ValueError(f"client {user[j]}: binary rounds take values 0 or 1, got {vals[j]}")
+    else:
+        vals = np.clip(vals, -1.0, 1.0)
+    nz = vals != 0.0
+    user, items, vals = user[nz], items[nz], vals[nz]
+    counts = np.bincount(user, minlength=n)
+    width = max(int(counts.max()) if n else 0, k)
+    starts = np.concatenate(([0], np.cumsum(counts)))[:-1]
+    pos = np.arange(user.size) - starts[user]
+    it = np.zeros((n, width), dtype=np.uint64)
+    va = np.zeros((n, width), dtype=np.float64)
+    it[user, pos], va[user, pos] = items, vals
+    over = np.flatnonzero(counts > k)
+    if len(over):
+        idx = np.broadcast_to(np.arange(width), (len(over), width)).copy()
+        r = np.arange(len(over))
+        for i in range(k):
+            j = i + _uniform_rows(ws, counts[over] - i, over).astype(np.int64)
+            a, b = idx[r, i].copy(), idx[r, j].copy()
+            idx[r, i], idx[r, j] = b, a
+        keep = np.sort(idx[:, :k], axis=1)
+        it[over, :k] = np.take_along_axis(it[over], keep, axis=1)
+        va[over, :k] = np.take_along_axis(va[over], keep, axis=1)
+    return it[:, :k].copy(), va[:, :k].copy(), np.minimum(counts, k)
+
+
+def _nonzero_unit(ws: WordStream, rows: np.ndarray) -> np.ndarray:
+    """``U`` of the next word per row, redrawn from the following word while ``U = 0``."""
+    u = _unit_double(ws, rows)
+    todo = np.flatnonzero(u == 0.0)
+    while len(todo):
+        u[todo] = _unit_double(ws, rows[todo])
+        todo = todo[u[todo] == 0.0]
+    return u
+
+
+def _geometric_count(ws: WordStream, threshold: int, rows: np.ndarray) -> np.ndarray:
+    """Per row, the ``bernoulli(T)`` successes before the first failure: ``P[G = j] = p^j (1 - p)``."""
+    count = np.zeros(len(rows), dtype=np.int64)
+    todo = np.arange(len(rows))
+    while len(todo):
+        more = ws.bernoulli(threshold, rows[todo])
+        count[todo[more]] += 1
+        todo = todo[more]
+    return count
+
+
+def _duchi_bit(ws: WordStream, t: np.ndarray, a: float, rows: np.ndarray) -> np.ndarray:
+    """``+1`` if ``U < 0.5 + t a`` else ``-1`` (int64)."""
+    return np.where(_unit_double(ws, rows) < 0.5 + t * a, 1, -1).astype(np.int64)
+
+
+def _svme_codes(pr: dict[str, Any], c: np.ndarray, ws: WordStream, rows: np.ndarray) -> np.ndarray:
+    """The noisy, discretised codes of the bin sums ``c`` (n, b): bin by bin, in bin order."""
+    codes = np.zeros(c.shape, dtype=np.int64)
+    for j in range(c.shape[1]):
+        cj = c[:, j]
+        if pr["noise"] == "laplace":
+            u = _nonzero_unit(ws, rows)
+            s = pr["scale"]
+            with np.errstate(divide="ignore"):
+                noisy = np.where(u >= 0.5, cj - s * np.log(2.0 - u - u), cj + s * np.log(u + u))
+            noisy = np.minimum(np.maximum(noisy, -pr["trunc"]), pr["trunc"])
+            x = noisy / pr["grid"]
+            f = np.floor(x)
+            up = _unit_double(ws, rows) < x - f
+            code = f.astype(np.int64) + up
+        elif pr["noise"] == "discrete-laplace":
+            g1 = _geometric_count(ws, pr["T_geo"], rows)
+            g2 = _geometric_count(ws, pr["T_geo"], rows)
+            code = np.rint(cj).astype(np.int64) + g1 - g2
+        else:
+            code = _duchi_bit(ws, cj / pr["eta"], pr["duchi_a"], rows)
+        codes[:, j] = np.clip(code, -pr["max_code"], pr["max_code"])
+    return codes
+
+
+def sparse_encode_bytes(
+    mech: SVME | KFold | Sampling | Gaussian | Harmony | PCKV,
+    vectors: SparseVectors,
+    random: WordStream | Sequence[bytes] | np.ndarray,
+    seeds: Any = None,
+) -> tuple[Reports, np.ndarray]:
+    """Encodes sparse vectors with a sparse mechanism's wire procedure from explicit random bytes.
+
+    Args:
+        mech: one of :data:`SPARSE_BYTE_MECHANISMS` (:func:`ldp.sparse.mechanisms.make_sparse_mechanism`).
+        vectors: a :class:`ldp.sparse.vectors.SparseVectors` batch, one vector per report.
+        random: the reports' random bytes (see :class:`WordStream`).
+        seeds: svme, kfold, sampling: the public 64-bit seeds (uint64 ``(n,)``), never drawn from
+            ``random``; the others take none.
+
+    Steps (``docs/wire_format.md`` section 8): input cleaning (:func:`_sparse_clean`), then
+
+    * svme: bin sums ``C[h(x)] += s(x) v`` in ascending item order, clipped to ``[-eta, eta]``; per bin:
+      Laplace (``U`` redrawn while 0; ``C - scale log(2 - U - U)`` if ``U >= 0.5``, else ``C + scale
+      log(U + U)``), clipped to ``[-R, R]``, ``x = B / grid``, ``floor(x) + (U < x - floor(x))``; discrete
+      Laplace ``C + G1 - G2`` (geometric counts of ``bernoulli(T_geo)``); Duchi ``+-1`` at ``t = C / eta``;
+      every code clipped to ``[-max_code, max_code]``;
+    * kfold: the entries go to slots by a partial Fisher-Yates shuffle of ``[0, k)`` (``for i < nnz: j =
+      i + uniform(k - i)``, swap; entry ``i`` in slot ``slot[i]``), then one Duchi bit per slot at ``t =
+      s(x) v`` (0 for an empty slot);
+    * sampling: ``u = uniform(k)``, ``t = s(x_u) v_u`` if ``u < nnz`` else 0, one Duchi bit;
+    * harmony: ``j = uniform(d)``, ``t = v_j`` (0 when not held), one Duchi bit; report ``value = j``;
+    * pckv: ``u = uniform(k)``; the pair ``(x_u, v_u)`` if ``u < nnz``, else ``(d + uniform(k), 0)``;
+      ``bit = +1`` if ``U < (1 + v) / 2``; ``keep = bernoulli(T_a)``; kept: ``bernoulli(T_p)`` keeps the
+      bit, else it flips; not kept: ``o = uniform(d' - 1)``, key ``o + (o >= key)``, bit ``+1`` iff
+      ``bernoulli(T_half)``;
+    * gaussian: coordinates in pairs, Marsaglia's polar method (``x = 2 U - 1``, ``y = 2 U - 1``,
+      ``s = x x + y y``, redrawn until ``0 < s < 1``, ``f = sqrt((-2 log s) / s)``), coordinate ``i`` is
+      ``sigma z_i + v_i`` rounded to float32.
+
+    Returns ``(reports, consumed bytes per report)``.
+    """
+    pr = sparse_wire_params(mech)
+    d, k = pr["d"], pr["k"]
+    ws = random if isinstance(random, WordStream) else WordStream(random)
+    n = vectors.n
+    if len(ws) != n:
+        raise ValueError(f"{len(ws)} random byte strings for {n} vectors")
+    rows = np.arange(n)
+    seeded = isinstance(mech, (SVME, KFold, Sampling))
+    if seeded:
+        if seeds is None:
+            raise ValueError(f"{pr['mechanism']} needs the public seeds")
+        sd = np.asarray(seeds, dtype=np.uint64).reshape(-1)
+        if len(sd) != n:
+            raise ValueError(f"{len(sd)} seeds for {n} vectors")
+    elif seeds is not None:
+        raise ValueError(f"{pr['mechanism']} takes no seeds")
+    items, vals, nnz = _sparse_clean(vectors, d, k, pr["values"], ws)
+    col = np.arange(k)[None, :]
+    held = col < nnz[:, None]
+    if isinstance(mech, SVME):
+        b = pr["bins"]
+        h, s = bins_signs(pr["family"], sd, items, b, d)
+        c = np.zeros((n, b), dtype=np.float64)
+        for i in range(k):  # ascending item order within each report
+            sel = np.flatnonzero(held[:, i])
+            c[sel, h[sel, i]] += s[sel, i] * vals[sel, i]
+        if pr["eta"] is not None:
+            c = np.minimum(np.maximum(c, -pr["eta"]), pr["eta"])
+        return Reports(seeds=sd.copy(), reals=_svme_codes(pr, c, ws, rows).astype(np.float64)), \
+            ws.consumed_bytes.copy()
+    if isinstance(mech, (KFold, Sampling)):
+        _, s = bins_signs(pr["family"], sd, items, 1, d)
+        sv = np.where(held, s * vals, 0.0)
+        if isinstance(mech, KFold):
+            slots = np.broadcast_to(np.arange(k), (n, k)).copy()
+            for i in range(k):
+                sel = np.flatnonzero(nnz > i)
+                j = i + _uniform_rows(ws, np.full(len(sel), k - i), sel).astype(np.int64)
+                a, bb = slots[sel, i].copy(), slots[sel, j].copy()
+                slots[sel, i], slots[sel, j] = bb, a
+            t = np.zeros((n, k))
+            np.put_along_axis(t, slots, sv, axis=1)  # padding entries carry 0.0 into the unused slots
+            bits = np.stack([_duchi_bit(ws, t[:, m], pr["duchi_a"], rows) for m in range(k)], axis=1)
+        else:
+            u = ws.uniform(k, rows)
+            t = np.where(u < nnz, sv[rows, np.minimum(u, k - 1)], 0.0)
+            bits = _duchi_bit(ws, t, pr["duchi_a"], rows)[:, None]
+        return Reports(seeds=sd.copy(), reals=bits.astype(np.float64)), ws.consumed_bytes.copy()
+    if isinstance(mech, Harmony):
+        j = ws.uniform(d, rows).astype(np.uint64)
+        hit = held & (items == j[:, None])
+        t = np.where(hit, vals, 0.0).sum(axis=1)
+        bit = _duchi_bit(ws, t, pr["duchi_a"], rows)
+        reports = Reports(values=j.astype(np.int64), reals=bit.astype(np.float64)[:, None])
+        return reports, ws.consumed_bytes.copy()
+    if isinstance(mech, PCKV):
+        u = ws.uniform(k, rows)
+        real = u < nnz
+        uc = np.minimum(u, k - 1)
+        key = np.where(real, items[rows, uc], np.uint64(0)).astype(np.uint64)
+        val = np.where(real, vals[rows, uc], 0.0)
+        dummy = np.flatnonzero(~real)
+        key[dummy] = np.uint64(d) + ws.uniform(k, dummy).astype(np.uint64)
+        bit = np.where(_unit_double(ws, rows) < (1.0 + val) / 2.0, 1, -1).astype(np.int64)
+        keep = ws.bernoulli(pr["T_a"], rows)
+        out_key, out_bit = key.copy(), bit.copy()
+        kept, moved = np.flatnonzero(keep), np.flatnonzero(~keep)
+        same = ws.bernoulli(pr["T_p"], kept)
+        out_bit[kept] = np.where(same, bit[kept], -bit[kept])
+        o = ws.uniform(pr["d_prime"] - 1, moved).astype(np.uint64)
+        out_key[moved] = o + (o >= key[moved]).astype(np.uint64)
+        out_bit[moved] = np.where(ws.bernoulli(pr["T_half"], moved), 1, -1)
+        return Reports(values=out_key.astype(np.int64), reals=out_bit.astype(np.float64)[:, None]), \
+            ws.consumed_bytes.copy()
+    if isinstance(mech, Gaussian):
+        dense = np.zeros((n, d))
+        rr = np.repeat(rows[:, None], k, axis=1)
+        dense[rr[held], items[held].astype(np.int64)] = vals[held]
+        z = np.zeros((n, d + 1))
+        for pair in range((d + 1) // 2):
+            x, y = np.zeros(n), np.zeros(n)
+            todo = rows
+            while len(todo):
+                x[todo] = 2.0 * _unit_double(ws, todo) - 1.0
+                y[todo] = 2.0 * _unit_double(ws, todo) - 1.0
+                s2 = x[todo] * x[todo] + y[todo] * y[todo]
+                todo = todo[(s2 >= 1.0) | (s2 == 0.0)]
+            s2 = x * x + y * y
+            f = np.sqrt(-2.0 * np.log(s2) / s2)
+            z[:, 2 * pair], z[:, 2 * pair + 1] = x * f, y * f
+        out = (pr["sigma"] * z[:, :d] + dense).astype(np.float32).astype(np.float64)
+        return Reports(reals=out), ws.consumed_bytes.copy()
+    raise ValueError(f"no byte-driven procedure for {mech!r}; known: {SPARSE_BYTE_MECHANISMS}")
+
+
+# ------------------------------------------------------------------------------------------------
+# The client parameters of a task (docs/wire_format.md, section 5)
+# ------------------------------------------------------------------------------------------------
+def client_wire_params(task: Any) -> dict[str, Any]:
+    """The parameters a client of ``task`` runs the byte procedure with: :func:`wire_params` (frequency
+    oracles), :func:`memo_wire_params` (memoized), :func:`numeric_wire_params` or
+    :func:`sparse_wire_params`. Its ``T_*`` integers are the thresholds, exactly; a client reads them
+    rather than recomputing them through its own ``exp`` and ``log``.
+
+    Raises:
+        ValueError: a kind of task without a byte procedure (range queries, batch queries).
+    """
+    kind = getattr(task, "kind", None)
+    if kind == "sparse":
+        return sparse_wire_params(task.make_mechanism())
+    if kind == "numeric":
+        return numeric_wire_params(task.make_mechanism())
+    if kind != "frequency":
+        raise ValueError(f"task {task.task_id!r}: {kind} tasks have no client byte procedure")
+    oracle = task.make_oracle()
+    return memo_wire_params(oracle) if isinstance(oracle, MemoizedOracle) else wire_params(oracle)
+
+
+def client_params_document(task: Any) -> dict[str, Any]:
+    """``{"task_id", "vectors_version", "params"}``: what ``python -m ldp.vectors TASK.json`` writes, to be
+    served with the task file (the TypeScript client's ``{wire}`` option)."""
+    params = client_wire_params(task)
+    return {"task_id": task.task_id, "vectors_version": WIRE_VECTORS_VERSION, "params": params}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ldp.vectors TASK.json [--out FILE]``: the task's client parameters as JSON."""
+    import argparse
+    import json
+    import sys
+
+    from ldp.task import TaskError, load_task
+
+    ap = argparse.ArgumentParser(prog="python -m ldp.vectors", description=main.__doc__)
+    ap.add_argument("task", help="the task file")
+    ap.add_argument("--out", help="write here instead of standard output")
+    args = ap.parse_args(argv)
+    try:
+        doc = client_params_document(load_task(args.task))
+    except (OSError, TaskError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -28,15 +28,20 @@ from ldp.longitudinal.memo import make_memo_oracle, memo_words_hmac
 from ldp.numeric.mechanisms import make_numeric_mechanism
 from ldp.oracles import OLH, make_oracle
 from ldp.reports import Reports
+from ldp.sparse import SparseVectors
+from ldp.sparse.aggregate import to_reports
+from ldp.sparse.hashes import SPARSE_HASHES, bins_signs, item_bits
 from ldp.task import parse_task
 from ldp.vectors import (
     BYTE_MECHANISMS,
     MEMO_BYTE_MECHANISMS,
     NUMERIC_BYTE_MECHANISMS,
     REPORT_JSON_FIELDS,
+    SPARSE_BYTE_MECHANISMS,
     WordStream,
     bernoulli_threshold,
     bytes_needed,
+    client_params_document,
     encode_bytes,
     gf2_hash_one,
     memo_prf_words,
@@ -47,8 +52,13 @@ from ldp.vectors import (
     report_from_json,
     report_to_json,
     reports_to_json,
+    sparse_encode_bytes,
+    sparse_hash_one,
+    sparse_item_bits,
+    sparse_wire_params,
     wire_params,
 )
+from ldp.vectors import main as vectors_main
 from tests.test_oracles import _worst_ratio
 from transforms.records import REASONS, ReportValidator, reports_to_records
 
@@ -251,6 +261,7 @@ def test_thresholds_realize_the_oracles_probabilities(mechanism):
 
 
 @pytest.mark.parametrize("mechanism", BYTE_MECHANISMS)
+@pytest.mark.statistical
 def test_byte_driven_estimates_are_unbiased(mechanism):
     d, n = 8, 200_000
     oracle = make_oracle(mechanism, 1.0, d)
@@ -363,6 +374,7 @@ def test_memo_reference_is_memo_py_exactly(mechanism):
 
 
 @pytest.mark.parametrize("mechanism", MEMO_BYTE_MECHANISMS)
+@pytest.mark.statistical
 def test_memo_instantaneous_step_matches_memo_py_in_distribution(mechanism):
     """memo.py draws the instantaneous noise with numpy's Generator (another consumption of the words), so
     the byte procedure matches it in distribution only: two-sample chi-square on the reports of one fixed
@@ -532,3 +544,269 @@ def test_numeric_laplace_redraws_a_zero_word_and_refuses_short_input():
     assert int(used[0]) == 16 and reports.reals[0] == -0.5
     with pytest.raises(ValueError, match="exhausted"):
         numeric_encode_bytes(mech, [0.25], [zero])
+
+
+# ------------------------------------------------------------------------------------------------
+# sparse vectors (docs/wire_format.md, section 8)
+# ------------------------------------------------------------------------------------------------
+def _vectors(inputs: list[dict]) -> SparseVectors:
+    return _generator()._as_vectors(inputs)
+
+
+def _floats_close(got, want, tol: float) -> bool:
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    return got.shape == want.shape and bool(np.all(np.abs(got - want) <= tol * np.maximum(1.0, np.abs(want))))
+
+
+@pytest.mark.parametrize("mechanism", SPARSE_BYTE_MECHANISMS)
+def test_sparse_encode_vectors_reproduce(mechanism):
+    doc = _load(f"encode_sparse_{mechanism}.json")
+    assert doc["vectors_version"] == 1 and doc["schema_version"] == schemas.SCHEMA_VERSION
+    assert len(doc["cases"]) >= 2
+    real_tol = doc.get("real_tolerance")
+    for case in doc["cases"]:
+        task = parse_task(case["task"])
+        mech = task.make_mechanism()
+        params = sparse_wire_params(mech)
+        assert params == case["params"]
+        for vec in case["vectors"]:
+            raw = bytes.fromhex(vec["random"])
+            seeds = None if vec["seed_u64"] is None else np.array([int(vec["seed_u64"])], dtype=np.uint64)
+            vectors = _vectors([vec["input"]])
+            reports, used = sparse_encode_bytes(mech, vectors, [raw], seeds)
+            assert int(used[0]) == len(raw)  # every byte consumed, no more
+            got = reports_to_json(task.task_id, reports, vec["event_time"])[0]
+            want = vec["report"]
+            if real_tol is None:
+                assert got == want
+            else:  # Gaussian reals pass through log: the file's tolerance (one float32 ulp)
+                assert {k: v for k, v in got.items() if k != "reals"} == {
+                    k: v for k, v in want.items() if k != "reals"}
+                assert _floats_close(got["reals"], want["reals"], real_tol)
+            if seeds is not None:
+                b = params.get("bins", 1)
+                items = np.array(vec["input"]["items"], dtype=np.uint64)
+                h, sg = bins_signs(params["family"], np.repeat(seeds, len(items)), items, b, task.domain_size)
+                assert [[int(x), int(y)] for x, y in zip(h, sg)] == vec["hashes"]
+            if len(raw) >= 8:  # one word fewer is refused, never padded
+                with pytest.raises(ValueError, match="exhausted"):
+                    sparse_encode_bytes(mech, vectors, [raw[:-8]], seeds)
+
+
+@pytest.mark.parametrize("mechanism", SPARSE_BYTE_MECHANISMS)
+def test_sparse_aggregate_vectors_reproduce(mechanism):
+    gen = _generator()
+    doc = _load(f"aggregate_sparse_{mechanism}.json")
+    tol = doc["tolerance"]
+    assert tol == 1e-12
+    for case in doc["cases"]:
+        task = parse_task(case["task"])
+        batch = gen.sparse_validator(task).validate([report_from_json(r) for r in case["reports"]])
+        assert not batch.dead_letters and batch.n_accepted == case["n"] == len(case["reports"])
+        agg = gen.sparse_aggregator(task)
+        acc = agg.add(0, agg.create_accumulator(0), batch.reports)
+        got = gen.sparse_accumulator_doc(agg, acc)
+        for key in ("n", "items", "sumsq", "pos"):
+            assert got.get(key) == case.get(key), key
+        if mechanism == "gaussian":  # float sums of float32 reports
+            assert _floats_close(got["sums"], case["sums"], tol)
+        else:
+            assert got["sums"] == case["sums"]  # exact integers
+        for key in ("mean", "variance"):
+            assert _floats_close(got[key], case[key], tol), key
+        if case.get("mean_norm2") is not None:
+            assert abs(got["mean_norm2"] - case["mean_norm2"]) <= tol * max(1.0, abs(case["mean_norm2"]))
+        # the shards of the reports merge to the same accumulator
+        half = len(case["reports"]) // 2
+        parts = [agg.add(0, agg.create_accumulator(0), batch.reports.take(np.arange(lo, hi)))
+                 for lo, hi in ((0, half), (half, len(case["reports"])))]
+        assert gen.sparse_accumulator_doc(agg, agg.merge(0, parts))["sums"] == got["sums"] or \
+            mechanism == "gaussian"
+
+
+def test_sparse_dead_letter_vectors_reproduce():
+    gen = _generator()
+    cases = _load("dead_letters_sparse.json")["cases"]
+    for case in cases:
+        task = parse_task(case["task"])
+        if case["stage"] == "json":
+            with pytest.raises(ValueError) as err:
+                report_from_json(case["report"])
+            assert err.value.reason == case["reason"], case["what"]
+            continue
+        batch = gen.sparse_validator(task).validate([report_from_json(case["report"])])
+        got = batch.dead_letters[0]["reason"] if batch.dead_letters else None
+        assert got == case["reason"], case["what"]
+    assert {c["reason"] for c in cases} >= {None, "missing_field", "invalid_payload", "out_of_domain",
+                                           "invalid_seed"}
+    assert {c["task"]["mechanism"] for c in cases} == set(SPARSE_BYTE_MECHANISMS) - {"sampling"}
+
+
+@pytest.mark.parametrize("family", SPARSE_HASHES)
+def test_sparse_hash_one_matches_the_vectorized_families(family):
+    rng = _rng(50, SPARSE_HASHES.index(family))
+    for b, d in ((1, 2), (1, 16), (4, 64), (8, 1000), (16, 2**40 + 3)):
+        seeds = rng.integers(0, 2**64 - 1, size=40, dtype=np.uint64, endpoint=True)
+        seeds[:3] = (0, 2**64 - 1, 2**63)
+        items = rng.integers(0, d, size=40).astype(np.uint64)
+        h, sg = bins_signs(family, seeds, items, b, d)
+        want = [(int(x), int(y)) for x, y in zip(h, sg)]
+        assert [sparse_hash_one(family, int(s), int(x), b, d) for s, x in zip(seeds, items)] == want
+    m = 13
+    xs = np.arange(1 << m, dtype=np.uint64)
+    assert [sparse_item_bits(int(x), m) for x in xs[:64]] == item_bits(xs[:64], m).tolist()
+    assert len(set(item_bits(xs, m).tolist())) == 1 << m  # a bijection of [0, 2**m)
+
+
+#: (mechanism, task keys) of the distribution tests: every noise and selection path
+_SPARSE_GRID = [
+    ("svme", {"domain_size": 32, "sparsity": 16, "privacy": "event"}),  # Laplace, b = 4
+    ("svme", {"domain_size": 16, "sparsity": 4}),  # Duchi, b = 1
+    ("svme", {"domain_size": 32, "sparsity": 4, "privacy": "event", "values": "binary"}),  # discrete
+    ("kfold", {"domain_size": 16, "sparsity": 4, "privacy": "event"}),
+    ("sampling", {"domain_size": 16, "sparsity": 3}),
+    ("harmony", {"domain_size": 8, "sparsity": 3}),
+    ("pckv", {"domain_size": 8, "sparsity": 3}),
+    ("gaussian", {"domain_size": 6, "sparsity": 3}),
+]
+
+
+def _sparse_mech(name: str, keys: dict, eps: float = 1.0):
+    task = parse_task({"task_id": "t", "kind": "sparse", "mechanism": name, "epsilon": eps, **keys})
+    return task, task.make_mechanism()
+
+
+def _sparse_byte_encode(mech, vectors: SparseVectors, rng: np.random.Generator, seeded: bool) -> Reports:
+    params = sparse_wire_params(mech)
+    width = 8 * (2 * params["k"] + 6 * params.get("bins", 1) + 4 * params["d"] + 48)
+    raw = rng.integers(0, 256, size=(vectors.n, width), dtype=np.uint8)
+    seeds = rng.integers(0, 2**64 - 1, size=vectors.n, dtype=np.uint64, endpoint=True) if seeded else None
+    return sparse_encode_bytes(mech, vectors, raw, seeds)[0]
+
+
+def _sparse_keys(mech, reports: Reports, x: int) -> np.ndarray:
+    """One integer per report naming a cell of a function of its output (a post-processing): the
+    signed code the server reads for item ``x`` (seeded), whether the item is ``x`` / a dummy and the
+    bit (Harmony, PCKV), coordinate ``x`` in quarter-sigma cells (Gaussian)."""
+    name = mech.name
+    if name == "gaussian":
+        return np.clip(np.floor(reports.reals[:, x] / mech.sigma * 4), -12, 12).astype(np.int64)
+    if name in ("harmony", "pckv"):
+        return 4 * (reports.values == x) + 2 * (reports.values >= mech.d) + (reports.reals[:, 0] > 0)
+    b = reports.reals.shape[1] if name == "svme" else 1
+    codes = reports.reals if name == "svme" else reports.reals.sum(axis=1, keepdims=True)
+    fam = mech.params.hash_family if name == "svme" else mech.hash_family
+    d = mech.params.domain_size if name == "svme" else mech.d
+    h, sg = bins_signs(fam, reports.seeds, np.full(len(reports), x, dtype=np.uint64), b, d)
+    return (sg * codes[np.arange(len(reports)), h]).astype(np.int64)
+
+
+def _one_vector(n: int, entries: dict[int, float]) -> SparseVectors:
+    items = np.array(list(entries), dtype=np.uint64)
+    vals = np.array(list(entries.values()), dtype=np.float64)
+    return SparseVectors(np.arange(n + 1) * len(items), np.tile(items, n), np.tile(vals, n))
+
+
+def _chi2_p(a: np.ndarray, b: np.ndarray) -> float:
+    keys = np.union1d(a, b)
+    table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (a, b)])
+    table = table[:, table.sum(axis=0) >= 10]  # cells with enough mass for the chi-square approximation
+    return 1.0 if table.shape[1] < 2 else float(stats.chi2_contingency(table)[1])
+
+
+@pytest.mark.parametrize(("mechanism", "keys"), _SPARSE_GRID)
+@pytest.mark.statistical
+def test_sparse_byte_outputs_match_the_mechanisms_encoder(mechanism, keys):
+    """Two-sample chi-square (byte-driven against ``mechanism.encode``, 20,000 reports each) on the output
+    cells of one input with k + 1 non-zeros (so truncation runs) holding item 1; fail at p < 1e-6."""
+    task, mech = _sparse_mech(mechanism, keys)
+    rng = _rng(51, _SPARSE_GRID.index((mechanism, keys)))
+    k, n = task.sparsity, 20_000
+    binary = task.values == "binary"
+    entries = {i: (1.0 if binary else [1.0, -0.4, 0.7, -1.0][(i - 1) % 4]) for i in range(1, k + 2)}
+    vec = _one_vector(n, entries)
+    a = _sparse_keys(mech, _sparse_byte_encode(mech, vec, rng, mechanism in ("svme", "kfold", "sampling")), 1)
+    b = _sparse_keys(mech, to_reports(mech, mech.encode(vec, rng=rng)[0]), 1)
+    assert _chi2_p(a, b) > 1e-6
+
+
+#: the grid without the clip-shrunk (biased) SVME Duchi round
+_SPARSE_UNBIASED = [g for g in _SPARSE_GRID if g != ("svme", {"domain_size": 16, "sparsity": 4})]
+
+
+@pytest.mark.parametrize(("mechanism", "keys"), _SPARSE_UNBIASED)
+@pytest.mark.statistical
+def test_sparse_byte_driven_estimates_are_unbiased(mechanism, keys):
+    """Estimates from 20,000 byte-driven reports of a skewed population (at most k non-zeros each, no
+    binding clip) lie within 5 of their own standard deviations of the true means, per item (a false
+    failure rate of about 6e-7 per item)."""
+    task, mech = _sparse_mech(mechanism, keys)
+    rng = _rng(52, _SPARSE_GRID.index((mechanism, keys)))
+    d, k, n = task.domain_size, task.sparsity, 20_000
+    counts = rng.integers(0, k + 1, size=n)
+    items = np.concatenate([rng.choice(max(k, d // 2), size=c, replace=False) for c in counts])
+    vals = np.ones(items.size) if task.values == "binary" else rng.uniform(-1.0, 1.0, items.size)
+    vec = SparseVectors(np.concatenate(([0], np.cumsum(counts))), items.astype(np.uint64), vals)
+    reports = _sparse_byte_encode(mech, vec, rng, mechanism in ("svme", "kfold", "sampling"))
+    agg = _generator().sparse_aggregator(task)
+    est = agg.estimate(agg.add(0, agg.create_accumulator(0), reports))
+    truth = vec.mean_at(np.arange(d, dtype=np.uint64))
+    z = (est.mean - truth) / np.sqrt(est.variance)
+    assert np.all(np.abs(z) < 5), z
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
+@pytest.mark.parametrize(("mechanism", "keys"), _SPARSE_GRID)
+@pytest.mark.statistical
+def test_sparse_byte_outputs_pass_the_epsilon_ldp_audit(mechanism, keys, eps):
+    """The Clopper-Pearson audit (level 1e-6 per cell) on the output cells of two neighbouring inputs:
+    item 1 at +1 and at -1 (binary: 1 and absent), the other entries equal; 50,000 reports each."""
+    task, mech = _sparse_mech(mechanism, keys, eps)
+    rng = _rng(53, _SPARSE_GRID.index((mechanism, keys)), int(eps * 2))
+    n = 50_000
+    binary = task.values == "binary"
+    v1 = _one_vector(n, {1: 1.0, 2: 1.0 if binary else 0.5})
+    v2 = _one_vector(n, {2: 1.0} if binary else {1: -1.0, 2: 0.5})
+    seeded = mechanism in ("svme", "kfold", "sampling")
+    k1 = _sparse_keys(mech, _sparse_byte_encode(mech, v1, rng, seeded), 1)
+    k2 = _sparse_keys(mech, _sparse_byte_encode(mech, v2, rng, seeded), 1)
+    assert _worst_ratio(k1, k2) <= math.exp(eps)
+
+
+def test_sparse_encode_bytes_refuses_bad_calls():
+    _, svme = _sparse_mech("svme", {"domain_size": 16, "sparsity": 4})
+    _, harmony = _sparse_mech("harmony", {"domain_size": 16, "sparsity": 4})
+    one = _one_vector(1, {3: 0.5})
+    with pytest.raises(ValueError, match="public seeds"):
+        sparse_encode_bytes(svme, one, [bytes(64)])
+    with pytest.raises(ValueError, match="no seeds"):
+        sparse_encode_bytes(harmony, one, [bytes(64)], np.zeros(1, dtype=np.uint64))
+    with pytest.raises(ValueError, match="outside"):
+        sparse_encode_bytes(harmony, _one_vector(1, {16: 0.5}), [bytes(64)])
+    with pytest.raises(ValueError, match="more than once"):
+        sparse_encode_bytes(harmony, SparseVectors([0, 2], np.array([3, 3], dtype=np.uint64), [0.5, 0.5]),
+                            [bytes(64)])
+    _, binary = _sparse_mech("harmony", {"domain_size": 16, "sparsity": 4, "values": "binary"})
+    with pytest.raises(ValueError, match="0 or 1"):
+        sparse_encode_bytes(binary, one, [bytes(64)])
+
+
+# ------------------------------------------------------------------------------------------------
+# the task's client parameters (docs/wire_format.md, section 5)
+# ------------------------------------------------------------------------------------------------
+def test_client_parameters_are_the_vectors_params(tmp_path, capsys):
+    names = [f"encode_{m}.json" for m in BYTE_MECHANISMS] + [f"memo_{m}.json" for m in MEMO_BYTE_MECHANISMS] \
+        + [f"encode_sparse_{m}.json" for m in SPARSE_BYTE_MECHANISMS]
+    for name in names:
+        for case in _load(name)["cases"]:
+            task = parse_task(case["task"])
+            doc = client_params_document(task)
+            assert doc == {"task_id": task.task_id, "vectors_version": 1, "params": case["params"]}, name
+    path = tmp_path / "task.json"
+    case = _load("memo_memo-grr.json")["cases"][0]
+    path.write_text(json.dumps(case["task"]), encoding="utf-8")
+    assert vectors_main([str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["params"] == case["params"]
+    path.write_text(json.dumps({**case["task"], "epsilon": -1}), encoding="utf-8")
+    assert vectors_main([str(path)]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

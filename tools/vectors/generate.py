@@ -16,6 +16,11 @@ Three kinds of file, all deterministic (explicit seeds):
   permanent response (:func:`ldp.vectors.memo_report_bytes`).
 * ``dead_letters.json``: refused reports -> the dead-letter reason (the JSON-form mapping
   :func:`ldp.vectors.report_from_json`, then ``ReportValidator``).
+* ``encode_numeric_<mechanism>.json``, ``aggregate_numeric_<mechanism>.json``, ``dead_letters_numeric.json``:
+  the numeric mechanisms (:func:`ldp.vectors.numeric_encode_bytes`).
+* ``encode_sparse_<mechanism>.json``, ``aggregate_sparse_<mechanism>.json``, ``dead_letters_sparse.json``:
+  the sparse-vector mechanisms (:func:`ldp.vectors.sparse_encode_bytes`; input entries, public seed and
+  the hash of each entry, random bytes -> report; reports -> exact per-item sums and the estimates).
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ if str(ROOT) not in sys.path:
 
 from ldp.numeric.mechanisms import make_numeric_mechanism  # noqa: E402
 from ldp.reports import Reports  # noqa: E402
+from ldp.sparse.accumulate import TableAccumulator, table_sums  # noqa: E402
+from ldp.sparse.aggregate import SparseAggregator  # noqa: E402
+from ldp.sparse.vectors import SparseVectors  # noqa: E402
 from ldp.task import parse_task  # noqa: E402
 from ldp.vectors import (  # noqa: E402
     MEMO_BYTE_MECHANISMS,
@@ -48,6 +56,9 @@ from ldp.vectors import (  # noqa: E402
     numeric_wire_params,
     report_from_json,
     reports_to_json,
+    sparse_encode_bytes,
+    sparse_hash_one,
+    sparse_wire_params,
     wire_params,
 )
 from transforms.records import ReportValidator  # noqa: E402
@@ -186,6 +197,237 @@ def _numeric_dead_letter_cases() -> list[dict[str, Any]]:
     b = make_numeric_mechanism("square-wave", epsilon=1.0).sw.b
     case("square-wave at -b", "square-wave", {"epsilon": 1.0}, [-b], None)
     case("square-wave beyond 1 + b", "square-wave", {"epsilon": 1.0}, [1.0 + b + 0.01], None)
+    return out
+
+
+#: sparse-vector mechanisms' parameter sets (task keys beyond task_id, kind and mechanism)
+SPARSE_CASES: dict[str, list[dict[str, Any]]] = {
+    "svme": [
+        {"epsilon": 1.0, "domain_size": 64, "sparsity": 16, "privacy": "event"},  # Laplace, b = 4
+        {"epsilon": 1.0, "domain_size": 16, "sparsity": 4},  # Duchi, b = 1
+        {"epsilon": 2.0, "domain_size": 32, "sparsity": 4, "privacy": "event", "values": "binary"},
+        {"epsilon": 1.0, "domain_size": 64, "sparsity": 16, "privacy": "event",
+         "params": {"hash_family": "mix64"}},
+        {"epsilon": 0.5, "domain_size": 40, "sparsity": 9, "privacy": "event",
+         "params": {"hash_family": "blake2b"}},
+    ],
+    "kfold": [{"epsilon": 1.0, "domain_size": 16, "sparsity": 4, "privacy": "event"},
+              {"epsilon": 2.0, "domain_size": 32, "sparsity": 3, "params": {"hash_family": "mix64"}}],
+    "sampling": [{"epsilon": 1.0, "domain_size": 16, "sparsity": 4},
+                 {"epsilon": 0.5, "domain_size": 100, "sparsity": 2, "params": {"hash_family": "blake2b"}}],
+    "gaussian": [{"epsilon": 0.5, "domain_size": 8, "sparsity": 2},
+                 {"epsilon": 2.0, "domain_size": 5, "sparsity": 2, "params": {"calibration": "analytic"}}],
+    "harmony": [{"epsilon": 1.0, "domain_size": 16, "sparsity": 4},
+                {"epsilon": 4.0, "domain_size": 200, "sparsity": 3, "values": "binary"}],
+    "pckv": [{"epsilon": 1.0, "domain_size": 16, "sparsity": 4},
+             {"epsilon": 2.0, "domain_size": 50, "sparsity": 2, "values": "binary"}],
+}
+#: mechanisms whose reports carry a public seed
+SEEDED_SPARSE = ("svme", "kfold", "sampling")
+#: tolerance of the Gaussian reals in other languages (the only ones through ``log``): one float32 ulp,
+#: ``|got - want| <= SPARSE_REAL_TOLERANCE * max(1, |want|)``; Python reproduces them exactly
+SPARSE_REAL_TOLERANCE = 2.0**-22
+
+
+def _sparse_task(mechanism: str, index: int, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"task_id": f"wire-{mechanism}-{index}", "kind": "sparse", "mechanism": mechanism, **extra}
+
+
+def sparse_aggregator(task: Any) -> SparseAggregator:
+    """The aggregator of a sparse vector task over every item (the whole-vector table where it exists)."""
+    try:
+        return SparseAggregator(task)
+    except ValueError:
+        return SparseAggregator(task, items=np.arange(task.domain_size))
+
+
+def _sparse_inputs(task: Any, n: int, rng: np.random.Generator, skew: bool = False) -> list[dict[str, list]]:
+    """``n`` input vectors as ``{"items": [...], "values": [...]}`` in a shuffled order: from 0 to k + 2
+    entries (some clients truncated), some zero values, real values partly outside [-1, 1] (clipped); the
+    first has k + 2 non-zeros (truncated), the second none (a pure-noise report)."""
+    d, k = task.domain_size, task.sparsity
+    out = []
+    for i in range(n):
+        m = {0: min(d, k + 2), 1: 0}.get(i, min(d, int(rng.integers(0, k + 3))))
+        pool = max(m, d // 3) if skew else d
+        items = rng.choice(pool, size=m, replace=False).astype(int).tolist()
+        zero = rng.random(m) < (0.1 if i else 0.0)
+        if task.values == "binary":
+            vals = np.where(zero, 0.0, 1.0).tolist()
+        else:
+            vals = rng.uniform(-1.3, 1.3, size=m)
+            vals[zero] = 0.0
+            vals = vals.tolist()
+        out.append({"items": items, "values": vals})
+    return out
+
+
+def _as_vectors(inputs: list[dict[str, list]]) -> SparseVectors:
+    counts = [len(x["items"]) for x in inputs]
+    items = [i for x in inputs for i in x["items"]]
+    vals = [v for x in inputs for v in x["values"]]
+    return SparseVectors(np.concatenate(([0], np.cumsum(counts))), np.array(items, dtype=np.uint64),
+                         np.array(vals, dtype=np.float64))
+
+
+def _sparse_width(params: dict[str, Any]) -> int:
+    """Random bytes a report gets (far more than any report of the vectors consumes)."""
+    return 8 * (2 * params["k"] + 8 * params.get("bins", 1) + 4 * params["d"] + 64)
+
+
+def _sparse_encode_case(mechanism: str, index: int, extra: dict[str, Any], rng: np.random.Generator) -> dict:
+    task_json = _sparse_task(mechanism, index, extra)
+    task = parse_task(task_json)
+    mech = task.make_mechanism()
+    params = sparse_wire_params(mech)
+    n = 8
+    inputs = _sparse_inputs(task, n, rng)
+    raw = rng.integers(0, 256, size=(n, _sparse_width(params)), dtype=np.uint8)
+    seeds = None
+    if mechanism in SEEDED_SPARSE:
+        seeds = rng.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
+        seeds[: len(EDGE_SEEDS)] = np.array(EDGE_SEEDS, dtype=np.uint64)
+    reports, used = sparse_encode_bytes(mech, _as_vectors(inputs), raw, seeds)
+    records = reports_to_json(task.task_id, reports, EVENT_MS + 1000 * np.arange(n))
+    bins = params.get("bins", 1)
+    vectors = []
+    for i in range(n):
+        hashes = None
+        if seeds is not None:
+            hashes = [list(sparse_hash_one(params["family"], int(seeds[i]), x, bins, task.domain_size))
+                      for x in inputs[i]["items"]]
+        vectors.append({
+            "input": inputs[i],
+            "seed_u64": None if seeds is None else str(int(seeds[i])),
+            "hashes": hashes,
+            "random": raw[i, : used[i]].tobytes().hex(),
+            "event_time": EVENT_MS + 1000 * i,
+            "report": records[i],
+        })
+    return {"task": task_json, "params": params, "vectors": vectors}
+
+
+def sparse_accumulator_doc(agg: SparseAggregator, acc: Any) -> dict[str, Any]:
+    """The language-neutral content of a sparse accumulator and its estimate: ``n``, the exact per-item
+    sums (``sum_i s_i(x) code_i[h_i(x)]``; Harmony and PCKV ``n1 - n2``, the Gaussian's float sums),
+    SVME's ``sumsq``, PCKV's ``pos`` (``n1``), then ``mean`` and ``variance`` per item."""
+    mech = agg.mechanism
+    est = agg.estimate(acc)
+    if hasattr(mech, "raw_sums"):
+        _, sums = mech.raw_sums(acc)
+    elif isinstance(acc, TableAccumulator):
+        _, sums = table_sums(acc, 1, mech.d)
+    else:
+        sums = acc.sums
+    out: dict[str, Any] = {"n": int(acc.n), "items": [int(x) for x in est.items]}
+    if mech.name == "gaussian":
+        out["sums"] = np.asarray(sums, dtype=np.float64).tolist()
+    else:
+        out["sums"] = [int(x) for x in sums]
+    if mech.name == "svme":
+        out["sumsq"] = int(acc.sumsq)
+        out["mean_norm2"] = est.mean_norm2
+    if mech.name == "pckv":
+        out["pos"] = [int(x) for x in acc.pos]
+    out["mean"] = np.asarray(est.mean, dtype=np.float64).tolist()
+    out["variance"] = np.asarray(est.variance, dtype=np.float64).tolist()
+    return out
+
+
+def sparse_validator(task: Any) -> ReportValidator:
+    return ReportValidator(task, sparse_aggregator(task).validation_oracle(0))
+
+
+def _sparse_aggregate_case(
+    mechanism: str, index: int, extra: dict[str, Any], rng: np.random.Generator
+) -> dict:
+    task_json = _sparse_task(mechanism, index, extra)
+    task = parse_task(task_json)
+    mech = task.make_mechanism()
+    params = sparse_wire_params(mech)
+    n = 30
+    inputs = _sparse_inputs(task, n, rng, skew=True)
+    raw = rng.integers(0, 256, size=(n, _sparse_width(params)), dtype=np.uint8)
+    seeds = None
+    if mechanism in SEEDED_SPARSE:
+        seeds = rng.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
+    reports, _ = sparse_encode_bytes(mech, _as_vectors(inputs), raw, seeds)
+    records = reports_to_json(task.task_id, reports, EVENT_MS + 1000 * np.arange(n))
+    batch = sparse_validator(task).validate([report_from_json(r) for r in records])
+    if batch.dead_letters:
+        raise RuntimeError(f"{task.task_id}: a generated report was refused: {batch.dead_letters[0]}")
+    agg = sparse_aggregator(task)
+    acc = agg.add(0, agg.create_accumulator(0), batch.reports)
+    return {"task": task_json, "reports": records, **sparse_accumulator_doc(agg, acc)}
+
+
+def _sparse_dead_letter_cases() -> list[dict[str, Any]]:
+    """Refused (and a few accepted) sparse reports, each a small change of a valid report."""
+    lap = _sparse_task("svme", 0, SPARSE_CASES["svme"][0])
+    duchi = _sparse_task("svme", 1, SPARSE_CASES["svme"][1])
+    kfold = _sparse_task("kfold", 0, SPARSE_CASES["kfold"][0])
+    harmony = _sparse_task("harmony", 0, SPARSE_CASES["harmony"][0])
+    pckv = _sparse_task("pckv", 0, SPARSE_CASES["pckv"][0])
+    gauss = _sparse_task("gaussian", 0, SPARSE_CASES["gaussian"][0])
+    top = sparse_wire_params(parse_task(lap).make_mechanism())["max_code"]
+
+    def base(task: dict[str, Any], **payload: Any) -> dict[str, Any]:
+        rec = {"task_id": task["task_id"], "schema_version": 2, "event_time": EVENT_MS, "group": 0,
+               "value": None, "seed": None, "bits": None, "items": None, "reals": None, "client_id": None}
+        rec.update(payload)
+        return rec
+
+    seed = "-6406931151052310911"
+    s = base(lap, seed=seed, reals=[3.0, -1.0, 0.0, float(top)])
+    u = base(duchi, seed=seed, reals=[1.0])
+    f = base(kfold, seed=seed, reals=[1.0, -1.0, -1.0, 1.0])
+    h = base(harmony, value=15, reals=[-1.0])
+    p = base(pckv, value=16 + 3, reals=[1.0])
+    g = base(gauss, reals=[0.5, -3.25, 12.0, 0.0, 1e300, -7.5, 2.0, 0.125])
+    cases: list[tuple[str, dict[str, Any], object]] = [
+        ("a valid SVME report (codes up to max_code)", lap, s),
+        ("SVME codes written as JSON integers", lap, {**s, "reals": [3, -1, 0, top]}),
+        ("SVME code max_code + 1", lap, {**s, "reals": [0.0, 0.0, 0.0, float(top + 1)]}),
+        ("SVME code -(max_code + 1)", lap, {**s, "reals": [float(-top - 1), 0.0, 0.0, 0.0]}),
+        ("SVME code not an integer", lap, {**s, "reals": [0.5, 0.0, 0.0, 0.0]}),
+        ("SVME: 3 codes for 4 bins", lap, {**s, "reals": [0.0, 0.0, 0.0]}),
+        ("SVME: reals absent", lap, {**s, "reals": None}),
+        ("SVME: seed absent", lap, {**s, "seed": None}),
+        ("SVME: seed a JSON number", lap, {**s, "seed": 5}),
+        ("SVME: a value (unused payload)", lap, {**s, "value": 1}),
+        ("SVME: a code that is a string", lap, {**s, "reals": ["1", 0.0, 0.0, 0.0]}),
+        ("a valid SVME Duchi report", duchi, u),
+        ("SVME Duchi bin 0", duchi, {**u, "reals": [0.0]}),
+        ("SVME Duchi bin 3", duchi, {**u, "reals": [3.0]}),
+        ("a valid k-fold report (k bits)", kfold, f),
+        ("k-fold bit 2", kfold, {**f, "reals": [1.0, 2.0, -1.0, 1.0]}),
+        ("k-fold: k - 1 bits", kfold, {**f, "reals": [1.0, -1.0, 1.0]}),
+        ("a valid Harmony report", harmony, h),
+        ("Harmony item = d", harmony, {**h, "value": 16}),
+        ("Harmony item negative", harmony, {**h, "value": -1}),
+        ("Harmony bit 0.5", harmony, {**h, "reals": [0.5]}),
+        ("Harmony with a seed (unused payload)", harmony, {**h, "seed": seed}),
+        ("Harmony: value absent", harmony, {**h, "value": None}),
+        ("a valid PCKV report (a dummy key d + k - 1)", pckv, p),
+        ("PCKV key d + k", pckv, {**p, "value": 16 + 4}),
+        ("PCKV bit 0", pckv, {**p, "reals": [0.0]}),
+        ("a valid Gaussian report (d doubles, any finite values)", gauss, g),
+        ("Gaussian: d - 1 doubles", gauss, {**g, "reals": g["reals"][:-1]}),
+        ("Gaussian: d + 1 doubles", gauss, {**g, "reals": [*g["reals"], 0.0]}),
+    ]
+    out = []
+    for what, task_json, report in cases:
+        task = parse_task(task_json)
+        stage, reason = "validator", None
+        try:
+            rec = report_from_json(report)
+        except WireFormatError as exc:
+            stage, reason = "json", exc.reason
+        else:
+            batch = sparse_validator(task).validate([rec])
+            if batch.dead_letters:
+                reason = batch.dead_letters[0]["reason"]
+        out.append({"what": what, "task": task_json, "report": report, "stage": stage, "reason": reason})
     return out
 
 
@@ -411,6 +653,19 @@ def build_vectors() -> dict[str, Any]:
             "cases": [_numeric_aggregate_case(name, i, c, rng) for i, c in enumerate(cases)],
         }
     files["dead_letters_numeric.json"] = {**head, "cases": _numeric_dead_letter_cases()}
+    for k, (name, cases) in enumerate(SPARSE_CASES.items()):
+        rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(6, k)))
+        files[f"encode_sparse_{name}.json"] = {
+            **head, "mechanism": name,
+            **({"real_tolerance": SPARSE_REAL_TOLERANCE} if name == "gaussian" else {}),
+            "cases": [_sparse_encode_case(name, i, c, rng) for i, c in enumerate(cases)],
+        }
+        rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(7, k)))
+        files[f"aggregate_sparse_{name}.json"] = {
+            **head, "mechanism": name, "tolerance": TOLERANCE,
+            "cases": [_sparse_aggregate_case(name, i, c, rng) for i, c in enumerate(cases)],
+        }
+    files["dead_letters_sparse.json"] = {**head, "cases": _sparse_dead_letter_cases()}
     return files
 
 

@@ -12,6 +12,9 @@
  * permanent response, fresh instantaneous noise per report) or `--secret fresh` (a new WebCrypto secret per
  * report: the one-report distribution of fresh users), or `--memo M` (the instantaneous step alone on the
  * memo `M`: an integer, or rappor's bits as a 0/1 string).
+ *
+ * `--wire FILE`: the task's client parameters (`python -m ldp.vectors TASK.json`), whose thresholds the
+ * client then uses.
  */
 
 import { readFileSync, writeFileSync } from "node:fs";
@@ -19,6 +22,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { toBase64 } from "./base64.js";
 import { Client } from "./client.js";
 import { MEMO_MECHANISMS, MemoClient, fromHex, instantaneous, memoSpecFromTask, memoWireParams, newSecret } from "./memo.js";
+import { applyWire } from "./wire.js";
 import type { Payload } from "./oracles.js";
 import { CryptoSource } from "./random.js";
 
@@ -39,10 +43,12 @@ function main(): void {
   const value = Number(args.get("value"));
   const count = Number(args.get("count"));
   if (!Number.isInteger(count) || count < 1) throw new Error("--count must be a positive integer");
+  const wireFile = args.get("wire");
+  const wire = wireFile === undefined ? undefined : JSON.parse(readFileSync(wireFile, "utf-8"));
   const src = new CryptoSource(65536);
   let client: { params: object; payload(value: number, src: CryptoSource): Payload };
   if ((MEMO_MECHANISMS as readonly string[]).includes(task.mechanism)) {
-    const params = memoWireParams(memoSpecFromTask(task));
+    const params = applyWire(memoWireParams(memoSpecFromTask(task)), wire, task.task_id);
     const memoArg = args.get("memo");
     const secretArg = args.get("secret");
     if (memoArg !== undefined) {
@@ -55,15 +61,15 @@ function main(): void {
         },
       };
     } else if (secretArg === "fresh") {
-      client = { params, payload: (v, s) => MemoClient.fromTask(task, newSecret()).payload(v, s) };
+      client = { params, payload: (v, s) => MemoClient.fromTask(task, newSecret(), { wire }).payload(v, s) };
     } else if (secretArg !== undefined) {
-      const user = MemoClient.fromTask(task, fromHex(secretArg));
+      const user = MemoClient.fromTask(task, fromHex(secretArg), { wire });
       client = { params, payload: (v, s) => user.payload(v, s) };
     } else {
       throw new Error("a memoized task needs --secret HEX, --secret fresh or --memo M");
     }
   } else {
-    client = Client.fromTask(task);
+    client = Client.fromTask(task, { wire });
   }
   const values: number[] = [];
   const seeds: string[] = [];

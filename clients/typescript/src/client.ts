@@ -6,6 +6,7 @@
 import { toBase64 } from "./base64.js";
 import { type Mechanism, MECHANISMS, type OracleSpec, type Payload, type WireParams, encodePayload, wireParams } from "./oracles.js";
 import { CryptoSource, type RandomSource, cryptoSeed } from "./random.js";
+import { applyWire } from "./wire.js";
 
 /** The wire format version these reports follow (schemas/report.avsc). */
 export const SCHEMA_VERSION = 2;
@@ -121,18 +122,19 @@ export class Client {
   readonly params: WireParams;
   private crypto: CryptoSource | undefined;
 
-  constructor(taskId: string, spec: OracleSpec) {
+  /** `wire`: the task's client parameters ({@link applyWire}), whose thresholds the client then uses. */
+  constructor(taskId: string, spec: OracleSpec, wire?: unknown) {
     if (typeof taskId !== "string" || taskId.length === 0) throw new Error("task_id must be a non-empty string");
     this.taskId = taskId;
-    this.params = wireParams(spec);
+    this.params = applyWire(wireParams(spec), wire, taskId);
   }
 
-  /** The client of a task file's JSON (see {@link specFromTask}). */
-  static fromTask(task: unknown): Client {
+  /** The client of a task file's JSON (see {@link specFromTask}); `wire`: its client parameters. */
+  static fromTask(task: unknown, options: { wire?: unknown } = {}): Client {
     const t = obj(task, "task");
     const sv = t.schema_version ?? SCHEMA_VERSION;
     if (sv !== SCHEMA_VERSION) throw new Error(`schema_version ${String(sv)}: this client writes version ${SCHEMA_VERSION}`);
-    return new Client(t.task_id as string, specFromTask(t));
+    return new Client(t.task_id as string, specFromTask(t), options.wire);
   }
 
   private cryptoSource(): CryptoSource {

@@ -52,3 +52,4 @@ export {
   prfWords,
 } from "./memo.js";
 export { hmacSha256, sha256 } from "./sha256.js";
+export { applyWire } from "./wire.js";

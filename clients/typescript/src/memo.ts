@@ -11,6 +11,7 @@ import { gf2Hash } from "./hash.js";
 import { type Payload, MAX_EPSILON, MAX_DOMAIN, MIN_SAMPLED_PROBABILITY } from "./oracles.js";
 import { CryptoSource, type RandomSource, bernoulli, bitLength, threshold, uniform } from "./random.js";
 import { hmacSha256 } from "./sha256.js";
+import { applyWire } from "./wire.js";
 
 export const MEMO_MECHANISMS = ["memo-grr", "rappor", "memo-olh", "loloha"] as const;
 export type MemoMechanism = (typeof MEMO_MECHANISMS)[number];
@@ -368,18 +369,22 @@ export class MemoClient {
   private readonly secret: Uint8Array;
   private crypto: CryptoSource | undefined;
 
-  constructor(taskId: string, spec: MemoSpec, secret: Uint8Array) {
+  /** `wire`: the task's client parameters ({@link applyWire}), whose thresholds the client then uses. */
+  constructor(taskId: string, spec: MemoSpec, secret: Uint8Array, wire?: unknown) {
     if (typeof taskId !== "string" || taskId.length === 0) throw new Error("task_id must be a non-empty string");
     if (secret.length < 16) throw new Error("secret must be at least 16 bytes");
     this.taskId = taskId;
-    this.params = memoWireParams(spec);
+    this.params = applyWire(memoWireParams(spec), wire, taskId);
     this.secret = Uint8Array.from(secret);
   }
 
-  /** The client of a task file, with the secret given or kept in `storage` ({@link loadOrCreateSecret}). */
-  static fromTask(task: unknown, secret: Uint8Array | SecretStorage): MemoClient {
+  /**
+   * The client of a task file, with the secret given or kept in `storage` ({@link loadOrCreateSecret});
+   * `wire`: the task's client parameters.
+   */
+  static fromTask(task: unknown, secret: Uint8Array | SecretStorage, options: { wire?: unknown } = {}): MemoClient {
     const s = secret instanceof Uint8Array ? secret : loadOrCreateSecret(secret);
-    return new MemoClient((task as Json).task_id as string, memoSpecFromTask(task), s);
+    return new MemoClient((task as Json).task_id as string, memoSpecFromTask(task), s, options.wire);
   }
 
   /** The permanent state of `value` (for ledgers and tests). */
