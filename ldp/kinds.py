@@ -13,6 +13,15 @@ A :class:`Kind` names, for one kind of task,
   batch_size, assignment)``, ``default_dataset``, ``datasets`` (help text), ``assignments``,
   ``users_from_dataset`` and ``bad_template(task)`` (valid reports of one group, for the bad-record
   variants).
+* its capabilities, read through the registry wherever the stack treats kinds differently:
+  ``ldp_reports`` (devices send locally randomized reports; False for central DP, where a trusted
+  aggregator receives raw records: the collector refuses such tasks and ``ldp-beam privacy`` accounts
+  them centrally), ``shuffle_allowed`` (reports may go through the shuffler: the task model accepts an
+  ``anonymity`` section and ``epsilon: "auto"``; the kind's task section must then list ``anonymity``
+  among its keys) and ``typescript_client`` (the TypeScript client encodes its reports: the collector's
+  ``--demo_page``);
+* ``example`` (a small valid task) and ``example_aggregator(task)`` (an aggregator of it, for kinds whose
+  aggregator needs a job's inputs such as queries or a workload; tests run every kind through it).
 
 Pieces are callables; :func:`ref` names one as ``"module:attribute"`` and imports it on first call, so
 this module imports no kind's module until the kind is used, and nothing here imports Beam. Adding a kind
@@ -46,6 +55,7 @@ __all__ = [
     "make_aggregator",
     "row_kind",
     "row_kinds",
+    "shuffle_allowed",
 ]
 
 
@@ -131,6 +141,21 @@ class Kind:
     description: str = ""
     #: a small valid task of the kind (tests probe the task model around it)
     example: Mapping[str, object] | None = None
+    #: ``(task) -> Aggregator`` for :attr:`example` (None: ``aggregator(task)`` needs nothing more)
+    example_aggregator: Callable[[Any], Any] | None = None
+    #: devices send locally randomized reports (False: central DP, raw records at a trusted aggregator)
+    ldp_reports: bool = True
+    #: reports may be collected through the shuffler (the task's ``anonymity`` section)
+    shuffle_allowed: bool = False
+    #: the TypeScript client (``clients/typescript``) encodes reports of this kind
+    typescript_client: bool = False
+
+    def make_example_aggregator(self, task: Any) -> Any:
+        """An aggregator of a task like :attr:`example`: ``example_aggregator(task)``, else
+        ``aggregator(task)``."""
+        if self.example_aggregator is not None:
+            return self.example_aggregator(task)
+        return self.aggregator(task)
 
     def make_job_aggregator(self, ns: argparse.Namespace, task: Any) -> Any:
         """The aggregator of the shared job: ``job_aggregator(ns, task)``, else ``aggregator(task)``."""
@@ -166,7 +191,16 @@ def _problems(kind: Kind, replace: bool) -> list[str]:
             out.append(f"{what}: store output {rk.store_output!r} has no flatten function")
         elif not rk.schema:
             out.append(f"{what}: no Avro schema")
-    for name in ("population", "bad_template", "job_flags", "job_aggregator"):
+    takes_anonymity = isinstance(kind.task, _task.TaskKind) and "anonymity" in kind.task.keys
+    if kind.shuffle_allowed and not kind.ldp_reports:
+        out.append("shuffle_allowed needs ldp_reports (the shuffler amplifies local randomizers)")
+    if kind.shuffle_allowed and not takes_anonymity:
+        out.append("shuffle_allowed needs 'anonymity' among its task section's keys")
+    if takes_anonymity and not kind.shuffle_allowed:
+        out.append("its task section takes 'anonymity' but the kind does not declare shuffle_allowed")
+    if kind.typescript_client and not kind.ldp_reports:
+        out.append("typescript_client needs ldp_reports (the client sends randomized reports)")
+    for name in ("population", "bad_template", "job_flags", "job_aggregator", "example_aggregator"):
         v = getattr(kind, name)
         if v is not None and not callable(v):
             out.append(f"{name} must be callable")
@@ -219,6 +253,13 @@ def make_aggregator(task: Any, **job: Any) -> Any:
     return kind_of(task).aggregator(task, **job)
 
 
+def shuffle_allowed(name: str) -> bool:
+    """Whether tasks of the registered kind ``name`` may be collected through the shuffler (False for an
+    unknown kind)."""
+    kind = KINDS.get(name)
+    return kind is not None and kind.shuffle_allowed
+
+
 def row_kinds() -> list[RowKind]:
     """Every registered row type, kinds in registration order."""
     return [rk for k in KINDS.values() for rk in k.rows]
@@ -259,6 +300,23 @@ def _answer_row(row: object) -> bool:
     return hasattr(row, "answer") and hasattr(row, "query_index") and not hasattr(row, "strategy")
 
 
+def _range_example_aggregator(task: Any) -> Any:
+    """A range task's aggregator answering one query: the lower half of the first attribute."""
+    from ldp.aggregate.range import RangeAggregator
+    from ldp.rangequery.queries import parse_queries
+
+    half = max(task.domain_sizes[0] // 2 - 1, 0)
+    queries = parse_queries([{task.attribute_names[0]: [0, half]}], task.attribute_names, task.domain_sizes)
+    return RangeAggregator(task, queries)
+
+
+def _batch_example_aggregator(task: Any) -> Any:
+    """A batch task's aggregator of the identity workload, its noise seeded (answers not private)."""
+    from ldp.aggregate.batch import BatchAggregator, parse_workload_spec
+
+    return BatchAggregator(task, parse_workload_spec({"type": "identity"}, task), noise_seed=0)
+
+
 _FLATTEN = "ldp.store.flatten:"
 _POP = "ldp.populations:"
 
@@ -281,6 +339,8 @@ register(
         datasets="zipf[:EXPONENT], uniform, csv:PATH:COLUMN",
         bad_template=ref(_POP + "frequency_template"),
         description="frequency estimation (one value in [0, domain_size) per user)",
+        shuffle_allowed=True,
+        typescript_client=True,
         example={"task_id": "f", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4},
     )
 )
@@ -311,6 +371,8 @@ register(
         assignments=("random", "balanced", "user_id"),
         bad_template=ref(_POP + "range_template"),
         description="multi-dimensional range queries",
+        shuffle_allowed=True,
+        example_aggregator=_range_example_aggregator,
         example={
             "task_id": "r",
             "mechanism": "hdg",
@@ -339,6 +401,8 @@ register(
         datasets="gaussian[:RHO], laplace[:RHO], uniform, csv:PATH",
         bad_template=ref(_POP + "batch_template"),
         description="batch linear queries (CENTRAL DP: raw records at a trusted aggregator)",
+        ldp_reports=False,
+        example_aggregator=_batch_example_aggregator,
         example={
             "task_id": "b",
             "kind": "batch_queries",

@@ -146,7 +146,6 @@ __all__ = [
     "WindowConfig",
     "Attribute",
     "CentralTarget",
-    "ANONYMITY_KINDS",
     "TaskKind",
     "TASK_KINDS",
     "FREQUENCY_TASK_KIND",
@@ -230,8 +229,16 @@ _COMMON_KEYS = (
 _REQUIRED = ("task_id", "mechanism", "epsilon")
 #: The ``epsilon`` of a task whose local epsilon is chosen for its central target (``anonymity``).
 AUTO_EPSILON = "auto"
-#: Kinds of task that may be collected through the shuffler (the ``anonymity`` section).
-ANONYMITY_KINDS: tuple[str, ...] = ("frequency", "range")
+
+
+def _shuffle_allowed(kind: TaskKind) -> bool:
+    """Whether tasks of ``kind`` may be collected through the shuffler (the ``anonymity`` section): its
+    registry entry's ``shuffle_allowed`` (:mod:`ldp.kinds`)."""
+    from ldp import kinds
+
+    return kinds.shuffle_allowed(kind.name)
+
+
 #: The central target's keys of the ``anonymity`` section (the rest are ``ldp.anonymity``'s).
 _TARGET_KEYS = ("central_epsilon", "expected_reports")
 #: Local epsilons chosen for a central target are rounded down to a multiple of this.
@@ -1003,6 +1010,9 @@ def budget_summary(task: Task, windows: int | None = None) -> dict[str, object] 
     policy = getattr(task, "budget", None)
     if policy is None:
         return None
+    own = getattr(task, "budget_figures", None)  # a kind with its own accounting (numeric: the memo counter)
+    if callable(own):
+        return own(windows)
     from ldp.longitudinal.accounting import budget_summary as _summary
 
     oracle = task.make_oracle()
@@ -1865,7 +1875,7 @@ def parse_task(
     problems: Problems = []
     mechanism, task_kind = _check_mechanism(obj, problems)
     _check_keys(obj, task_kind, problems)
-    anonymous = task_kind is not None and task_kind.name in ANONYMITY_KINDS
+    anonymous = task_kind is not None and _shuffle_allowed(task_kind)
     common: dict[str, object] = {
         "task_id": _check_task_id(obj, problems),
         "mechanism": mechanism,

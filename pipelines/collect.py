@@ -31,6 +31,7 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
+from ldp.kinds import kind_of
 from ldp.task import TaskError, load_task, resolve_task
 from pipelines.cli import fail, job_parser, parse_job_args
 from pipelines.collector import AVRO_TYPE, JSON_TYPE, Collector, RequestError, RollingAvroWriter, make_checker
@@ -335,7 +336,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         fail(exc.one_line())
     demo = None
     if ns.demo_page is not None:
-        if task.kind != "frequency":
+        if not kind_of(task).typescript_client:
             fail(f"--demo_page needs a frequency task (the TypeScript client's oracles), not {task.kind}")
         try:
             demo = DemoPage(ns.demo_page, json.dumps(resolve_task(task)))

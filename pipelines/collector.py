@@ -326,13 +326,15 @@ class ReportChecker:
 
 
 def make_checker(task: Task) -> ReportChecker:
-    """The checker of a task of any LDP kind (frequency, range, sparse). ``batch_queries`` tasks (central
-    DP: raw records, not LDP reports) are refused with ``ValueError``."""
+    """The checker of a task of any kind whose devices send LDP reports (``ldp.kinds.Kind.ldp_reports``).
+    A central-DP kind (raw records at a trusted aggregator, e.g. ``batch_queries``) is refused with
+    ``ValueError``."""
     from ldp.aggregate import make_aggregator
+    from ldp.kinds import kind_of
 
-    if task.kind == "batch_queries":
+    if not kind_of(task).ldp_reports:
         raise ValueError(
-            f"task {task.task_id!r} is a batch_queries task (central DP: raw records); the collector takes "
+            f"task {task.task_id!r} is a {task.kind} task (central DP: raw records); the collector takes "
             "LDP reports only"
         )
     shuffled = bool(getattr(task, "shuffled", False))

@@ -220,14 +220,15 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     )  # fmt: skip
     dead.append(out["dead_letter"])
     counts.append(out["counts"])
-    all_dead = tuple(dead) | "AllDeadLetters" >> beam.Flatten() | "NoContent" >> ScrubDeadLetters()
+    scrub = ScrubDeadLetters(task_id=task.task_id)
+    all_dead = tuple(dead) | "AllDeadLetters" >> beam.Flatten() | "NoContent" >> scrub
     all_dead | "WriteDeadLetters" >> WriteDeadLetters(
-        ns.output, streaming=streaming, window_s=ns.dead_letter_window
+        ns.output, streaming=streaming, window_s=ns.dead_letter_window, task_id=task.task_id
     )
     if streaming:
         all_counts = tuple(counts) | "AllCounts" >> beam.Flatten()
-        per_window = all_counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window)
-        per_window | "WriteCounts" >> WriteCounts(ns.output)
+        per_window = all_counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window, task_id=task.task_id)
+        per_window | "WriteCounts" >> WriteCounts(ns.output, task_id=task.task_id)
     t0 = time.perf_counter()
     result = p.run()
     if streaming and ns.streaming_duration > 0 and not ns.input:

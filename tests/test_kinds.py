@@ -17,6 +17,7 @@ import schemas
 from ldp import kinds
 from ldp import task as T
 from ldp.aggregate import PANE_HEADER, OutputSpec, WindowInfo, pane_header
+from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
 from ldp.store.flatten import FlatItem, FlatPane, flatten_rows
 
@@ -74,12 +75,14 @@ class ToyRow(NamedTuple):
 class _ToyValidator:
     name = "toy-rr"
     report_fields = ("values",)
-    d = 2  # values in [0, d): the bad-record variants send d
+    payload = PayloadSpec((PayloadField("values", "int64", low=0, high=1),))  # the bad-record variants too
 
     def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         v = np.asarray(reports.values)
         ok = (v == 0) | (v == 1)
-        return ok, np.where(ok, None, "not_a_bit").astype(object)
+        reasons = np.full(len(v), None, dtype=object)
+        reasons[~ok] = Refusal("out_of_domain", "not_a_bit")
+        return ok, reasons
 
 
 class ToyAggregator:
@@ -240,11 +243,132 @@ def test_every_kind_has_one_entry_read_by_the_task_model_the_aggregator_and_the_
         assert k.example is not None, name
         task = T.parse_task(k.example)
         assert task.kind == name
-        if name not in ("range", "batch_queries"):  # those need their job's queries / workload
-            agg = make_aggregator(task)
-            assert agg.task is task
-        if name != "sparse":  # sparse populations are large by default (supersparse)
+        agg = k.make_example_aggregator(task)
+        assert agg.task is task
+        if k.example_aggregator is None:
+            assert type(make_aggregator(task)) is type(agg)
+        if k.population is not None:
             assert make_population(task, 50, seed=1).n_users == 50
+
+
+def _example_rows(kind: kinds.Kind, users: int, seed: int) -> list[Any]:
+    """The rows of one global window over a simulated population of the kind's example task."""
+    from ldp.aggregate import GroupAccumulators, accumulate, finalize_window
+    from pipelines.simulate import make_population
+
+    task = T.parse_task(kind.example)
+    agg = kind.make_example_aggregator(task)
+    pop = make_population(task, users, seed=seed)
+    accs = GroupAccumulators()
+    for _, chunk in pop.chunks(np.array([0, pop.n_users])):
+        groups = np.broadcast_to(np.asarray(chunk.groups), (len(chunk.reports),))
+        for g in np.unique(groups).tolist():
+            accumulate(agg, accs, g, chunk.reports.take(np.flatnonzero(groups == g)))
+    return finalize_window(agg, accs)
+
+
+def _assert_stored(kind: kinds.Kind, db: Path) -> None:
+    """Each row type the kind declares stored is in the store after one pane; its unstored ones are not."""
+    from ldp.store import open_store
+
+    rows = _example_rows(kind, 400, seed=11)
+    made = {type(r) for r in rows}
+    for rk in kind.rows:
+        assert rk.row_class in made, f"{kind.name}: the example made no {rk.row_class.__name__}"
+    task = T.parse_task(kind.example)
+    store = open_store(f"sqlite:///{db}", shared=False)
+    try:
+        store.write_task(task.task_id, kind=kind.name, mechanism=task.mechanism, epsilon=1.0, task_json=None)
+        written = store.write_pane(task.task_id, None, None, 0, "ON_TIME", rows)
+        got = store._b.query(
+            "SELECT output, COUNT(*) AS n FROM ldp_current WHERE task_id = ? GROUP BY output", (task.task_id,)
+        )
+    finally:
+        store.close()
+    by_output = {r["output"]: r["n"] for r in got}
+    stored = {rk.store_output for rk in kind.rows if rk.store_output is not None}
+    assert set(by_output) == stored, f"{kind.name}: declared {sorted(stored)}, stored {sorted(by_output)}"
+    assert all(n > 0 for n in by_output.values()) and sum(by_output.values()) == written
+
+
+@pytest.mark.parametrize("name", [n for n, k in kinds.KINDS.items() if k.population is not None])
+def test_every_kinds_rows_reach_the_store(name, tmp_path):
+    _assert_stored(kinds.KINDS[name], tmp_path / "store.db")
+
+
+def test_the_store_check_fails_when_a_kinds_rows_are_not_stored(tmp_path):
+    freq = kinds.KINDS["frequency"]
+    (rk,) = freq.rows
+    dropped = dataclasses.replace(freq, rows=(dataclasses.replace(rk, flatten=lambda rows, m, labels: []),))
+    kinds.register(dropped, replace=True)
+    try:
+        with pytest.raises(AssertionError, match="declared \\['estimates'\\], stored \\[\\]"):
+            _assert_stored(dropped, tmp_path / "store.db")
+    finally:
+        kinds.register(freq, replace=True)
+
+
+def test_capabilities_are_read_through_the_registry():
+    builtin = {n: (k.ldp_reports, k.shuffle_allowed, k.typescript_client) for n, k in kinds.KINDS.items()}
+    assert builtin["frequency"] == (True, True, True)
+    assert builtin["range"] == (True, True, False)
+    assert builtin["batch_queries"] == (False, False, False)
+    for name, k in kinds.KINDS.items():
+        assert kinds.shuffle_allowed(name) is k.shuffle_allowed
+        assert ("anonymity" in k.task.keys) is k.shuffle_allowed, name
+    assert not kinds.shuffle_allowed("no-such-kind")
+
+
+_SHUFFLED = {"shuffled": True, "min_reports": 10, "central_epsilon": 1.0, "expected_reports": 100000}
+
+
+def _toy_with(**caps: Any) -> kinds.Kind:
+    section = dataclasses.replace(TOY.task, keys=(*TOY.task.keys, "anonymity"))
+    return dataclasses.replace(TOY, task=section, **caps)
+
+
+def test_the_task_model_takes_an_anonymity_section_for_a_kind_that_declares_shuffle_allowed():
+    kinds.register(_toy_with(shuffle_allowed=True))
+    try:
+        task = T.parse_task({**TOY_TASK, "epsilon": "auto", "anonymity": _SHUFFLED})
+        assert task.shuffled and task.epsilon > 1.0  # the local epsilon chosen for central epsilon 1
+    finally:
+        kinds.unregister("toy")
+    kinds.register(TOY)  # no shuffle_allowed: the section is an unknown key and "auto" no epsilon
+    try:
+        with pytest.raises(T.TaskError) as err:
+            T.parse_task({**TOY_TASK, "epsilon": "auto", "anonymity": _SHUFFLED})
+        assert "anonymity" in str(err.value) and "epsilon" in str(err.value)
+    finally:
+        kinds.unregister("toy")
+
+
+def test_registration_refuses_contradictory_capabilities():
+    with pytest.raises(ValueError, match="does not declare shuffle_allowed"):
+        kinds.register(_toy_with())
+    with pytest.raises(ValueError, match="needs 'anonymity' among its task section's keys"):
+        kinds.register(dataclasses.replace(TOY, shuffle_allowed=True))
+    with pytest.raises(ValueError, match="shuffle_allowed needs ldp_reports"):
+        kinds.register(_toy_with(shuffle_allowed=True, ldp_reports=False))
+    with pytest.raises(ValueError, match="typescript_client needs ldp_reports"):
+        kinds.register(dataclasses.replace(TOY, typescript_client=True, ldp_reports=False))
+    assert "toy" not in kinds.KINDS
+
+
+def test_the_collector_refuses_a_kind_without_ldp_reports_and_takes_one_with_them():
+    from pipelines.collector import make_checker
+
+    kinds.register(dataclasses.replace(TOY, ldp_reports=False))
+    try:
+        with pytest.raises(ValueError, match="is a toy task .central DP: raw records.; the collector takes"):
+            make_checker(T.parse_task(TOY_TASK))
+    finally:
+        kinds.unregister("toy")
+    kinds.register(TOY)
+    try:
+        assert make_checker(T.parse_task(TOY_TASK)) is not None
+    finally:
+        kinds.unregister("toy")
 
 
 @pytest.mark.parametrize("rk", kinds.row_kinds(), ids=lambda rk: rk.row_class.__name__)
@@ -255,3 +379,24 @@ def test_every_row_type_and_its_avro_schema_carry_the_pane_header(rk):
     missing = [h for h in PANE_HEADER if h not in avro]
     assert not missing, f"{rk.schema}.avsc lacks {missing}"
     assert set(fields) == set(avro), f"{rk.row_class.__name__} and {rk.schema}.avsc differ"
+
+
+def _base_type(t: Any) -> str:
+    """An Avro field type without its null branch (older files read the header's added fields as null)."""
+    branches = [b for b in t if b != "null"] if isinstance(t, list) else [t]
+    assert len(branches) == 1, t
+    return json.dumps(branches[0], sort_keys=True)
+
+
+def test_the_pane_header_is_one_header_in_every_row_schema():
+    row_schemas = sorted(
+        p.stem for p in Path(schemas.__file__).parent.glob("*.avsc")
+        if "window_start" in {f["name"] for f in schemas.load_schema(p.stem)["fields"]}
+    )  # fmt: skip
+    assert row_schemas == sorted({rk.schema for rk in kinds.row_kinds()}), "a row schema no kind declares"
+    types: dict[str, set[str]] = {h: set() for h in PANE_HEADER}
+    for name in row_schemas:
+        fields = {f["name"]: f for f in schemas.load_schema(name)["fields"]}
+        for h in PANE_HEADER:
+            types[h].add(_base_type(fields[h]["type"]))
+    assert {h: len(t) for h, t in types.items()} == {h: 1 for h in PANE_HEADER}, types

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 import numpy as np
@@ -47,6 +47,7 @@ from ldp.aggregate import (
 from ldp.reports import Reports
 from ldp.task import WindowConfig
 from transforms.counts import COUNTER_NAMESPACE
+from transforms.display import item, task_display, task_id_display, window_display
 from transforms.lateness import DropLateReports, drops_late_data
 from transforms.progress import window_label
 from transforms.records import REASONS, RecordBatch, TaskReportValidator, window_granule_ms
@@ -101,6 +102,13 @@ class ValidateFn(beam.DoFn):
     def setup(self) -> None:
         self._validator = TaskReportValidator(self.aggregator, rounded_times=self.rounded_times)
 
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_display(self.aggregator),
+            "granule_ms": item(self.granule_ms, "Event-time granule (ms)"),
+            "rounded_times": item(self.rounded_times, "Report times rounded"),
+        }
+
     def process(self, element: RecordBatch) -> Iterator[bw.TimestampedValue | TaggedOutput]:
         if self._validator is None:
             self.setup()
@@ -134,9 +142,13 @@ class WindowReports(beam.PTransform):
     * ``accumulating``: panes are cumulative.
     """
 
-    def __init__(self, window: WindowConfig) -> None:
+    def __init__(self, window: WindowConfig, *, task_id: str | None = None) -> None:
         super().__init__()
         self.window = window
+        self.task_id = task_id
+
+    def display_data(self) -> dict[str, Any]:
+        return {**task_id_display(self.task_id), **window_display(self.window)}
 
     def expand(self, pcoll: PCollection) -> PCollection:
         options = pcoll.pipeline.options if pcoll.pipeline is not None else None
@@ -168,6 +180,9 @@ class TaskCombineFn(beam.CombineFn):
     def __init__(self, aggregator: Aggregator) -> None:
         super().__init__()
         self.aggregator = aggregator
+
+    def display_data(self) -> dict[str, Any]:
+        return task_display(self.aggregator)
 
     def create_accumulator(self) -> GroupAccumulators:
         return GroupAccumulators()
@@ -216,6 +231,10 @@ class FinalizeFn(beam.DoFn):
         self.panes = Metrics.counter(COUNTER_NAMESPACE, "finalized_panes")
         self.rows = {o.name: Metrics.counter(COUNTER_NAMESPACE, f"{o.name}_rows") for o in aggregator.outputs}
         self.finalize_ms = Metrics.distribution(COUNTER_NAMESPACE, "finalize_ms")
+
+    def display_data(self) -> dict[str, Any]:
+        outputs = ", ".join(o.name for o in self.aggregator.outputs)
+        return {**task_display(self.aggregator), "outputs": item(outputs, "Result outputs")}
 
     def process(
         self,
@@ -266,6 +285,14 @@ class Aggregate(beam.PTransform):
         self.window = aggregator.task.window if window is None else window
         self.drop_late = drop_late  # streaming: late reports dropped and counted (transforms.lateness)
 
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_display(self.aggregator),
+            **window_display(self.window),
+            "groups": item(int(self.aggregator.task.n_groups), "User groups"),
+            "drop_late": item(self.drop_late, "Late reports dropped"),
+        }
+
     def expand(self, batches: PCollection) -> dict[str, PCollection]:
         agg = self.aggregator
         from transforms.budget import EnforceBudget, budget_applies, budget_granule_ms
@@ -285,11 +312,12 @@ class Aggregate(beam.PTransform):
         options = batches.pipeline.options if batches.pipeline is not None else None
         streaming = options is None or bool(options.view_as(StandardOptions).streaming)
         if self.drop_late and drops_late_data(self.window, streaming):
-            late = reports | "DropLate" >> DropLateReports(self.window)  # dropped and counted, every runner
+            # late reports dropped and counted, on every runner
+            late = reports | "DropLate" >> DropLateReports(self.window, task_id=agg.task.task_id)
             reports = late.reports
             dead = (dead, late.dead_letter) | "LateDeadLetters" >> beam.Flatten()
             counts = (counts, late.counts) | "LateCounts" >> beam.Flatten()
-        windowed = reports | "Window" >> WindowReports(self.window)
+        windowed = reports | "Window" >> WindowReports(self.window, task_id=agg.task.task_id)
         # windowed: the same elements, assigned to event-time windows (trigger, lateness, accumulation)
         combined = windowed | "Combine" >> beam.CombinePerKey(TaskCombineFn(agg))
         # combined: (task_id, GroupAccumulators) once per window and pane, every group of the task in it

@@ -51,6 +51,7 @@ from ldp.aggregate import Aggregator
 from ldp.reports import Reports
 from transforms.avro_fast import MAX_CLIENT_ID_BYTES, client_id_keys
 from transforms.counts import COUNTER_NAMESPACE
+from transforms.display import item, task_display
 from transforms.records import make_dead_letter, now_ms, reports_to_records, requires_client_ids
 
 __all__ = [
@@ -100,6 +101,14 @@ def budget_period_ms(task: object) -> int:
     if ms <= 0 or abs(ms - float(period_s) * 1000) > 1e-6:
         raise ValueError(f"budget.period_s must be a whole number of milliseconds, got {period_s}")
     return ms
+
+
+def _budget_display(task: object) -> dict[str, object]:
+    policy = getattr(task, "budget", None)
+    return {
+        "reports_per_period": item(getattr(policy, "reports_per_period", None), "Reports per client, period"),
+        "period_s": item(getattr(policy, "period_s", None), "Budget period (s)"),
+    }
 
 
 def budget_granule_ms(task: object, granule_ms: int | None) -> int | None:
@@ -197,6 +206,14 @@ class ShardByClientFn(beam.DoFn):
             raise ValueError(f"shards must be in [1, 65536], got {shards}")
         self.period_ms = budget_period_ms(task)
         self.shards = int(shards)
+        self.task_id = str(getattr(task, "task_id", ""))
+
+    def display_data(self) -> dict[str, object]:
+        return {
+            "task_id": item(self.task_id, "Task"),
+            "period_ms": item(self.period_ms, "Budget period (ms)"),
+            "shards": item(self.shards, "Client-id shards"),
+        }
 
     def process(self, element) -> Iterator[tuple[tuple[int, int], BudgetPart]]:
         _task_id, gr = element
@@ -236,11 +253,19 @@ class BudgetStateFn(beam.DoFn):
         self.period_ms = budget_period_ms(task)
         self.limit = int(task.budget.reports_per_period)  # type: ignore[attr-defined]
         self.lateness_ms = int(round(max(0.0, float(allowed_lateness_s)) * 1000))
+        self._task = task
         self.accepted = Metrics.counter(COUNTER_NAMESPACE, "reports_accepted")
         self.rejected = Metrics.counter(COUNTER_NAMESPACE, "reports_rejected")
         reasons = ("over_budget", "budget_period_closed")
         self.per_reason = {r: Metrics.counter(COUNTER_NAMESPACE, f"rejected_{r}") for r in reasons}
         self.clients = Metrics.distribution(COUNTER_NAMESPACE, "budget_clients_per_shard")
+
+    def display_data(self) -> dict[str, object]:
+        return {
+            **task_display(self._task),
+            **_budget_display(self._task),
+            "allowed_lateness_ms": item(self.lateness_ms, "Allowed lateness (ms)"),
+        }
 
     def process(
         self,
@@ -321,6 +346,14 @@ class EnforceBudget(beam.PTransform):
         self.aggregator = aggregator
         self.allowed_lateness_s = allowed_lateness_s
         self.shards = shards
+
+    def display_data(self) -> dict[str, object]:
+        return {
+            **task_display(self.aggregator),
+            **_budget_display(self.aggregator.task),
+            "allowed_lateness_s": item(float(self.allowed_lateness_s), "Allowed lateness (s)"),
+            "shards": item(self.shards, "Client-id shards"),
+        }
 
     def expand(self, reports: PCollection):
         key_type = beam.typehints.KV[beam.typehints.Tuple[int, int], typing.Any]  # a deterministic key coder

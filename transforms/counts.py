@@ -20,6 +20,8 @@ from apache_beam.transforms import trigger as tr
 from apache_beam.transforms import window as bw
 from apache_beam.utils.timestamp import Timestamp
 
+from transforms.display import item, task_id_display
+
 __all__ = [
     "COUNTER_NAMESPACE",
     "Counts",
@@ -98,9 +100,13 @@ class WindowedCounts(beam.PTransform):
     window late -- the wall clock of the worker is the reference.
     """
 
-    def __init__(self, window_s: float) -> None:
+    def __init__(self, window_s: float, *, task_id: str | None = None) -> None:
         super().__init__()
         self.window_s = window_s
+        self.task_id = task_id
+
+    def display_data(self) -> dict[str, object]:
+        return {**task_id_display(self.task_id), "window_s": item(float(self.window_s), "Counts window (s)")}
 
     def expand(self, counts):
         return (

@@ -35,6 +35,8 @@ from typing import Any, Protocol
 import apache_beam as beam
 from apache_beam.transforms.external import ExternalTransform, ImplicitSchemaPayloadBuilder
 
+from transforms.display import task_id_display
+
 __all__ = [
     "TICKS_URN",
     "FlinkRest",
@@ -54,7 +56,9 @@ class FlinkTicks(beam.PTransform):
     service with ``tools/flink/ticks`` on its class path and ``--experiments=use_deprecated_read``).
     Runs on the Flink runner only (the runner must translate a primitive ``Read``)."""
 
-    def __init__(self, interval_s: float, lag_s: float, expansion_service: str) -> None:
+    def __init__(
+        self, interval_s: float, lag_s: float, expansion_service: str, *, task_id: str | None = None
+    ) -> None:
         super().__init__()
         period_ms, lag_ms = round(float(interval_s) * 1000), round(float(lag_s) * 1000)
         if period_ms < 1:
@@ -65,6 +69,7 @@ class FlinkTicks(beam.PTransform):
             raise ValueError(f"the ticks' expansion service must be HOST:PORT, got {expansion_service!r}")
         self.period_ms, self.lag_ms = period_ms, lag_ms
         self.expansion_service = expansion_service
+        self.task_id = task_id
 
     def expand(self, pbegin):
         payload = ImplicitSchemaPayloadBuilder({"period_ms": self.period_ms, "lag_ms": self.lag_ms})
@@ -72,6 +77,7 @@ class FlinkTicks(beam.PTransform):
 
     def display_data(self) -> dict[str, Any]:
         return {
+            **task_id_display(self.task_id),
             "period_ms": self.period_ms,
             "lag_ms": self.lag_ms,
             "expansion_service": self.expansion_service,

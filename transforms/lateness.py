@@ -73,6 +73,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from ldp.task import WindowConfig
 from transforms.counts import COUNTER_NAMESPACE
+from transforms.display import item, task_id_display, window_display
 from transforms.records import make_dead_letter
 
 __all__ = [
@@ -181,6 +182,9 @@ class DropLateFn(beam.DoFn):
         self.late_reports = Metrics.counter(COUNTER_NAMESPACE, "late_dropped")
         self.late_batches = Metrics.counter(COUNTER_NAMESPACE, "late_batches")
 
+    def display_data(self) -> dict[str, Any]:
+        return window_display(self.window)
+
     @staticmethod
     def _read(state) -> dict[str, Any]:
         return state.read() or {"closed": None, "armed": [], "probe": None, "max_seen": None, "timer": None}
@@ -256,7 +260,9 @@ class DropLateReports(beam.PTransform):
     ``reports`` (the batches on time, unchanged), ``counts`` and ``dead_letter`` (the late ones); see the
     module docstring."""
 
-    def __init__(self, window: WindowConfig, shards: int = DEFAULT_SHARDS) -> None:
+    def __init__(
+        self, window: WindowConfig, shards: int = DEFAULT_SHARDS, *, task_id: str | None = None
+    ) -> None:
         super().__init__()
         if window.size_s is None:
             raise ValueError("the global window has no late data (DropLateReports needs event-time windows)")
@@ -264,6 +270,14 @@ class DropLateReports(beam.PTransform):
             raise ValueError(f"shards must be >= 1, got {shards}")
         self.window = window
         self.shards = shards
+        self.task_id = task_id
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_id_display(self.task_id),
+            **window_display(self.window),
+            "shards": item(self.shards, "Shards per task"),
+        }
 
     def expand(self, reports: PCollection):
         return (

@@ -346,6 +346,9 @@ class LaggedTicks(ImpulseSeqGenDoFn):
         self.lag_s = float(lag_s)
         self.paced = paced
 
+    def display_data(self) -> dict[str, object]:
+        return {"watermark_lag_s": self.lag_s, "paced": bool(self.paced)}
+
     @beam.DoFn.unbounded_per_element()
     def process(
         self,

@@ -50,6 +50,7 @@ import schemas
 from ldp.anonymity import AnonymitySettings, secure_permutation, seeded_permutation
 from transforms.aggregate import GroupReports
 from transforms.counts import COUNTER_NAMESPACE
+from transforms.display import item, task_id_display
 from transforms.records import make_dead_letter, reports_to_records
 
 __all__ = [
@@ -111,8 +112,23 @@ def scrub_dead_letter(dead: dict[str, object]) -> dict[str, object]:
     return out
 
 
+def _settings_display(settings: AnonymitySettings) -> dict[str, Any]:
+    return {
+        "time_precision_s": item(int(settings.time_precision_s), "Bucket (s)"),
+        "min_reports": item(int(settings.min_reports), "Reports per bucket at least"),
+        "delta": item(float(settings.delta), "Central delta"),
+    }
+
+
 class ScrubDeadLetters(beam.PTransform):
     """Dead-letter dicts -> the same without report content (:func:`scrub_dead_letter`)."""
+
+    def __init__(self, *, task_id: str | None = None) -> None:
+        super().__init__()
+        self.task_id = task_id
+
+    def display_data(self) -> dict[str, Any]:
+        return task_id_display(self.task_id)
 
     def expand(self, dead):
         return dead | "Scrub" >> beam.Map(scrub_dead_letter)
@@ -124,6 +140,9 @@ class KeyByBucket(beam.DoFn):
 
     def __init__(self, settings: AnonymitySettings) -> None:
         self.precision_ms = settings.precision_ms
+
+    def display_data(self) -> dict[str, Any]:
+        return {"precision_ms": item(self.precision_ms, "Bucket (ms)")}
 
     def process(self, element: Any, timestamp=beam.DoFn.TimestampParam) -> Iterator[Any]:  # noqa: B008
         _task_id, gr = element
@@ -156,6 +175,14 @@ class EmitBatchFn(beam.DoFn):
         self.batches = Metrics.counter(COUNTER_NAMESPACE, "shuffle_batches")
         self.withheld = Metrics.counter(COUNTER_NAMESPACE, "shuffle_withheld")
         self.withheld_buckets = Metrics.counter(COUNTER_NAMESPACE, "shuffle_withheld_buckets")
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_id_display(self.task_id),
+            **_settings_display(self.settings),
+            "path": item(self.dir, "Batch directory"),
+            "test_seed": item(self.test_seed, "Test seed (not private)"),
+        }
 
     def _permutation(self, n: int, start_ms: int, pane: int) -> np.ndarray:
         if self.test_seed is None:
@@ -257,6 +284,12 @@ class HoldBucketsFn(beam.DoFn):
         self.lateness_ms = int(round(allowed_lateness_s * 1000))
         self.late = Metrics.counter(COUNTER_NAMESPACE, "late_dropped")
 
+    def display_data(self) -> dict[str, Any]:
+        return {
+            "precision_ms": item(self.precision_ms, "Bucket (ms)"),
+            "allowed_lateness_ms": item(self.lateness_ms, "Allowed lateness (ms)"),
+        }
+
     def process(
         self,
         element: tuple[int, GroupReports],
@@ -314,6 +347,16 @@ class Shuffle(beam.PTransform):
         self.streaming = streaming
         self.allowed_lateness_s = float(allowed_lateness_s)
         self.test_seed = test_seed
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_id_display(self.task_id),
+            **_settings_display(self.settings),
+            "path": item(self.output_dir, "Directory"),
+            "streaming": item(bool(self.streaming), "Streaming"),
+            "allowed_lateness_s": item(self.allowed_lateness_s, "Allowed lateness (s)"),
+            "test_seed": item(self.test_seed, "Test seed (not private)"),
+        }
 
     def expand(self, reports) -> dict[str, Any]:
         s = self.settings

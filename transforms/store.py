@@ -73,6 +73,7 @@ from ldp.store import (
 )
 from ldp.task import Task, WindowConfig
 from transforms.counts import COUNTER_NAMESPACE, SumCounts
+from transforms.display import item, task_display, task_id_display, window_display
 from transforms.progress import window_label
 
 __all__ = [
@@ -365,6 +366,13 @@ class _WritePanesFn(beam.DoFn):
         self.write_ms = Metrics.distribution(COUNTER_NAMESPACE, "store_pane_write_ms")
         self.failed = Metrics.counter(COUNTER_NAMESPACE, "store_failed_panes")
 
+    def display_data(self) -> dict[str, Any]:
+        return {
+            "store": item(redact_url(self.url), "Store"),
+            "max_items": item(self.max_items, "Numbers per window, output and group"),
+            "lateness_s": item(self.lateness_s, "Allowed lateness (s)"),
+        }
+
     def teardown(self) -> None:
         self.writer.status.close()
 
@@ -426,6 +434,9 @@ class _WriteCountsFn(beam.DoFn):
         self.task_id = task_id
         self.writer = writer
 
+    def display_data(self) -> dict[str, Any]:
+        return {**task_id_display(self.task_id), "store": item(redact_url(self.url), "Store")}
+
     def teardown(self) -> None:
         self.writer.status.close()
 
@@ -481,6 +492,17 @@ class WriteToStore(beam.PTransform):
         self.window = window
         self.streaming = streaming
         self.max_items = max_items
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_display(self.task),
+            **window_display(self.window),
+            "store": item(redact_url(self.url), "Store"),
+            "max_items": item(self.max_items, "Numbers per window, output and group"),
+            "run_id": item(self.run_id, "Run"),
+            "retry_s": item(self.retry_s, "Retry failing writes for (s)"),
+            "status_dir": item(self.status_dir, "Write status directory"),
+        }
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> dict[str, beam.PCollection]:
         labels = getattr(self.task, "labels", None)
