@@ -1,6 +1,7 @@
 """Stateful simulated clients for streaming runs of repeated collection.
 
-``N`` simulated users report window after window for one frequency task with a budget: each has a secret,
+``N`` simulated users report window after window for one task with a budget (a frequency task, or a
+numeric task of the memoized counter ``memo-one-bit-mean``, ``docs/numeric.md``): each has a secret,
 a budget ledger (the client refuses past its budget) and a pseudonymous client id
 (:func:`ldp.reports.client_pseudonym`); their values drift; every window each user with something to
 report (probability ``--active``) sends one report, or, when the task hides participation, a dummy one
@@ -35,6 +36,12 @@ window (:class:`ldp.longitudinal.client.ShuffledCollection`; a second one is ref
 ``refused``).
 The truth of every window (histogram of the values of active users, dummies, refusals) is written to
 ``OUT/clients-truth.json``.
+
+A numeric task's users hold numbers drawn from ``--dataset`` (the simulator's specs, ``normal[:MEAN:STD]``,
+``lognormal[:MU:SIGMA]``, ``uniform[:LOW:HIGH]``, ``csv:PATH:COLUMN``; default uniform on the attribute's
+bounds); drift redraws a value from it; the truth holds the mean of the (clipped) values each window's
+accepted reports were made from. Its ledgers charge one ``epsilon_inf`` per grid point a user's values
+round to (``ldp.numeric.memo``), as the memo analysis (``memoized_cost``) counts them.
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from ldp.csprng import secure_rng
 from ldp.longitudinal.budget import BudgetExceeded, BudgetPolicy
 from ldp.longitudinal.memo import MemoizedOracle
 from ldp.reports import CLIENT_ID_BYTES, Reports, client_pseudonym
-from ldp.task import FrequencyTask, TaskError, load_task
+from ldp.task import Task, TaskError, load_task
 from pipelines.cli import check_pubsub_path, fail, job_parser, parse_job_args
 from transforms.avro_fast import write_reports
 from transforms.records import encode_report_container, reports_to_records
@@ -76,8 +83,10 @@ class WindowBatch:
         reports, event_ms, groups: the reports (one row each), their event times and groups.
         client_ids: uint8 ``(n, 32)``, each report's pseudonymous client id; None for a shuffled task
             (its reports carry no id, and their ``event_time`` is rounded to ``anonymity.time_precision_s``).
-        truth: ``histogram`` (values of the users with something to report), ``active``, ``dummies``,
-            ``refused`` (reports the clients' ledgers refused), ``misconfigured_reports``, ``reports``.
+        truth: ``histogram`` (values of the users with something to report; numeric tasks: ``mean``, the
+            clipped mean of ``values``), ``active``, ``dummies``, ``refused`` (reports the clients'
+            ledgers refused), ``misconfigured_reports``, ``reports``.
+        users, values: the user and the value of each report (not written anywhere; for tests).
     """
 
     window: int
@@ -88,6 +97,8 @@ class WindowBatch:
     groups: np.ndarray
     client_ids: np.ndarray | None
     truth: dict[str, Any]
+    users: np.ndarray | None = None
+    values: np.ndarray | None = None
 
 
 def _zipf_probabilities(d: int, s: float) -> np.ndarray:
@@ -95,7 +106,17 @@ def _zipf_probabilities(d: int, s: float) -> np.ndarray:
     return w / w.sum()
 
 
-def _policy(task: FrequencyTask) -> BudgetPolicy:
+def _oracle_of(task: Task) -> Any:
+    """The mechanism a task's clients report through (a numeric task's ``make_mechanism``)."""
+    return task.make_mechanism() if task.kind == "numeric" else task.make_oracle()  # type: ignore[attr-defined]
+
+
+def _memoized(oracle: Any) -> bool:
+    """A memoized frequency oracle or the numeric memoized counter (``memoized = True``)."""
+    return isinstance(oracle, MemoizedOracle) or bool(getattr(oracle, "memoized", False))
+
+
+def _policy(task: Task) -> BudgetPolicy:
     policy = getattr(task, "budget", None)
     if policy is None:
         raise ValueError(f"task {task.task_id!r} has no budget: stateful clients need one")
@@ -108,10 +129,11 @@ def _policy(task: FrequencyTask) -> BudgetPolicy:
 class _FileClients:
     """One ``ldp.longitudinal.client.Client`` state file per user (the on-device path)."""
 
-    def __init__(self, task: FrequencyTask, users: int, state_dir: Path) -> None:
+    def __init__(self, task: Task, users: int, state_dir: Path) -> None:
         from ldp.longitudinal.client import Client, ShuffledCollection
 
-        self.task, self.oracle, self.policy = task, task.make_oracle(), _policy(task)
+        self.task, self.oracle, self.policy = task, _oracle_of(task), _policy(task)
+        self._value = float if task.kind == "numeric" else int
         self.shuffled = ShuffledCollection.of_task(task)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.clients = []
@@ -135,7 +157,7 @@ class _FileClients:
         for i, (u, v, t) in enumerate(zip(users.tolist(), values.tolist(), times_ms.tolist())):
             try:
                 rep = self.clients[u].report(
-                    self.task.task_id, self.oracle, self.policy, int(v), now_s=t / 1000, rng=rng,
+                    self.task.task_id, self.oracle, self.policy, self._value(v), now_s=t / 1000, rng=rng,
                     shuffled=self.shuffled,
                 )
             except BudgetExceeded:  # also WindowReportRefused: a shuffled task's second report in a window
@@ -146,9 +168,9 @@ class _FileClients:
 
     def unchecked(self, users: np.ndarray, values: np.ndarray, rng: np.random.Generator) -> Reports:
         """Reports that bypass the ledger (a misconfigured client)."""
-        if isinstance(self.oracle, MemoizedOracle):
+        if _memoized(self.oracle):
             reps = [
-                self.oracle.client_report(self._secrets[u], self.task.task_id, int(v), rng=rng)[0]
+                self.oracle.client_report(self._secrets[u], self.task.task_id, self._value(v), rng=rng)[0]
                 for u, v in zip(users.tolist(), values.tolist())
             ]
             return Reports.concat(reps)
@@ -174,10 +196,10 @@ class _MemoryClients:
     vectorized, memoized responses through ``MemoizedOracle.simulate`` (per-user 64-bit keys drawn from
     the OS CSPRNG stand in for the HMAC secrets)."""
 
-    def __init__(self, task: FrequencyTask, users: int) -> None:
+    def __init__(self, task: Task, users: int) -> None:
         from ldp.longitudinal.client import ShuffledCollection
 
-        self.task, self.oracle, self.policy = task, task.make_oracle(), _policy(task)
+        self.task, self.oracle, self.policy = task, _oracle_of(task), _policy(task)
         self.shuffled = ShuffledCollection.of_task(task)
         secrets = np.frombuffer(os.urandom(32 * users), dtype=np.uint8).reshape(users, 32)
         self.user_keys = secrets[:, :8].copy().view(np.uint64).reshape(-1)
@@ -188,10 +210,11 @@ class _MemoryClients:
         self.period = np.full(users, np.iinfo(np.int64).min, dtype=np.int64)
         self.period_reports = np.zeros(users, dtype=np.int64)
         self.last_ms = np.full(users, -1, dtype=np.int64)
-        self.memo = isinstance(self.oracle, MemoizedOracle)
+        self.memo = _memoized(self.oracle)
         self.keys = np.zeros(0, dtype=np.int64)  # sorted codes user * max_keys + memo key already charged
         self.n_keys = np.zeros(users, dtype=np.int64)
-        self.max_keys = int(self.oracle.d) + 1
+        # memo keys lie in [0, max_keys): values (or buckets) of [0, d), or the counter's grid points
+        self.max_keys = int(self.oracle.points) if task.kind == "numeric" else int(self.oracle.d) + 1
         self._tight = None
         if self.policy.composition == "pld":
             from ldp.longitudinal.accounting import tight_epsilon_fn  # dp_accounting: a second to import
@@ -270,14 +293,17 @@ class _MemoryClients:
 # the population
 # ------------------------------------------------------------------------------------------------------------
 class ClientPopulation:
-    """``users`` simulated users of a frequency task with a budget (see the module docstring).
+    """``users`` simulated users of a task with a budget (see the module docstring).
 
     Args:
-        task: the parsed task (a budget is required).
+        task: the parsed task (a budget is required): a frequency task, or a numeric task of
+            ``memo-one-bit-mean``.
         users: number of users.
         state_dir: one state file per user there (None: the in-memory backend).
         seed: entropy of the simulation's SeedSequence.
-        zipf: exponent of the values' Zipf distribution over ``[0, domain_size)``.
+        zipf: exponent of the values' Zipf distribution over ``[0, domain_size)`` (frequency tasks).
+        dataset: a numeric task's values (``ldp.aggregate.numeric.sample_values`` specs; default uniform
+            on the attribute's bounds).
         drift: probability that a user's value is redrawn before each window.
         active: probability that a user has something to report in a window.
         misconfigured: the first this many users ignore their budget ...
@@ -288,7 +314,7 @@ class ClientPopulation:
 
     def __init__(
         self,
-        task: FrequencyTask,
+        task: Task,
         users: int,
         *,
         state_dir: str | Path | None = None,
@@ -299,9 +325,17 @@ class ClientPopulation:
         misconfigured: int = 0,
         misconfigured_reports: int = 3,
         noise_seed: int | None = None,
+        dataset: str | None = None,
     ) -> None:
-        if task.kind != "frequency":
-            raise ValueError(f"task {task.task_id!r} is a {task.kind} task; clients simulate frequency tasks")
+        self.numeric = task.kind == "numeric"
+        if self.numeric and not getattr(task, "is_memoized", False):
+            raise ValueError(f"numeric task {task.task_id!r}: repeated-collection clients need the memoized "
+                             f"counter memo-one-bit-mean, not {task.mechanism}")
+        if task.kind not in ("frequency", "numeric"):
+            raise ValueError(f"task {task.task_id!r} is a {task.kind} task; clients simulate frequency tasks "
+                             "and the numeric memoized counter")
+        if dataset is not None and not self.numeric:
+            raise ValueError("dataset is for numeric tasks (frequency values follow zipf)")
         if users < 1:
             raise ValueError(f"users must be >= 1, got {users}")
         if not (0 <= drift <= 1 and 0 <= active <= 1):
@@ -311,7 +345,8 @@ class ClientPopulation:
         self.task = task
         self.users = users
         self.hide = bool(getattr(task, "hide_participation", False))
-        self.absent = int(task.domain_size)  # the dummy value of tasks that hide participation
+        # the dummy value of tasks that hide participation (frequency tasks only)
+        self.absent = None if self.numeric else int(task.domain_size)  # type: ignore[attr-defined]
         self.backend: _FileClients | _MemoryClients = (
             _MemoryClients(task, users) if state_dir is None else _FileClients(task, users, Path(state_dir))
         )
@@ -320,8 +355,17 @@ class ClientPopulation:
         self._noise_rng: np.random.Generator = (
             secure_rng() if noise_seed is None else np.random.default_rng(np.random.SeedSequence(noise_seed))
         )
-        self._probs = _zipf_probabilities(task.domain_size, zipf)
-        self.values = self._value_rng.choice(task.domain_size, size=users, p=self._probs)
+        if self.numeric:
+            a = task.attributes[0]  # type: ignore[attr-defined]
+            self.dataset = dataset or f"uniform:{a.low!r}:{a.high!r}"
+            self._pool = None
+            if self.dataset.startswith("csv:"):  # a column's rows: users and redraws pick among them
+                from ldp.aggregate.numeric import sample_values
+
+                self._pool = sample_values(self.dataset, None, self._value_rng)
+        else:
+            self._probs = _zipf_probabilities(task.domain_size, zipf)  # type: ignore[attr-defined]
+        self.values = self._draw(users)
         self.drift, self.active = drift, active
         self.misconfigured, self.misconfigured_reports = misconfigured, misconfigured_reports
         from ldp.longitudinal.client import ShuffledCollection  # dp_accounting: not at --help
@@ -333,13 +377,24 @@ class ClientPopulation:
     def client_ids(self) -> np.ndarray:
         return self.backend.client_ids
 
+    def _draw(self, k: int) -> np.ndarray:
+        """``k`` fresh values: Zipf over the domain, or a numeric task's dataset."""
+        rng = self._value_rng
+        if not self.numeric:
+            return rng.choice(self.task.domain_size, size=k, p=self._probs)  # type: ignore[attr-defined]
+        if self._pool is not None:
+            return rng.choice(self._pool, size=k)
+        from ldp.aggregate.numeric import sample_values
+
+        return sample_values(self.dataset, k, rng)
+
     def window(self, k: int, start_ms: int, end_ms: int) -> WindowBatch:
         """The reports of window ``k`` (event times uniform in ``[start_ms, end_ms)``)."""
         n, rng = self.users, self._value_rng
         change = rng.random(n) < self.drift
-        self.values[change] = rng.choice(self.task.domain_size, size=int(change.sum()), p=self._probs)
+        self.values[change] = self._draw(int(change.sum()))
         active = rng.random(n) < self.active
-        hist = np.bincount(self.values[active], minlength=self.task.domain_size)
+        hist = None if self.numeric else np.bincount(self.values[active], minlength=self.task.domain_size)
         times = np.sort(self._time_rng.integers(start_ms, end_ms, size=n))
         order = self._time_rng.permutation(n)  # who reports when within the window
         times_u = np.empty(n, dtype=np.int64)
@@ -369,20 +424,26 @@ class ClientPopulation:
         reports = Reports.concat([p for p in parts if len(p)])
         event_ms = np.concatenate(ev).astype(np.int64)
         users_all = np.concatenate(who).astype(np.int64)
+        values_all = np.concatenate([vals[ok], *([mv] * (len(who) - 1))])
         groups = users_all % self.task.n_groups
-        truth = {
+        truth: dict[str, Any] = {
             "window": k,
             "start_ms": start_ms,
             "end_ms": end_ms,
-            "histogram": hist.tolist(),
             "active": int(active.sum()),
             "dummies": int((~active[send]).sum()) if self.hide else 0,
             "refused": int((~ok).sum()),
             "misconfigured_reports": mis,
             "reports": int(len(reports)),
         }
+        if self.numeric:
+            a = self.task.attributes[0]  # type: ignore[attr-defined]
+            clipped = np.clip(values_all, a.low, a.high)
+            truth["mean"] = float(clipped.mean()) if len(clipped) else None
+        else:
+            truth["histogram"] = hist.tolist()  # type: ignore[union-attr]
         ids = None if self.shuffled is not None else self.client_ids[users_all]
-        return WindowBatch(k, start_ms, end_ms, reports, event_ms, groups, ids, truth)
+        return WindowBatch(k, start_ms, end_ms, reports, event_ms, groups, ids, truth, users_all, values_all)
 
     def spent(self) -> np.ndarray:
         """Each user's spent epsilon under the policy's rule (the ledgers)."""
@@ -393,7 +454,7 @@ class ClientPopulation:
 # sinks
 # ------------------------------------------------------------------------------------------------------------
 def write_window(
-    batch: WindowBatch, task: FrequencyTask, directory: str | Path, *, codec: str = "null"
+    batch: WindowBatch, task: Task, directory: str | Path, *, codec: str = "null"
 ) -> Path:
     """Writes one window's reports as ``DIR/reports-wNNNNN.avro`` then its ``.done`` marker."""
     from transforms.io import DONE_SUFFIX  # the watch's marker (transforms.io imports Beam: not at --help)
@@ -415,7 +476,7 @@ def write_window(
 
 
 def publish_window(
-    batch: WindowBatch, task: FrequencyTask, publisher: Any, topic: str, *, message_size: int = 500
+    batch: WindowBatch, task: Task, publisher: Any, topic: str, *, message_size: int = 500
 ) -> list[Any]:
     """Publishes one window's reports in messages of at most ``message_size`` reports (attribute
     ``event_time``: the latest event time of the message); returns the publish futures."""
@@ -443,7 +504,8 @@ def iter_windows(pop: ClientPopulation, windows: int, start_ms: int, window_ms: 
 # ------------------------------------------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
     p = job_parser(__doc__.split("\n")[0], beam_options=False)
-    p.add_argument("--task", required=True, help="frequency task JSON file with a budget")
+    p.add_argument("--task", required=True, help="task JSON file with a budget (frequency, or numeric with "
+                   "memo-one-bit-mean)")
     p.add_argument("--users", type=int, default=1000, help="number of simulated users")
     p.add_argument("--windows", type=int, default=10, help="number of windows to report in")
     p.add_argument("--window_s", type=float, default=60.0, help="seconds per window (event time)")
@@ -456,7 +518,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="entropy of the simulation's numpy SeedSequence")
     p.add_argument("--noise_seed", type=int, help="tests only: perturbation noise from a seeded PCG64 "
                    "(default: the OS CSPRNG, as real clients)")
-    p.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the values")
+    p.add_argument("--zipf", type=float, default=1.1, help="Zipf exponent of the values (frequency tasks)")
+    p.add_argument("--dataset", help="a numeric task's values: normal[:MEAN:STD], lognormal[:MU:SIGMA], "
+                   "uniform[:LOW:HIGH] or csv:PATH:COLUMN (default: uniform on the attribute's bounds)")
     p.add_argument("--drift", type=float, default=0.1, help="probability a value is redrawn per window")
     p.add_argument("--active", type=float, default=1.0, help="probability a user has something to report")
     p.add_argument("--misconfigured", type=int, default=0, help="users that ignore their budget")
@@ -470,9 +534,12 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from pipelines.simulate import parse_iso8601_ms  # (the simulator's populations: not for --help)
 
     try:
-        task = load_task(ns.task, kind="frequency")
+        task = load_task(ns.task)
     except TaskError as exc:
         fail(exc.one_line())
+    if task.kind not in ("frequency", "numeric"):
+        fail(f"{ns.task}: task {task.task_id!r} is a {task.kind} task; the clients simulate frequency tasks "
+             "and numeric tasks of memo-one-bit-mean")
     if getattr(task, "budget", None) is None:
         fail(f"{ns.task}: task {task.task_id!r} has no budget block; stateful clients need one")
     if (ns.output is None) == (ns.output_topic is None):
@@ -495,7 +562,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         pop = ClientPopulation(
             task, ns.users, state_dir=ns.state_dir, seed=ns.seed, zipf=ns.zipf, drift=ns.drift,
             active=ns.active, misconfigured=ns.misconfigured, misconfigured_reports=ns.misconfigured_reports,
-            noise_seed=ns.noise_seed,
+            noise_seed=ns.noise_seed, dataset=ns.dataset,
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))

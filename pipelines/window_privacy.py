@@ -36,6 +36,13 @@ A window is claimed a central guarantee only when all of these hold (else ``cent
   ``n`` (None when the rows do not say).
 
 Input that did not come through a shuffler (plain report files, Pub/Sub) gets no central claim.
+
+Repeated collection of the numeric memoized counter (``memo-one-bit-mean``, ``ldp.numeric.memo``): the
+entry's ``repeated_collection`` is :func:`ldp.numeric.memo.memoized_cost` after as many reports as windows
+with results (one report per user per window, assumed: the reports carry no id), with ``spent_at_most``,
+its ``values`` figure capped by the budget's ``total_epsilon`` (the clients' ledgers refuse past it), and
+each window's row has ``repeated_collection``, the figures after the windows up to it
+(:func:`ldp.numeric.memo.memoized_window_costs`). ``local.epsilon`` is then the one-report ``epsilon_1``.
 Beam-free.
 """
 
@@ -94,10 +101,38 @@ def accepted_per_window(output: str, spec: OutputSpec, accumulating: bool) -> di
 
 
 def _local(task: Any) -> dict[str, Any]:
+    if _memo_counter(task):
+        g = task.make_mechanism().guarantees()
+        return {"epsilon": float(g["epsilon_1"]), "epsilon_inf": float(g["epsilon_inf"]),
+                "method": "memoized 1BitMean: one report is epsilon_1-LDP; any number of reports that round "
+                f"to one grid point epsilon_inf-LDP; at most {g['max_memo_keys']} grid points per user"}
     from pipelines.privacy import _local as local_of
 
     loc = local_of(task, 1)
     return {"epsilon": loc["epsilon"], "method": loc["method"] if "epsilon_inf" in loc else _LOCAL_METHOD}
+
+
+def _memo_counter(task: Any) -> bool:
+    """A numeric task of the memoized counter (repeated collection)."""
+    return getattr(task, "kind", None) == "numeric" and bool(getattr(task, "is_memoized", False))
+
+
+def _repeated(task: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The memo analysis of the windows ``rows`` (in time order); adds each row's figures."""
+    from ldp.numeric.memo import memoized_cost, memoized_window_costs
+
+    mech = task.make_mechanism()
+    budget = getattr(task, "budget", None)
+    delta = budget.delta if budget is not None else None
+    opts = {} if delta is None else {"delta": delta}
+    for row, cost in zip(rows, memoized_window_costs(mech, len(rows), **opts)):
+        row["repeated_collection"] = cost
+    out: dict[str, Any] = memoized_cost(mech, len(rows), **opts)
+    cap = None if budget is None else budget.total_epsilon
+    out["total_epsilon"] = cap
+    out["spent_at_most"] = out["values"]["basic"] if cap is None else min(out["values"]["basic"], cap)
+    out["assumes"] = "one report per user per window (the reports carry no id)"
+    return out
 
 
 def window_privacy(
@@ -216,6 +251,9 @@ def window_privacy(
             row.update(central_epsilon=eps, central_delta=settings.delta, method=method)
         except (ShuffleAccountingError, ValueError) as exc:
             row["why_no_central"] = f"the accountant gives no figure: {exc}"
+    if _memo_counter(task):
+        ordered = sorted(out["windows"], key=lambda r: (iso_to_ms(r["window_start"]) or 0))
+        out["repeated_collection"] = _repeated(task, ordered)
     claimed = [w for w in out["windows"] if w["central_epsilon"] is not None]
     out["windows_with_central"] = len(claimed)
     out["windows_without_central"] = len(out["windows"]) - len(claimed)

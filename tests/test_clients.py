@@ -157,6 +157,7 @@ print(moved_back)
 """
 
 
+@pytest.mark.integration
 def test_concurrent_processes_of_one_client_are_never_refused_for_a_clock_moved_back(tmp_path):
     """Four processes of one app report through one state file at once: the clock is read under the
     file's lock, so the times each process charges are in lock order and no report is refused as

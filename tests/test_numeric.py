@@ -52,6 +52,7 @@ def _trial_means(mech, x: np.ndarray, trials: int, rng: np.random.Generator) -> 
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("eps", EPSILONS)
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.statistical
 def test_mean_mse_matches_closed_form(name, eps):
     rng = _rng(1, NAMES.index(name), EPSILONS.index(eps))
     mech = make_numeric_mechanism(name, eps, LOW, HIGH)
@@ -99,8 +100,9 @@ def test_auto_is_frozen_and_picks_the_lowest_worst_case():
 # ------------------------------------------------------------------------------------------------
 # intervals
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("eps", (1.0, 4.0))
+@pytest.mark.parametrize("eps", EPSILONS)
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.statistical
 def test_mean_interval_coverage(name, eps):
     """Each trial draws a new population (t spread 0.3, where the conservative Duchi / 1BitMean variance
     over-states the noise by under 10%) and estimates through the accumulator."""
@@ -118,6 +120,30 @@ def test_mean_interval_coverage(name, eps):
         hit_bound += e.mean_bound_low <= truth <= e.mean_bound_high
     assert 0.93 <= hit / trials <= 0.97, hit / trials
     assert hit_bound / trials >= 0.93  # valid at every n (Bernstein / Chernoff): 0.95 or more, 4 SE slack
+
+
+@pytest.mark.parametrize("eps", (0.5, 4.0))
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.statistical
+def test_intervals_cover_on_values_at_the_bounds(name, eps):
+    """Spread data: n = 40 values, a quarter at ``high`` and the rest at ``low`` (t = +-1, the largest
+    spread). Both intervals must cover at 0.93 or more: binomial SE sqrt(0.95 * 0.05 / 2000) = 0.0049, so
+    0.93 is 4 SE below 0.95 (false failure 3e-5). Before the Wilson interval of the two-point mechanisms
+    (Duchi, 1BitMean, Hybrid at eps 0.5) their normal interval covered 0.923 here."""
+    rng = _rng(12, NAMES.index(name), int(eps * 2))
+    mech = make_numeric_mechanism(name, eps, LOW, HIGH)
+    trials, n = 2000, 40
+    x = np.where(np.arange(n) < n // 4, HIGH, LOW).astype(np.float64)
+    truth = x.mean()
+    reports = mech.encode(np.tile(x, trials), rng=rng)
+    hit = hit_bound = 0
+    for i in range(trials):
+        acc = mech.add(mech.create_accumulator(), reports.take(slice(i * n, (i + 1) * n)))
+        e = estimate(mech, acc, distribution=False)
+        hit += e.mean_ci_low <= truth <= e.mean_ci_high
+        hit_bound += e.mean_bound_low <= truth <= e.mean_bound_high
+    assert hit / trials >= 0.93, hit / trials
+    assert hit_bound / trials >= 0.93, hit_bound / trials
 
 
 @pytest.mark.parametrize("name", ("piecewise", "laplace", "one-bit-mean"))
@@ -166,6 +192,31 @@ def test_variance_from_split_moments(name):
         means.append((e.mean - x.mean()) / e.mean_std)
     assert 0.90 <= hit / trials <= 1.0, hit / trials
     assert abs(np.mean(means)) < 4 / math.sqrt(trials)  # unbiased mean from the first half
+
+
+@pytest.mark.statistical
+@pytest.mark.integration  # a 45 s Monte Carlo (10 estimates at n = 1e6): kept out of the fast tier
+def test_quantiles_at_a_million_reports_meet_the_done_when_numbers():
+    """Issue 21's claim at n = 1e6, eps = 1, lognormal(0, 1) on [0, 20], Square Wave (512 bins, 32
+    replicas): over 10 repetitions the median and p90 are within 0.03 in rank every time, and each
+    interval holds the exact quantile in at least 9 of 10. Tolerances: experiments/numeric.py measured
+    the median's rank error at +0.017 on average, at most 0.0215 over 30 repetitions (p90: at most 0.0061),
+    so 0.03 is well outside the spread; it held the exact quantile 30/30 times for each, so coverage is
+    at least 0.9 with 95% confidence; 2 misses in 10 have probability 3.5% at coverage 0.97 and 0.4% at
+    0.99."""
+    rng = _rng(13)
+    mech = make_numeric_mechanism("square-wave", 1.0, 0.0, 20.0)
+    hits = {0.5: 0, 0.9: 0}
+    for _ in range(10):
+        x = rng.lognormal(0.0, 1.0, size=1_000_000)
+        acc = mech.add(mech.create_accumulator(), mech.encode(x, rng=rng))
+        e = estimate(mech, acc, quantiles=(0.5, 0.9))
+        xs = np.sort(np.clip(x, 0.0, 20.0))
+        for q in e.quantiles:
+            rank = np.searchsorted(xs, q.value) / xs.size
+            assert abs(rank - q.q) <= 0.03, (q, rank)
+            hits[q.q] += q.ci_low <= np.quantile(xs, q.q) <= q.ci_high
+    assert min(hits.values()) >= 9, hits
 
 
 def test_quantiles_on_lognormal():
@@ -344,6 +395,7 @@ def test_sample_k_of_m():
 # memoized 1BitMean
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("flip", (0.0, 0.1))
+@pytest.mark.statistical
 def test_memoized_one_bit_mean_mse_matches_closed_form(flip):
     """Fresh users per trial; the same 4.5-SE tolerance as the mechanisms (T = 4000)."""
     rng = _rng(11, int(flip * 10))

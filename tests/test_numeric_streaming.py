@@ -13,6 +13,7 @@ from pathlib import Path
 
 import fastavro
 import numpy as np
+import pytest
 
 from ldp import task as T
 from ldp.aggregate import from_iso
@@ -48,6 +49,7 @@ def _reports(stage: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(reals, dtype=np.float64), np.asarray(times, dtype=np.int64)
 
 
+@pytest.mark.integration
 def test_numeric_streaming_watched_directory_writes_every_window_final_to_the_store(tmp_path):
     from pipelines import numeric, simulate
     from transforms.records import now_ms

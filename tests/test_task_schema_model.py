@@ -47,6 +47,7 @@ SEMANTIC: dict[tuple[str, str], tuple[str, ...]] = {
     ("batch_queries", "attributes"): ("is repeated",),
     ("numeric", "attributes"): ("low must be below high",),
     ("numeric", "epsilon"): ("mechanism parameters rejected by ldp.numeric",),
+    ("numeric", "budget"): ("budget: ",),
 }
 _TYPE_SAMPLES = {
     "string": "x",

@@ -31,7 +31,9 @@ import numpy as np
 
 from ldp import task as _task
 from ldp.aggregate import OutputSpec, ResultRow, WindowInfo, pane_header
+from ldp.longitudinal.budget import BudgetPolicy, parse_budget
 from ldp.numeric import MECHANISMS, NumericAccumulator, NumericMechanism, make_numeric_mechanism
+from ldp.numeric.memo import MEMO_NAME, MemoAccumulator, MemoizedOneBitMean
 from ldp.reports import Reports
 
 __all__ = [
@@ -50,8 +52,11 @@ __all__ = [
 DEFAULT_QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
 #: Largest |low|, |high| of an attribute (values are doubles on the wire; the bounds stay well inside).
 MAX_BOUND = 1e15
-_MECHANISMS: tuple[str, ...] = (*MECHANISMS, "auto")
-_KEYS = ("attributes", "quantiles")
+#: the task's mechanisms: the fresh ones, the memoized counter (repeated collection) and ``auto`` (which
+#: resolves among the fresh ones only, ``ldp.numeric.AUTO_CANDIDATES``)
+_MECHANISMS: tuple[str, ...] = (*MECHANISMS, MEMO_NAME, "auto")
+_MEMO_PARAMS = ("buckets", "flip")
+_KEYS = ("attributes", "quantiles", "budget")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,15 +75,55 @@ class NumericTask(_task.Task):
     kind = "numeric"
     attributes: tuple[NumericAttribute, ...]
     quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+    #: the per-user budget of repeated collection (``memo-one-bit-mean`` only; ``None``: none declared)
+    budget: BudgetPolicy | None = None
 
-    def make_mechanism(self, attribute: int = 0) -> NumericMechanism:
+    @property
+    def is_memoized(self) -> bool:
+        """True for the memoized counter (``ldp.numeric.memo``), reported window after window."""
+        return self.mechanism == MEMO_NAME
+
+    def make_mechanism(self, attribute: int = 0) -> Any:
+        """The attribute's mechanism: a :class:`~ldp.numeric.NumericMechanism`, or for ``memo-one-bit-mean``
+        a :class:`~ldp.numeric.memo.MemoizedOneBitMean` (params ``buckets``, ``flip``)."""
         a = self.attributes[attribute]
-        return make_numeric_mechanism(self.mechanism, self.epsilon, a.low, a.high, **dict(self.params))
+        params = dict(self.params)
+        if self.is_memoized:
+            unknown = sorted(set(params) - set(_MEMO_PARAMS))
+            if unknown:
+                raise ValueError(
+                    f"unknown parameter(s) {unknown} for {MEMO_NAME}; allowed: {list(_MEMO_PARAMS)}"
+                )
+            return MemoizedOneBitMean(self.epsilon, a.low, a.high, **params)  # type: ignore[arg-type]
+        return make_numeric_mechanism(self.mechanism, self.epsilon, a.low, a.high, **params)
+
+    def budget_figures(self, windows: int | None = None) -> dict[str, object] | None:
+        """What a user spends under the budget (None without one), in the shape of
+        ``ldp.task.budget_summary``: ``policy``, ``guarantees``, ``per_period`` (one full period of
+        reports) and ``after_windows`` (``windows`` reports), each :func:`ldp.numeric.memo.memoized_cost`
+        with its ``values`` figures also as ``basic`` / ``tight``, and ``lifetime_keys`` (the grid points
+        ``total_epsilon`` pays for)."""
+        if self.budget is None:
+            return None
+        from ldp.numeric.memo import memoized_cost
+
+        mech = self.make_mechanism()
+        out: dict[str, object] = {"policy": {**self.budget.to_dict(), "client_ids": False},
+                                  "enforced_by": "clients", "guarantees": mech.guarantees()}
+        for name, k in (("per_period", self.budget.reports_per_period), ("after_windows", windows)):
+            if k is not None:
+                cost = memoized_cost(mech, int(k), delta=self.budget.delta)
+                out[name] = {**cost, "basic": cost["values"]["basic"], "tight": cost["values"]["tight"]}
+        if self.budget.total_epsilon is not None:
+            out["lifetime_keys"] = int(math.floor(self.budget.total_epsilon / mech.epsilon_inf * (1 + 1e-12)))
+        return out
 
     def to_dict(self) -> dict[str, object]:
         out = self._common_dict()
         out["attributes"] = [dataclasses.asdict(a) for a in self.attributes]
         out["quantiles"] = list(self.quantiles)
+        if self.budget is not None:
+            out["budget"] = self.budget.to_dict()
         return out
 
 
@@ -124,6 +169,35 @@ def _check_quantiles(raw: object, problems: list[str]) -> tuple[float, ...]:
     return tuple(float(q) for q in raw)
 
 
+def _check_budget(raw: object, mech: Any, problems: list[str]) -> BudgetPolicy | None:
+    """The ``budget`` block of a numeric task: only for the memoized counter, ``composition`` memoized and
+    ``epsilon_per_report`` its ``epsilon_1`` by default, checked against the mechanism
+    (``ldp.longitudinal.accounting.policy_problems``); every problem prefixed ``budget: ``."""
+    if not isinstance(raw, Mapping):
+        problems.append(f"budget: must be an object, got {type(raw).__name__}")
+        return None
+    if not getattr(mech, "memoized", False):
+        problems.append(f"budget: a numeric task takes a budget only with mechanism {MEMO_NAME} (repeated "
+                        f"collection), not {mech.name}")
+        return None
+    block = dict(raw)
+    if block.pop("client_ids", False) is not False:
+        problems.append("budget: client_ids must be false in a numeric task (its clients enforce the budget)")
+        return None
+    block.setdefault("epsilon_per_report", mech.epsilon_1)
+    block.setdefault("composition", "memoized")
+    try:
+        policy = parse_budget(block)
+    except ValueError as exc:
+        problems.extend(f"budget: {p}" for p in str(exc).removeprefix("budget: ").split("; "))
+        return None
+    from ldp.longitudinal.accounting import policy_problems  # dp_accounting: loaded for budgets only
+
+    found = [f"budget: {p}" for p in policy_problems(policy, mech)]
+    problems.extend(found)
+    return None if found else policy
+
+
 def _build(obj: Mapping[str, object], common: dict[str, object], problems: list[str]) -> NumericTask | None:
     if obj.get("kind") != NumericTask.kind:
         problems.append('numeric tasks must say "kind": "numeric"')
@@ -143,10 +217,15 @@ def _build(obj: Mapping[str, object], common: dict[str, object], problems: list[
         **{**common, "params": dict(common["params"])},  # type: ignore[arg-type,dict-item]
     )
     try:
-        task.make_mechanism()
+        mech = task.make_mechanism()
     except (TypeError, ValueError) as exc:
         problems.append(f"mechanism parameters rejected by ldp.numeric: {exc}")
         return None
+    if obj.get("budget") is not None:
+        policy = _check_budget(obj["budget"], mech, problems)
+        if policy is None:
+            return None
+        task = dataclasses.replace(task, budget=policy)
     return task
 
 
@@ -177,6 +256,11 @@ _NUMERIC_FIELDS: dict[str, _task.Field] = {
         items=_f("number", exclusive_minimum=0, exclusive_maximum=1),
         default=list(DEFAULT_QUANTILES),
         description="quantiles to estimate (square-wave only)",
+    ),
+    "budget": dataclasses.replace(
+        _task._FREQUENCY_FIELDS["budget"],
+        description="the per-user budget of repeated collection (memo-one-bit-mean only; "
+        "ldp.longitudinal.budget.parse_budget; client_ids false)",
     ),
     "epsilon": _f("number", minimum=1e-3, maximum=50),
     "n_groups": _f("integer", enum=(1,)),
@@ -244,14 +328,13 @@ NUMERIC_ESTIMATES = OutputSpec("estimates", "numeric_estimate", "", "estimates",
 
 
 class _Validator:
-    """The report checks of the task's mechanism (``name``, ``report_fields``, ``validate``)."""
+    """The report checks of the task's mechanism (``name``, ``report_fields``, ``payload``, ``validate``)."""
 
     def __init__(self, mech: NumericMechanism) -> None:
         self.mech = mech
         self.name = mech.name
         self.report_fields = tuple(mech.report_fields)
-        #: ``values`` lie in [0, d): a bit, a moment slot, or 2 bit + slot (one-bit-mean with two moments)
-        self.d = 4 if mech.name == "one-bit-mean" and mech.moments == 2 else 2
+        self.payload = mech.payload
 
     def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         return self.mech.validate(reports)
@@ -299,7 +382,7 @@ class NumericAggregator:
 
     def finalize(self, accs: Mapping[int, NumericAccumulator], window: WindowInfo) -> list[ResultRow]:
         acc = accs.get(0)
-        if acc is None or acc.n[0] == 0:
+        if acc is None or (acc.n if isinstance(acc, MemoAccumulator) else acc.n[0]) == 0:
             return []
         a = self.task.attributes[0]
         opts: dict[str, Any] = {} if self.replicas is None else {"replicas": self.replicas}

@@ -287,7 +287,8 @@ def policy_problems(policy: BudgetPolicy, oracle: FrequencyOracle) -> list[str]:
       per-report charge is ``epsilon_instantaneous``, see the module docstring).
     """
     out: list[str] = []
-    memo = isinstance(oracle, MemoizedOracle)
+    # ``memoized``: the numeric memoized counter (``ldp.numeric.memo``) has the same guarantees' attributes
+    memo = isinstance(oracle, MemoizedOracle) or bool(getattr(oracle, "memoized", False))
     eps = oracle.epsilon_1 if memo else oracle.epsilon
     what = "the mechanism's one-report epsilon_1" if memo else "the mechanism's epsilon"
     if not math.isclose(policy.epsilon_per_report, eps, rel_tol=1e-9, abs_tol=1e-12):

@@ -152,6 +152,13 @@ class ShuffledCollection:
 _TIGHT: dict[tuple[str, float], Any] = {}
 
 
+def _memoized(oracle: Any) -> bool:
+    """A memoized mechanism: a :class:`~ldp.longitudinal.memo.MemoizedOracle`, or one that says so
+    (``memoized = True``: the numeric counter ``ldp.numeric.memo.MemoizedOneBitMean``, whose value is a
+    number). Both offer ``epsilon_inf``, ``client_memo_key`` and ``client_report``."""
+    return isinstance(oracle, MemoizedOracle) or bool(getattr(oracle, "memoized", False))
+
+
 def _tight_fn(oracle: FrequencyOracle, delta: float):
     """``tight_epsilon_fn`` cached per oracle parameters and delta (its figures are cached per k), so a
     ``"pld"`` ledger composes each report count once per process."""
@@ -287,7 +294,7 @@ class Client:
     def _ledger(self, task_id: str, oracle: FrequencyOracle, policy: BudgetPolicy) -> BudgetLedger:
         entry = self._tasks.get(task_id)
         state = None if entry is None else LedgerState.from_dict(entry["ledger"])
-        per_key = oracle.epsilon_inf if isinstance(oracle, MemoizedOracle) else None
+        per_key = oracle.epsilon_inf if _memoized(oracle) else None
         tight = _tight_fn(oracle, policy.delta) if policy.composition == "pld" else None
         return BudgetLedger(policy, epsilon_per_key=per_key, tight_epsilon=tight, state=state)
 
@@ -362,7 +369,7 @@ class Client:
                         "no report produced",
                         limit="one_report_per_window", spent=ledger.spent(), requested=0.0,
                     )
-            if isinstance(oracle, MemoizedOracle):  # authorize first: a refused report is never drawn
+            if _memoized(oracle):  # authorize first: a refused report is never drawn
                 key = oracle.client_memo_key(self.__secret, task_id, value)
                 charge: Charge = ledger.authorize(t, memo_tag(self.__secret, task_id, key))
                 rep, _ = oracle.client_report(self.__secret, task_id, value, rng=rng)

@@ -346,6 +346,9 @@ class MemoizedOracle(FrequencyOracle):
     def support_counts(self, acc: SupportAccumulator) -> np.ndarray:
         return self.base.support_counts(acc)
 
+    def _payload_fields(self):
+        return self.base.payload.fields
+
     def _validate(self, reports, reasons):
         self.base._validate(reports, reasons)
 

@@ -67,6 +67,7 @@ from typing import Any
 import numpy as np
 
 from ldp.csprng import client_rng
+from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
 from ldp.square_wave import SquareWave, perturb_unit
 
@@ -291,21 +292,44 @@ class NumericMechanism(abc.ABC):
         y = np.asarray(reports.reals)
         if y.dtype.kind != "f" or y.ndim != 1:
             ok[:] = False
-            reasons[:] = "reals_not_float"
+            reasons[:] = Refusal("invalid_payload", "reals_not_float")
             return
         lo, hi = self.output_range
         slack = 1e-9 * max(1.0, abs(lo), abs(hi))
         bad = ~np.isfinite(y) | (y < lo - slack) | (y > hi + slack)
-        reasons[bad & ok] = "reals_out_of_range"
+        reasons[bad & ok] = Refusal("invalid_payload", "reals_out_of_range")
         ok &= ~bad
+
+    @property
+    def payload(self) -> PayloadSpec:
+        """The declared report fields (:mod:`ldp.payload`): ``reals`` one double in the wire range
+        (:meth:`_reals_bounds`), ``values`` the moment slot (0 or 1); a value outside either is
+        ``invalid_payload``."""
+        fields = []
+        if "reals" in self.report_fields:
+            lo, hi = self._reals_bounds()
+            fields.append(PayloadField("reals", "float64", low=lo, high=hi, outside="invalid_payload"))
+        if "values" in self.report_fields:
+            top = self._values_top()
+            fields.append(PayloadField("values", "int64", low=0, high=top, outside="invalid_payload"))
+        return PayloadSpec(tuple(fields))
+
+    def _reals_bounds(self) -> tuple[float, float]:
+        """Bounds of the ``reals`` a client sends (default: :attr:`output_range`)."""
+        return self.output_range
+
+    def _values_top(self) -> int:
+        """Largest ``values`` entry a client sends (default: the moment slot, 1)."""
+        return 1
 
     def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         """Server-side report checks.
 
         Returns:
-            ``(ok, reasons)``: a boolean mask and, per refused report, a reason code (``missing_<field>``,
-            ``reals_not_float``, ``reals_out_of_range``, ``value_not_a_bit``, ``bad_slot``, ...);
-            ``None`` for accepted reports.
+            ``(ok, reasons)``: a boolean mask and, per refused report, a :class:`~ldp.payload.Refusal`
+            whose detail is the mechanism's own code (``missing_<field>``, ``reals_not_float``,
+            ``reals_out_of_range``, ``value_not_a_bit``, ``bad_slot``, ...; the dead-letter code is
+            ``invalid_payload``, ``missing_field`` for a missing field); ``None`` for accepted reports.
         """
         n = len(reports)
         ok = np.ones(n, dtype=bool)
@@ -313,12 +337,12 @@ class NumericMechanism(abc.ABC):
         missing = [f for f in self.report_fields if getattr(reports, f) is None]
         if missing:
             ok[:] = False
-            reasons[:] = f"missing_{missing[0]}"
+            reasons[:] = Refusal("missing_field", f"missing_{missing[0]}")
             return ok, reasons
         if self.moments == 2 and self.name != OneBitMean.name:
             s = np.asarray(reports.values)
             bad = (s.dtype.kind not in "iu") | ((s != 0) & (s != 1)) if s.ndim == 1 else np.ones(n, bool)
-            reasons[bad & ok] = "bad_slot"
+            reasons[bad & ok] = Refusal("invalid_payload", "bad_slot")
             ok &= ~bad
         self._check_payload(reports, ok, reasons)
         return ok, reasons
@@ -409,10 +433,10 @@ class Duchi(NumericMechanism):
         y = np.asarray(reports.reals)
         if y.dtype.kind != "f" or y.ndim != 1:
             ok[:] = False
-            reasons[:] = "reals_not_float"
+            reasons[:] = Refusal("invalid_payload", "reals_not_float")
             return
         bad = np.abs(y) != self.c
-        reasons[bad & ok] = "reals_not_plus_minus_c"
+        reasons[bad & ok] = Refusal("invalid_payload", "reals_not_plus_minus_c")
         ok &= ~bad
 
 
@@ -543,11 +567,15 @@ class OneBitMean(NumericMechanism):
             return self.bit_to_output(v), np.zeros(len(v), np.int64)
         return self.bit_to_output(v >> 1), v & 1
 
+    def _values_top(self) -> int:
+        return 1 if self.moments == 1 else 3
+
     def _check_payload(self, reports: Reports, ok: np.ndarray, reasons: np.ndarray) -> None:
         v = np.asarray(reports.values)
         top = 2 if self.moments == 1 else 4
         bad = (v < 0) | (v >= top) if v.dtype.kind in "iu" and v.ndim == 1 else np.ones(len(reports), bool)
-        reasons[bad & ok] = "value_not_a_bit" if self.moments == 1 else "value_not_bit_and_slot"
+        why = "value_not_a_bit" if self.moments == 1 else "value_not_bit_and_slot"
+        reasons[bad & ok] = Refusal("invalid_payload", why)
         ok &= ~bad
 
 
@@ -609,10 +637,13 @@ class SquareWaveNumeric(NumericMechanism):
         y = np.asarray(reports.reals, dtype=np.float64)
         return 2.0 * self._u_hat(y) - 1.0, np.zeros(len(y), np.int64)
 
+    def _reals_bounds(self) -> tuple[float, float]:
+        return -self.sw.b, 1.0 + self.sw.b
+
     def _check_payload(self, reports: Reports, ok: np.ndarray, reasons: np.ndarray) -> None:
         sw_ok, _ = self.sw.validate(Reports(reals=np.asarray(reports.reals)))
         bad = ~sw_ok
-        reasons[bad & ok] = "reals_out_of_range"
+        reasons[bad & ok] = Refusal("invalid_payload", "reals_out_of_range")
         ok &= ~bad
 
     def create_accumulator(self) -> NumericAccumulator:

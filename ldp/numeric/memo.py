@@ -46,13 +46,18 @@ from typing import Any
 import numpy as np
 
 from ldp.csprng import client_rng
-from ldp.longitudinal.accounting import binary_rr_pld, composed_epsilon
+from ldp.intervals import z_value
 from ldp.longitudinal.budget import DEFAULT_DELTA
 from ldp.longitudinal.memo import memo_words_hmac, memo_words_sim
+from ldp.numeric.estimates import LEVEL, NumericEstimate, bernstein_halfwidth
 from ldp.numeric.mechanisms import _check_bounds, _check_epsilon, to_unit
+from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
 
-__all__ = ["MemoizedOneBitMean", "MemoAccumulator", "memoized_cost"]
+__all__ = ["MEMO_NAME", "MemoizedOneBitMean", "MemoAccumulator", "memoized_cost", "memoized_window_costs"]
+
+#: the name in a numeric task (``"mechanism": "memo-one-bit-mean"``); never a candidate of ``auto``
+MEMO_NAME = "memo-one-bit-mean"
 
 _U53 = 2.0**-53
 
@@ -79,8 +84,12 @@ class MemoizedOneBitMean:
         flip: instantaneous flip probability in ``[0, 1/2)``.
     """
 
-    name = "memo-one-bit-mean"
+    name = MEMO_NAME
     report_fields = ("values",)
+    #: one report per user and window, first moment only
+    moments = 1
+    #: repeated collection: the budget ledger charges per grid point (``ldp.longitudinal``), not per report
+    memoized = True
 
     def __init__(self, epsilon: float, low: float, high: float, *, buckets: int = 8,
                  flip: float = 0.0) -> None:
@@ -104,6 +113,47 @@ class MemoizedOneBitMean:
     def epsilon_instantaneous(self) -> float:
         """Loss of one report given the memos: ``ln((1 - flip) / flip)`` (infinite without a flip)."""
         return math.inf if self.flip == 0 else math.log((1.0 - self.flip) / self.flip)
+
+    @property
+    def epsilon_inf(self) -> float:
+        """Loss of any number of reports of one grid point (= ``epsilon``): the cost of one memo key."""
+        return self.epsilon
+
+    @property
+    def max_memo_keys(self) -> int:
+        """The most permanent bits one user can hold (the grid points)."""
+        return self.points
+
+    @property
+    def epsilon_1(self) -> float:
+        """Loss of one report from a fresh user: ``P[bit = 1]`` lies in ``[P1(0), P1(1)]`` with
+        ``P1(u) = flip + (1 - 2 flip) p(u)`` whatever the value and ``alpha``, and ``1 - P1(0) = P1(1)``,
+        so ``ln(P1(1) / P1(0))`` (``epsilon`` without a flip)."""
+        lo = self.flip + (1.0 - 2.0 * self.flip) * self._p0
+        return math.log((1.0 - lo) / lo)
+
+    def guarantees(self) -> dict[str, float | int]:
+        """The guarantees as plain data (as :meth:`ldp.longitudinal.memo.MemoizedOracle.guarantees`)."""
+        return {"epsilon_1": self.epsilon_1, "epsilon_inf": self.epsilon_inf,
+                "epsilon_instantaneous": self.epsilon_instantaneous, "max_memo_keys": self.max_memo_keys,
+                "epsilon_inf_any_changes": self.max_memo_keys * self.epsilon_inf}
+
+    def describe(self) -> dict[str, Any]:
+        """The parameters as plain data (the client's state file pins them per task id)."""
+        return {"mechanism": self.name, "epsilon": self.epsilon, "low": self.low, "high": self.high,
+                "buckets": self.buckets, "flip": self.flip, **self.guarantees()}
+
+    @property
+    def unit_output_range(self) -> tuple[float, float]:
+        """Range of the per-report unbiased ``u_hat`` (u scale)."""
+        return self._u_hat(0.0), self._u_hat(1.0)
+
+    def worst_case_unit_variance(self) -> float:
+        """An upper bound of ``Var[u_hat]`` of one report over values, alpha, bits and flips (u scale):
+        ``kappa^2 / (4 (1 - 2 flip)^2)`` for the bit (``P1 (1 - P1) <= 1/4``) plus ``1 / (4 buckets^2)``
+        for the rounding."""
+        k2 = (1.0 / ((1.0 - 2.0 * self.flip) * self._slope)) ** 2
+        return 0.25 * k2 + 0.25 / self.buckets**2
 
     def bit_probability(self, j: np.ndarray) -> np.ndarray:
         """``p(u_j)`` of the permanent bit of point ``j``."""
@@ -138,26 +188,53 @@ class MemoizedOneBitMean:
         alpha = _uniform(memo_words_sim(uk, task_id, "seed", np.zeros(len(uk), np.int64), 1)[:, 0])
         return self.round_points(values, alpha)
 
+    def simulate_memo_keys(self, values: Any, user_keys: np.ndarray, *, task_id: str = "sim") -> np.ndarray:
+        """The memoization keys (grid points) of simulated users, as
+        :meth:`ldp.longitudinal.memo.MemoizedOracle.simulate_memo_keys`."""
+        return self.simulate_points(values, user_keys, task_id=task_id)
+
+    def encode(self, values: Any, *, rng: np.random.Generator | int | None = None) -> Reports:
+        """One report each from *fresh, independent* users (alpha and bits drawn from ``rng``, the OS
+        CSPRNG for None): the one-report distribution. Repeated collection goes through
+        :meth:`client_report` (real clients) or :meth:`simulate` (simulations)."""
+        r = client_rng(rng)
+        n = to_unit(values, self.low, self.high).size
+        j = self.round_points(values, r.random(n))
+        return self._report(j, r.random(n), r)
+
+    def client_memo_key(self, secret: bytes, task_id: str, value: float) -> int:
+        """The grid point a real user's value rounds to (its HMAC-derived alpha): the key the budget
+        ledger charges, found without drawing a report."""
+        alpha = _uniform(memo_words_hmac(secret, task_id, "seed", 0, 1))
+        return int(self.round_points(np.asarray([value], dtype=np.float64), alpha)[0])
+
+    def client_report(self, secret: bytes, task_id: str, value: float, *,
+                      rng: np.random.Generator | int | None = None) -> tuple[Reports, int]:
+        """``(report, grid point)`` of a real user (HMAC-derived alpha and bit; the flip from ``rng``, the
+        OS CSPRNG by default); :class:`ldp.longitudinal.client.Client` wraps it with the budget."""
+        j = self.client_memo_key(secret, task_id, value)
+        bit_u = _uniform(memo_words_hmac(secret, task_id, "memo", j, 1))
+        return self._report(np.asarray([j], dtype=np.int64), bit_u, client_rng(rng)), j
+
     def encode_client(self, value: float, secret: bytes, task_id: str, *,
                       rng: np.random.Generator | int | None = None) -> Reports:
-        """A real client's report of ``value`` (HMAC-derived alpha and bit; the flip from ``rng``, the OS
-        CSPRNG by default)."""
-        alpha = _uniform(memo_words_hmac(secret, task_id, "seed", 0, 1))
-        j = self.round_points(np.asarray([value]), alpha)
-        bit_u = _uniform(memo_words_hmac(secret, task_id, "memo", int(j[0]), 1))
-        return self._report(j, bit_u, client_rng(rng))
+        """A real client's report of ``value`` (:meth:`client_report` without the key)."""
+        return self.client_report(secret, task_id, value, rng=rng)[0]
 
     # -- server ---------------------------------------------------------------------------------------
+    #: one bit per report (:mod:`ldp.payload`)
+    payload = PayloadSpec((PayloadField("values", "int64", low=0, high=1, outside="invalid_payload"),))
+
     def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         """``(ok, reasons)``: ``values`` must be 0 or 1."""
         n = len(reports)
         reasons = np.full(n, None, dtype=object)
         if reports.values is None:
-            reasons[:] = "missing_values"
+            reasons[:] = Refusal("missing_field", "missing_values")
             return np.zeros(n, dtype=bool), reasons
         v = np.asarray(reports.values)
         ok = ((v == 0) | (v == 1)) if v.dtype.kind in "iu" and v.ndim == 1 else np.zeros(n, bool)
-        reasons[~ok] = "value_not_a_bit"
+        reasons[~ok] = Refusal("invalid_payload", "value_not_a_bit")
         return ok, reasons
 
     def create_accumulator(self) -> MemoAccumulator:
@@ -190,6 +267,30 @@ class MemoizedOneBitMean:
         var_u += (1.0 / self.buckets) ** 2 / 4.0 / acc.n
         return float(mean), float(width * math.sqrt(var_u))
 
+    def estimate(self, acc: MemoAccumulator, *, attribute: str = "value", quantiles: Any = (),
+                 level: float = LEVEL, **_: Any) -> NumericEstimate:
+        """The window's :class:`~ldp.numeric.estimates.NumericEstimate`: the mean and std of
+        :meth:`estimate_mean`, the normal interval and the interval valid at every n (Bernstein with
+        :meth:`worst_case_unit_variance` and the range of ``u_hat``), both intersected with ``[low, high]``;
+        no variance, histogram or quantiles (``quantiles`` is ignored).
+
+        Raises:
+            ValueError: an empty window.
+        """
+        mean, std = self.estimate_mean(acc)
+        width = self.high - self.low
+        z = z_value(level)
+        lo_u, hi_u = self.unit_output_range
+        bound = width * bernstein_halfwidth(acc.n, self.worst_case_unit_variance(), hi_u - lo_u, level)
+
+        def clip(a: float) -> float:
+            return float(min(max(a, self.low), self.high))
+
+        return NumericEstimate(
+            attribute=attribute, mechanism=self.name, epsilon=self.epsilon, n=int(acc.n), mean=mean,
+            mean_std=std, mean_ci_low=clip(mean - z * std), mean_ci_high=clip(mean + z * std),
+            mean_bound_low=clip(mean - bound), mean_bound_high=clip(mean + bound))
+
     def mean_variance(self, values: Any) -> float:
         """Closed-form variance of one window's mean for fixed values (over alpha, bits and flips)."""
         z = to_unit(values, self.low, self.high) * self.buckets
@@ -221,6 +322,8 @@ def memoized_cost(mech: MemoizedOneBitMean, windows: int, *, keys: int | None = 
         ``windows`` instantaneous flips (infinite without a flip); ``fresh_equivalent``: ``windows`` fresh
         1BitMean reports at eps; ``max_keys`` (``points``).
     """
+    from ldp.longitudinal.accounting import binary_rr_pld, composed_epsilon  # dp_accounting: a second
+
     if isinstance(windows, bool) or int(windows) != windows or windows < 0:
         raise ValueError(f"windows must be an integer >= 0, got {windows!r}")
     k = int(windows)
@@ -242,4 +345,25 @@ def memoized_cost(mech: MemoizedOneBitMean, windows: int, *, keys: int | None = 
                               "tight": min(k * e_inst, composed_epsilon(binary_rr_pld(e_inst), k, delta))}
     out["fresh_equivalent"] = {"basic": k * eps,
                                "tight": min(k * eps, composed_epsilon(binary_rr_pld(eps), k, delta))}
+    return out
+
+
+def memoized_window_costs(mech: MemoizedOneBitMean, windows: int, *,
+                          delta: float = DEFAULT_DELTA) -> list[dict[str, Any]]:
+    """The cost after each of ``windows`` windows (one report per window, worst case over the values):
+    entry ``k - 1`` is :func:`memoized_cost` after ``k`` reports, its ``values`` figures (``basic``, and
+    ``tight``: composed once per distinct ``min(k, points)``) and the basic any-history figure (the tight
+    one composes ``k`` PLDs per window: :func:`memoized_cost` gives it for the last window)."""
+    from ldp.longitudinal.accounting import binary_rr_pld, composed_epsilon
+
+    eps, e_inst = mech.epsilon, mech.epsilon_instantaneous
+    tight: dict[int, float] = {}
+    out = []
+    for k in range(1, int(windows) + 1):
+        m = min(k, mech.points)
+        if m not in tight:
+            tight[m] = min(m * eps, composed_epsilon(binary_rr_pld(eps), m, delta))
+        out.append({"reports": k, "keys": m, "values_basic": m * eps, "values_tight": tight[m],
+                    "any_history_basic": math.inf if math.isinf(e_inst) else k * e_inst,
+                    "fresh_equivalent_basic": k * eps})
     return out
