@@ -218,14 +218,33 @@ def add_input_flags(parser: argparse.ArgumentParser, *, required: bool = False) 
     )
 
 
+def _jsonl_max_values(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0: every value), got {text!r}")
+    return value
+
+
 def add_output_flags(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """``--output DIR`` and ``--overwrite`` (see :func:`prepare_output`), ``--store URL``,
+    """``--output DIR`` and ``--overwrite`` (see :func:`prepare_output`), ``--jsonl_max_values``
+    (``ldp.aggregate.frequency.estimate_json``), ``--store URL``,
     ``--store_max_items``, ``--store_retry_s`` and ``--store_allow_concurrent_runs`` (``ldp.store``)."""
     parser.add_argument("--output", required=required, help="output directory")
     parser.add_argument(
         "--overwrite",
         action="store_true",
         help="clear an earlier run's non-empty --output directory first (otherwise refused)",
+    )
+    parser.add_argument(
+        "--jsonl_max_values",
+        type=_jsonl_max_values,
+        default=4096,
+        metavar="K",
+        help="values per frequency row in the JSON Lines files: a larger domain's row holds its K largest "
+        "estimates and their indices (the .avro files hold every value); 0: every value (default 4096)",
     )
     parser.add_argument(
         "--store",

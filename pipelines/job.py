@@ -289,15 +289,17 @@ def build_pipeline(
     # the FnApiRunner's watch (paced) never drops late data and may fire timers before pending input
     out = read.records | "Aggregate" >> Aggregate(agg, window, drop_late=not paced)
     for spec in agg.outputs:
-        out[spec.name] | f"Write_{spec.name}" >> WriteResults(ns.output, spec)
+        out[spec.name] | f"Write_{spec.name}" >> WriteResults(
+            ns.output, spec, task_id=agg.task.task_id, jsonl_max_values=getattr(ns, "jsonl_max_values", 4096)
+        )
     dead = (read.dead_letter, out["dead_letter"]) | "AllDeadLetters" >> beam.Flatten()
     dead | "WriteDeadLetters" >> WriteDeadLetters(
-        ns.output, streaming=streaming, window_s=ns.dead_letter_window
+        ns.output, streaming=streaming, window_s=ns.dead_letter_window, task_id=agg.task.task_id
     )
     counts = (read.counts, out["counts"]) | "AllCounts" >> beam.Flatten()
     if streaming:
-        counts = counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window)
-        counts | "WriteCounts" >> WriteCounts(ns.output)
+        counts = counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window, task_id=agg.task.task_id)
+        counts | "WriteCounts" >> WriteCounts(ns.output, task_id=agg.task.task_id)
     if getattr(ns, "store", None):  # the latest-state store (transforms.store; checked by run_job)
         # central DP (raw records): the exact counts are not published
         private = getattr(agg, "raw_records", False)

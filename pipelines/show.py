@@ -150,7 +150,7 @@ def _check_row(row: Any, kind: str | None) -> str:
             raise KeyError(f"{name!r} is not an ISO-8601 string or null")
     if this in ("frequency", "sparse"):
         n = len(row["frequencies"] if this == "frequency" else row["mean"])
-        for name in ("std", "items", "ci_low", "ci_high", "labels"):
+        for name in ("std", "items", "values", "ci_low", "ci_high", "labels"):
             value = row.get(name)
             if value is not None and (not isinstance(value, list) or len(value) != n):
                 raise KeyError(f"{name!r} does not hold {n} entries")
@@ -423,11 +423,12 @@ def _top(values: list[Any], top: int) -> list[int]:
 def _frequency_table(row: dict[str, Any], top: int) -> dict[str, Any]:
     freq = row["frequencies"]
     labels = row.get("labels")
+    index = row.get("values")  # a row of a large domain holds its largest values only, these
     entries = []
     for rank, v in enumerate(_top(freq, top), 1):
         entries.append({
             "rank": rank,
-            "value": v,
+            "value": index[v] if isinstance(index, list) else v,
             "label": labels[v] if isinstance(labels, list) else None,
             "estimate": _num(freq[v]),
             "std": _at(row["std"], v),
@@ -440,7 +441,8 @@ def _frequency_table(row: dict[str, Any], top: int) -> dict[str, Any]:
         "n_reports": row["n_reports"],
         "about": {k: row.get(k) for k in ("mechanism", "epsilon", "domain_size", "postprocess", "ci_method")},
         "shown": len(entries),
-        "of": len(freq),
+        "of": _int(row.get("domain_size")) if isinstance(index, list) else len(freq),
+        "held": len(freq),
         "rows": entries,
     }
 
@@ -642,7 +644,10 @@ def _table_lines(kind: str, t: dict[str, Any]) -> list[str]:
             source = str(t["about"].get("noise_source") or "")
             if "seeded" in source:
                 what += "; SEEDED NOISE: a simulation, not private"
-    lines.append("  " + what + (" (--top K for more)" if t["shown"] < t["of"] else ""))
+    more = " (--top K for more)" if t["shown"] < t.get("held", t["of"]) else ""
+    if t["shown"] < t["of"] and t["shown"] >= t.get("held", t["of"]):
+        more = f" (the JSON Lines row holds the {t['held']:,} largest; every value: the pane's .avro file)"
+    lines.append("  " + what + more)
     lines += ["    " + line for line in format_table(header, cells, right)]
     empty = t.get("empty_groups")
     if isinstance(empty, int) and empty > 0:

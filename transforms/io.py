@@ -13,7 +13,10 @@ cost. Dead letters never hold input bytes (docs/pipelines.md, the dead-letter pr
 
 Every kind of result row is written by :class:`WriteResults` from its :class:`~ldp.aggregate.OutputSpec`:
 JSON Lines and Avro, one file per window *and pane* (``OUT/<subdir>/<prefix>-<start>-<end>-paneNNNNN-
-SSSSS-of-NNNNN.jsonl``; no window part for the global window), so no pane ever replaces another.
+SSSSS-of-NNNNN.jsonl``; no window part for the global window), so no pane ever replaces another. The Avro
+file holds every value; a JSON Lines row of a spec with ``top_json`` (frequency estimates) holds at most
+``jsonl_max_values`` of them (``--jsonl_max_values``, docs/pipelines.md). Long vectors reach the sinks as
+numpy arrays (:func:`pack_record`), which the Avro sink writes in one piece (:class:`VectorRecordEncoder`).
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import apache_beam as beam
 import fastavro
+import numpy as np
 from apache_beam.coders import BooleanCoder, FloatCoder, TupleCoder, VarIntCoder
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
@@ -40,9 +45,11 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Duration, Timestamp
 
 import schemas
 from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
+from ldp.aggregate.frequency import DEFAULT_JSONL_MAX_VALUES
 from ldp.aggregate.range import read_model_records  # re-exported: model files are read without Beam
 from transforms.avro_fast import Loss, iter_report_batches
 from transforms.counts import COUNTER_NAMESPACE, FILE_WRITE_SLACK_S, AtProcessingTime
+from transforms.display import item, task_display, task_id_display
 from transforms.flink_ticks import FlinkTicks
 from transforms.progress import progress
 from transforms.records import RecordBatch, decode_params, make_dead_letter
@@ -110,6 +117,9 @@ class _ReportSourceFn(beam.DoFn):
     def setup(self) -> None:
         self._params = decode_params(self.aggregator)
 
+    def display_data(self) -> dict[str, Any]:
+        return task_display(self.aggregator)
+
     def loss_outputs(self, source: str, loss: Loss, identity: str = "") -> list[TaggedOutput]:
         """Counts one lost part of an input; its ``counts`` and ``dead_letter`` outputs. ``identity``
         (size and hash of a wholly undecodable input) goes into the detail; the input's bytes never do."""
@@ -140,6 +150,9 @@ class _ReadAvroBatches(_ReportSourceFn):
     def __init__(self, batch_size: int, aggregator: Aggregator | None = None) -> None:
         super().__init__(aggregator)
         self.batch_size = batch_size
+
+    def display_data(self) -> dict[str, Any]:
+        return {**super().display_data(), "batch_size": item(self.batch_size, "Records per batch")}
 
     def process(self, readable_file: fileio.ReadableFile):
         if self._params is None:
@@ -183,6 +196,13 @@ class ReadReportFiles(beam.PTransform):
         self.file_pattern = file_pattern
         self.batch_size = batch_size
         self.aggregator = aggregator
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_display(self.aggregator),
+            "file_pattern": item(self.file_pattern, "Report files"),
+            "batch_size": item(self.batch_size, "Records per batch"),
+        }
 
     def expand(self, pbegin: PBegin):
         return (
@@ -356,12 +376,24 @@ class Ticks(beam.PTransform):
         duration_s: float | None = None,
         paced: bool = False,
         watermark_lag_s: float = 0.0,
+        *,
+        task_id: str | None = None,
     ) -> None:
         super().__init__()
         self.interval_s = float(interval_s)
         self.duration_s = duration_s
         self.paced = paced
         self.watermark_lag_s = float(watermark_lag_s)
+        self.task_id = task_id
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_id_display(self.task_id),
+            "interval_s": item(self.interval_s, "Tick interval (s)"),
+            "duration_s": item(self.duration_s, "Duration (s)"),
+            "paced": item(bool(self.paced), "Paced"),
+            "watermark_lag_s": item(self.watermark_lag_s, "Watermark lag (s)"),
+        }
 
     def expand(self, pbegin):
         interval, duration = self.interval_s, self.duration_s
@@ -442,12 +474,26 @@ class WatchReportFiles(beam.PTransform):
         self.ticks_expansion_service = ticks_expansion_service
         self.require_done_marker = bool(require_done_marker)
 
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_display(self.aggregator),
+            "file_pattern": item(self.file_pattern, "Watched report files"),
+            "interval_s": item(self.interval_s, "Watch interval (s)"),
+            "duration_s": item(self.duration_s, "Duration (s)"),
+            "batch_size": item(self.batch_size, "Records per batch"),
+            "require_done_marker": item(self.require_done_marker, "Only files with a .done marker"),
+            "ticks_expansion_service": item(self.ticks_expansion_service, "Flink ticks' expansion service"),
+        }
+
     def expand(self, pbegin):
         pattern = self.file_pattern
+        task_id = None if self.aggregator is None else self.aggregator.task.task_id
         if self.ticks_expansion_service:  # Flink: checkpointed Java ticks; the job is drained at the end
-            ticks = FlinkTicks(self.interval_s, self.watermark_lag_s, self.ticks_expansion_service)
+            ticks = FlinkTicks(
+                self.interval_s, self.watermark_lag_s, self.ticks_expansion_service, task_id=task_id
+            )
         else:
-            ticks = Ticks(self.interval_s, self.duration_s, self.paced, self.watermark_lag_s)
+            ticks = Ticks(self.interval_s, self.duration_s, self.paced, self.watermark_lag_s, task_id=task_id)
         read = _ReadCompleteFiles(self.batch_size, self.aggregator, self.interval_s, self.require_done_marker)
         return (
             pbegin
@@ -475,6 +521,13 @@ class _DecodeMessage(_ReportSourceFn):
         super().__init__(aggregator)
         self.source = source
         self.timestamp_attribute = timestamp_attribute
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **super().display_data(),
+            "source": item(self.source, "Messages from"),
+            "timestamp_attribute": item(self.timestamp_attribute, "Timestamp attribute"),
+        }
 
     def process(self, message: bytes | beam.io.PubsubMessage):
         if self._params is None:
@@ -534,6 +587,13 @@ class DecodeReportMessages(beam.PTransform):
         self.aggregator = aggregator
         self.timestamp_attribute = timestamp_attribute
 
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_display(self.aggregator),
+            "source": item(self.source, "Messages from"),
+            "timestamp_attribute": item(self.timestamp_attribute, "Timestamp attribute"),
+        }
+
     def expand(self, messages: PCollection):
         fn = _DecodeMessage(self.source, self.aggregator, self.timestamp_attribute)
         return messages | "Decode" >> beam.ParDo(fn).with_outputs(
@@ -541,17 +601,118 @@ class DecodeReportMessages(beam.PTransform):
         )
 
 
+#: Vectors (array-of-double / array-of-boolean fields) at least this long travel from the rows to the
+#: sinks as numpy arrays: Beam pickles them whole and the Avro sink writes their bytes in one piece.
+PACK_MIN_VALUES = 1024
+
+
+def _zigzag(n: int) -> bytes:
+    """Avro's ``long``: zig-zag, then a base-128 varint."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _vector_field(ftype: object) -> tuple[str, int | None, int | None] | None:
+    """``(items, index of the array branch, index of the null branch)`` of a field whose type is an array
+    of doubles or booleans, plain (no branches) or in a two-branch union with null; None for any other."""
+    branches = ftype if isinstance(ftype, list) else [ftype]
+    arrays = [i for i, b in enumerate(branches) if isinstance(b, dict) and b.get("type") == "array"]
+    nulls = [i for i, b in enumerate(branches) if b == "null"]
+    if len(arrays) != 1 or len(branches) - len(arrays) - len(nulls) != 0 or len(nulls) > 1:
+        return None
+    items = branches[arrays[0]]["items"]  # type: ignore[index]
+    if items not in ("double", "boolean"):
+        return None
+    if not isinstance(ftype, list):
+        return str(items), None, None
+    return str(items), arrays[0], nulls[0] if nulls else None
+
+
+class VectorRecordEncoder:
+    """The Avro binary encoding of records of one record schema whose vector fields (arrays of doubles or
+    booleans, nullable or not: :func:`_vector_field`) may hold numpy arrays.
+
+    Such an array is written as what ``fastavro`` writes for the same values (one block: the count, the
+    little-endian doubles or one byte per boolean, the end marker), built in one numpy call instead of
+    one call per value; every other field is written by ``fastavro`` with its own type."""
+
+    def __init__(self, parsed_schema: dict[str, Any]) -> None:
+        self.fields: list[tuple[str, tuple[str, int | None, int | None] | None, Any]] = []
+        for f in parsed_schema["fields"]:
+            vec = _vector_field(f["type"])
+            self.fields.append((f["name"], vec, None if vec else fastavro.parse_schema(f["type"])))
+
+    @staticmethod
+    def handles(parsed_schema: dict[str, Any]) -> bool:
+        """Whether every field of ``parsed_schema`` is a vector or a type ``fastavro`` parses alone (no
+        reference to a named type of the record)."""
+        try:
+            VectorRecordEncoder(parsed_schema)
+        except Exception:  # noqa: BLE001 - any field fastavro cannot parse on its own
+            return False
+        return True
+
+    def encode(self, record: Record) -> bytes:
+        buf = io.BytesIO()
+        for name, vec, schema in self.fields:
+            value = record.get(name)
+            if vec is None:
+                fastavro.schemaless_writer(buf, schema, value)
+                continue
+            items, branch, null = vec
+            if value is None:
+                if null is None:
+                    raise ValueError(f"field {name!r} is not nullable")
+                buf.write(_zigzag(null))
+                continue
+            if branch is not None:
+                buf.write(_zigzag(branch))
+            arr = np.asarray(value, dtype=np.float64 if items == "double" else np.bool_)
+            if arr.ndim != 1:
+                raise ValueError(f"field {name!r} is not a vector (shape {arr.shape})")
+            if arr.size:
+                buf.write(_zigzag(int(arr.size)))
+                buf.write(arr.astype("<f8" if items == "double" else np.uint8, copy=False).tobytes())
+            buf.write(b"\x00")
+        return buf.getvalue()
+
+
+class _EncodedBlock:
+    """One record already encoded, in the shape ``fastavro``'s ``Writer.write_block`` takes."""
+
+    def __init__(self, data: bytes) -> None:
+        self.num_records = 1
+        self.bytes_ = io.BytesIO(data)
+
+
 class AvroRecordSink(fileio.FileSink):
-    """``fileio`` sink writing dicts as an Avro object container with one of the package schemas."""
+    """``fileio`` sink writing dicts as an Avro object container with one of the package schemas.
+
+    A record holding numpy vectors (:func:`pack_record`) is encoded by :class:`VectorRecordEncoder` and
+    written as a block of its own; any other goes through ``fastavro``'s writer. The file is an ordinary
+    container either way (null codec)."""
 
     def __init__(self, schema_name: str) -> None:
         self.schema_name = schema_name
         self._writer = None
+        self._encoder: VectorRecordEncoder | None = None
 
     def open(self, fh) -> None:
-        self._writer = fastavro.write.Writer(fh, schemas.parsed_schema(self.schema_name))
+        parsed = schemas.parsed_schema(self.schema_name)
+        self._writer = fastavro.write.Writer(fh, parsed)
+        self._encoder = VectorRecordEncoder(parsed) if VectorRecordEncoder.handles(parsed) else None
 
     def write(self, record: Record) -> None:
+        if any(isinstance(v, np.ndarray) for v in record.values()):
+            if self._encoder is not None:
+                self._writer.write_block(_EncodedBlock(self._encoder.encode(record)))
+                return
+            record = unpack_record(record)
         self._writer.write(record)
 
     def flush(self) -> None:
@@ -573,6 +734,35 @@ def _pane_destination(rec: Record) -> str:
     return f"pane{int(rec['pane_index']):05d}"
 
 
+def vector_fields(schema_name: str) -> dict[str, str]:
+    """``{field: "double" | "boolean"}`` of the vector fields of a package schema (:func:`_vector_field`)."""
+    out = {}
+    for f in schemas.parsed_schema(schema_name)["fields"]:
+        vec = _vector_field(f["type"])
+        if vec is not None:
+            out[f["name"]] = vec[0]
+    return out
+
+
+def pack_record(rec: Record, vectors: dict[str, str]) -> Record:
+    """``rec`` with each of its ``vectors`` (:func:`vector_fields`) of at least :data:`PACK_MIN_VALUES`
+    entries as a float64 / bool numpy array (a vector with an entry of another type stays a list)."""
+    out = dict(rec)
+    for name, items in vectors.items():
+        v = rec.get(name)
+        if isinstance(v, list) and len(v) >= PACK_MIN_VALUES:
+            want = np.float64 if items == "double" else np.bool_
+            arr = np.asarray(v)
+            if arr.dtype == want or (items == "double" and arr.dtype.kind in "iu"):
+                out[name] = arr.astype(want, copy=False)
+    return out
+
+
+def unpack_record(rec: Record) -> Record:
+    """``rec`` with its numpy arrays as lists (the record :func:`pack_record` was given)."""
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in rec.items()}
+
+
 def _as_record(row: ResultRow) -> Record:
     rec = row._asdict()
     progress().add_row(
@@ -581,31 +771,79 @@ def _as_record(row: ResultRow) -> Record:
     return rec
 
 
+def result_sinks(
+    spec: OutputSpec, jsonl_max_values: int = DEFAULT_JSONL_MAX_VALUES
+) -> tuple[Callable[[ResultRow], Record], dict[str, fileio.FileSink]]:
+    """What :class:`WriteResults` writes one kind of row with: ``(to_record, {".jsonl": sink, ".avro":
+    sink})``. ``to_record`` makes a row's record (vectors packed, :func:`pack_record`); the JSON Lines sink
+    writes ``spec.top_json(record, jsonl_max_values)`` for a spec that has it, else the whole record.
+
+    Raises:
+        ValueError: ``jsonl_max_values`` < 0.
+    """
+    if not isinstance(jsonl_max_values, int) or jsonl_max_values < 0:
+        raise ValueError(
+            f"jsonl_max_values must be an integer >= 0 (0: every value), got {jsonl_max_values!r}"
+        )
+    vectors = vector_fields(spec.schema)
+    top_json, whole = spec.top_json, spec.to_json or json_record
+
+    def to_record(row: ResultRow) -> Record:
+        return pack_record(_as_record(row), vectors)
+
+    def to_json(rec: Record) -> Record:
+        if top_json is not None:
+            return top_json(rec, jsonl_max_values)
+        return whole(unpack_record(rec))
+
+    return to_record, {".jsonl": _JsonLinesSink(to_json), ".avro": AvroRecordSink(spec.schema)}
+
+
 class WriteResults(beam.PTransform):
     """Result rows of one :class:`~ldp.aggregate.OutputSpec` -> JSON Lines and Avro files per window and
     pane under ``OUT/<spec.subdir>/`` (see the module docstring)."""
 
-    def __init__(self, output_dir: str, spec: OutputSpec) -> None:
+    def __init__(
+        self,
+        output_dir: str,
+        spec: OutputSpec,
+        *,
+        task_id: str | None = None,
+        jsonl_max_values: int = DEFAULT_JSONL_MAX_VALUES,
+    ) -> None:
         super().__init__()
         self.path = os.path.join(output_dir, spec.subdir) if spec.subdir else output_dir
         self.spec = spec
+        self.task_id = task_id
+        self.jsonl_max_values = jsonl_max_values
+        result_sinks(spec, jsonl_max_values)  # a bad value fails here, before the pipeline runs
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_id_display(self.task_id),
+            "output": item(self.spec.name, "Result output"),
+            "path": item(self.path, "Directory"),
+            "prefix": item(self.spec.prefix, "File prefix"),
+            "schema": item(self.spec.schema, "Avro schema"),
+            "jsonl_max_values": item(self.jsonl_max_values, "Values per JSON Lines row (0: all)"),
+        }
 
     def expand(self, rows: PCollection) -> dict[str, PCollection]:
-        spec = self.spec
-        to_json = spec.to_json or json_record
-        records = rows | "ToRecord" >> beam.Map(_as_record)
+        spec, max_values = self.spec, self.jsonl_max_values
+        to_record, _ = result_sinks(spec, max_values)
+        records = rows | "ToRecord" >> beam.Map(to_record)
         jsonl = records | "WriteJson" >> fileio.WriteToFiles(
             path=self.path,
             file_naming=pane_file_naming(spec.prefix, ".jsonl"),
             destination=_pane_destination,
-            sink=lambda _dest: _JsonLinesSink(to_json),
+            sink=lambda _dest: result_sinks(spec, max_values)[1][".jsonl"],
             shards=1,
         )
         avro = records | "WriteAvro" >> fileio.WriteToFiles(
             path=self.path,
             file_naming=pane_file_naming(spec.prefix, ".avro"),
             destination=_pane_destination,
-            sink=lambda _dest: AvroRecordSink(spec.schema),
+            sink=lambda _dest: result_sinks(spec, max_values)[1][".avro"],
             shards=1,
         )
         return {"jsonl": jsonl, "avro": avro}
@@ -614,9 +852,13 @@ class WriteResults(beam.PTransform):
 class WriteCounts(beam.PTransform):
     """Windowed count dicts -> ``OUT/counts/counts-*.jsonl`` (one line per window)."""
 
-    def __init__(self, output_dir: str) -> None:
+    def __init__(self, output_dir: str, *, task_id: str | None = None) -> None:
         super().__init__()
         self.output_dir = os.path.join(output_dir, "counts")
+        self.task_id = task_id
+
+    def display_data(self) -> dict[str, Any]:
+        return {**task_id_display(self.task_id), "path": item(self.output_dir, "Directory")}
 
     def expand(self, counts):
         return (
@@ -640,11 +882,22 @@ class WriteDeadLetters(beam.PTransform):
     its closed one: every dead letter is written. Batch jobs write them as they come (no re-windowing).
     """
 
-    def __init__(self, output_dir: str, streaming: bool = False, window_s: float = 60.0) -> None:
+    def __init__(
+        self, output_dir: str, streaming: bool = False, window_s: float = 60.0, *, task_id: str | None = None
+    ) -> None:
         super().__init__()
         self.output_dir = os.path.join(output_dir, "dead_letter")
         self.streaming = streaming
         self.window_s = window_s
+        self.task_id = task_id
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            **task_id_display(self.task_id),
+            "path": item(self.output_dir, "Directory"),
+            "streaming": item(bool(self.streaming), "Streaming"),
+            "window_s": item(float(self.window_s) if self.streaming else None, "File window (s)"),
+        }
 
     def expand(self, dead):
         if self.streaming:

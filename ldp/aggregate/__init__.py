@@ -3,8 +3,9 @@
 A collection task splits its users into ``n_groups`` groups (one group for a plain frequency task, one per
 grid / marginal / hierarchy level for the range-query methods). Each group has
 
-* a **validation oracle** (:class:`ValidationOracle`): the report fields it uses and ``validate(reports)``,
-  the payload checks of that group's reports;
+* a **validation oracle** (:class:`ValidationOracle`): its declared ``payload`` (report fields, types,
+  lengths, bounds; :mod:`ldp.payload`) and ``validate(reports)``, the domain checks of that group's
+  reports, whose refusals carry reason codes;
 * a fixed-size, mergeable **accumulator**: :meth:`Aggregator.create_accumulator`, :meth:`Aggregator.add`
   (a numpy :class:`~ldp.reports.Reports` batch, never one report) and :meth:`Aggregator.merge`.
 
@@ -36,6 +37,7 @@ from typing import ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from ldp.payload import PayloadSpec
 from ldp.reports import Reports
 from ldp.task import Task
 
@@ -67,13 +69,20 @@ Acc = TypeVar("Acc")
 
 @runtime_checkable
 class ValidationOracle(Protocol):
-    """The payload checks of one group's reports (``ldp.oracles`` oracles implement it)."""
+    """The payload checks of one group's reports (``ldp.oracles`` oracles implement it).
+
+    ``payload`` declares the report fields, their types, lengths and bounds (:mod:`ldp.payload`): the
+    validator's column checks and the simulator's bad reports read it. ``validate`` makes the domain
+    checks on the numpy batch.
+    """
 
     name: str
-    report_fields: tuple[str, ...]
+    payload: PayloadSpec
 
     def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
-        """``(ok, reasons)``: a bool mask and an object array of messages (None where ok)."""
+        """``(ok, reasons)``: a bool mask and an object array holding a :class:`~ldp.payload.Refusal`
+        (a reason code of :data:`~ldp.payload.ORACLE_REASONS` and a detail) per refused report, None
+        where ok."""
         ...
 
 
@@ -95,6 +104,8 @@ class OutputSpec(NamedTuple):
         subdir: directory under the job's output (``""``: the output itself).
         prefix: file name prefix (``OUT/<subdir>/<prefix>-<window>-paneNNNNN-...``).
         to_json: the JSON Lines form of a record beyond :func:`json_record` (None: just that).
+        top_json: ``(record, max_values) -> record``: the JSON Lines form holding at most ``max_values``
+            of the row's values (the writer's ``--jsonl_max_values``; None: rows are written whole).
     """
 
     name: str
@@ -102,6 +113,7 @@ class OutputSpec(NamedTuple):
     subdir: str
     prefix: str
     to_json: Callable[[Record], Record] | None = None
+    top_json: Callable[[Record, int], Record] | None = None
 
 
 class WindowInfo(NamedTuple):

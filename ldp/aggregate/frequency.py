@@ -5,6 +5,9 @@
 * finalize: per group with reports, ``oracle.estimate`` then ``ldp.postprocess.postprocess`` (the task's
   method or the job's), then ``ldp.intervals.frequency_intervals`` (an interval valid for the published
   numbers, ``docs/intervals.md``), one :class:`EstimateRow` (``schemas/estimate.avsc``) per group.
+
+Output: the Avro file of a pane holds every value; its JSON Lines row holds at most
+``--jsonl_max_values`` of them (:func:`estimate_json`, default :data:`DEFAULT_JSONL_MAX_VALUES`).
 """
 
 from __future__ import annotations
@@ -14,14 +17,23 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.aggregate import OutputSpec, Record, ResultRow, WindowInfo, json_record
 from ldp.intervals import frequency_intervals
 from ldp.oracles import FrequencyEstimate, FrequencyOracle, SupportAccumulator
 from ldp.postprocess import postprocess
 from ldp.reports import Reports
 from ldp.task import POSTPROCESS_METHODS, FrequencyTask
 
-__all__ = ["EstimateRow", "FrequencyAggregator", "postprocess_estimate", "ESTIMATES"]
+__all__ = [
+    "EstimateRow",
+    "FrequencyAggregator",
+    "postprocess_estimate",
+    "ESTIMATES",
+    "DEFAULT_JSONL_MAX_VALUES",
+    "PER_VALUE_FIELDS",
+    "estimate_json",
+    "top_values",
+]
 
 
 class EstimateRow(NamedTuple):
@@ -61,7 +73,63 @@ class EstimateRow(NamedTuple):
     output = "estimates"
 
 
-ESTIMATES = OutputSpec("estimates", "estimate", "", "estimates", None)
+#: The fields of an estimate row that hold one entry per value of the domain.
+PER_VALUE_FIELDS = (
+    "frequencies", "std", "unbiased", "unbiased_std", "ci_low", "ci_high", "ci_includes_zero", "labels"
+)  # fmt: skip
+
+#: Values per estimate row in JSON Lines unless told otherwise (``--jsonl_max_values``; the store's
+#: default cap, ``ldp.store.DEFAULT_MAX_ITEMS``, is the same number).
+DEFAULT_JSONL_MAX_VALUES = 4096
+
+
+def top_values(estimates: Sequence[float | None] | np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest estimates in index order (all of them when there are at most ``k``).
+    Non-finite ones (NaN, infinities, None) rank last; ties go to the lower index. The store keeps the
+    same values (``ldp.store.flatten``)."""
+    arr = np.asarray(estimates, dtype=np.float64)  # None -> NaN
+    n = arr.shape[0]
+    if n <= k:
+        return np.arange(n)
+    key = -arr
+    key[~np.isfinite(key)] = np.inf
+    if k <= 0:
+        return np.arange(0)
+    kth = np.partition(key, k - 1)[k - 1]  # the k-th smallest key: the smallest estimate kept
+    above = np.flatnonzero(key < kth)
+    ties = np.flatnonzero(key == kth)[: k - above.size]  # the lower indices first
+    return np.sort(np.concatenate([above, ties]))
+
+
+def estimate_json(rec: Record, max_values: int) -> Record:
+    """The JSON Lines form of an estimate record holding at most ``max_values`` values (0: every value).
+
+    A row of a domain that fits is written whole (:func:`ldp.aggregate.json_record`). A larger one holds
+    the ``max_values`` largest published estimates (:func:`top_values`): every per-value field
+    (:data:`PER_VALUE_FIELDS`) restricted to them, in index order, and ``values``, their indices; the other
+    fields as they are. The pane's Avro file holds every value. ``rec``'s vectors may be lists or numpy
+    arrays."""
+    if max_values < 0:
+        raise ValueError(f"max_values must be >= 0 (0: every value), got {max_values}")
+    freqs = rec["frequencies"]
+    if max_values == 0 or len(freqs) <= max_values:  # type: ignore[arg-type]
+        return json_record({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in rec.items()})
+    out = dict(rec)
+    keep = top_values(freqs, max_values)  # type: ignore[arg-type]
+    idx = keep.tolist()
+    for name in PER_VALUE_FIELDS:
+        v = rec.get(name)
+        if v is None:
+            continue
+        if isinstance(v, np.ndarray):
+            out[name] = v[keep].tolist()
+        else:
+            out[name] = [v[i] for i in idx]  # type: ignore[index]
+    out["values"] = idx
+    return json_record(out)
+
+
+ESTIMATES = OutputSpec("estimates", "estimate", "", "estimates", None, estimate_json)
 
 
 def postprocess_estimate(

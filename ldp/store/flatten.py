@@ -126,15 +126,11 @@ def row_output(row: Any) -> str | None:
 
 
 def _top(estimates: Sequence[float | None], max_items: int) -> np.ndarray:
-    """Indices of the numbers stored: all when they fit, else the ``max_items`` largest (NaN/None last),
-    in index order."""
-    n = len(estimates)
-    if n <= max_items:
-        return np.arange(n)
-    arr = np.array([(-math.inf if e is None else e) for e in estimates], dtype=np.float64)
-    arr[np.isnan(arr)] = -math.inf
-    order = np.lexsort((np.arange(n), -arr))  # largest first, ties by index
-    return np.sort(order[:max_items])
+    """Indices of the numbers stored: all when they fit, else the ``max_items`` largest (non-finite and
+    None last, ties by index), in index order: the values the JSON Lines form keeps too."""
+    from ldp.aggregate.frequency import top_values
+
+    return top_values(estimates, max_items)
 
 
 def _vector_pane(
@@ -155,7 +151,7 @@ def _vector_pane(
     if labels is not None and len(labels) != n:
         labels = None  # labels of another domain (e.g. a sparse row's coordinates): not these numbers'
     items = []
-    for i in _top([_num(v) for v in values], max_items).tolist():
+    for i in _top(values, max_items).tolist():
         items.append(
             FlatItem(
                 item=int(item_ids[i]),
