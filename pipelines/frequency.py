@@ -26,8 +26,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ldp.aggregate import json_record
-from ldp.aggregate.frequency import EstimateRow, FrequencyAggregator
+from ldp.aggregate.frequency import DEFAULT_JSONL_MAX_VALUES, EstimateRow, FrequencyAggregator, estimate_json
 from ldp.task import POSTPROCESS_METHODS, FrequencyTask
 from pipelines.cli import job_parser
 from pipelines.job import Job, add_job_flags, run_job
@@ -55,8 +54,10 @@ def _aggregator(ns: argparse.Namespace, task: FrequencyTask) -> FrequencyAggrega
     return FrequencyAggregator(task, ns.postprocess)
 
 
-def _to_pubsub(row: EstimateRow) -> bytes:
-    return json.dumps(json_record(row._asdict()), allow_nan=False).encode("utf-8")
+def _to_pubsub(row: EstimateRow, max_values: int = DEFAULT_JSONL_MAX_VALUES) -> bytes:
+    """The row's JSON Lines form (at most ``max_values`` values, as in the files): a Pub/Sub message holds
+    at most 10 MB, and a whole row at d = 2^18 is about 38 MB."""
+    return json.dumps(estimate_json(row._asdict(), max_values), allow_nan=False).encode("utf-8")
 
 
 def _publish(ns: argparse.Namespace, outputs: dict[str, PCollection]) -> None:
@@ -64,7 +65,9 @@ def _publish(ns: argparse.Namespace, outputs: dict[str, PCollection]) -> None:
         import apache_beam as beam
 
         rows = outputs["estimates"]
-        rows | "ToPubSubJson" >> beam.Map(_to_pubsub) | "Publish" >> beam.io.WriteToPubSub(ns.output_topic)
+        cap = getattr(ns, "jsonl_max_values", DEFAULT_JSONL_MAX_VALUES)
+        messages = rows | "ToPubSubJson" >> beam.Map(_to_pubsub, cap)
+        messages | "Publish" >> beam.io.WriteToPubSub(ns.output_topic)
 
 
 JOB = Job(kind="frequency", make_aggregator=_aggregator, extra_steps=_publish, output_topic="output_topic")

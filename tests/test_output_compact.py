@@ -209,3 +209,16 @@ def test_jsonl_max_values_flag(capsys):
         assert "--jsonl_max_values: must be an integer >= 0 (0: every value)" in capsys.readouterr().err
     with pytest.raises(ValueError, match="jsonl_max_values must be an integer >= 0"):
         result_sinks(ESTIMATES, -3)
+
+
+def test_pubsub_message_of_a_large_domain_is_the_compact_row(seed_sequence):
+    """The job's Pub/Sub message is the JSON Lines form: a whole row at d = 2^18 (about 38 MB) would exceed
+    Pub/Sub's 10 MB message limit."""
+    from pipelines.frequency import _to_pubsub
+
+    row = _row(2**18, seed_sequence)
+    message = _to_pubsub(row)
+    assert len(message) < 10_000_000
+    got = json.loads(message)
+    assert got == json.loads(json.dumps(estimate_json(row._asdict(), DEFAULT_JSONL_MAX_VALUES)))
+    assert len(got["values"]) == DEFAULT_JSONL_MAX_VALUES
