@@ -106,8 +106,9 @@ Kinds of task (the mechanism names come from the mechanism registries, never fro
 
 * ``numeric`` (:class:`ldp.aggregate.numeric.NumericTask`): the mean (and quantiles) of a bounded attribute,
   a mechanism of ``ldp.numeric.MECHANISMS`` or ``auto`` with ``"kind": "numeric"`` (required), plus
-  ``"attributes": [{"name": "latency_ms", "low": 0, "high": 500}]`` (one) and optional
-  ``"quantiles": [0.5, 0.9, 0.99]`` (``docs/numeric.md``).
+  ``"attributes": [{"name": "latency_ms", "low": 0, "high": 500}]`` (one or more; several: each user
+  reports ``k`` of them, optional ``"k"``) and optional ``"quantiles": [0.5, 0.9, 0.99]``
+  (``docs/numeric.md``).
 
 A new kind is one entry of the registry :mod:`ldp.kinds` (``docs/architecture.md``): its :class:`TaskKind`
 (keys, mechanism names, field declarations, section checker) goes into :data:`TASK_KINDS` with the rest of
@@ -1578,7 +1579,8 @@ SEMANTIC_CHECKS: tuple[str, ...] = (
     "anonymity: central_epsilon needs expected_reports (range: expected_users) and shuffled true; "
     "expected_reports >= min_reports; a numeric epsilon must meet the central target",
     'epsilon "auto" only with anonymity.central_epsilon',
-    "numeric: an attribute's low below its high; the mechanism's own checks (ldp.numeric)",
+    "numeric: an attribute's low below its high; k at most the number of attributes; the mechanism's own "
+    "checks (ldp.numeric)",
 )
 
 

@@ -11,8 +11,9 @@ Streaming, from a watched directory or Pub/Sub (the shared job's flags, as ``pip
 
 The task is a numeric task (``"kind": "numeric"``; ``ldp.aggregate.numeric``, ``docs/numeric.md``).
 Outputs: ``OUT/estimates-<window>-paneNNNNN-*.jsonl`` and ``.avro`` (``schemas/numeric_estimate.avsc``;
-one row per window and pane: ``attribute``, ``n_reports``, ``mean``, ``mean_std``, ``mean_ci_low``,
-``mean_ci_high``, ``quantiles`` ``[{q, value, ci_low, ci_high}]``), refused reports in
+one row per attribute, window and pane: ``attribute``, ``attribute_index``, ``n_reports``, ``mean``,
+``mean_std``, ``mean_ci_low``, ``mean_ci_high``, ``quantiles`` ``[{q, value, ci_low, ci_high}]``), refused
+reports in
 ``OUT/dead_letter/*.avro`` with their reasons and ``OUT/counts.json``. The job is the registry's
 (:func:`pipelines.job.kind_job`).
 """

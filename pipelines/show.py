@@ -489,7 +489,7 @@ def _numeric_table(row: dict[str, Any]) -> dict[str, Any]:
                 "ci_low": _num(q.get("ci_low")),
                 "ci_high": _num(q.get("ci_high")),
             })
-    keys = ("attribute", "mechanism", "epsilon", "low", "high", "ci_method")
+    keys = ("attribute", "attribute_index", "mechanism", "epsilon", "low", "high", "ci_method")
     return {
         "group": None,
         **_pane(row),
@@ -548,7 +548,8 @@ def collect(out: str, *, top: int = 10, window: str = "latest") -> dict[str, Any
         elif kind == "sparse":
             tables = [_sparse_table(r, top) for r in _latest_panes(wrows, "group").values()]
         elif kind == "numeric":
-            tables = [_numeric_table(r) for r in _latest_panes(wrows, "attribute").values()]
+            latest = _latest_panes(wrows, "attribute").values()  # names are unique within a task
+            tables = [_numeric_table(r) for r in sorted(latest, key=lambda r: r.get("attribute_index") or 0)]
         else:
             tables = [_answers_table(_latest_panes(wrows, "query_index"), kind, top, batch)]
         windows.append({

@@ -99,7 +99,8 @@ def test_square_wave_rows_carry_quantiles_and_the_store_keeps_each(rng):
     [
         ({"kind": None}, 'must say "kind": "numeric"'),
         ({"attributes": [{"name": "x", "low": 5, "high": 5}]}, "low must be below high"),
-        ({"attributes": [{"name": "x", "low": 0, "high": 1}, {"name": "y", "low": 1, "high": 2}]}, "of one"),
+        ({"attributes": [{"name": "x", "low": 0, "high": 1}, {"name": "x", "low": 1, "high": 2}]},
+         "is repeated"),
         ({"quantiles": [0.5, 1.0]}, "quantiles must be a list of numbers in (0, 1)"),
         ({"params": {"bins": 8}}, "mechanism parameters rejected by ldp.numeric"),
         ({"mechanism": "grr"}, "is not a numeric mechanism"),

@@ -45,7 +45,8 @@ SEMANTIC: dict[tuple[str, str], tuple[str, ...]] = {
     ("range", "attributes"): ("is repeated", "hdg needs at least two attributes"),
     ("range", "granularity"): ("must be a power of two",),
     ("batch_queries", "attributes"): ("is repeated",),
-    ("numeric", "attributes"): ("low must be below high",),
+    ("numeric", "attributes"): ("low must be below high", "is repeated"),
+    ("numeric", "k"): ("k must be at most the number of attributes",),
     ("numeric", "epsilon"): ("mechanism parameters rejected by ldp.numeric",),
     ("numeric", "budget"): ("budget: ",),
 }

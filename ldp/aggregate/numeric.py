@@ -8,7 +8,10 @@ Task (``docs/numeric.md``)::
 
 ``"kind": "numeric"`` is required (``auto`` also names a frequency mechanism). ``mechanism``: one of
 ``ldp.numeric.MECHANISMS`` or ``auto``; ``params``: the mechanism's (``moments``; Square Wave's ``bins``,
-...); one attribute. Quantiles are estimated by ``square-wave`` only (the others publish the mean).
+...). Quantiles are estimated by ``square-wave`` only (the others publish the mean). With ``m > 1``
+attributes (names unique) each user reports ``k`` of them at ``epsilon / k`` (Wang et al.'s sample-k-of-m,
+:class:`ldp.numeric.multi.MultiNumeric`; optional ``"k"``, default ``ldp.numeric.multi.default_k``), and
+each window pane gives one row per attribute.
 
 This module is the whole kind: the task section (:data:`NUMERIC_TASK_KIND`), the aggregator
 (:class:`NumericAggregator`: one group, the mechanism's exact integer accumulator), the result row
@@ -34,6 +37,7 @@ from ldp.aggregate import OutputSpec, ResultRow, WindowInfo, pane_header
 from ldp.longitudinal.budget import BudgetPolicy, parse_budget
 from ldp.numeric import MECHANISMS, NumericAccumulator, NumericMechanism, make_numeric_mechanism
 from ldp.numeric.memo import MEMO_NAME, MemoAccumulator, MemoizedOneBitMean
+from ldp.numeric.multi import MAX_ATTRIBUTES, MultiAccumulator, MultiNumeric, default_k
 from ldp.reports import Reports
 
 __all__ = [
@@ -46,6 +50,7 @@ __all__ = [
     "DEFAULT_QUANTILES",
     "flatten_numeric",
     "sample_values",
+    "sample_columns",
     "numeric_kind",
 ]
 
@@ -56,7 +61,7 @@ MAX_BOUND = 1e15
 #: resolves among the fresh ones only, ``ldp.numeric.AUTO_CANDIDATES``)
 _MECHANISMS: tuple[str, ...] = (*MECHANISMS, MEMO_NAME, "auto")
 _MEMO_PARAMS = ("buckets", "flip")
-_KEYS = ("attributes", "quantiles", "budget")
+_KEYS = ("attributes", "k", "quantiles", "budget")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,11 +75,14 @@ class NumericAttribute:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class NumericTask(_task.Task):
-    """The mean (and with ``square-wave`` the quantiles) of one bounded attribute per user."""
+    """The mean (and with ``square-wave`` the quantiles) of one or more bounded attributes per user
+    (``m > 1``: each user reports ``k`` of them, sample-k-of-m)."""
 
     kind = "numeric"
     attributes: tuple[NumericAttribute, ...]
     quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+    #: attributes per report as written in the task (None: ``default_k(epsilon, m)``; see :attr:`per_report`)
+    k: int | None = None
     #: the per-user budget of repeated collection (``memo-one-bit-mean`` only; ``None``: none declared)
     budget: BudgetPolicy | None = None
 
@@ -83,11 +91,28 @@ class NumericTask(_task.Task):
         """True for the memoized counter (``ldp.numeric.memo``), reported window after window."""
         return self.mechanism == MEMO_NAME
 
+    @property
+    def is_multi(self) -> bool:
+        """More than one attribute: sample-k-of-m reports (:class:`~ldp.numeric.multi.MultiNumeric`)."""
+        return len(self.attributes) > 1
+
+    @property
+    def per_report(self) -> int:
+        """Attributes each report carries: ``k``, by default ``default_k(epsilon, m)``."""
+        return default_k(self.epsilon, len(self.attributes)) if self.k is None else self.k
+
     def make_mechanism(self, attribute: int = 0) -> Any:
-        """The attribute's mechanism: a :class:`~ldp.numeric.NumericMechanism`, or for ``memo-one-bit-mean``
-        a :class:`~ldp.numeric.memo.MemoizedOneBitMean` (params ``buckets``, ``flip``)."""
-        a = self.attributes[attribute]
+        """The task's mechanism: for several attributes a :class:`~ldp.numeric.multi.MultiNumeric` (each
+        attribute at ``epsilon / k``); else a :class:`~ldp.numeric.NumericMechanism`, or for
+        ``memo-one-bit-mean`` a :class:`~ldp.numeric.memo.MemoizedOneBitMean` (params ``buckets``,
+        ``flip``)."""
         params = dict(self.params)
+        if self.is_multi:
+            bounds = [(b.low, b.high) for b in self.attributes]
+            names = [b.name for b in self.attributes]
+            return MultiNumeric(self.mechanism, self.epsilon, bounds, names=names, k=self.per_report,
+                                **params)
+        a = self.attributes[attribute]
         if self.is_memoized:
             unknown = sorted(set(params) - set(_MEMO_PARAMS))
             if unknown:
@@ -121,6 +146,8 @@ class NumericTask(_task.Task):
     def to_dict(self) -> dict[str, object]:
         out = self._common_dict()
         out["attributes"] = [dataclasses.asdict(a) for a in self.attributes]
+        if self.k is not None:
+            out["k"] = self.k
         out["quantiles"] = list(self.quantiles)
         if self.budget is not None:
             out["budget"] = self.budget.to_dict()
@@ -132,30 +159,53 @@ def _num(x: object) -> bool:
 
 
 def _check_attributes(raw: object, problems: list[str]) -> tuple[NumericAttribute, ...]:
-    if not isinstance(raw, list) or len(raw) != 1:
-        problems.append("attributes must be a list of one {name, low, high} object")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ATTRIBUTES:
+        problems.append(f"attributes must be a list of 1 to {MAX_ATTRIBUTES} {{name, low, high}} objects")
         return ()
-    a = raw[0]
-    if not isinstance(a, Mapping):
-        problems.append("attributes[0] must be an object with name, low and high")
-        return ()
-    ok = True
-    extra = set(a) - {"name", "low", "high"}
-    if extra:
-        problems.append(f"attributes[0]: unknown key(s) {sorted(extra)}")
-        ok = False
-    name, low, high = a.get("name"), a.get("low"), a.get("high")
-    if not isinstance(name, str) or not name:
-        problems.append(f"attributes[0].name must be a non-empty string, got {name!r}")
-        ok = False
-    for key, v in (("low", low), ("high", high)):
-        if not (_num(v) and abs(v) <= MAX_BOUND):  # type: ignore[arg-type]
-            problems.append(f"attributes[0].{key} must be a number in [-1e15, 1e15], got {v!r}")
+    out: list[NumericAttribute] = []
+    seen: set[str] = set()
+    for i, a in enumerate(raw):
+        where = f"attributes[{i}]"
+        if not isinstance(a, Mapping):
+            problems.append(f"{where} must be an object with name, low and high")
+            continue
+        ok = True
+        extra = set(a) - {"name", "low", "high"}
+        if extra:
+            problems.append(f"{where}: unknown key(s) {sorted(extra)}")
             ok = False
-    if ok and not low < high:  # type: ignore[operator]
-        problems.append(f"attributes[0]: low must be below high, got [{low}, {high}]")
-        ok = False
-    return (NumericAttribute(str(name), float(low), float(high)),) if ok else ()  # type: ignore[arg-type]
+        name, low, high = a.get("name"), a.get("low"), a.get("high")
+        if not isinstance(name, str) or not name:
+            problems.append(f"{where}.name must be a non-empty string, got {name!r}")
+            ok = False
+        elif name in seen:
+            problems.append(f"{where}.name {name!r} is repeated")
+            ok = False
+        else:
+            seen.add(name)
+        for key, v in (("low", low), ("high", high)):
+            if not (_num(v) and abs(v) <= MAX_BOUND):  # type: ignore[arg-type]
+                problems.append(f"{where}.{key} must be a number in [-1e15, 1e15], got {v!r}")
+                ok = False
+        if ok and not low < high:  # type: ignore[operator]
+            problems.append(f"{where}: low must be below high, got [{low}, {high}]")
+            ok = False
+        if ok:
+            out.append(NumericAttribute(str(name), float(low), float(high)))  # type: ignore[arg-type]
+    return tuple(out) if len(out) == len(raw) else ()
+
+
+def _check_k(raw: object, m: int, problems: list[str]) -> int | None:
+    """The optional ``k`` (attributes per report): an integer in ``[1, m]``."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_ATTRIBUTES:
+        problems.append(f"k must be an integer in [1, {MAX_ATTRIBUTES}], got {raw!r}")
+        return None
+    if m and raw > m:
+        problems.append(f"k must be at most the number of attributes ({m}), got {raw}")
+        return None
+    return int(raw)
 
 
 def _check_quantiles(raw: object, problems: list[str]) -> tuple[float, ...]:
@@ -204,6 +254,9 @@ def _build(obj: Mapping[str, object], common: dict[str, object], problems: list[
     if "attributes" not in obj:
         problems.append("missing 'attributes' (required by numeric tasks)")
     attributes = _check_attributes(obj.get("attributes"), problems) if "attributes" in obj else ()
+    k = _check_k(obj.get("k"), len(attributes), problems)
+    if len(attributes) > 1 and obj.get("mechanism") == MEMO_NAME:
+        problems.append(f"{MEMO_NAME} counts one attribute; got {len(attributes)}")
     quantiles = _check_quantiles(obj.get("quantiles"), problems)
     n_groups = obj.get("n_groups", 1)
     if not (isinstance(n_groups, int) and not isinstance(n_groups, bool) and n_groups == 1):
@@ -213,6 +266,7 @@ def _build(obj: Mapping[str, object], common: dict[str, object], problems: list[
     task = NumericTask(
         attributes=attributes,
         quantiles=quantiles,
+        k=k,
         n_groups=1,
         **{**common, "params": dict(common["params"])},  # type: ignore[arg-type,dict-item]
     )
@@ -237,7 +291,7 @@ _NUMERIC_FIELDS: dict[str, _task.Field] = {
     "attributes": _f(
         "array",
         min_items=1,
-        max_items=1,
+        max_items=MAX_ATTRIBUTES,
         items=_f(
             "object",
             properties={
@@ -247,7 +301,17 @@ _NUMERIC_FIELDS: dict[str, _task.Field] = {
             },
             required=("name", "low", "high"),
         ),
-        description="the attribute and its bounds [low, high] (low < high); clients clip into them",
+        description="the attributes (names unique) and their bounds [low, high] (low < high); clients clip "
+        "into them; more than one: each user reports k of them (sample-k-of-m)",
+    ),
+    "k": _f(
+        "integer",
+        "null",
+        minimum=1,
+        maximum=MAX_ATTRIBUTES,
+        default=None,
+        description="attributes per report, at most their number (default: ldp.numeric.multi.default_k: "
+        "max(1, min(m, floor(epsilon / 2.5))))",
     ),
     "quantiles": _f(
         "array",
@@ -294,7 +358,8 @@ class NumericEstimateRow(NamedTuple):
     ``mean`` is unbiased and not clipped; ``mean_ci_*`` its normal 95% interval and ``mean_bound_*`` the
     interval valid at every n (both intersected with ``[low, high]``); ``quantiles`` a list of
     ``{q, value, ci_low, ci_high}`` (Square Wave; empty otherwise); ``variance*`` None without a second
-    moment (``ldp.numeric.estimates.NumericEstimate``)."""
+    moment (``ldp.numeric.estimates.NumericEstimate``). In a task of several attributes ``n_reports``
+    counts the reports that carried this attribute and ``epsilon`` is its share, ``epsilon / k``."""
 
     task_id: str
     schema_version: int
@@ -321,6 +386,8 @@ class NumericEstimateRow(NamedTuple):
     variance_ci_low: float | None = None
     variance_ci_high: float | None = None
     ci_method: str = "normal"
+    #: the attribute's index in the task's ``attributes`` (the store's group)
+    attribute_index: int = 0
     output = "estimates"
 
 
@@ -330,7 +397,7 @@ NUMERIC_ESTIMATES = OutputSpec("estimates", "numeric_estimate", "", "estimates",
 class _Validator:
     """The report checks of the task's mechanism (``name``, ``report_fields``, ``payload``, ``validate``)."""
 
-    def __init__(self, mech: NumericMechanism) -> None:
+    def __init__(self, mech: NumericMechanism | MultiNumeric) -> None:
         self.mech = mech
         self.name = mech.name
         self.report_fields = tuple(mech.report_fields)
@@ -342,7 +409,9 @@ class _Validator:
 
 class NumericAggregator:
     """:class:`ldp.aggregate.Aggregator` of a :class:`NumericTask`: one group; its accumulator is the
-    mechanism's (exact integer sums, so merges are exact); finalize is ``mech.estimate``.
+    mechanism's (exact integer sums, so merges are exact; several attributes: one per attribute,
+    :class:`~ldp.numeric.multi.MultiAccumulator`); finalize is ``mech.estimate``, one row per attribute
+    with reports.
 
     Args:
         task: the parsed task.
@@ -380,20 +449,29 @@ class NumericAggregator:
     def merge(self, group: int, accs: Sequence[NumericAccumulator]) -> NumericAccumulator:
         return self.mech.merge(list(accs))
 
-    def finalize(self, accs: Mapping[int, NumericAccumulator], window: WindowInfo) -> list[ResultRow]:
+    def finalize(self, accs: Mapping[int, Any], window: WindowInfo) -> list[ResultRow]:
         acc = accs.get(0)
-        if acc is None or (acc.n if isinstance(acc, MemoAccumulator) else acc.n[0]) == 0:
+        if acc is None:
+            return []
+        opts: dict[str, Any] = {} if self.replicas is None else {"replicas": self.replicas}
+        if isinstance(acc, MultiAccumulator):
+            multi: MultiNumeric = self.mech  # type: ignore[assignment]
+            return [
+                numeric_row(self.task, window, multi.estimate_attribute(acc, j, quantiles=self.task.quantiles,
+                                                                         **opts), a, j)
+                for j, (a, n) in enumerate(zip(self.task.attributes, acc.n)) if n > 0
+            ]
+        if (acc.n if isinstance(acc, MemoAccumulator) else acc.n[0]) == 0:
             return []
         a = self.task.attributes[0]
-        opts: dict[str, Any] = {} if self.replicas is None else {"replicas": self.replicas}
         est = self.mech.estimate(acc, attribute=a.name, quantiles=self.task.quantiles, **opts)
         return [numeric_row(self.task, window, est, a)]
 
 
 def numeric_row(
-    task: NumericTask, window: WindowInfo, est: Any, attribute: NumericAttribute
+    task: NumericTask, window: WindowInfo, est: Any, attribute: NumericAttribute, index: int = 0
 ) -> NumericEstimateRow:
-    """The row of one :class:`~ldp.numeric.estimates.NumericEstimate`."""
+    """The row of one :class:`~ldp.numeric.estimates.NumericEstimate` (``index``: the attribute's)."""
     return NumericEstimateRow(
         **pane_header(task, window, mechanism=est.mechanism),  # type: ignore[arg-type]
         attribute=attribute.name,
@@ -412,12 +490,14 @@ def numeric_row(
         variance_std=est.variance_std,
         variance_ci_low=est.variance_ci_low,
         variance_ci_high=est.variance_ci_high,
+        attribute_index=int(index),
     )
 
 
 def flatten_numeric(rows: Sequence[Any], max_items: int, labels: Sequence[str] | None) -> list[Any]:
-    """Store form: one pane per row (group 0, the attribute), item 0 the mean (label ``mean``) and item
-    ``1 + i`` quantile ``i`` (label ``q0.5``), each with its interval."""
+    """Store form: one pane per row (group: the attribute's index, ``attribute_index``, 0 in rows
+    without it), item 0 the mean (label ``mean``) and item ``1 + i`` quantile ``i`` (label ``q0.5``),
+    each with its interval."""
     from ldp.store.flatten import FlatItem, FlatPane
 
     def item(i: int, label: str, est: float, std: float | None, lo: float, hi: float) -> FlatItem:
@@ -432,7 +512,8 @@ def flatten_numeric(rows: Sequence[Any], max_items: int, labels: Sequence[str] |
             k: getattr(row, k) for k in ("attribute", "mechanism", "epsilon", "low", "high", "ci_method")
         }
         panes.append(
-            FlatPane("numeric", 0, row.mechanism, int(row.n_reports), len(items), items[:max_items], extra)
+            FlatPane("numeric", int(getattr(row, "attribute_index", 0) or 0), row.mechanism,
+                     int(row.n_reports), len(items), items[:max_items], extra)
         )
     return panes
 
@@ -503,15 +584,39 @@ def sample_values(dataset: str, n: int | None, rng: np.random.Generator) -> np.n
     return rng.uniform(a, b, n)
 
 
+def sample_columns(dataset: str, m: int, n: int | None, rng: np.random.Generator) -> np.ndarray:
+    """``(n, m)`` values of ``m`` attributes: ``dataset`` is one spec of :func:`sample_values` (each
+    column drawn from it independently; a ``csv:`` spec gives every column the same values) or ``m``
+    specs joined by ``;``, one per attribute.
+
+    Raises:
+        ValueError: a bad spec, a number of specs other than 1 or ``m``, columns of different lengths.
+    """
+    specs = dataset.split(";")
+    if len(specs) == 1:
+        specs = specs * m
+    if len(specs) != m:
+        raise ValueError(f"dataset {dataset!r}: {len(specs)} specs for {m} attributes (give 1 or {m}, "
+                         "joined by ';')")
+    cols = [sample_values(spec, n, rng) for spec in specs]
+    lengths = sorted({len(c) for c in cols})
+    if len(lengths) > 1:
+        raise ValueError(f"dataset {dataset!r}: the attributes' columns have different lengths {lengths}")
+    return np.column_stack(cols)
+
+
 class _NumericPopulation:
-    """Clients of a numeric task: one value each, encoded by the task's mechanism."""
+    """Clients of a numeric task: one value each (one per attribute), encoded by the task's mechanism."""
 
     def __init__(
         self, task: NumericTask, users: int | None, dataset: str, ss: np.random.SeedSequence
     ) -> None:
         self.task, self.dataset = task, dataset
         r_val, r_enc, self.time_rng, self.bad_rng = (np.random.default_rng(s) for s in ss.spawn(4))
-        self.values = sample_values(dataset, users, r_val)
+        if task.is_multi:
+            self.values = sample_columns(dataset, len(task.attributes), users, r_val)
+        else:
+            self.values = sample_values(dataset, users, r_val)
         self.n_users = len(self.values)
         if self.n_users < 1:
             raise ValueError(f"dataset {dataset!r} has no values")
@@ -526,14 +631,24 @@ class _NumericPopulation:
             if lo < hi:
                 yield k, Chunk(slice(lo, hi), self.reports.take(slice(lo, hi)), 0)
 
-    def truth(self) -> dict[str, Any]:
-        a = self.task.attributes[0]
-        clipped = np.clip(self.values, a.low, a.high)
+    def _truth_of(self, j: int, x: np.ndarray) -> dict[str, Any]:
+        a = self.task.attributes[j]
+        clipped = np.clip(x, a.low, a.high)
         return {
-            "mechanism": self.mech.name,
             "attribute": a.name,
             "mean": float(np.mean(clipped)),
             "quantiles": {f"{q:g}": float(np.quantile(clipped, q)) for q in self.task.quantiles},
+        }
+
+    def truth(self) -> dict[str, Any]:
+        """The clipped values' mean and quantiles (several attributes: ``attributes``, one entry each,
+        and ``k``)."""
+        if not self.task.is_multi:
+            return {"mechanism": self.mech.name, **self._truth_of(0, self.values)}
+        return {
+            "mechanism": self.mech.name,
+            "k": self.mech.k,
+            "attributes": [self._truth_of(j, self.values[:, j]) for j in range(self.values.shape[1])],
         }
 
     def write_truth_files(self, out: Path) -> dict[str, Any]:
@@ -553,8 +668,11 @@ def numeric_population(
 
 
 def numeric_template(task: Any) -> tuple[Any, int, Any]:
-    """The mechanism's validator and reports of the attribute's lower bound (bad-record variants)."""
+    """The mechanism's validator and reports of the attributes' lower bounds (bad-record variants)."""
     mech = task.make_mechanism()
+    if isinstance(mech, MultiNumeric):
+        lows = np.array([a.low for a in task.attributes])
+        return _Validator(mech), 0, lambda k, rng: mech.encode(np.tile(lows, (k, 1)), rng=rng)
     return _Validator(mech), 0, lambda k, rng: mech.encode(np.full(k, mech.low), rng=rng)
 
 
@@ -569,10 +687,11 @@ def numeric_kind() -> Any:
         rows=(RowKind(NumericEstimateRow, "numeric_estimate", "numeric", flatten_numeric),),
         population=numeric_population,
         default_dataset="normal",
-        datasets="normal[:MEAN:STD], lognormal[:MU:SIGMA], uniform[:LOW:HIGH], csv:PATH:COLUMN",
+        datasets="normal[:MEAN:STD], lognormal[:MU:SIGMA], uniform[:LOW:HIGH], csv:PATH:COLUMN "
+        "(several attributes: one spec, or one per attribute joined by ';')",
         users_from_dataset=("csv:",),
         bad_template=numeric_template,
-        description="the mean and quantiles of a bounded numeric attribute",
+        description="the mean and quantiles of bounded numeric attributes",
         example={
             "task_id": "n",
             "kind": "numeric",
