@@ -30,7 +30,7 @@ case "${1:-demo}" in
       # pytest arguments given (e.g. -m "not integration", -k range, tests/test_cli.py): one run with them
       exec "$py" -m pytest -q "$@"
     fi
-    # Both tiers, the fast unit tests first (pyproject.toml / tests/conftest.py define the tiers).
+    # Both tiers, the fast tests first: the tiers are markers every test file carries (docs/testing.md).
     status=0
     # The fast tier runs on two processes (pytest-xdist; a file's tests stay together), the integration
     # tier in one (it starts services and runners that want the machine).

@@ -1,36 +1,51 @@
-"""Shared test configuration: the two test tiers and helpers every test module may use.
+"""Shared test configuration: the test tiers, the service markers and helpers every test module may use.
 
-Tiers. ``pytest -m "not integration"`` is the fast unit tier (under two minutes); ``pytest -m integration``
-holds the tests that start a service, a runner or a process. ``./run_local.sh test`` (and CI) runs both,
-the fast tier first on two processes (``-n 2 --dist loadfile``: a file's tests stay in one process), then
-the integration tier in one. The integration tests are marked here, at collection, by file and by test
-name, so test files need not carry the marker (a test may still mark itself with
-``@pytest.mark.integration``):
+Markers (declared in pyproject.toml; ``--strict-markers`` refuses any other). Every test file carries its
+own, as ``pytestmark = [...]`` at module level or as decorators on the tests that need them:
 
-* whole files: :data:`INTEGRATION_FILES` (Flink mini-cluster, Pub/Sub emulator, README commands, wheel
-  build);
-* any test whose name contains one of :data:`INTEGRATION_WORDS` (``portable``, ``multi_processing``,
-  ``watched_directory``, ``subprocess``, ...);
-* the tests listed by node id in :data:`INTEGRATION_TESTS` whose names say none of that;
-* any test that starts a process: its body calls ``subprocess`` (``run``, ``Popen``, ``check_output``,
-  ...) or it uses the ``run_cli`` fixture (a CLI run in a fresh interpreter costs seconds of imports).
+* ``integration``: the test starts a process, a runner or a service (a CLI in a fresh interpreter, a
+  streaming job over a watched directory, the portable or multi-processing runner, Flink, the Pub/Sub
+  emulator, PostgreSQL, a browser, Prism, node, the README's commands, a wheel build), or runs a whole job
+  on the DirectRunner that takes seconds (the fast tier's budget);
+* ``statistical``: a Monte Carlo check against a tolerance stated in the test (either tier);
+* the services (always with ``integration``): :data:`SERVICES` (``flink``, ``pubsub``, ``postgres``,
+  ``browser``, ``prism``, ``node``); ``failover`` (a Flink TaskManager killed mid-stream).
+
+Tiers. ``pytest -m "not integration"`` is the fast tier (under three minutes on two cores);
+``pytest -m integration`` is the rest. ``./run_local.sh test`` (and CI) runs both, the fast tier first on
+two processes (``-n 2 --dist loadfile``: a file's tests stay in one process), then the integration tier.
+
+Nothing is classified by file or test name. One guard keeps the tiers from drifting: at collection, a test
+without the ``integration`` marker that uses the ``run_cli`` fixture, whose body calls ``subprocess``
+(``run``, ``Popen``, ``call``, ``check_call``, ``check_output``) or that carries a service marker makes
+its module (or class) a collection error, one line per such test naming it and the marker to add; it is
+checked before ``-m`` deselects anything, so the fast tier fails too (``tests/test_tiers.py``).
+
+Services. Before a test with a service marker runs, the service's parts are looked for (:data:`SERVICES`);
+when they are missing the test skips with the reason, or fails when the service's ``LDP_REQUIRE_*``
+variable is ``1`` (CI, ``.ci/run``). ``LDP_SKIP_FLINK=1`` skips the Flink tests whatever is installed.
+A test may check more of its service itself (the Flink cluster's jars, a built TypeScript client).
 
 Helpers (fixtures): ``repo_root``, ``seed_sequence`` / ``rng`` (one root ``numpy.random.SeedSequence``,
-a child per test, so a failure reproduces), ``write_json``, ``frequency_task_file``, ``range_task_file``
-and ``run_cli`` (runs a command in a subprocess with the repository's environment).
+a child per test, so a failure reproduces), ``write_json``, ``frequency_task_file``, ``range_task_file``,
+``run_cli`` (runs a command in a subprocess with the repository's environment), ``emulator`` (a Pub/Sub
+emulator per module) and ``postgres_url`` (a throw-away PostgreSQL server per session).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,82 +57,156 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Root entropy of every test's ``seed_sequence`` (the child is keyed by the test's node id).
 ROOT_SEED = 2026_12_01
 
-#: Test files that are integration tests as a whole.
-INTEGRATION_FILES = frozenset(
-    {
-        "test_flink_runner.py",  # Flink job server (Java) + mini-cluster
-        "test_pubsub_emulator.py",  # the Pub/Sub emulator (Java) and a streaming job in a subprocess
-        "test_readme.py",  # every README command, as written
-        "test_packaging.py",  # builds a wheel
-    }
-)
-
-#: A test whose name contains one of these (case-insensitive) is an integration test.
-INTEGRATION_WORDS = (
-    "flink",
-    "pubsub",
-    "emulator",
-    "portable",
-    "multi_processing",
-    "watched_directory",
-    "subprocess",
-    "readme",
-)
-
-#: Integration tests whose names do not say so: ``file::test`` (parameters ignored).
-INTEGRATION_TESTS = frozenset(
-    {
-        "test_pipeline_frequency.py::test_cli_help_and_bad_arguments",  # `python -m` in a subprocess
-    }
-)
-
-
-_STARTS_PROCESS = re.compile(r"\bsubprocess\.(run|Popen|call|check_call|check_output)\b")
-
-
-def _starts_a_process(item: pytest.Item) -> bool:
-    if "run_cli" in getattr(item, "fixturenames", ()):
-        return True
-    fn = getattr(item, "function", None)
-    try:
-        source = inspect.getsource(fn) if fn is not None else ""
-    except (OSError, TypeError):
-        return False
-    return _STARTS_PROCESS.search(source) is not None
-
-
-#: Markers of tests that need a service; they are integration tests too.
-SERVICE_MARKERS = ("integration", "postgres", "browser", "failover")
-
-
-def is_integration(item: pytest.Item) -> bool:
-    """Whether a collected test belongs to the integration tier (see the module docstring)."""
-    if any(item.get_closest_marker(m) is not None for m in SERVICE_MARKERS):
-        return True
-    path = Path(str(item.fspath))
-    if path.name in INTEGRATION_FILES:
-        return True
-    name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
-    if f"{path.name}::{name}" in INTEGRATION_TESTS:
-        return True
-    lowered = name.lower()
-    return any(word in lowered for word in INTEGRATION_WORDS) or _starts_a_process(item)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if is_integration(item) and item.get_closest_marker("integration") is None:
-            item.add_marker(pytest.mark.integration)
-
-
 #: Where these machines have the Pub/Sub emulator (``PUBSUB_EMULATOR_BIN`` overrides it).
 PUBSUB_EMULATOR_DEFAULT = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+
+#: Where these machines have PostgreSQL 15 (``LDP_PG_BIN`` overrides it).
+POSTGRES_BIN_DEFAULT = "/usr/lib/postgresql/15/bin"
+
+#: The Flink job-server jar tools/flink/get_job_server.sh builds (``LDP_FLINK_JOB_SERVER_JAR`` overrides it).
+FLINK_JOB_SERVER_JAR = REPO_ROOT / ".cache" / "flink" / "job-server.jar"
 
 
 def pubsub_emulator_binary() -> str | None:
     """The Pub/Sub emulator's path when it is installed and executable, else None."""
     path = os.environ.get("PUBSUB_EMULATOR_BIN", PUBSUB_EMULATOR_DEFAULT)
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+def _pubsub_missing() -> str | None:
+    if pubsub_emulator_binary() is None:
+        return f"no Pub/Sub emulator at {os.environ.get('PUBSUB_EMULATOR_BIN', PUBSUB_EMULATOR_DEFAULT)}"
+    return None
+
+
+def _flink_missing() -> str | None:
+    configured = os.environ.get("LDP_FLINK_JOB_SERVER_JAR")
+    jar = Path(configured) if configured else FLINK_JOB_SERVER_JAR
+    if not jar.is_file():
+        return f"no Flink job-server jar at {jar}: run `bash tools/flink/get_job_server.sh` (docs/flink.md)"
+    if shutil.which("java") is None:
+        return "the Flink job server needs `java` on PATH"
+    return None
+
+
+def _postgres_missing() -> str | None:
+    bindir = Path(os.environ.get("LDP_PG_BIN", POSTGRES_BIN_DEFAULT))
+    if not ((bindir / "initdb").is_file() and (bindir / "postgres").is_file()):
+        return f"no PostgreSQL server binaries in {bindir} (set LDP_PG_BIN)"
+    return None
+
+
+def _browser_missing() -> str | None:
+    from pipelines.dashboard_app.browser import browser_missing
+
+    return browser_missing()
+
+
+def _prism_missing() -> str | None:
+    from transforms.runners import find_prism_binary
+
+    if find_prism_binary() is None:
+        return "no Prism binary: run `bash tools/prism/get_prism.sh` (docs/live.md)"
+    return None
+
+
+def _node_missing() -> str | None:
+    absent = [name for name in ("node", "npm") if shutil.which(name) is None]
+    return f"{' and '.join(absent)} not found on PATH" if absent else None
+
+
+@dataclass(frozen=True)
+class Service:
+    """An external service a test may need: the variable that turns its absence into a failure, and a
+    function saying why it cannot run here (None: it can)."""
+
+    require_env: str
+    missing: Callable[[], str | None]
+
+
+#: The service markers: the marker's name -> its :class:`Service`.
+SERVICES: dict[str, Service] = {
+    "flink": Service("LDP_REQUIRE_FLINK", _flink_missing),
+    "pubsub": Service("LDP_REQUIRE_PUBSUB", _pubsub_missing),
+    "postgres": Service("LDP_REQUIRE_POSTGRES", _postgres_missing),
+    "browser": Service("LDP_REQUIRE_BROWSER", _browser_missing),
+    "prism": Service("LDP_REQUIRE_PRISM", _prism_missing),
+    "node": Service("LDP_REQUIRE_NODE", _node_missing),
+}
+
+#: Markers that are services too (they need ``integration``) but are looked for by their tests.
+OTHER_SERVICE_MARKERS = ("failover",)
+
+#: What the guard tells the author of an unmarked test to add.
+ADD_MARKER = "@pytest.mark.integration"
+
+_CALLS_SUBPROCESS = re.compile(r"\bsubprocess\.(run|Popen|call|check_call|check_output)\b")
+
+
+def _body_calls_subprocess(item: pytest.Item) -> str | None:
+    fn = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(fn) if fn is not None else ""
+    except (OSError, TypeError):
+        return None
+    found = _CALLS_SUBPROCESS.search(source)
+    return found.group(0) if found else None
+
+
+def needs_integration(item: pytest.Item) -> str | None:
+    """Why ``item`` must carry the ``integration`` marker (None: nothing says it must)."""
+    for name in (*SERVICES, *OTHER_SERVICE_MARKERS):
+        if item.get_closest_marker(name) is not None:
+            return f"needs a service (the {name} marker)"
+    if "run_cli" in getattr(item, "fixturenames", ()):
+        return "starts a process (the run_cli fixture)"
+    call = _body_calls_subprocess(item)
+    return f"starts a process (it calls {call})" if call else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """The guard of the module docstring: a module (or class) holding a test that needs the ``integration``
+    marker and lacks it fails to collect, one line per such test, whatever ``-m`` selects."""
+    report = yield
+    if report.outcome != "passed":
+        return report
+    problems: dict[str, str] = {}
+    for item in report.result:
+        if not isinstance(item, pytest.Item) or item.get_closest_marker("integration") is not None:
+            continue
+        why = needs_integration(item)
+        if why is not None:
+            test = item.nodeid.split("[", 1)[0]
+            problems.setdefault(test, f"{test} {why} but has no integration marker: add {ADD_MARKER}")
+    if problems:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(problems.values())
+        report.result = []
+    return report
+
+
+@functools.cache
+def service_missing(name: str) -> str | None:
+    """Why the service of marker ``name`` cannot run here (None: it can); looked for once per session."""
+    return SERVICES[name].missing()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test with a service marker skips with the reason when the service is missing, or fails when its
+    ``LDP_REQUIRE_*`` variable is ``1`` (CI); before any fixture starts anything."""
+    for name, service in SERVICES.items():
+        if item.get_closest_marker(name) is None:
+            continue
+        if name == "flink" and os.environ.get("LDP_SKIP_FLINK") == "1":
+            pytest.skip("LDP_SKIP_FLINK=1")
+        reason = service_missing(name)
+        if reason is None:
+            continue
+        if os.environ.get(service.require_env) == "1":
+            pytest.fail(f"{service.require_env}=1 but {reason}")
+        pytest.skip(f"{reason}; {service.require_env}=1 makes this a failure")
 
 
 @pytest.fixture(scope="module")
@@ -139,22 +228,6 @@ def emulator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
             os.environ.pop("PUBSUB_EMULATOR_HOST", None)
         else:
             os.environ["PUBSUB_EMULATOR_HOST"] = old
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """``LDP_REQUIRE_PUBSUB=1`` (CI): a Pub/Sub emulator test fails instead of skipping when the emulator
-    is missing (``LDP_REQUIRE_FLINK=1`` does the same for Flink in tests/test_flink_runner.py)."""
-    if os.environ.get("LDP_REQUIRE_PUBSUB") != "1":
-        return
-    name = item.name.lower()
-    if ("pubsub" in Path(str(item.fspath)).name or "pubsub" in name or "emulator" in name) and (
-        pubsub_emulator_binary() is None
-    ):
-        pytest.fail(
-            "LDP_REQUIRE_PUBSUB=1 but no Pub/Sub emulator at "
-            f"{os.environ.get('PUBSUB_EMULATOR_BIN', PUBSUB_EMULATOR_DEFAULT)}"
-        )
 
 
 @pytest.fixture(autouse=True)
@@ -272,10 +345,6 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess]:
         )
 
     return run
-
-
-#: Where these machines have PostgreSQL 15 (``LDP_PG_BIN`` overrides it).
-POSTGRES_BIN_DEFAULT = "/usr/lib/postgresql/15/bin"
 
 
 @pytest.fixture(scope="session")

@@ -137,6 +137,7 @@ def test_secure_permutation_draws_from_os_urandom(monkeypatch):
     assert calls == [160]  # a 128-bit key per index
 
 
+@pytest.mark.statistical
 def test_secure_permutation_is_uniform_on_three_items():
     # 6000 permutations of 3 items: each of the 6 orders has expected count 1000. Pearson's statistic has
     # 5 degrees of freedom; P(chi2_5 > 36) < 1e-6, so a uniform permutation fails this test < 1e-6 of runs.

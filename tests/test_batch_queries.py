@@ -228,6 +228,7 @@ def test_noise_streams_are_keyed_on_window_pane_and_counts():
     assert np.all(base == np.round(base))  # identity: the answers are the integer measurements
 
 
+@pytest.mark.statistical
 def test_std_matches_monte_carlo_error():
     """Discrete Gaussian draws on AllRange(16) through H2: the per-query variance of the answers and the
     total squared error against the aggregator's std.
@@ -321,6 +322,7 @@ def _statistics(a: np.ndarray, scale: float) -> dict[str, np.ndarray]:
 EPS_DISTINGUISH = 0.1
 
 
+@pytest.mark.statistical
 def test_fp_distinguisher_flags_the_old_float_sampler():
     """Negative control: the former path (identity strategy, answer fl(x + z), z from the inverse-CDF
     sampler) at eps = 0.1 is flagged: a count of 0 always gives a value the sampler can produce."""
@@ -337,6 +339,7 @@ def test_fp_distinguisher_flags_the_old_float_sampler():
 
 
 @pytest.mark.parametrize("strategy", ["identity", "h2", "haar", "lsa", "opt"])
+@pytest.mark.statistical
 def test_fp_distinguisher_finds_nothing_in_the_job_answers(strategy):
     """Neighbouring datasets (cell 3 holds 0 or 1 records, the rest equal), 600 releases each through the
     aggregator at eps = 0.1: no statistic of the published answers of the singleton query [3, 3] and of
@@ -391,6 +394,7 @@ def allrange_run(tmp_path_factory):
     return {"tmp": tmp, "task": task, "truth": truth, "summary": summary, "rows": rows, "argv": argv}
 
 
+@pytest.mark.integration
 def test_job_answers_equal_the_core_exactly(allrange_run):
     task, rows = allrange_run["task"], allrange_run["rows"]
     counts = np.asarray(allrange_run["truth"]["cell_counts"], dtype=float)
@@ -416,6 +420,7 @@ def test_job_answers_equal_the_core_exactly(allrange_run):
     assert task.mechanism == "lsa"
 
 
+@pytest.mark.integration
 def test_job_answers_are_within_their_std(allrange_run):
     """Each standardized error is N(0, 1); over 2080 queries |z| > 6 has probability < 2080 * 2e-9."""
     rows = allrange_run["rows"]
@@ -427,6 +432,7 @@ def test_job_answers_are_within_their_std(allrange_run):
     assert np.max(np.abs(z)) <= 6.0
 
 
+@pytest.mark.integration
 def test_job_dead_letters_with_reasons(allrange_run):
     c = allrange_run["summary"]["counts"]
     bad = allrange_run["truth"]["bad_records"]
@@ -448,6 +454,7 @@ def test_job_dead_letters_with_reasons(allrange_run):
     assert any("attribute 'age' outside [0, 63]" in r["detail"] for r in dl if r["reason"] == "out_of_domain")
 
 
+@pytest.mark.integration
 def test_job_dead_letters_keep_no_raw_record(allrange_run):
     """Central DP: a refused record (of this task or of another) keeps its reason and size, never its
     fields."""
@@ -464,6 +471,7 @@ def test_job_dead_letters_keep_no_raw_record(allrange_run):
             assert kept["chars"] is None or kept["chars"] > 0
 
 
+@pytest.mark.integration
 def test_job_publishes_no_exact_counts_to_the_store(allrange_run):
     """Central DP: the store (and so the dashboard) gets the noisy answers, never the exact record counts;
     OUT/counts.json keeps them for the operator, labelled as not for publication."""
@@ -491,6 +499,7 @@ def _fails(capsys, argv, pattern):
     assert len(err) == 1 and re.search(pattern, err[0]), err
 
 
+@pytest.mark.integration
 def test_job_refuses_bad_inputs(allrange_run, capsys, tmp_path):
     argv = [a if a != str(allrange_run["tmp"] / "out") else str(tmp_path / "o") for a in allrange_run["argv"]]
     argv = argv[: argv.index("--store")]  # ends with --noise_seed 11
@@ -510,6 +519,7 @@ def test_job_refuses_bad_inputs(allrange_run, capsys, tmp_path):
     _fails(capsys, ["--task", str(freq), *argv[2:]], "not a batch_queries task")
 
 
+@pytest.mark.integration
 def test_windowed_job_draws_noise_per_window(tmp_path):
     """Two event-time windows: each window's answers are the core's on that window's counts with that
     window's seeded stream (keyed on the window), so windows never share a noise draw."""
@@ -545,6 +555,7 @@ def test_windowed_job_draws_noise_per_window(tmp_path):
         assert rows[0]["window_start"].startswith(f"2026-01-01T{k:02d}:00:00")
 
 
+@pytest.mark.integration
 def test_product_domain_job_with_opt_and_explicit_ranges(tmp_path):
     """A 2-D domain (items = two coordinates) through the job with the OPT strategy and an explicit range
     list; answers equal the core's on the simulated counts with the same seeded draw."""
@@ -577,6 +588,7 @@ def test_product_domain_job_with_opt_and_explicit_ranges(tmp_path):
     assert abs(mech.sensitivity / (2 * mech.strategy.sensitivity()) - 1) <= 1e-3
 
 
+@pytest.mark.integration
 def test_rerun_republishes_the_same_release(tmp_path):
     """A rerun (or a retry after kill -9) over the same records with the same noise key writes the
     identical answers; one more record is a new release with independent noise. The key file is created

@@ -250,6 +250,9 @@ def _stop_pids(pids: list[int]) -> None:
 
 
 @pytest.mark.browser
+@pytest.mark.integration
+@pytest.mark.prism
+@pytest.mark.node
 def test_reports_encoded_in_the_browser_reach_the_store_and_the_dashboard(tmp_path, record_property):
     from pipelines.dashboard_app.browser import browser_missing, headless_chromium, model_text, page_sources
     from pipelines.live import ChildJob

@@ -191,6 +191,7 @@ def test_bad_client_ids_are_dead_lettered_alike_on_both_paths():
     assert sum(b.n_fallback for b in fast) == 1
 
 
+@pytest.mark.integration
 def test_pubsub_messages_carry_client_ids():
     import apache_beam as beam
     from apache_beam.testing.test_pipeline import TestPipeline
@@ -428,6 +429,7 @@ def test_a_late_report_of_a_closed_budget_period_is_dead_lettered():
 # participation hiding: dummies are one more value, estimated like the others
 # ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mech", ["grr", "oue", "olh"])
+@pytest.mark.statistical
 def test_hidden_participation_estimates_are_unbiased(mech):
     """Clients with nothing to report send the dummy value d. Over T = 300 trials of n = 2000 clients
     (60% participating, Zipf values), the mean error of every value's estimate (the absent one included)
@@ -468,6 +470,7 @@ def test_hidden_participation_estimates_are_unbiased(mech):
 # ----------------------------------------------------------------------------------------------------
 # end to end through the jobs
 # ----------------------------------------------------------------------------------------------------
+@pytest.mark.integration
 def test_streaming_budget_end_to_end_watched_directory(tmp_path):
     """40 users with state files report every 2 s window for 6 windows under a budget of 2 reports per 6 s
     period (a short "day"): each well-configured client refuses its third window of every period; two

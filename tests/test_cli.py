@@ -198,7 +198,7 @@ def test_main_dispatch_in_process(capsys):
     assert "unknown command 'simulat'; did you mean simulate?" in _error_line(capsys)
 
 
-# ---- through real processes (integration tier: the names say "subprocess") ---------------------------------
+# ---- through real processes (integration tier) ------------------------------------------------------------
 
 
 def _ldp_beam() -> str:
@@ -208,6 +208,7 @@ def _ldp_beam() -> str:
     return str(exe)
 
 
+@pytest.mark.integration
 def test_entry_point_lists_and_runs_commands_subprocess(run_cli, tmp_path, range_task_file):
     out = run_cli(_ldp_beam(), "--help")
     assert out.returncode == 0 and all(name in out.stdout for name in cli.COMMANDS), out
@@ -225,6 +226,7 @@ def test_entry_point_lists_and_runs_commands_subprocess(run_cli, tmp_path, range
     assert bad.stderr.startswith("ldp-beam simulate: error: unrecognized arguments: --window-size 600")
 
 
+@pytest.mark.integration
 def test_python_m_modules_subprocess(run_cli):
     for module in [m for m, _ in cli.COMMANDS.values()] + ["pipelines.simulate_range", "bench.table",
                                                           "bench.pipeline", "experiments.consistency"]:
@@ -233,6 +235,7 @@ def test_python_m_modules_subprocess(run_cli):
         assert out.stderr == "", (module, out.stderr)  # fmt: skip
 
 
+@pytest.mark.integration
 def test_no_import_time_warnings_subprocess(run_cli):
     out = run_cli(sys.executable, "-c", "import apache_beam, apache_beam.io.gcp.pubsub; import pipelines.cli")
     assert out.returncode == 0 and out.stderr == "", out.stderr
@@ -364,6 +367,7 @@ def test_job_log_names_the_global_window(caplog, capsys, tmp_path):
     assert "[0, 0)" not in text + err
 
 
+@pytest.mark.integration
 def test_watched_directory_job_shows_no_pubsub_caveat(caplog, capsys, tmp_path):
     task, reports = _freq_reports(tmp_path, {"size_s": 600})
     lines, _err = _job_output(caplog, capsys, [

@@ -469,6 +469,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.integration
 def test_collector_subprocess_then_frequency_job(tmp_path, olh_task, rng, repo_root):
     out, port = tmp_path / "reports", _free_port()
     cmd = [sys.executable, "-m", "pipelines.collect", "--task", str(olh_task), "--output_dir", str(out),

@@ -29,6 +29,7 @@ def test_it_is_a_numpy_generator_and_default_rng_keeps_it():
     assert seeded.random() == np.random.default_rng(7).random()  # simulations keep their seeded PCG64
 
 
+@pytest.mark.statistical
 def test_random_is_uniform_on_the_unit_interval():
     g = secure_rng()
     n = 1_000_000
@@ -50,6 +51,7 @@ def test_random_is_uniform_on_the_unit_interval():
 
 
 @pytest.mark.parametrize("low, high", [(0, 7), (0, 5), (-3, 3), (10, 11 + 2**31)])
+@pytest.mark.statistical
 def test_integers_are_uniform_and_in_range(low, high):
     g = secure_rng()
     n = 400_000
@@ -174,6 +176,7 @@ def test_real_client_encode_paths_draw_from_the_csprng(monkeypatch, tmp_path):
     assert len(drawn) >= 10
 
 
+@pytest.mark.statistical
 def test_grr_through_the_csprng_keeps_the_value_with_probability_p():
     from ldp.oracles import GRR
 

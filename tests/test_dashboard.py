@@ -21,7 +21,9 @@ from pipelines.dashboard_app.simulated import LABELS, SimulatedStream, open_writ
 NAN = float("nan")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres])]
+)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh store: a SQLite file, or a new database on the session's throw-away PostgreSQL server."""
     if request.param == "sqlite":

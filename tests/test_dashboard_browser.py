@@ -34,7 +34,7 @@ from pipelines.dashboard_app.browser import (
 )
 from pipelines.dashboard_app.simulated import LABELS, SimulatedStream, open_writer
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 #: How long the page may take to show a write (a wait, not a timed assertion: the figure is reported).
 SHOW_TIMEOUT_S = 60.0
@@ -55,7 +55,9 @@ def browser() -> Iterator[Any]:
         driver.quit()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres])]
+)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh store: a SQLite file that does not exist yet, or a new empty PostgreSQL database."""
     if request.param == "sqlite":
@@ -297,6 +299,7 @@ def _job_has_store_flag() -> bool:
 
 @pytest.mark.skipif(not _job_has_store_flag(), reason="the aggregation jobs have no --store flag yet")
 @pytest.mark.skipif(not _emulator_available(), reason="Pub/Sub emulator binary not installed")
+@pytest.mark.pubsub
 def test_streaming_job_on_emulator_store_and_page_live(
     emulator, browser: Any, store_url: str, tmp_path: Path, record_property
 ):

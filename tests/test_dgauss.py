@@ -44,6 +44,7 @@ def _chi_square(draws: np.ndarray, support: np.ndarray, probs: np.ndarray) -> tu
 
 
 @pytest.mark.parametrize("sigma2", [Fraction(1, 4), Fraction(1), Fraction(5, 2), Fraction(30)])
+@pytest.mark.statistical
 def test_discrete_gaussian_matches_its_pmf(sigma2):
     t = 20_000
     draws = dgauss.sample(sigma2, t, _stream(f"dg {sigma2}"))
@@ -73,6 +74,7 @@ def test_variance_closed_form():
     assert dgauss.variance(2.0**40) == 2.0**40
 
 
+@pytest.mark.statistical
 def test_bernoulli_exp_and_discrete_laplace_are_exact():
     """Bernoulli(exp(-7/3)) (the gamma > 1 path) within z = 5 of its binomial standard error, and the
     discrete Laplace of scale 3 against its pmf (chi-square at 1e-6)."""

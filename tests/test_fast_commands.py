@@ -54,6 +54,7 @@ def _no_beam(imported: set[str]) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+@pytest.mark.integration
 def test_ldp_beam_help_imports_no_beam_subprocess(run_cli, name):
     out, imported = _run_profiled(run_cli, _ldp_beam(), name, "--help")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -62,6 +63,7 @@ def test_ldp_beam_help_imports_no_beam_subprocess(run_cli, name):
 
 
 @pytest.mark.parametrize("module", MODULES)
+@pytest.mark.integration
 def test_python_m_help_imports_no_beam_subprocess(run_cli, module):
     out, imported = _run_profiled(run_cli, "--help", module=module)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -69,6 +71,7 @@ def test_python_m_help_imports_no_beam_subprocess(run_cli, module):
     _no_beam(imported)
 
 
+@pytest.mark.integration
 def test_range_answer_help_imports_no_beam_subprocess(run_cli):
     out, imported = _run_profiled(run_cli, _ldp_beam(), "range-queries", "answer", "--help")
     assert out.returncode == 0 and out.stdout.startswith("usage: ldp-beam range-queries answer "), out
@@ -104,6 +107,7 @@ def _saved_model(tmp_path: Path) -> tuple[Path, list[dict]]:
     return models, queries
 
 
+@pytest.mark.integration
 def test_range_answer_on_a_saved_model_imports_no_beam_subprocess(run_cli, tmp_path):
     from ldp.aggregate.range import answer_from_model_records, read_model_records
 
@@ -122,6 +126,7 @@ def test_range_answer_on_a_saved_model_imports_no_beam_subprocess(run_cli, tmp_p
     ]
 
 
+@pytest.mark.integration
 def test_privacy_figures_import_no_beam_subprocess(run_cli, frequency_task_file):
     task = frequency_task_file()
     out, imported = _run_profiled(run_cli, _ldp_beam(), "privacy", "--task", str(task))
@@ -129,6 +134,7 @@ def test_privacy_figures_import_no_beam_subprocess(run_cli, frequency_task_file)
     _no_beam(imported)
 
 
+@pytest.mark.integration
 def test_show_imports_no_beam_subprocess(run_cli, tmp_path):
     from ldp.aggregate.range import answer_from_model_records, read_model_records
 
@@ -146,6 +152,7 @@ def test_show_imports_no_beam_subprocess(run_cli, tmp_path):
     _no_beam(imported)
 
 
+@pytest.mark.integration
 def test_unknown_flag_is_still_one_line_after_parsing_subprocess(run_cli, frequency_task_file, tmp_path):
     task = frequency_task_file()
     out = run_cli(

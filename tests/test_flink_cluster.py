@@ -181,6 +181,7 @@ def _wait_for(pred, timeout: float, what: str, interval: float = 0.2) -> float:
 # ------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.flink
 def test_flink_cluster_processes_and_ports(cluster: Cluster) -> None:
     """Separate JVMs for the JobManager and the two TaskManagers, 8 slots, Flink 1.19.0; the cluster's
     own sockets (RPC, blob, REST, data), the worker pool and the ticks' expansion service listen on
@@ -215,6 +216,7 @@ def test_flink_cluster_processes_and_ports(cluster: Cluster) -> None:
 # ------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.flink
 def test_frequency_batch_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> None:
     """20,000 OLH reports in 4 files plus every kind of bad record, at parallelism 4."""
     task = olh_task("cluster-batch")
@@ -241,6 +243,7 @@ def test_frequency_batch_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> N
     assert est["frequencies"] == core.frequencies.tolist() and est["std"] == core.std.tolist()
 
 
+@pytest.mark.flink
 def test_range_batch_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> None:
     """HDG over 3 attributes (20,000 users, bad records): every answer and std equals the core's."""
     task = _range_task(tmp_path, "hdg", 20_000, task_id="cluster-range")
@@ -315,6 +318,7 @@ def _unique_counts(out: Path) -> dict[str, int]:
     return total
 
 
+@pytest.mark.flink
 def test_frequency_directory_streaming_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> None:
     """Two user groups, 2 s windows; one report file and the bad files at the start, two more dropped in
     once the job runs (their reports are late and counted through the 600 s allowed lateness)."""
@@ -360,6 +364,7 @@ def test_frequency_directory_streaming_on_flink_cluster(cluster: Cluster, tmp_pa
     assert_windows_equal_core(task, stage, out, 2000, 12_000)
 
 
+@pytest.mark.flink
 def test_range_directory_streaming_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> None:
     """HDG, 2 s windows, a second report file dropped in while the job runs: the most complete pane of
     every window answers exactly as ``mechanism.finalize`` over the reports with event times in it."""
@@ -426,6 +431,7 @@ def _iso_ms(iso: str) -> int:
 
 
 @pytest.mark.failover
+@pytest.mark.flink
 def test_failover_taskmanager_killed_mid_stream(cluster: Cluster, tmp_path: Path) -> None:
     """A checkpointed directory-streaming job loses TaskManager 1 (SIGKILL) mid-stream and recovers.
 

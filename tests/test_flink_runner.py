@@ -87,6 +87,8 @@ def _flink_args(jar: str, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.integration
+@pytest.mark.flink
 def test_frequency_batch_pipeline_on_flink(job_server_jar: str, tmp_path: Path) -> None:
     """20,000 OLH reports in 2 Avro files plus every kind of bad record (and an undecodable file)."""
     task = olh_task("flink-batch")
@@ -120,6 +122,8 @@ def test_frequency_batch_pipeline_on_flink(job_server_jar: str, tmp_path: Path) 
     print(f"flink batch frequency pipeline: {elapsed:.1f} s")
 
 
+@pytest.mark.integration
+@pytest.mark.flink
 def test_frequency_directory_streaming_on_flink(job_server_jar: str, tmp_path: Path) -> None:
     """Directory-watch streaming on Flink; two of the three report files appear while the job runs.
 

@@ -173,6 +173,7 @@ def test_a_marker_written_after_the_ticks_match_reads_the_whole_file_without_a_f
         assert _tick(fn, state, path) == (0, [])  # no changed_after_read
 
 
+@pytest.mark.integration
 def test_watched_directory_with_require_done_marker_reads_a_pausing_writer_whole(tmp_path):
     """End to end: a writer writes half a file, pauses for many watch intervals, finishes it and writes
     its marker; the streaming job with ``--require_done_marker`` accepts every one of its 3,000 reports

@@ -46,6 +46,7 @@ def test_clipped_interval_contains_the_published_number_and_covers_whenever_the_
     assert lo[0] == 0.0
 
 
+@pytest.mark.statistical
 def test_clipped_std_matches_simulation():
     rng = np.random.default_rng(SEEDS[1])
     mu, s, m = np.array([-0.01, 0.0, 0.02, 0.1]), np.array([0.02, 0.02, 0.02, 0.02]), 200_000
@@ -75,6 +76,7 @@ def test_inverse_of_a_shift_and_of_a_floor():
     assert iv._inverse(u, u + delta, np.array([-0.2]), False, False)[0] == pytest.approx(-0.2 - delta)
 
 
+@pytest.mark.statistical
 def test_simulated_replicas_have_the_closed_form_variances():
     rng = np.random.default_rng(SEEDS[2])
     o = make_oracle("grr", 1.0, 8)
@@ -133,6 +135,7 @@ def _zipf(d):
     return p / p.sum()
 
 
+@pytest.mark.statistical
 def test_published_interval_coverage_of_norm_sub_base_and_base_cut():
     """Coverage of the true frequencies over the whole domain, T = 64 seeded trials of OUE (d = 32,
     n = 4000, eps = 1, Zipf 1.1). Tolerance: the binomial standard deviation of a coverage estimate from

@@ -274,6 +274,7 @@ def _most_complete_panes(out_dir):
 
 
 @pytest.mark.integration
+@pytest.mark.prism
 def test_directory_streaming_on_prism_is_live_and_equals_core(tmp_path):
     """``--streaming --input DIR --runner=PrismRunner`` with no ``--streaming_duration``: while a feeder
     writes a file a second for 16 s (event time = now, 4 s windows, early panes every 1 s, accumulating),

@@ -161,6 +161,7 @@ def test_client_memo_is_stable_and_validates(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.statistical
 def test_windowed_estimates_from_memoized_reports_are_unbiased(name):
     """Each window's estimate from memoized reports is unbiased with the closed-form variance at (p*, q*).
 

@@ -40,6 +40,7 @@ def _setup(n, users, eps=1.0):
     return levels, oracles, per_group, GLS(groups)
 
 
+@pytest.mark.statistical
 def test_gls_predicted_mse_and_unbiasedness_against_simulation():
     """HIO-like binary levels without the root, equal groups, OLH at eps = 1, AllRange(64).
 

@@ -79,6 +79,7 @@ def test_sigma_and_replace_neighbours():
 
 
 @pytest.mark.parametrize("name", ["h2", "haar", "identity"])
+@pytest.mark.statistical
 def test_error_formula_matches_monte_carlo(name):
     """Spec 7.2: AllRange(64) explicit W, T = 20,000 Gaussian draws.
 

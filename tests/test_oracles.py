@@ -100,6 +100,7 @@ def test_olh_buckets_closed_form():
 # unbiasedness and variance
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.statistical
 def test_unbiased_and_variance_matches_closed_form(name):
     d, n, trials, eps = 16, 4000, 250, 1.0
     idx = NAMES.index(name)
@@ -392,6 +393,7 @@ def test_olh_default_g_is_capped_by_the_domain():
 # set queries: the variance of a sum of estimates, covariances included
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.statistical
 def test_set_sum_variance_matches_closed_form(name):
     """Var(sum_{v in S} f_v) over T trials vs ``variance_of_sum`` at the true frequencies.
 
@@ -422,6 +424,7 @@ def test_set_sum_variance_matches_closed_form(name):
 
 
 @pytest.mark.parametrize("eps", [3.0, 4.0])
+@pytest.mark.statistical
 def test_olh_default_g_set_query_variance(eps):
     """The set-sum check: sum of 64 estimates, default g (16 at eps 3, 64 at eps 4: gf2-affine), 150 trials.
 

@@ -38,6 +38,7 @@ def _population(d: int, n: int, rng: np.random.Generator) -> np.ndarray:
 @pytest.mark.parametrize("d", DOMAINS)
 @pytest.mark.parametrize("eps", EPS)
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.statistical
 def test_grid_unbiased_and_variance(name, eps, d):
     key = (NAMES.index(name), EPS.index(eps), DOMAINS.index(d))
     rng = np.random.default_rng(np.random.SeedSequence(ROOT.entropy, spawn_key=key))

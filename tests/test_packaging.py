@@ -55,6 +55,7 @@ def wheel(tmp_path_factory, repo_root):
     return {"path": path, "src": src, "files": files, "tmp": tmp}
 
 
+@pytest.mark.integration
 def test_wheel_ships_the_four_packages_and_schema_files_only(wheel):
     with zipfile.ZipFile(wheel["path"]) as zf:
         names = zf.namelist()
@@ -75,6 +76,7 @@ def test_wheel_ships_the_four_packages_and_schema_files_only(wheel):
     assert f"{info}/LICENSE" in names
 
 
+@pytest.mark.integration
 def test_wheel_metadata_version_license_entry_point_and_pins(wheel):
     with zipfile.ZipFile(wheel["path"]) as zf:
         info = f"ldp_beam-{ldp.__version__}.dist-info"
@@ -91,6 +93,7 @@ def test_wheel_metadata_version_license_entry_point_and_pins(wheel):
     assert not any("==" in r.split(";")[0] for r in requires), requires  # no hard pins (markers aside)
 
 
+@pytest.mark.integration
 def test_the_unpacked_wheel_works_on_its_own(wheel, tmp_path):
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel["path"]) as zf:

@@ -129,6 +129,7 @@ def test_batch_end_to_end_dead_letters_and_identical_numbers(tmp_path):
     assert not [p for p in os.listdir(tmp_path / "out") if p.startswith(".temp")]
 
 
+@pytest.mark.integration
 def test_windowed_batch_and_multi_processing_and_portable(tmp_path):
     task, _ = _setup(tmp_path, users=12_000, inject_bad=0, duration=600.0)
     oracle = task.make_oracle()
@@ -158,6 +159,7 @@ def test_windowed_batch_and_multi_processing_and_portable(tmp_path):
             assert r["postprocess"] == "norm-sub" and r["window_end"] is not None
 
 
+@pytest.mark.statistical
 def test_statistics_base_matches_closed_form_and_norm_sub_is_better(tmp_path):
     """OLH, eps = 1, d = 1024, n = 100,000 Zipf users.
 
@@ -180,6 +182,7 @@ def test_statistics_base_matches_closed_form_and_norm_sub_is_better(tmp_path):
     assert mse["base"] / mse["norm-sub"] > 3, mse
 
 
+@pytest.mark.integration
 def test_cli_help_and_bad_arguments(tmp_path, capsys):
     out = subprocess.run(
         [sys.executable, "-m", "pipelines.frequency", "--help"], capture_output=True, text=True, check=True
@@ -209,6 +212,7 @@ def test_cli_help_and_bad_arguments(tmp_path, capsys):
     )
 
 
+@pytest.mark.integration
 def test_unknown_flag_is_an_error_before_anything_runs(tmp_path):
     """``--window-size 600`` (a dash for an underscore) is refused, not dropped: exit 2, one line."""
     (tmp_path / "ok.json").write_text('{"task_id": "x", "mechanism": "grr", "epsilon": 1, "domain_size": 4}')
@@ -245,6 +249,7 @@ def test_empty_input_glob_is_an_error_unless_allowed(tmp_path, capsys):
     assert summary["counts"]["read"] == 0 and summary["panes_written"] == {"estimates": 0}
 
 
+@pytest.mark.integration
 def test_rerun_into_the_same_output_is_refused_unless_overwrite(tmp_path, capsys):
     """A second run into OUT would mix its windows with the first's: refused; --overwrite replaces them."""
     _setup(tmp_path, users=3_000, d=16, inject_bad=0, duration=600.0)
@@ -258,6 +263,7 @@ def test_rerun_into_the_same_output_is_refused_unless_overwrite(tmp_path, capsys
     assert [r["window_start"] for r in _estimates(tmp_path / "out")] == [None]
 
 
+@pytest.mark.integration
 def test_log_level(tmp_path):
     _setup(tmp_path, users=500, d=8, inject_bad=0)
     base = [sys.executable, "-m", "pipelines.frequency", *_args(tmp_path, "a")]
@@ -268,6 +274,7 @@ def test_log_level(tmp_path):
     assert "INFO" not in res.stderr and "reports read=500" in res.stderr
 
 
+@pytest.mark.integration
 def test_demo_beam_runs(tmp_path, capsys):
     from pipelines import demo_beam
 
@@ -347,6 +354,7 @@ def assert_windows_equal_core(task, stage_dir, out_dir, window_ms, n_users):
     assert sum(r["n_reports"] for r in final.values()) == n_users
 
 
+@pytest.mark.integration
 def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     """``--streaming --input DIR/*.avro``: files appear while the job runs and each is read once.
 

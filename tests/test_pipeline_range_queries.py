@@ -179,6 +179,7 @@ def hdg_run(tmp_path_factory):
     }
 
 
+@pytest.mark.integration
 def test_hdg_counts_and_dead_letters(hdg_run):
     c = hdg_run["summary"]["counts"]
     bad = hdg_run["truth"]["bad_records"]
@@ -201,6 +202,7 @@ def test_hdg_counts_and_dead_letters(hdg_run):
     assert not [p for p in os.listdir(hdg_run["tmp"] / "out") if p.startswith(".temp")]
 
 
+@pytest.mark.integration
 def test_hdg_answers_equal_core_exactly_and_avro(hdg_run):
     mech, queries = hdg_run["mech"], hdg_run["queries"]
     rows = _jsonl(hdg_run["tmp"] / "out" / "answers-*.jsonl")
@@ -221,6 +223,7 @@ def test_hdg_answers_equal_core_exactly_and_avro(hdg_run):
     assert [r["query"] for r in arecs] == [r["query"] for r in rows]
 
 
+@pytest.mark.integration
 def test_hdg_accuracy_within_predicted_error(hdg_run):
     """Aligned queries (whole cells of the 2-D grids) have no non-uniformity error, so their error is the
     grid estimate's noise: ``answer_std = sqrt(k var0)`` for k cells (OLH cell variance var0 of the group's
@@ -249,6 +252,7 @@ def test_hdg_accuracy_within_predicted_error(hdg_run):
     assert err.mean() < 0.25 * uni.mean(), (err.mean(), uni.mean())
 
 
+@pytest.mark.integration
 def test_hdg_models_answer_new_queries(hdg_run, capsys):
     tmp, task = hdg_run["tmp"], hdg_run["task"]
     rows = _jsonl(tmp / "out" / "answers-*.jsonl")
@@ -293,6 +297,7 @@ def test_bad_queries_stop_before_the_job(tmp_path, capsys, bad, pattern):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.integration
 def test_windowed_tdg_equals_core_per_window(tmp_path):
     """Two event-time windows: each window's answers equal finalize over that window's reports."""
     task = _task(tmp_path, "tdg", 20_000)
@@ -503,6 +508,7 @@ def test_range_teststream_windows_late_pane_exact(accumulating):
     "mech, options",
     [("msw", None), ("lhio", None), ("hdg", {"oracle": "oue"}), ("uni", None)],
 )
+@pytest.mark.integration
 def test_other_payloads_equal_core(tmp_path, mech, options):
     """Square Wave reals (MSW), LHIO's many groups, unary-encoding bits of per-group lengths and Uni's empty
     payload: validated per group, combined and finalized exactly as in memory; bad records dead-lettered."""
@@ -554,6 +560,7 @@ def test_vectorized_avro_blocks_equal_fastavro():
     assert encode_report_block("t", bits, np.full(3, T0), 0, 1) is None
 
 
+@pytest.mark.integration
 def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     """``--streaming --input DIR/*.avro`` (DirectRunner): one report file, the bad records and an undecodable
     file are there when the job starts, the second report file is moved in while it runs. Reports carry

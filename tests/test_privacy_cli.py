@@ -105,6 +105,7 @@ def test_ldp_beam_privacy_is_registered():
     assert cli.COMMANDS["privacy"][0] == "pipelines.privacy"
 
 
+@pytest.mark.integration
 def test_subprocess_help_and_a_run_import_no_beam(run_cli, write_json):
     task = write_json("t.json", {**OLH, "anonymity": {}})
     code = (

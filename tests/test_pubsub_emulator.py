@@ -31,9 +31,11 @@ from ldp.task import parse_task
 from pipelines.pubsub_emulator import PubSubEmulator
 from transforms.records import encode_report_container, reports_to_records
 
-pytestmark = pytest.mark.skipif(
-    not PubSubEmulator.available(), reason="Pub/Sub emulator binary not installed"
-)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.pubsub,
+    pytest.mark.skipif(not PubSubEmulator.available(), reason="Pub/Sub emulator binary not installed"),
+]
 
 PROJECT = "ldp-test"
 WINDOW_S = 2

@@ -128,6 +128,7 @@ def test_constrained_inference_hand_case():
                                         0.2238095238095238])
 
 
+@pytest.mark.statistical
 def test_constrained_inference_reduces_variance():
     # 2,000 seeded trials of unit-variance noise on every node of the b=5, c=125 hierarchy. Range sums over
     # all 1-D intervals of length 40 from the raw hierarchy (decomposition) vs from the inferred leaves.
@@ -185,6 +186,7 @@ def test_group_counts():
         LHIOMechanism(1.0, [8, 8], 1000, colour="red")
 
 
+@pytest.mark.statistical
 def test_hio_answers_within_closed_form_std():
     # HIO's answer is a sum of unbiased OLH cell estimates: error / answer_std ~ N(0, ~1). 40 queries,
     # all must be within 5 standard deviations (false-failure probability ~ 40 * 6e-7).
@@ -279,6 +281,7 @@ def test_msw_reports_are_square_wave_reals():
     assert math.isclose(mech.group_oracle(1).epsilon, 1.0)
 
 
+@pytest.mark.statistical
 def test_2d_inference_reduces_variance():
     # 200 seeded trials of unit-variance noise on every cell of every 2-dim level of a 25 x 25 hierarchy
     # (b = 5). 2-D range sums from the raw hierarchy (cross product of the decompositions, as HIO answers) vs

@@ -222,6 +222,7 @@ def test_sharded_accumulation_equals_single_pass():
     np.testing.assert_array_equal(one.answer(qs), two.answer(qs))
 
 
+@pytest.mark.statistical
 def test_raw_grid_estimates_unbiased_with_closed_form_variance():
     # Phase 1 only: each 2-D grid's unbiased estimates over T trials (same records, fresh groups and noise).
     # Error = oracle noise (closed-form var0 per cell) + sampling of the group out of the population:

@@ -82,6 +82,7 @@ def _fixed_population(rng, n, sizes):
 
 
 @pytest.mark.parametrize("sizes", [(16,), (8, 8)])
+@pytest.mark.statistical
 def test_gls_unbiased_and_std_matches_monte_carlo(sizes):
     """T repetitions over a fixed population: every answer's mean error is within z = 5 standard errors
     (std / sqrt(T)), and the total squared error of the queries matches the predicted one,

@@ -92,6 +92,7 @@ def test_weighted_sum_variance_matches_brute_force():
     assert weighted_sum_variance(o, 100, w, f) == pytest.approx(num / (100 * (o.p - o.q) ** 2), rel=1e-12)
 
 
+@pytest.mark.statistical
 def test_hio_answer_std_matches_empirical_std():
     """HIO's answers are linear in its groups' estimates (no post-processing), so answer_std is the exact
     perturbation-noise std given the users' groups, up to evaluating the O(f) terms at the estimated

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 BLOCK_TIMEOUT_S = 900

@@ -135,6 +135,7 @@ def _g(x: float | None) -> str:
 # ---------------------------------------------------------------------------------------------- frequency
 
 
+@pytest.mark.integration
 def test_frequency_latest_window_top_values_are_the_rows(outs, capsys):
     rows = _rows(outs["frequency"])
     assert len(rows) == 3  # three 300 s windows, one pane each
@@ -170,6 +171,7 @@ def test_frequency_latest_window_top_values_are_the_rows(outs, capsys):
     assert printed[1:] == expected
 
 
+@pytest.mark.integration
 def test_frequency_window_choice(outs, capsys):
     rows = sorted(_rows(outs["frequency"]), key=lambda r: r["window_start"])
     middle = rows[1]
@@ -189,6 +191,7 @@ def test_frequency_window_choice(outs, capsys):
     _fails(capsys, [str(outs["frequency"]), "--top", "0"], "--top must be at least 1")
 
 
+@pytest.mark.integration
 def test_counts_from_counts_json(outs, capsys):
     summary = json.loads((outs["frequency"] / "counts.json").read_text())
     c = summary["counts"]
@@ -211,6 +214,7 @@ def test_counts_from_counts_json(outs, capsys):
 # ---------------------------------------------------------------------------------------- other kinds
 
 
+@pytest.mark.integration
 def test_range_answers_are_the_rows(outs, capsys):
     rows = sorted(_rows(outs["range"]), key=lambda r: r["query_index"])
     assert len(rows) == 3
@@ -237,6 +241,7 @@ def test_range_answers_are_the_rows(outs, capsys):
     assert (two["shown"], two["of"]) == (2, 3) and [e["query_index"] for e in two["rows"]] == [0, 1]
 
 
+@pytest.mark.integration
 def test_sparse_top_coordinates_are_the_rows(outs, capsys):
     (row,) = _rows(outs["sparse"])
     mean = np.asarray(row["mean"])
@@ -252,6 +257,7 @@ def test_sparse_top_coordinates_are_the_rows(outs, capsys):
     assert [p[1:3] for p in printed[1:]] == [[str(row["items"][i]), _g(row["mean"][i])] for i in top]
 
 
+@pytest.mark.integration
 def test_numeric_mean_and_quantiles_are_the_rows(outs, capsys):
     (row,) = _rows(outs["numeric"])
     (table,) = _show_json(capsys, str(outs["numeric"]))["windows"][0]["tables"]
@@ -267,6 +273,7 @@ def test_numeric_mean_and_quantiles_are_the_rows(outs, capsys):
     assert [p[0] for p in printed[2:]] == ["q0.5", "q0.9"]
 
 
+@pytest.mark.integration
 def test_batch_answers_are_the_rows_and_marked_central(outs, capsys):
     rows = sorted(_rows(outs["batch"]), key=lambda r: r["query_index"])
     assert len(rows) == 16  # the prefix workload of a 16-cell domain
@@ -293,6 +300,7 @@ def _row_dir(tmp_path: Path, src: Path, rows: list[dict], name: str = "estimates
     return out
 
 
+@pytest.mark.integration
 def test_latest_pane_of_a_window_and_early_panes(outs, tmp_path, capsys):
     base = _rows(outs["frequency"])[0]
     early = {**base, "pane_timing": "EARLY", "pane_index": 0, "is_last_pane": False, "n_reports": 10}
@@ -306,6 +314,7 @@ def test_latest_pane_of_a_window_and_early_panes(outs, tmp_path, capsys):
     assert "pane 0 EARLY, early (speculative), not final; 10 reports" in text
 
 
+@pytest.mark.integration
 def test_streaming_counts_are_summed_once_per_window(outs, tmp_path, capsys):
     out = _row_dir(tmp_path, outs["frequency"], _rows(outs["frequency"])[:1])
     (out / "counts").mkdir()
@@ -321,6 +330,7 @@ def test_streaming_counts_are_summed_once_per_window(outs, tmp_path, capsys):
     assert "streaming: 2 count window(s) summed" in _show(capsys, str(out))
 
 
+@pytest.mark.integration
 def test_labels_and_names_are_printed_escaped(outs, tmp_path, capsys):
     row = dict(_rows(outs["frequency"])[0])
     hostile = ["\x1b[31mred\x1b[0m", "a\rb", "\u202etxt", "x\ny", "bell\x07", "z\u200b", "back\\x1b"]
@@ -350,6 +360,7 @@ def test_table_alignment_counts_wide_characters():
 # ------------------------------------------------------------------------------------------------- errors
 
 
+@pytest.mark.integration
 def test_errors_are_one_line_with_status_2(outs, tmp_path, capsys):
     _fails(capsys, [str(tmp_path / "missing")], "does not exist")
     (tmp_path / "file").write_text("x")
@@ -382,6 +393,7 @@ def test_errors_are_one_line_with_status_2(outs, tmp_path, capsys):
 # ------------------------------------------------------------- a fresh interpreter (integration tier)
 
 
+@pytest.mark.integration
 def test_no_apache_beam_import_subprocess(outs, run_cli):
     """The command (help, a table, JSON, an error) never imports Apache Beam (nor numpy)."""
     check = (

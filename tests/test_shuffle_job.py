@@ -290,6 +290,7 @@ def test_tasks_the_shuffler_refuses(tmp_path, capsys):
         _fails(capsys, ["--task", str(tmp_path / f"t{i}.json"), *args], pattern)
 
 
+@pytest.mark.integration
 def test_streaming_from_a_watched_directory_forwards_the_same_batches(run):
     """The streaming job (DirectRunner: FnApiRunner, paced watch) over the same files: every bucket is
     emitted once, when the watch ends, with the batch job's reports; the short bucket is withheld."""
@@ -309,6 +310,7 @@ def test_streaming_from_a_watched_directory_forwards_the_same_batches(run):
     assert multiset(base / "stream") == multiset(base / "out")
 
 
+@pytest.mark.integration
 def test_cli_subprocess_shuffle_command_is_registered(run_cli):
     out = run_cli("shuffle", "--help", module="pipelines.cli")
     assert out.returncode == 0, out.stderr

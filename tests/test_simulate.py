@@ -68,6 +68,7 @@ def test_simulate_files_layout_truth_and_reproducibility(tmp_path):
     assert [_read(f) for f in sorted(glob.glob(str(tmp_path / "b" / "reports-*.avro")))] == recs
 
 
+@pytest.mark.statistical
 def test_zipf_population_matches_its_distribution():
     # Each empirical frequency of n draws has standard error sqrt(p(1-p)/n); allow 5 of them.
     n, d = 200_000, 32

@@ -204,6 +204,7 @@ def test_duchi_closed_form_moments():
             assert hi / lo == pytest.approx(e)
 
 
+@pytest.mark.statistical
 def test_duchi_sampler_moments():
     r = rng()
     p = choose_params(1.0, 1000, 64, "user", expected_users=10_000)
@@ -218,6 +219,7 @@ def test_duchi_sampler_moments():
     assert np.all(np.abs(rep.codes) == 1)
 
 
+@pytest.mark.statistical
 def test_laplace_and_discrete_laplace_moments():
     r = rng()
     p = choose_params(1.0, 1000, 16, "event", bins=4)
@@ -399,6 +401,7 @@ def _raw_gf2(seeds, items, b, d):
 
 
 @pytest.mark.parametrize("family", ["gf2-affine", "mix64", "gf2-raw"])
+@pytest.mark.statistical
 def test_block_sum_variance_matches_random_oracle(family):
     """Sum of the estimates over the block A = [0, 128) for one fixed supersparse-like client vector
     (ids ~ Poisson(32)): the hash part of its per-client variance against the random-oracle value
@@ -465,6 +468,7 @@ def _check_groups(m, vec, n, null_ids, owned_ids, r, rel=0.10, reps=4):
 
 
 @pytest.mark.parametrize("family", ["gf2-affine", "mix64"])
+@pytest.mark.statistical
 def test_event_level_unbiased_and_mse(family):
     """The spec's G0 at n = 5000 (the relative tolerance does not depend on n)."""
     r = rng()

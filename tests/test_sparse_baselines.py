@@ -53,6 +53,7 @@ CLASSES = {"kfold": KFold, "sampling": Sampling, "harmony": Harmony, "pckv": PCK
 
 
 @pytest.mark.parametrize("name,privacy,kw", CASES)
+@pytest.mark.statistical
 def test_baseline_mse_matches_closed_form(name, privacy, kw):
     r = rng()
     n, d, k = 5000, 4096, 8  # the relative MSE tolerance depends on the number of ids, not on n

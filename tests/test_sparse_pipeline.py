@@ -88,6 +88,7 @@ def _numpy_container(task_id, reports, event_ms):
 
 
 @pytest.mark.parametrize("mech", MECHS)
+@pytest.mark.integration
 def test_composite_equals_core_and_dead_letters(mech):
     """Literal reports in two messages (one numpy-encoded, one through fastavro records) and a message
     of bad records: the pipeline's row equals the core's on the good reports, number for number, and
@@ -262,6 +263,7 @@ def test_wrong_kind_and_whole_vector_refusals(tmp_path, capsys):
     assert ei.value.code == 2 and "whole-vector" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     """--streaming over a watched directory: files dropped in while the job runs are read once; each
     window's most complete pane equals the core over that window's reports."""
@@ -312,6 +314,7 @@ def test_streaming_from_a_watched_directory_equals_core(tmp_path):
 
 
 @pytest.mark.parametrize("privacy", ["event", "user"])
+@pytest.mark.statistical
 def test_pipeline_std_and_closed_form_describe_its_error(tmp_path, privacy):
     """Supersparse clients (n = 20000, d = 8192, k = 64, eps = 1, the paper's parameter rule) through
     simulate -> sparse_mean: MSE over the d coordinates against truth.json, over the mean of the row's

@@ -235,6 +235,7 @@ def _cases(eps_values):
 
 
 @pytest.mark.parametrize("name,level,values,k,d,opts,pname,eps,ci", _cases([0.5, 1.0, 2.0]))
+@pytest.mark.statistical
 def test_mechanism_is_eps_ldp_on_the_wire(name, level, values, k, d, opts, pname, eps, ci, monkeypatch):
     mech = make_sparse_mechanism(
         name, epsilon=eps, domain_size=d, sparsity=k, privacy=level, values=values, **opts
@@ -259,6 +260,7 @@ class _SlotOrderKFold(KFold):
         return SparseReports(seeds, duchi_bits(t, self.bit_epsilon, perturb)), st
 
 
+@pytest.mark.statistical
 def test_audit_flags_slot_order_kfold(monkeypatch):
     eps, k = 1.0, 4
     mech = _SlotOrderKFold(eps, 64, k, "event")
@@ -266,6 +268,7 @@ def test_audit_flags_slot_order_kfold(monkeypatch):
     assert lb > eps, f"the audit missed the slot-order leak: lower bound {lb:.3f} ({where})"
 
 
+@pytest.mark.statistical
 def test_audit_flags_untruncated_binary_calibration(monkeypatch):
     """Binary event level calibrated to L = 1 (ignoring truncation): the k vs k + 1 boundary leaks."""
     eps, k, d = 1.0, 16, 64

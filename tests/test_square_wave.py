@@ -72,6 +72,7 @@ def test_empirical_ldp_audit():
 
 
 @pytest.mark.parametrize("mode", ["center", "uniform"])
+@pytest.mark.statistical
 def test_encoder_follows_transition_matrix(mode):
     # For a fixed input value, output-bin counts ~ Binomial(N, M[j, x]); each bin within 5 standard errors.
     eps, c, n_draw = 1.0, 8, 100_000
@@ -116,6 +117,7 @@ def test_em_noiseless_recovers_input():
 
 
 @pytest.mark.parametrize("eps, bound", [(1.0, 0.05), (2.0, 0.02)])
+@pytest.mark.statistical
 def test_ems_recovers_known_distribution(eps, bound):
     # 300,000 reports of a two-bump distribution on c = 32. The EM(S) estimate is biased (smoothing), so no
     # closed-form variance applies; we assert the Kolmogorov distance (max CDF error) is below ``bound``.

@@ -34,7 +34,9 @@ from ldp.store.flatten import FlatItem, FlatPane
 _DB_SEQ = itertools.count()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres])]
+)
 def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/estimates.db"

@@ -131,6 +131,7 @@ def test_a_store_of_a_newer_version_is_refused(tmp_path):
 # ------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_batch_job_records_its_run_and_refuses_a_second_live_run(tmp_path, capsys):
     _frequency_setup(tmp_path, users=2_000)
     url = f"sqlite:///{tmp_path}/e.db"

@@ -280,6 +280,7 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
+@pytest.mark.integration
 def test_no_import_cycle_between_task_and_range_registry():
     """ldp.task -> registry -> base, one way: neither base nor the registry import ldp.task, and base
     does not import the registry, not even inside a function."""
