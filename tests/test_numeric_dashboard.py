@@ -122,3 +122,13 @@ def test_numeric_panel_escapes_a_hostile_attribute_name_and_hides_for_other_outp
     assert dash.view_select.value == "estimates, group 0"
     assert not dash.numeric_plot.visible and not dash.numeric_table.visible
     assert dash.topk_source.data["item"]
+
+
+def test_numeric_attribute_names_the_selected_series():
+    """The store files attribute ``i`` of a several-attribute task under group ``i``: the panel's title names
+    the attribute of the group shown."""
+    task_json = json.dumps({"attributes": [{"name": "load_ms"}, {"name": "battery"}]})
+    assert shape.numeric_attribute(task_json, 0) == "load_ms"
+    assert shape.numeric_attribute(task_json, 1) == "battery"
+    assert shape.numeric_attribute(task_json, 2) == "value"
+    assert shape.numeric_attribute("not json", 0) == "value"

@@ -507,7 +507,7 @@ class Dashboard:
     ) -> None:
         """Fills the numeric panel from the task's ``numeric`` rows (``rows``: the current window's)."""
         assert self.reader is not None
-        attribute = shape.numeric_attribute(task.get("task_json"))
+        attribute = shape.numeric_attribute(task.get("task_json"), grp)
         items = sorted({int(r["item"]) for r in rows} | {0})
         history = self.reader.item_rows(task_id, NUMERIC_OUTPUT, grp, items, oldest_end)
         cols = shape.numeric_columns(history, items)

@@ -880,11 +880,12 @@ def numeric_columns(rows: Iterable[Row], items: Sequence[int]) -> dict[int, Colu
     return out
 
 
-def numeric_attribute(task_json: str | None) -> str:
-    """The attribute name of a stored numeric task (``attributes[0].name``), ``value`` when unreadable."""
+def numeric_attribute(task_json: str | None, index: int = 0) -> str:
+    """The name of attribute ``index`` of a stored numeric task (``attributes[index].name``; the store files
+    attribute ``i``'s rows under group ``i``), ``value`` when unreadable."""
     task = parse_json(task_json)
     try:
-        name = task["attributes"][0]["name"]
+        name = task["attributes"][index]["name"]
     except (TypeError, KeyError, IndexError):
         return "value"
     return str(name)
