@@ -65,6 +65,7 @@ from ldp.hashing import (
     public_seeds,
     splitmix64,
 )
+from ldp.payload import PayloadField, PayloadSpec, missing_fields, refuse
 from ldp.reports import Reports
 
 __all__ = [
@@ -449,18 +450,27 @@ class FrequencyOracle(abc.ABC):
 
         Returns:
             ``(ok, reasons)``: boolean ``(n,)`` mask of acceptable reports and an object array holding
-            a short reason string for each rejected one (None where accepted).
+            a :class:`~ldp.payload.Refusal` (reason code and detail) for each rejected one (None where
+            accepted).
         """
         n = len(reports)
         reasons = np.full(n, None, dtype=object)
-        missing = [f for f in self.report_fields if getattr(reports, f) is None]
-        if missing:
-            reasons[:] = f"missing field(s) {', '.join(missing)} for {self.name}"
+        missing = missing_fields(self.report_fields, reports, self.name)
+        if missing is not None:
+            reasons[:] = missing
             return np.zeros(n, dtype=bool), reasons
         self._validate(reports, reasons)
         return np.equal(reasons, None), reasons
 
     report_fields: tuple[str, ...] = ()
+
+    @property
+    def payload(self) -> PayloadSpec:
+        """The declared shape of this oracle's reports (:mod:`ldp.payload`)."""
+        return PayloadSpec(self._payload_fields())
+
+    @abc.abstractmethod
+    def _payload_fields(self) -> tuple[PayloadField, ...]: ...
 
     @abc.abstractmethod
     def _validate(self, reports: Reports, reasons: np.ndarray) -> None: ...
@@ -550,14 +560,13 @@ def _check_int_field(arr: np.ndarray, lo: int, hi: int, name: str, reasons: np.n
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f":
             bad = ~np.isfinite(arr) | (arr != np.round(arr))
-            reasons[bad & np.equal(reasons, None)] = f"{name} is not an integer"
+            refuse(reasons, bad, "invalid_payload", f"{name} is not an integer")
             arr = np.where(bad, lo, arr)
         else:
-            reasons[np.equal(reasons, None)] = f"{name} has non-integer type {arr.dtype}"
+            refuse(reasons, True, "invalid_payload", f"{name} has non-integer type {arr.dtype}")
             return np.full(len(arr), lo, dtype=np.int64)
     a = arr.astype(np.int64)
-    bad = (a < lo) | (a >= hi)
-    reasons[bad & np.equal(reasons, None)] = f"{name} outside [{lo}, {hi})"
+    refuse(reasons, (a < lo) | (a >= hi), "out_of_domain", f"{name} outside [{lo}, {hi})")
     return a
 
 
@@ -611,6 +620,9 @@ class GRR(FrequencyOracle):
 
     def _add(self, counts, reports):
         _scatter_add(counts, reports.values)
+
+    def _payload_fields(self):
+        return (PayloadField("values", "int64", low=0, high=self.d - 1),)
 
     def _validate(self, reports, reasons):
         _check_int_field(reports.values, 0, self.d, "value", reasons)
@@ -996,11 +1008,17 @@ class OLH(FrequencyOracle):
         c = np.rint(np.fft.ifftn(F).real.reshape(-1) * hsh.size).astype(np.int64)
         return (c[: self.d] / self.g).astype(np.float64)
 
+    def _payload_fields(self):
+        return (
+            PayloadField("seeds", "uint64", invalid="invalid_seed"),
+            PayloadField("values", "int64", low=0, high=self.g - 1),
+        )
+
     def _validate(self, reports, reasons):
         _check_int_field(reports.values, 0, self.g, "bucket", reasons)
         seeds = np.asarray(reports.seeds)
         if seeds.dtype.kind not in "iu":
-            reasons[np.equal(reasons, None)] = f"seed has non-integer type {seeds.dtype}"
+            refuse(reasons, True, "invalid_seed", f"seed has non-integer type {seeds.dtype}")
 
     def _set_numerator(self, mask, f):
         """3-wise independent family: for the reporting user ``u`` and ``v != w``, ``h(v)`` and ``h(w)``
@@ -1094,17 +1112,19 @@ class _UnaryEncoding(FrequencyOracle):
             unpacked = np.unpackbits(bits[start : start + step], axis=1, count=self.d, bitorder="little")
             counts += unpacked.sum(axis=0, dtype=np.int64)
 
+    def _payload_fields(self):
+        return (PayloadField("bits", "uint8", length=self.nbytes, low=0, high=self.d - 1),)
+
     def _validate(self, reports, reasons):
         bits = np.asarray(reports.bits)
         if bits.ndim != 2 or bits.shape[1] != self.nbytes or bits.dtype != np.uint8:
-            reasons[np.equal(reasons, None)] = (
-                f"bit vector must be {self.nbytes} bytes (d = {self.d}), got shape {bits.shape}"
-            )
+            refuse(reasons, True, "invalid_payload",
+                   f"bit vector must be {self.nbytes} bytes (d = {self.d}), got shape {bits.shape}")
             return
         pad = self.nbytes * 8 - self.d
         if pad:
             stray = (bits[:, -1] >> np.uint8(8 - pad)) != 0
-            reasons[stray & np.equal(reasons, None)] = "padding bits beyond the domain are set"
+            refuse(reasons, stray, "out_of_domain", "padding bits beyond the domain are set")
 
     def _set_numerator(self, mask, f):
         """The bits are drawn independently: no covariances, the per-value Eq. 4 summed."""
@@ -1189,6 +1209,9 @@ class HadamardResponse(FrequencyOracle):
     def support_counts(self, acc):
         t = _fwht(acc.counts)
         return ((acc.n + t[1 : self.d + 1]) / 2).astype(np.float64)
+
+    def _payload_fields(self):
+        return (PayloadField("values", "int64", low=0, high=self.K - 1),)
 
     def _validate(self, reports, reasons):
         _check_int_field(reports.values, 0, self.K, "value", reasons)
@@ -1351,19 +1374,23 @@ class SubsetSelection(FrequencyOracle):
         for start in range(0, len(items), step):
             _scatter_add(counts, items[start : start + step])
 
+    def _payload_fields(self):
+        return (PayloadField("items", "int64", length=self.k, low=0, high=self.d - 1),)
+
     def _validate(self, reports, reasons):
         items = np.asarray(reports.items)
         if items.ndim != 2 or items.shape[1] != self.k or items.dtype.kind not in "iu":
-            reasons[np.equal(reasons, None)] = f"subset must be {self.k} integers, got shape {items.shape}"
+            why = f"subset must be {self.k} integers, got shape {items.shape}"
+            refuse(reasons, True, "invalid_payload", why)
             return
         it = items.astype(np.int64)
         bad = ((it < 0) | (it >= self.d)).any(axis=1)
-        reasons[bad & np.equal(reasons, None)] = f"subset item outside [0, {self.d})"
+        refuse(reasons, bad, "out_of_domain", f"subset item outside [0, {self.d})")
         if self.k > 1:
             dup = (np.diff(np.sort(it, axis=1), axis=1) == 0).any(axis=1)
-            reasons[dup & np.equal(reasons, None)] = "duplicate items"
+            refuse(reasons, dup, "invalid_payload", "duplicate items")
             unsorted = (np.diff(it, axis=1) < 0).any(axis=1)
-            reasons[unsorted & np.equal(reasons, None)] = "items not sorted ascending"
+            refuse(reasons, unsorted, "invalid_payload", "items not sorted ascending")
 
     def _set_numerator(self, mask, f):
         """Given ``u``, the ``k`` items are ``u`` plus ``k - 1`` uniform others (w.p. ``p``) or ``k``

@@ -43,6 +43,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ldp.csprng import client_rng
+from ldp.payload import PayloadField, PayloadSpec, Refusal, refuse
 from ldp.reports import Reports
 
 __all__ = [
@@ -461,13 +462,18 @@ class SquareWave:
         n = len(reports)
         reasons = np.full(n, None, dtype=object)
         if reports.reals is None:
-            reasons[:] = "missing reals"
+            reasons[:] = Refusal("missing_field", "missing reals")
             return np.zeros(n, dtype=bool), reasons
         y = np.asarray(reports.reals, dtype=np.float64)
         slack = 1e-9
         ok = np.isfinite(y) & (y >= -self.b - slack) & (y <= 1.0 + self.b + slack)
-        reasons[~ok] = f"real outside [-b, 1+b] = [{-self.b:.6g}, {1 + self.b:.6g}]"
+        refuse(reasons, ~ok, "out_of_domain", f"real outside [-b, 1+b] = [{-self.b:.6g}, {1 + self.b:.6g}]")
         return ok, reasons
+
+    @property
+    def payload(self) -> PayloadSpec:
+        """One double in ``[-b, 1 + b]`` per report (:mod:`ldp.payload`)."""
+        return PayloadSpec((PayloadField("reals", "float64", low=-self.b, high=1.0 + self.b),))
 
     def bin_index(self, reals: np.ndarray) -> np.ndarray:
         """Output-bin index of each report value (values at the range ends go to the end bins)."""

@@ -67,7 +67,12 @@ from ldp.populations import RECORDS_FILE, Chunk, Population
 from ldp.task import Task, TaskError, load_task
 from pipelines.cli import fail, job_parser, parse_job_args, prepare_output
 from transforms.avro_fast import write_reports
-from transforms.records import PAYLOAD_FIELDS, encode_report_container, reports_to_records, write_report_file
+from transforms.records import (
+    declared_payload,
+    encode_report_container,
+    reports_to_records,
+    write_report_file,
+)
 
 __all__ = [
     "ASSIGNMENTS",
@@ -318,9 +323,10 @@ def bad_report_variants(
     """Every kind of bad report the report schema can carry, made from valid records ``good`` of one
     group, keyed by the dead-letter reason the aggregator must give.
 
-    Kinds: another task, an unknown schema version, a group outside ``[0, n_groups)``, each payload field
-    the oracle uses missing, payloads outside the oracle's output domain, and a payload field the oracle
-    does not use.
+    Kinds: another task, an unknown schema version, a group outside ``[0, n_groups)``, and each payload
+    violation the oracle's declared payload implies (:meth:`ldp.payload.PayloadSpec.violations`: a field
+    missing, too long, not finite, beyond its bounds, a field it does not use) that the report schema's
+    types can carry.
     """
     out: dict[str, list[dict[str, Any]]] = {}
 
@@ -330,24 +336,9 @@ def bad_report_variants(
     variant("wrong_task", task_id=task_id + "-other")
     variant("wrong_schema_version", schema_version=schema_version + 1)
     variant("invalid_group", group=n_groups)
-    used = tuple(getattr(oracle, "report_fields", ("values",)))
-    for field in used:
-        variant("missing_field", **{PAYLOAD_FIELDS[field]: None})
-    if "values" in used:
-        top = getattr(oracle, "g", None) or getattr(oracle, "K", None) or getattr(oracle, "d", None) or 1
-        variant("out_of_domain", value=int(top))
-    if "bits" in used:
-        variant("invalid_payload", bits=bytes(int(getattr(oracle, "nbytes", 1)) + 1))  # one byte too long
-    if "items" in used:
-        variant("out_of_domain", items=[oracle.d] * int(getattr(oracle, "k", 1)))
-    if "reals" in used and hasattr(oracle, "bad_reals"):  # sparse vectors: (reason, reals) of the mechanism
-        why, reals = oracle.bad_reals()
-        variant(why, reals=reals)
-    elif "reals" in used:
-        variant("out_of_domain", reals=[1.0e6])
-    unused = [name for field, name in PAYLOAD_FIELDS.items() if field not in used]
-    example = {"value": 1, "seed": 1, "bits": b"\x01", "items": [0], "reals": [0.5]}
-    variant("invalid_payload", **{unused[0]: example[unused[0]]})
+    for v in declared_payload(oracle).violations():
+        if v.schema_valid:
+            variant(v.code, **{v.wire: v.value})
     return out
 
 
@@ -390,7 +381,7 @@ def bad_records_other_schema(task: Task, k: int, start_ms: int) -> tuple[dict, d
         "seed": 12345,
     }
     oracle, _, _ = _sample_group(task)
-    fields = tuple(getattr(oracle, "report_fields", ("values",)))  # Uni's stand-in oracle reports a value
+    fields = declared_payload(oracle).names
     if "values" not in fields and "seeds" in fields:  # a value would be refused first (a field not used)
         base["value"] = None
     out = {

@@ -30,6 +30,7 @@ import numpy as np
 import schemas
 from ldp import anonymity as _anonymity
 from ldp.aggregate import Aggregator, ValidationOracle
+from ldp.payload import WIRE_FIELDS, PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
 from ldp.task import CollectionTask
 from transforms.avro_fast import LOSS_REASONS, MAX_CLIENT_ID_BYTES, ColumnBatch
@@ -52,6 +53,7 @@ __all__ = [
     "decode_container",
     "make_dead_letter",
     "fast_decode_params",
+    "declared_payload",
     "window_granule_ms",
     "split_by_group_and_granule",
     "now_ms",
@@ -68,8 +70,8 @@ __all__ = [
 #: dicts, or anything else a foreign writer put there: unvalidated input).
 RawRecords = ColumnBatch | list[object]
 
-#: Reports field -> Avro field.
-PAYLOAD_FIELDS = {"values": "value", "seeds": "seed", "bits": "bits", "items": "items", "reals": "reals"}
+#: Reports field -> Avro field (:data:`ldp.payload.WIRE_FIELDS`).
+PAYLOAD_FIELDS = WIRE_FIELDS
 
 #: Every dead-letter reason the aggregator emits (the Beam counter ``rejected_<reason>`` per reason).
 REASONS = (
@@ -224,18 +226,6 @@ class ValidatedBatch:
         return len(self.event_ms)
 
 
-def _oracle_reason(msg: str) -> str:
-    """Maps an ``oracle.validate`` message to a reason category."""
-    m = msg.lower()
-    if "missing field" in m:
-        return "missing_field"
-    if "seed" in m:
-        return "invalid_seed"
-    if "outside" in m or "padding bits" in m:
-        return "out_of_domain"
-    return "invalid_payload"
-
-
 def requires_client_ids(task: object) -> bool:
     """True when the task's budget counts reports per pseudonymous client id (``task.requires_client_ids``;
     tasks without a budget, or whose budget is enforced by the clients only, do not)."""
@@ -263,17 +253,238 @@ _CLIENT_ID_DETAIL = f"client_id must be 1 to {MAX_CLIENT_ID_BYTES} bytes"
 _MISSING_ID_DETAIL = "the task's budget counts reports per client: client_id is required"
 
 
+class _Header(NamedTuple):
+    """The report-schema checks of a batch, as row masks in check order (see :class:`ReportValidator`)."""
+
+    not_record: np.ndarray | None
+    sv_missing: np.ndarray | None
+    sv_wrong: np.ndarray
+    tid_missing: np.ndarray | None
+    tid_wrong: np.ndarray
+    et_missing: np.ndarray | None
+    et_bad: np.ndarray
+    event_ms: np.ndarray
+    group_bad: np.ndarray
+    groups: np.ndarray
+    ids: np.ndarray
+    id_present: np.ndarray
+    id_valid: np.ndarray
+
+
+class _Column(NamedTuple):
+    """One payload field over the rows still alive: the numpy column (zeros where bad) and the masks of
+    rows where it is absent, of the wrong type or length, or has entries outside int64."""
+
+    values: np.ndarray
+    missing: np.ndarray
+    invalid: np.ndarray
+    outside: np.ndarray | None = None
+
+
+class _RecordView:
+    """Record dicts (``fastavro`` output, or anything a foreign writer put there) as columns."""
+
+    def __init__(self, records: Sequence[object], validator: ReportValidator) -> None:
+        self.records = records
+        n = len(records)
+        self.is_dict = np.fromiter((type(r) is dict for r in records), dtype=bool, count=n)
+        self.recs = [r if d else {} for r, d in zip(records, self.is_dict)]
+        self.v = validator
+
+    def __len__(self) -> int:
+        return len(self.recs)
+
+    def record(self, i: int) -> object:
+        return self.records[i]
+
+    def header(self) -> _Header:
+        task, recs, n = self.v.task, self.recs, len(self.recs)
+        sv = [r.get("schema_version") for r in recs]
+        sv_none = np.fromiter((v is None for v in sv), bool, count=n)
+        sv_bad = np.fromiter((v != task.schema_version for v in sv), bool, count=n) & ~sv_none
+        tid = np.array([r.get("task_id") for r in recs] + [0], dtype=object)[:n]
+        tid_none = np.equal(tid, None)
+        et = [r.get("event_time") for r in recs]
+        et_none = np.fromiter((v is None for v in et), bool, count=n)
+        if set(map(type, et)) <= {int, type(None)}:
+            event_ms, bad = _int_column([0 if v is None else v for v in et], 0, _MAX_EVENT_MS - 1)
+        else:
+            event_ms = np.zeros(n, dtype=np.int64)
+            bad = np.zeros(n, dtype=bool)
+            for i, v in enumerate(et):
+                if isinstance(v, _dt.datetime) and v.tzinfo is not None:
+                    event_ms[i] = round(v.timestamp() * 1000)
+                elif type(v) is int:
+                    event_ms[i] = v if _INT64_MIN <= v <= _INT64_MAX else -1
+                elif v is not None:
+                    bad[i] = True
+            bad |= (event_ms < 0) | (event_ms >= _MAX_EVENT_MS)
+        groups, gbad = _int_column([r.get("group", 0) for r in recs], 0, task.n_groups - 1)
+        ids, present, valid = client_id_column([r.get("client_id") for r in recs])
+        return _Header(
+            ~self.is_dict, sv_none, sv_bad, tid_none, (tid != task.task_id) & ~tid_none, et_none,
+            bad & ~et_none, event_ms, gbad, groups, ids, present, valid,
+        )  # fmt: skip
+
+    def present(self, avro: str) -> np.ndarray:
+        return np.fromiter((r.get(avro) is not None for r in self.recs), bool, count=len(self.recs))
+
+    def column(self, f: PayloadField, alive: np.ndarray) -> _Column:
+        sub = [self.recs[i] for i in alive] if len(alive) < len(self.recs) else self.recs
+        wire = f.wire
+        return _record_column(f, [r.get(wire) for r in sub])
+
+
+class _BatchView:
+    """A :class:`~transforms.avro_fast.ColumnBatch` (already typed by the report schema)."""
+
+    def __init__(self, cb: ColumnBatch, validator: ReportValidator) -> None:
+        self.cb = cb
+        self.v = validator
+        self.record = cb.record
+
+    def __len__(self) -> int:
+        return len(self.cb)
+
+    def header(self) -> _Header:
+        cb, task, n = self.cb, self.v.task, len(self.cb)
+        ids = cb.payload.get("client_id")
+        if ids is None:  # a ColumnBatch built without the client_id column: no ids
+            ids = np.zeros((n, 1), dtype=np.uint8)
+        present = cb.present.get("client_id", np.zeros(n, dtype=bool))
+        return _Header(
+            None, None, cb.schema_version != task.schema_version, None,
+            np.full(n, cb.task_id != task.task_id), None, (cb.event_ms < 0) | (cb.event_ms >= _MAX_EVENT_MS),
+            cb.event_ms, (cb.group < 0) | (cb.group >= task.n_groups), cb.group, ids, present,
+            ~present | (ids[:, 0] > 0),
+        )  # fmt: skip
+
+    def present(self, avro: str) -> np.ndarray:
+        return self.cb.present[avro]
+
+    def column(self, f: PayloadField, alive: np.ndarray) -> _Column:
+        cb, avro = self.cb, f.wire
+        missing = ~cb.present[avro][alive]
+        col = cb.payload[avro][alive]
+        invalid = np.zeros(len(alive), dtype=bool)
+        width = 1 if f.length is None else f.width
+        if avro in cb.lengths:
+            invalid = ~missing & (cb.lengths[avro][alive] != width)
+        if f.length is not None and col.ndim == 2:
+            col = _fit_width(col, width)
+        if f.dtype == "float64":
+            finite = np.isfinite(col) if col.ndim == 1 else np.isfinite(col).all(axis=1)
+            invalid |= ~missing & ~finite
+        return _Column(col.view(np.uint64) if f.dtype == "uint64" else col, missing, invalid)
+
+
+def _int_column(col: list[object], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Python integers as int64 and the mask of entries that are not integers in ``[lo, hi]``."""
+    n = len(col)
+    if set(map(type, col)) <= {int}:
+        try:
+            a = np.fromiter(col, dtype=np.int64, count=n)
+            return a, (a < lo) | (a > hi)
+        except OverflowError:
+            pass
+    bad = np.fromiter((type(v) is not int or v < lo or v > hi for v in col), dtype=bool, count=n)
+    a = np.fromiter((0 if b else v for v, b in zip(col, bad)), dtype=np.int64, count=n)
+    return a, bad
+
+
+def _record_column(f: PayloadField, col: list[object]) -> _Column:
+    """One payload field of record dicts as its numpy column, by the field's dtype and length."""
+    n = len(col)
+    missing = np.fromiter((v is None for v in col), dtype=bool, count=n)
+    if f.name == "bits":
+        nb = f.width
+        ok = np.fromiter((isinstance(v, (bytes, bytearray)) and len(v) == nb for v in col), bool, count=n)
+        fill = bytes(nb)
+        buf = b"".join(v if o else fill for v, o in zip(col, ok))
+        return _Column(np.frombuffer(buf, dtype=np.uint8).reshape(n, nb), missing, ~ok & ~missing)
+    if f.dtype in ("int64", "uint64") and f.length is None:
+        a, bad = _int_column([0 if v is None else v for v in col], _INT64_MIN, _INT64_MAX)
+        return _Column(a.view(np.uint64) if f.dtype == "uint64" else a, missing, bad & ~missing)
+    if f.dtype == "int64":
+        k = f.width
+        ok = np.fromiter(
+            (isinstance(v, list) and len(v) == k and set(map(type, v)) <= {int} for v in col), bool, count=n
+        )
+        fill = [0] * k
+        outside = np.zeros(n, dtype=bool)
+        try:
+            arr = np.array([v if o else fill for v, o in zip(col, ok)], dtype=np.int64).reshape(n, k)
+        except OverflowError:
+            arr = np.zeros((n, k), dtype=np.int64)
+            for i in np.flatnonzero(ok):
+                try:
+                    arr[i] = col[i]
+                except OverflowError:
+                    outside[i] = True
+        return _Column(arr, missing, ~ok & ~missing, outside)
+    if f.length is None:  # one double
+        ok = np.fromiter(
+            (isinstance(v, list) and len(v) == 1 and isinstance(v[0], float) for v in col), bool, count=n
+        )
+        w = 1
+    else:
+        w = f.width
+        ok = np.fromiter(
+            (isinstance(v, list) and len(v) == w and set(map(type, v)) <= {float} for v in col), bool, count=n
+        )
+    out = np.zeros((n, w), dtype=np.float64)
+    good = np.flatnonzero(ok)
+    if len(good):
+        out[good] = np.array([col[i] for i in good], dtype=np.float64).reshape(len(good), w)
+        finite = np.isfinite(out[good]).all(axis=1)
+        ok[good[~finite]] = False
+        out[good[~finite]] = 0.0
+    return _Column(out[:, 0] if f.length is None else out, missing, ~ok & ~missing)
+
+
+def _payload_texts(f: PayloadField) -> tuple[str, str]:
+    """``(wrong type or length, outside int64)`` details of a field's refusals."""
+    if f.name == "bits":
+        return f"bits must be {f.width} bytes", ""
+    if f.length is None and f.dtype != "float64":
+        return f"{f.wire} is not a 64-bit integer", ""
+    if f.dtype == "int64":
+        return f"{f.wire} must be a list of {f.width} integers", f"{f.wire} outside int64"
+    if f.length is None:
+        return f"{f.wire} must hold one finite double", ""
+    return f"{f.wire} must hold {f.width} finite doubles", ""
+
+
+def declared_payload(oracle: ValidationOracle) -> PayloadSpec:
+    """The oracle's :class:`~ldp.payload.PayloadSpec` (a clear error when it declares none, or a field the
+    validator cannot check)."""
+    spec = getattr(oracle, "payload", None)
+    if not isinstance(spec, PayloadSpec):
+        raise TypeError(
+            f"oracle {getattr(oracle, 'name', type(oracle).__name__)!r} declares no payload "
+            "(a ldp.payload.PayloadSpec attribute `payload`)"
+        )
+    for f in spec.fields:
+        if isinstance(f.length, tuple):
+            raise ValueError(
+                f"oracle {oracle.name!r}: {f.name} has a variable length (the validator checks fixed ones)"
+            )
+    return spec
+
+
 class ReportValidator:
     """Validates report records against a task and its oracle (server side).
 
     Checks, in order (the first failing check names the reason): the record is a dict; known
     ``schema_version``; ``task_id`` equals the task's; ``event_time`` present and in range; ``group`` in
     ``[0, n_groups)`` (absent means 0, the schema default); ``client_id`` null or 1 to 64 bytes, and present
-    when the task requires ids (:func:`requires_client_ids`); the payload fields the mechanism uses are
-    present and well typed, the others null; for a shuffled task (``anonymity.shuffled``) ``event_time``
-    a multiple of ``anonymity.time_precision_s`` (``fine_time``); and finally ``oracle.validate`` on the
-    numpy batch (domain checks). ``rounded_times=False`` skips the ``fine_time`` check (the shuffler, which
-    rounds the times itself, reads the clients' reports).
+    when the task requires ids (:func:`requires_client_ids`); the payload fields the oracle does not declare
+    null; each declared field (``oracle.payload``, :mod:`ldp.payload`) present and of its type and length
+    (doubles finite), with the field's reason code; for a shuffled task (``anonymity.shuffled``)
+    ``event_time`` a multiple of ``anonymity.time_precision_s`` (``fine_time``); and finally
+    ``oracle.validate`` on the numpy batch (domain checks), whose refusals carry their reason code.
+    Record dicts and column batches go through the same checks. ``rounded_times=False`` skips the
+    ``fine_time`` check (the shuffler, which rounds the times itself, reads the clients' reports).
     """
 
     def __init__(
@@ -287,8 +498,9 @@ class ReportValidator:
         self.task = task
         self.redact_records = redact_records  # raw records (central DP): dead letters keep only the size
         self.oracle = task.make_oracle() if oracle is None else oracle
-        self.fields = tuple(self.oracle.report_fields)
-        self.unused = tuple(f for f in PAYLOAD_FIELDS if f not in self.fields)
+        self.spec = declared_payload(self.oracle)
+        self.fields = self.spec.names
+        self.unused = self.spec.unused
         self.require_ids = requires_client_ids(task)
         settings = getattr(task, "anonymity", None)
         shuffled = rounded_times and settings is not None and settings.shuffled
@@ -298,212 +510,54 @@ class ReportValidator:
             "the shuffler rounds every time"
         )
 
-    def _check_client_ids(
-        self, present: np.ndarray, valid: np.ndarray, reason: np.ndarray, detail: np.ndarray
-    ) -> None:
-        idx = np.arange(len(reason))
-        _mark(reason, detail, idx[present & ~valid], "invalid_client_id", _CLIENT_ID_DETAIL)
-        if self.require_ids:
-            _mark(reason, detail, idx[~present], "missing_client_id", _MISSING_ID_DETAIL)
-
-    # -- column builders: return (array for all rows, bad mask, detail) ---------------------------------
-    @staticmethod
-    def _int_column(col: list[object], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        n = len(col)
-        if set(map(type, col)) <= {int}:
-            try:
-                a = np.fromiter(col, dtype=np.int64, count=n)
-                return a, (a < lo) | (a > hi)
-            except OverflowError:
-                pass
-        bad = np.fromiter((type(v) is not int or v < lo or v > hi for v in col), dtype=bool, count=n)
-        a = np.fromiter((0 if b else v for v, b in zip(col, bad)), dtype=np.int64, count=n)
-        return a, bad
-
-    def _payload(
-        self, name: str, col: list[object], rows: np.ndarray, reason: np.ndarray, detail: np.ndarray
-    ):
-        """Converts one payload column (rows still alive) to its numpy form; marks bad rows."""
-        n = len(col)
-        avro = PAYLOAD_FIELDS[name]
-        missing = np.fromiter((v is None for v in col), dtype=bool, count=n)
-        _mark(reason, detail, rows[missing], "missing_field", f"{avro} is null or absent")
-        if name in ("values", "seeds"):
-            a, bad = self._int_column([0 if v is None else v for v in col], _INT64_MIN, _INT64_MAX)
-            bad &= ~missing
-            why = "invalid_seed" if name == "seeds" else "invalid_payload"
-            _mark(reason, detail, rows[bad], why, f"{avro} is not a 64-bit integer")
-            return a.view(np.uint64) if name == "seeds" else a
-        if name == "bits":
-            nb = (self.oracle.d + 7) // 8
-            ok = np.fromiter((isinstance(v, (bytes, bytearray)) and len(v) == nb for v in col), bool, count=n)
-            bad = ~ok & ~missing
-            _mark(reason, detail, rows[bad], "invalid_payload", f"bits must be {nb} bytes")
-            fill = bytes(nb)
-            buf = b"".join(v if o else fill for v, o in zip(col, ok))
-            return np.frombuffer(buf, dtype=np.uint8).reshape(n, nb)
-        if name == "items":
-            k = int(getattr(self.oracle, "k", 0))
-            ok = np.fromiter(
-                (isinstance(v, list) and len(v) == k and set(map(type, v)) <= {int} for v in col),
-                bool,
-                count=n,
-            )
-            bad = ~ok & ~missing
-            _mark(reason, detail, rows[bad], "invalid_payload", f"items must be a list of {k} integers")
-            fill = [0] * k
-            try:
-                return np.array([v if o else fill for v, o in zip(col, ok)], dtype=np.int64).reshape(n, k)
-            except OverflowError:
-                arr = np.zeros((n, k), dtype=np.int64)
-                for i in np.flatnonzero(ok):
-                    try:
-                        arr[i] = col[i]
-                    except OverflowError:
-                        _mark(reason, detail, rows[[i]], "out_of_domain", "items outside int64")
-                return arr
-        w = getattr(self.oracle, "reals_len", None)
-        if w is not None:  # reals: exactly w doubles per report (sparse vectors; the oracle checks values)
-            ok = np.fromiter(
-                (isinstance(v, list) and len(v) == w and set(map(type, v)) <= {float} for v in col),
-                bool,
-                count=n,
-            )
-            bad = ~ok & ~missing
-            _mark(reason, detail, rows[bad], "invalid_payload", f"reals must hold {w} doubles")
-            out = np.zeros((n, w), dtype=np.float64)
-            good = np.flatnonzero(ok)
-            if len(good):
-                out[good] = np.array([col[i] for i in good], dtype=np.float64).reshape(len(good), w)
-            return out
-        # reals: one double per report
-        ok = np.fromiter(
-            (
-                isinstance(v, list) and len(v) == 1 and isinstance(v[0], float) and math.isfinite(v[0])
-                for v in col
-            ),
-            bool,
-            count=n,
-        )
-        bad = ~ok & ~missing
-        _mark(reason, detail, rows[bad], "invalid_payload", "reals must hold one finite double")
-        return np.fromiter((v[0] if o else 0.0 for v, o in zip(col, ok)), dtype=np.float64, count=n)
-
-    def _length_rule(self, name: str) -> tuple[int, str] | None:
-        """``(length, invalid_payload detail)`` the oracle requires of a ``bits`` / ``items`` / ``reals``
-        payload (the checks of :meth:`_payload` on the columns' ``lengths``), None for the others."""
-        if name == "bits":
-            nb = (self.oracle.d + 7) // 8
-            return nb, f"bits must be {nb} bytes"
-        if name == "items":
-            k = int(getattr(self.oracle, "k", 0))
-            return k, f"items must be a list of {k} integers"
-        if name == "reals":
-            w = getattr(self.oracle, "reals_len", None)
-            if w is None:
-                return 1, "reals must hold one finite double"
-            return w, f"reals must hold {w} doubles"
-        return None
-
     def validate(self, records: RawRecords, source: str = "", *, at_ms: int | None = None) -> ValidatedBatch:
         """Splits ``records`` (a list of record dicts, or a :class:`~transforms.avro_fast.ColumnBatch`)
         into accepted reports and dead letters (see the class docstring)."""
-        if not isinstance(records, (list, tuple)):
-            return self.validate_columns(records, source, at_ms=at_ms)
-        n = len(records)
+        is_list = isinstance(records, (list, tuple))
+        view = _RecordView(records, self) if is_list else _BatchView(records, self)
+        n = len(view)
         reason = np.full(n, None, dtype=object)
         detail = np.full(n, None, dtype=object)
         idx = np.arange(n)
-        is_dict = np.fromiter((type(r) is dict for r in records), dtype=bool, count=n)
-        _mark(reason, detail, idx[~is_dict], "not_a_record", "decoded datum is not a record")
-        recs = [r if d else {} for r, d in zip(records, is_dict)]
+        task = self.task
 
-        sv = [r.get("schema_version") for r in recs]
-        sv_none = np.fromiter((v is None for v in sv), bool, count=n)
-        _mark(reason, detail, idx[sv_none], "missing_field", "schema_version is null or absent")
-        sv_bad = np.fromiter((v != self.task.schema_version for v in sv), bool, count=n) & ~sv_none
-        _mark(
-            reason,
-            detail,
-            idx[sv_bad],
-            "wrong_schema_version",
-            f"expected schema_version {self.task.schema_version}",
-        )
+        def mark(mask: np.ndarray | None, why: str, text: str) -> None:
+            if mask is not None:
+                _mark(reason, detail, idx[mask], why, text)
 
-        tid = np.array([r.get("task_id") for r in recs] + [0], dtype=object)[:n]
-        tid_none = np.equal(tid, None)
-        _mark(reason, detail, idx[tid_none], "missing_field", "task_id is null or absent")
-        _mark(
-            reason,
-            detail,
-            idx[(tid != self.task.task_id) & ~tid_none],
-            "wrong_task",
-            f"report is not for task {self.task.task_id!r}",
-        )
-
-        et = [r.get("event_time") for r in recs]
-        et_none = np.fromiter((v is None for v in et), bool, count=n)
-        _mark(reason, detail, idx[et_none], "missing_field", "event_time is null or absent")
-        types = set(map(type, et))
-        if types <= {int, type(None)}:
-            event_ms, bad = self._int_column([0 if v is None else v for v in et], 0, _MAX_EVENT_MS - 1)
-        else:
-            event_ms = np.zeros(n, dtype=np.int64)
-            bad = np.zeros(n, dtype=bool)
-            for i, v in enumerate(et):
-                if isinstance(v, _dt.datetime) and v.tzinfo is not None:
-                    event_ms[i] = round(v.timestamp() * 1000)
-                elif type(v) is int:
-                    event_ms[i] = v if _INT64_MIN <= v <= _INT64_MAX else -1
-                elif v is not None:
-                    bad[i] = True
-            bad |= (event_ms < 0) | (event_ms >= _MAX_EVENT_MS)
-        _mark(
-            reason,
-            detail,
-            idx[bad & ~et_none],
-            "invalid_event_time",
-            "event_time must be a timestamp in [1970, 2200)",
-        )
-
-        grp = [r.get("group", 0) for r in recs]
-        groups, gbad = self._int_column(grp, 0, self.task.n_groups - 1)
-        _mark(
-            reason,
-            detail,
-            idx[gbad],
-            "invalid_group",
-            f"group must be an integer in [0, {self.task.n_groups})",
-        )
-        ids, present, valid = client_id_column([r.get("client_id") for r in recs])
-        self._check_client_ids(present, valid, reason, detail)
-
+        h = view.header()
+        mark(h.not_record, "not_a_record", "decoded datum is not a record")
+        mark(h.sv_missing, "missing_field", "schema_version is null or absent")
+        mark(h.sv_wrong, "wrong_schema_version", f"expected schema_version {task.schema_version}")
+        mark(h.tid_missing, "missing_field", "task_id is null or absent")
+        mark(h.tid_wrong, "wrong_task", f"report is not for task {task.task_id!r}")
+        mark(h.et_missing, "missing_field", "event_time is null or absent")
+        mark(h.et_bad, "invalid_event_time", "event_time must be a timestamp in [1970, 2200)")
+        mark(h.group_bad, "invalid_group", f"group must be an integer in [0, {task.n_groups})")
+        mark(h.id_present & ~h.id_valid, "invalid_client_id", _CLIENT_ID_DETAIL)
+        if self.require_ids:
+            mark(~h.id_present, "missing_client_id", _MISSING_ID_DETAIL)
         for name in self.unused:
             avro = PAYLOAD_FIELDS[name]
-            extra = np.fromiter((r.get(avro) is not None for r in recs), bool, count=n)
-            _mark(
-                reason,
-                detail,
-                idx[extra],
-                "invalid_payload",
-                f"field {avro} is not used by mechanism {self.oracle.name}",
-            )
-
+            text = f"field {avro} is not used by mechanism {self.oracle.name}"
+            mark(view.present(avro), "invalid_payload", text)
         alive = np.flatnonzero(np.equal(reason, None))
-        payload = {}
+        payload: dict[str, np.ndarray] = {}
         if len(alive):
-            sub = [recs[i] for i in alive] if len(alive) < n else recs
-            for name in self.fields:
-                payload[name] = self._payload(
-                    name, [r.get(PAYLOAD_FIELDS[name]) for r in sub], alive, reason, detail
-                )
-        return self._finish(
-            reason, detail, alive, payload, event_ms, groups, lambda i: records[i], source, at_ms, ids
-        )
+            for f in self.spec.fields:  # field by field, missing before malformed
+                col = view.column(f, alive)
+                wrong, beyond = _payload_texts(f)
+                _mark(reason, detail, alive[col.missing], "missing_field", f"{f.wire} is null or absent")
+                _mark(reason, detail, alive[col.invalid], f.invalid, wrong)
+                if col.outside is not None:
+                    _mark(reason, detail, alive[col.outside], f.outside, beyond)
+                payload[f.name] = col.values
+        return self._finish(reason, detail, alive, payload, h, view.record, source, at_ms)
 
-    def _finish(self, reason, detail, alive, payload, event_ms, groups, get_record, source, at_ms, ids=None):
+    def _finish(self, reason, detail, alive, payload, h: _Header, get_record, source, at_ms):
         """Runs ``oracle.validate`` on the rows still alive and assembles the :class:`ValidatedBatch`."""
         n = len(reason)
+        event_ms, groups, ids = h.event_ms, h.groups, h.ids
         if len(alive) and self.time_precision_s is not None:
             fine = ~_anonymity.is_rounded(np.asarray(event_ms)[alive], self.time_precision_s)
             _mark(reason, detail, alive[fine], "fine_time", self._fine_detail)
@@ -511,17 +565,23 @@ class ReportValidator:
             ok_sub = np.equal(reason[alive], None)
             if ok_sub.any():
                 cand = Reports(**{k: v[ok_sub] for k, v in payload.items()})
-                ok_o, reasons_o = self.oracle.validate(cand)
+                ok_o, refusals = self.oracle.validate(cand)
                 rows = alive[ok_sub]
-                for msg in set(reasons_o[~ok_o]):
-                    m = np.equal(reasons_o, msg)
-                    _mark(reason, detail, rows[m], _oracle_reason(msg), msg)
+                refused = np.flatnonzero(~np.asarray(ok_o, dtype=bool))
+                for i in refused.tolist():
+                    r = refusals[i]
+                    if not isinstance(r, Refusal):
+                        name = self.oracle.name
+                        raise TypeError(f"oracle {name!r} refused a report with {r!r}, not a Refusal")
+                    if reason[rows[i]] is None:
+                        reason[rows[i]] = r.code
+                        detail[rows[i]] = str(r)
         accepted = np.equal(reason, None)
         if len(alive):
             acc_alive = accepted[alive]
             reports = Reports(**{k: v[acc_alive] for k, v in payload.items()})
         else:
-            reports = _empty(self.fields)
+            reports = _empty(self.spec)
         dead, counts = [], {}
         when = now_ms() if at_ms is None else at_ms
         for i in np.flatnonzero(~accepted):
@@ -542,67 +602,8 @@ class ReportValidator:
     def validate_columns(
         self, cb: ColumnBatch, source: str = "", *, at_ms: int | None = None
     ) -> ValidatedBatch:
-        """Like :meth:`validate` for a :class:`~transforms.avro_fast.ColumnBatch` (all numpy)."""
-        n = len(cb)
-        reason = np.full(n, None, dtype=object)
-        detail = np.full(n, None, dtype=object)
-        idx = np.arange(n)
-        _mark(
-            reason,
-            detail,
-            idx[cb.schema_version != self.task.schema_version],
-            "wrong_schema_version",
-            f"expected schema_version {self.task.schema_version}",
-        )
-        if cb.task_id != self.task.task_id:
-            _mark(reason, detail, idx, "wrong_task", f"report is not for task {self.task.task_id!r}")
-        _mark(
-            reason,
-            detail,
-            idx[(cb.event_ms < 0) | (cb.event_ms >= _MAX_EVENT_MS)],
-            "invalid_event_time",
-            "event_time must be a timestamp in [1970, 2200)",
-        )
-        _mark(
-            reason,
-            detail,
-            idx[(cb.group < 0) | (cb.group >= self.task.n_groups)],
-            "invalid_group",
-            f"group must be an integer in [0, {self.task.n_groups})",
-        )
-        ids = cb.payload.get("client_id")
-        if ids is None:  # a ColumnBatch built without the client_id column: no ids
-            ids = np.zeros((n, 1), dtype=np.uint8)
-        present = cb.present.get("client_id", np.zeros(n, dtype=bool))
-        self._check_client_ids(present, ~present | (ids[:, 0] > 0), reason, detail)
-        for name in self.unused:
-            avro = PAYLOAD_FIELDS[name]
-            _mark(
-                reason,
-                detail,
-                idx[cb.present[avro]],
-                "invalid_payload",
-                f"field {avro} is not used by mechanism {self.oracle.name}",
-            )
-        widths: dict[str, int] = {}
-        for name in self.fields:  # field by field, missing before malformed, as :meth:`_payload` does
-            avro = PAYLOAD_FIELDS[name]
-            _mark(reason, detail, idx[~cb.present[avro]], "missing_field", f"{avro} is null or absent")
-            rule = self._length_rule(name)
-            if rule is not None and avro in cb.lengths:
-                widths[name], text = rule
-                wrong = cb.present[avro] & (cb.lengths[avro] != widths[name])
-                _mark(reason, detail, idx[wrong], "invalid_payload", text)
-        alive = np.flatnonzero(np.equal(reason, None))
-        payload = {}
-        for name in self.fields:
-            col = cb.payload[PAYLOAD_FIELDS[name]][alive]
-            if name in widths and col.ndim == 2:
-                col = _fit_width(col, widths[name])
-            payload[name] = col.view(np.uint64) if name == "seeds" else col
-        return self._finish(
-            reason, detail, alive, payload, cb.event_ms, cb.group, cb.record, source, at_ms, ids
-        )
+        """:meth:`validate` of a :class:`~transforms.avro_fast.ColumnBatch`."""
+        return self.validate(cb, source, at_ms=at_ms)
 
 
 def _fit_width(col: np.ndarray, w: int) -> np.ndarray:
@@ -612,8 +613,13 @@ def _fit_width(col: np.ndarray, w: int) -> np.ndarray:
     return np.pad(col, ((0, 0), (0, w - col.shape[1])))
 
 
-def _empty(fields: Sequence[str]) -> Reports:
-    return Reports(**{f: np.zeros(0, dtype=np.uint64 if f == "seeds" else np.int64) for f in fields})
+def _empty(spec: PayloadSpec) -> Reports:
+    """No reports, with the declared fields' types and widths."""
+    out = {}
+    for f in spec.fields:
+        shape = (0,) if f.length is None else (0, f.width)
+        out[f.name] = np.zeros(shape, dtype=np.dtype(f.dtype))
+    return Reports(**out)
 
 
 def _mark(reason: np.ndarray, detail: np.ndarray, rows: np.ndarray, why: str, text: str | None) -> None:
@@ -734,11 +740,20 @@ def decode_container(data: bytes) -> list[object]:
 
 def fast_decode_params(oracle: ValidationOracle) -> dict[str, object]:
     """Keyword arguments of :func:`transforms.avro_fast.iter_report_batches` for an oracle's payload."""
-    fields = tuple(oracle.report_fields)
+    return _decode_lengths([declared_payload(oracle)])
+
+
+def _decode_lengths(specs: Sequence[PayloadSpec]) -> dict[str, object]:
+    """The column decoder's lengths for the payloads of all groups: the longest ``bits`` and ``items``
+    any group declares (each group's validator then refuses the lengths it does not take; longer ones are
+    left to fastavro), and the ``reals`` width when every group declares the same (else one double)."""
+    bits = [f.width for s in specs if (f := s.field("bits")) is not None]
+    items = [f.width for s in specs if (f := s.field("items")) is not None]
+    reals = {None if f.length is None else f.width for s in specs if (f := s.field("reals")) is not None}
     return {
-        "bits_len": (oracle.d + 7) // 8 if "bits" in fields else None,
-        "items_len": int(oracle.k) if "items" in fields else None,
-        "reals_len": getattr(oracle, "reals_len", None) if "reals" in fields else None,
+        "bits_len": max(bits) if bits else None,
+        "items_len": max(items) if items else None,
+        "reals_len": reals.pop() if len(reals) == 1 else None,
     }
 
 
@@ -949,36 +964,11 @@ class TaskReportValidator:
         return TaskBatch(parts, dead, counts, n, one_by_one)
 
 
-class _PayloadView:
-    """Payload fields of all groups, with the largest ``bits`` domain ``d`` and ``items`` length ``k`` any
-    group uses: the column decoder reads every length up to those (each group's validator then refuses
-    the lengths it does not take), and leaves longer ones to fastavro."""
-
-    name = "task"
-
-    def __init__(self, oracles: Sequence[ValidationOracle]) -> None:
-        fields: set[str] = set()
-        self.d = self.k = 0
-        reals: set[object] = set()
-        for o in oracles:
-            fields |= set(o.report_fields)
-            if "bits" in o.report_fields:
-                self.d = max(self.d, int(o.d))
-            if "items" in o.report_fields:
-                self.k = max(self.k, int(o.k))
-            if "reals" in o.report_fields:
-                reals.add(getattr(o, "reals_len", None))
-        self.reals_len = reals.pop() if len(reals) == 1 else None  # groups differ: one double is read
-        self.report_fields = tuple(sorted(fields))
-
-
 def decode_params(aggregator: Aggregator | None) -> dict[str, object]:
     """Keyword arguments of :func:`transforms.avro_fast.iter_report_batches` for a task's reports
     (``{}``: no task, decode with fastavro only)."""
     if aggregator is None:
         return {}
-    if aggregator.uniform_oracle:
-        view: ValidationOracle | _PayloadView = aggregator.validation_oracle(0)
-    else:
-        view = _PayloadView([aggregator.validation_oracle(g) for g in range(aggregator.task.n_groups)])
-    return {"task_id": aggregator.task.task_id, **fast_decode_params(view)}
+    groups = 1 if aggregator.uniform_oracle else aggregator.task.n_groups
+    specs = [declared_payload(aggregator.validation_oracle(g)) for g in range(groups)]
+    return {"task_id": aggregator.task.task_id, **_decode_lengths(specs)}

@@ -55,6 +55,7 @@ from ldp.intervals import normal_interval
 from ldp.matrix.discrete import DiscreteGaussianMatrixMechanism, check_calibration
 from ldp.matrix.strategies import Strategy, make_strategy
 from ldp.matrix.workloads import Workload, all_ranges_1d, allrange, prefix, range_set, range_set_matrix
+from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.rangequery.queries import parse_queries
 from ldp.reports import Reports
 from ldp.task import BatchTask
@@ -274,22 +275,27 @@ class CellValidator:
         self.dims = np.asarray(task.domain_sizes, dtype=np.int64)
         self.k = len(self.names)
         self.d = int(self.dims.max())  # a coordinate value outside every attribute's domain
+        #: ``items``: one coordinate per attribute, below the largest domain (each attribute's own bound
+        #: is checked by :meth:`validate`)
+        self.payload = PayloadSpec((PayloadField("items", "int64", length=self.k, low=0, high=self.d - 1),))
 
     def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         n = len(reports)
         reasons = np.full(n, None, dtype=object)
         items = reports.items
         if items is None:
-            reasons[:] = "missing field(s) items for a batch-query record"
+            reasons[:] = Refusal("missing_field", "missing field(s) items for a batch-query record")
             return np.zeros(n, dtype=bool), reasons
         items = np.asarray(items)
         if items.ndim != 2 or items.shape[1] != self.k:
-            reasons[:] = f"items must hold {self.k} coordinate(s), one per attribute"
+            why = f"items must hold {self.k} coordinate(s), one per attribute"
+            reasons[:] = Refusal("invalid_payload", why)
             return np.zeros(n, dtype=bool), reasons
         vals = items.astype(np.int64, copy=False)
         bad = (vals < 0) | (vals >= self.dims)
         for t in range(self.k - 1, -1, -1):  # name the first bad attribute of each record
-            reasons[bad[:, t]] = f"value of attribute {self.names[t]!r} outside [0, {int(self.dims[t]) - 1}]"
+            why = f"value of attribute {self.names[t]!r} outside [0, {int(self.dims[t]) - 1}]"
+            reasons[bad[:, t]] = Refusal("out_of_domain", why)
         return ~bad.any(axis=1), reasons
 
 

@@ -37,6 +37,7 @@ from ldp.aggregate import (
     json_safe,
 )
 from ldp.intervals import answer_interval
+from ldp.payload import PayloadField, PayloadSpec, Refusal, refuse
 from ldp.rangequery.base import FORMAT_VERSION, RangeMechanism, RangeModel
 from ldp.rangequery.queries import RangeQuery, parse_queries
 from ldp.rangequery.registry import model_from_dict
@@ -156,15 +157,16 @@ class NoPayloadOracle:
     name = "none"
     report_fields = ("values",)
     d = 1
+    payload = PayloadSpec((PayloadField("values", "int64", low=0, high=0),))
 
     def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         n = len(reports)
         reasons = np.full(n, None, dtype=object)
         if reports.values is None:
-            reasons[:] = "missing field(s) values for none"
+            reasons[:] = Refusal("missing_field", "missing field(s) values for none")
             return np.zeros(n, dtype=bool), reasons
         bad = np.asarray(reports.values) != 0
-        reasons[bad] = "value outside [0, 1)"
+        refuse(reasons, bad, "out_of_domain", "value outside [0, 1)")
         return ~bad, reasons
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ldp.payload import PayloadField, PayloadSpec, Refusal, refuse
 from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
 from ldp.rangequery.queries import AnswerPostprocessing, RangeQuery, clip_option
 
@@ -18,9 +19,22 @@ __all__ = ["UniMechanism", "UniModel"]
 
 
 class _NoOracle:
-    """Stand-in "oracle" of Uni's single group: users report nothing; the accumulator counts them."""
+    """Stand-in "oracle" of Uni's single group: users report nothing (``value`` 0); the accumulator
+    counts them."""
 
     name = "none"
+    report_fields = ("values",)
+    payload = PayloadSpec((PayloadField("values", "int64", low=0, high=0),))
+
+    def validate(self, reports: Any) -> tuple[np.ndarray, np.ndarray]:
+        n = len(reports)
+        reasons = np.full(n, None, dtype=object)
+        if reports.values is None:
+            reasons[:] = Refusal("missing_field", "missing field(s) values for none")
+            return np.zeros(n, dtype=bool), reasons
+        bad = np.asarray(reports.values) != 0
+        refuse(reasons, bad, "out_of_domain", "value outside [0, 1)")
+        return ~bad, reasons
 
     def encode(self, values: np.ndarray, *, rng: Any = None) -> Any:
         from ldp.reports import Reports

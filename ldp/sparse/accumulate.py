@@ -40,6 +40,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from ldp.payload import Refusal, refuse
 from ldp.sparse.encode import EncodeStats, SparseReports, encode
 from ldp.sparse.hashes import bins_signs, domain_bits, gf2_params, item_bits
 from ldp.sparse.params import SparseParams
@@ -295,15 +296,17 @@ class SVME:
         n = len(reports)
         reasons = np.full(n, None, dtype=object)
         if reports.codes.shape[1] != self.params.bins:
-            reasons[:] = f"report has {reports.codes.shape[1]} bins, the round uses {self.params.bins}"
+            why = f"report has {reports.codes.shape[1]} bins, the round uses {self.params.bins}"
+            reasons[:] = Refusal("invalid_payload", why)
             return np.zeros(n, dtype=bool), reasons
         c = reports.codes
         if self.params.noise == "duchi":
             bad = ~np.all((c == 1) | (c == -1), axis=1)
-            reasons[bad] = "Duchi bins must be +1 or -1"
+            refuse(reasons, bad, "invalid_payload", "Duchi bins must be +1 or -1")
         else:
             bad = np.any(np.abs(c) > self.params.max_code, axis=1)
-            reasons[bad] = f"bin code outside [-{self.params.max_code}, {self.params.max_code}]"
+            top = self.params.max_code
+            refuse(reasons, bad, "out_of_domain", f"bin code outside [-{top}, {top}]")
         return np.equal(reasons, None), reasons
 
     def _check(self, reports: SparseReports) -> None:

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.payload import PayloadField, PayloadSpec, Refusal, missing_fields, refuse
 from ldp.reports import Reports
 from ldp.sparse.accumulate import SVME
 from ldp.sparse.baselines import PCKV, DenseReports, Gaussian, Harmony, ItemReports, KFold, Sampling
@@ -144,6 +145,23 @@ class SparseValidator:
             return "invalid_payload", [float("inf")] * self.reals_len
         return "invalid_payload", [3.0] * self.reals_len  # bits other than +-1
 
+    @property
+    def payload(self) -> PayloadSpec:
+        """The declared report fields (:mod:`ldp.payload`): seeded reports carry ``reals`` bin codes in
+        ``[-max_code, max_code]`` (SVME) or bits in ``[-1, 1]`` (the other seeded mechanisms, and SVME
+        with Duchi noise), item reports an item id and one bit, dense reports ``d`` finite doubles."""
+        w = self.reals_len
+        if self._kind == "dense":
+            return PayloadSpec((PayloadField("reals", "float64", length=w),))
+        if isinstance(self.mech, SVME) and self.mech.params.noise != "duchi":
+            top = float(self.mech.params.max_code)
+            reals = PayloadField("reals", "float64", length=w, low=-top, high=top)
+        else:
+            reals = PayloadField("reals", "float64", length=w, low=-1.0, high=1.0, outside="invalid_payload")
+        if self._kind == "item":
+            return PayloadSpec((PayloadField("values", "int64", low=0, high=self.d - 1), reals))
+        return PayloadSpec((PayloadField("seeds", "uint64", invalid="invalid_seed"), reals))
+
     def _width(self) -> int:
         if self._kind == "item":
             return 1
@@ -156,22 +174,24 @@ class SparseValidator:
     def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         n = len(reports)
         reasons = np.full(n, None, dtype=object)
-        missing = [f for f in self.report_fields if getattr(reports, f) is None]
-        if missing:
-            reasons[:] = f"missing field(s) {', '.join(missing)} for mechanism {self.name}"
+        missing = missing_fields(self.report_fields, reports, f"mechanism {self.name}")
+        if missing is not None:
+            reasons[:] = missing
             return np.zeros(n, dtype=bool), reasons
         reals = np.asarray(reports.reals, dtype=np.float64)
         width = self.reals_len
         if reals.ndim != 2 or reals.shape[1] != width:
             got = reals.shape[1] if reals.ndim == 2 else "a scalar"
-            reasons[:] = f"reals must hold {width} number(s) per report, got {got}"
+            reasons[:] = Refusal(
+                "invalid_payload", f"reals must hold {width} number(s) per report, got {got}"
+            )
             return np.zeros(n, dtype=bool), reasons
         finite = np.all(np.isfinite(reals), axis=1)
-        reasons[~finite] = "non-finite payload"
+        refuse(reasons, ~finite, "invalid_payload", "non-finite payload")
         if self._kind == "dense":
             return np.equal(reasons, None), reasons
         integral = finite & np.all(reals == np.rint(np.where(np.isfinite(reals), reals, 0)), axis=1)
-        reasons[finite & ~integral & np.equal(reasons, None)] = "bin codes and bits must be integers"
+        refuse(reasons, finite & ~integral, "invalid_payload", "bin codes and bits must be integers")
         ok = np.equal(reasons, None)
         if self._kind == "seeded":
             sub = SparseReports(reports.seeds[ok], np.rint(reals[ok]).astype(np.int64))
@@ -179,16 +199,16 @@ class SparseValidator:
                 ok_sub, rs = self.mech.validate(sub)
             else:
                 ok_sub = np.all(np.abs(sub.codes) == 1, axis=1)
-                rs = np.where(ok_sub, None, "bits must be +1 or -1").astype(object)
+                rs = np.full(len(ok_sub), None, dtype=object)
+                refuse(rs, ~ok_sub, "invalid_payload", "bits must be +1 or -1")
             idx = np.flatnonzero(ok)
             reasons[idx[~ok_sub]] = rs[~ok_sub]
         else:
             bits_ok = np.abs(reals[:, 0]) == 1
-            reasons[ok & ~bits_ok] = "bits must be +1 or -1"
+            refuse(reasons, ok & ~bits_ok, "invalid_payload", "bits must be +1 or -1")
             vals = np.asarray(reports.values)
             upper = self.mech.dp if isinstance(self.mech, PCKV) else self.mech.d
-            bad_id = (vals < 0) | (vals >= upper)
-            reasons[np.equal(reasons, None) & bad_id] = f"item id outside [0, {upper})"
+            refuse(reasons, (vals < 0) | (vals >= upper), "out_of_domain", f"item id outside [0, {upper})")
         return np.equal(reasons, None), reasons
 
 

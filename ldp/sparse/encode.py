@@ -185,7 +185,8 @@ def bin_sums(params: SparseParams, vectors: SparseVectors, seeds: np.ndarray) ->
     n, b = vectors.n, params.bins
     user = vectors.user_index()
     h, s = bins_signs(params.hash_family, seeds[user], vectors.items, b, params.domain_size)
-    return np.bincount(user * b + h, weights=s * vectors.values, minlength=n * b).reshape(n, b)
+    sums = np.bincount(user * b + h, weights=s * vectors.values, minlength=n * b)
+    return sums.astype(np.float64, copy=False).reshape(n, b)  # bincount gives int64 when there are no entries
 
 
 def encode(
