@@ -37,10 +37,10 @@ from ldp.aggregate import (
     json_safe,
 )
 from ldp.intervals import answer_interval
-from ldp.payload import PayloadField, PayloadSpec, Refusal, refuse
 from ldp.rangequery.base import FORMAT_VERSION, RangeMechanism, RangeModel
 from ldp.rangequery.queries import RangeQuery, parse_queries
 from ldp.rangequery.registry import model_from_dict
+from ldp.rangequery.uni import NoPayloadOracle
 from ldp.reports import Reports
 from ldp.task import RangeTask, parse_task
 
@@ -149,25 +149,6 @@ def model_json(rec: Record) -> Record:
 
 ANSWERS = OutputSpec("answers", "range_answer", "", "answers", None)
 MODELS = OutputSpec("models", "range_model", "models", "models", model_json)
-
-
-class NoPayloadOracle:
-    """Validation view of a group whose reports carry no information (Uni): ``value`` must be 0."""
-
-    name = "none"
-    report_fields = ("values",)
-    d = 1
-    payload = PayloadSpec((PayloadField("values", "int64", low=0, high=0),))
-
-    def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
-        n = len(reports)
-        reasons = np.full(n, None, dtype=object)
-        if reports.values is None:
-            reasons[:] = Refusal("missing_field", "missing field(s) values for none")
-            return np.zeros(n, dtype=bool), reasons
-        bad = np.asarray(reports.values) != 0
-        refuse(reasons, bad, "out_of_domain", "value outside [0, 1)")
-        return ~bad, reasons
 
 
 def load_queries(path: str | Path, task: RangeTask) -> list[RangeQuery]:

@@ -15,15 +15,16 @@ from ldp.payload import PayloadField, PayloadSpec, Refusal, refuse
 from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
 from ldp.rangequery.queries import AnswerPostprocessing, RangeQuery, clip_option
 
-__all__ = ["UniMechanism", "UniModel"]
+__all__ = ["NoPayloadOracle", "UniMechanism", "UniModel"]
 
 
-class _NoOracle:
-    """Stand-in "oracle" of Uni's single group: users report nothing (``value`` 0); the accumulator
-    counts them."""
+class NoPayloadOracle:
+    """Stand-in "oracle" of a group whose reports carry no information (Uni's single group): users report
+    nothing (``value`` 0); the accumulator counts them."""
 
     name = "none"
     report_fields = ("values",)
+    d = 1
     payload = PayloadSpec((PayloadField("values", "int64", low=0, high=0),))
 
     def validate(self, reports: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -66,9 +67,9 @@ class UniMechanism(RangeMechanism):
     def n_groups(self) -> int:
         return 1
 
-    def group_oracle(self, group: int) -> _NoOracle:
+    def group_oracle(self, group: int) -> NoPayloadOracle:
         self._check_group(group)
-        return _NoOracle()
+        return NoPayloadOracle()
 
     def project(self, group: int, records: np.ndarray) -> np.ndarray:
         return np.zeros(len(records), dtype=np.int64)

@@ -29,6 +29,7 @@ import argparse
 import base64
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +335,27 @@ def sparse_accumulator_doc(agg: SparseAggregator, acc: Any) -> dict[str, Any]:
     return out
 
 
+def _refusals(
+    cases: list[tuple[str, dict[str, Any], dict[str, Any]]], validator: Callable[[Any], ReportValidator]
+) -> list[dict[str, Any]]:
+    """Each ``(what, task, JSON report)`` case with the stage that refuses it (``json``: the JSON form,
+    ``validator``: the aggregator's checks) and the dead-letter reason (None: accepted)."""
+    out = []
+    for what, task_json, report in cases:
+        task = parse_task(task_json)
+        stage, reason = "validator", None
+        try:
+            rec = report_from_json(report)
+        except WireFormatError as exc:
+            stage, reason = "json", exc.reason
+        else:
+            batch = validator(task).validate([rec])
+            if batch.dead_letters:
+                reason = batch.dead_letters[0]["reason"]
+        out.append({"what": what, "task": task_json, "report": report, "stage": stage, "reason": reason})
+    return out
+
+
 def sparse_validator(task: Any) -> ReportValidator:
     return ReportValidator(task, sparse_aggregator(task).validation_oracle(0))
 
@@ -415,20 +437,7 @@ def _sparse_dead_letter_cases() -> list[dict[str, Any]]:
         ("Gaussian: d - 1 doubles", gauss, {**g, "reals": g["reals"][:-1]}),
         ("Gaussian: d + 1 doubles", gauss, {**g, "reals": [*g["reals"], 0.0]}),
     ]
-    out = []
-    for what, task_json, report in cases:
-        task = parse_task(task_json)
-        stage, reason = "validator", None
-        try:
-            rec = report_from_json(report)
-        except WireFormatError as exc:
-            stage, reason = "json", exc.reason
-        else:
-            batch = sparse_validator(task).validate([rec])
-            if batch.dead_letters:
-                reason = batch.dead_letters[0]["reason"]
-        out.append({"what": what, "task": task_json, "report": report, "stage": stage, "reason": reason})
-    return out
+    return _refusals(cases, sparse_validator)
 
 
 def _task(mechanism: str, index: int, extra: dict[str, Any]) -> dict[str, Any]:
@@ -603,20 +612,7 @@ def _dead_letter_cases() -> list[dict[str, Any]]:
         ("a valid HR report", hr, h),
         ("HR output = K", hr, {**h, "value": 8}),
     ]
-    out = []
-    for what, task_json, report in cases:
-        task = parse_task(task_json)
-        stage, reason = "validator", None
-        try:
-            rec = report_from_json(report)
-        except WireFormatError as exc:
-            stage, reason = "json", exc.reason
-        else:
-            batch = ReportValidator(task).validate([rec])
-            if batch.dead_letters:
-                reason = batch.dead_letters[0]["reason"]
-        out.append({"what": what, "task": task_json, "report": report, "stage": stage, "reason": reason})
-    return out
+    return _refusals(cases, ReportValidator)
 
 
 def build_vectors() -> dict[str, Any]:
