@@ -253,3 +253,12 @@ def test_a_batch_job_on_three_attributes_stores_one_series_each_and_dead_letters
     assert [t["rows"][0]["value"] for t in tables] == [r["mean"] for r in rows]
     text = show.render(shown)
     assert all(f"attribute {name}" in text for name in ("latency_ms", "battery", "temp_c")), text
+
+
+def test_uniform_without_parameters_spans_each_attributes_bounds(rng):
+    """``uniform`` alone draws each attribute from its own ``[low, high]``; parameters override."""
+    x = sample_columns("uniform", 2, 2000, rng, bounds=[(0.0, 5000.0), (10.0, 20.0)])
+    assert x[:, 0].min() >= 0 and x[:, 0].max() <= 5000 and x[:, 0].max() > 4000
+    assert x[:, 1].min() >= 10 and x[:, 1].max() <= 20
+    y = sample_columns("uniform:0:1", 2, 100, rng, bounds=[(0.0, 5000.0), (10.0, 20.0)])
+    assert y.max() <= 1

@@ -523,10 +523,12 @@ def flatten_numeric(rows: Sequence[Any], max_items: int, labels: Sequence[str] |
 # ------------------------------------------------------------------------------------------------------------
 
 
-def sample_values(dataset: str, n: int | None, rng: np.random.Generator) -> np.ndarray:
+def sample_values(
+    dataset: str, n: int | None, rng: np.random.Generator, *, bounds: tuple[float, float] | None = None
+) -> np.ndarray:
     """Values of a dataset spec: ``normal[:MEAN:STD]`` (default 0:1), ``lognormal[:MU:SIGMA]`` (default
-    0:1), ``uniform[:LOW:HIGH]`` (default 0:1) or ``csv:PATH:COLUMN`` (every row's number; ``n`` None:
-    all of them, else the first ``n``).
+    0:1), ``uniform[:LOW:HIGH]`` (default: the attribute's ``bounds``, else 0:1) or ``csv:PATH:COLUMN``
+    (every row's number; ``n`` None: all of them, else the first ``n``).
 
     Raises:
         ValueError: an unknown or malformed spec, a missing column, a value that is not a number.
@@ -565,7 +567,8 @@ def sample_values(dataset: str, n: int | None, rng: np.random.Generator) -> np.n
             f"unknown numeric dataset {dataset!r}: normal, lognormal, uniform or csv:PATH:COLUMN"
         )
     try:
-        args = [float(x) for x in rest.split(":")] if rest else list(defaults[name])
+        default = bounds if name == "uniform" and bounds is not None else defaults[name]
+        args = [float(x) for x in rest.split(":")] if rest else [float(x) for x in default]
     except ValueError:
         raise ValueError(f"dataset {dataset!r}: parameters must be numbers") from None
     if len(args) != 2 or not all(math.isfinite(x) for x in args):
@@ -584,7 +587,14 @@ def sample_values(dataset: str, n: int | None, rng: np.random.Generator) -> np.n
     return rng.uniform(a, b, n)
 
 
-def sample_columns(dataset: str, m: int, n: int | None, rng: np.random.Generator) -> np.ndarray:
+def sample_columns(
+    dataset: str,
+    m: int,
+    n: int | None,
+    rng: np.random.Generator,
+    *,
+    bounds: Sequence[tuple[float, float]] | None = None,
+) -> np.ndarray:
     """``(n, m)`` values of ``m`` attributes: ``dataset`` is one spec of :func:`sample_values` (each
     column drawn from it independently; a ``csv:`` spec gives every column the same values) or ``m``
     specs joined by ``;``, one per attribute.
@@ -598,7 +608,12 @@ def sample_columns(dataset: str, m: int, n: int | None, rng: np.random.Generator
     if len(specs) != m:
         raise ValueError(f"dataset {dataset!r}: {len(specs)} specs for {m} attributes (give 1 or {m}, "
                          "joined by ';')")
-    cols = [sample_values(spec, n, rng) for spec in specs]
+    if bounds is not None and len(bounds) != m:
+        raise ValueError(f"{len(bounds)} bounds for {m} attributes")
+    cols = [
+        sample_values(spec, n, rng, bounds=None if bounds is None else bounds[i])
+        for i, spec in enumerate(specs)
+    ]
     lengths = sorted({len(c) for c in cols})
     if len(lengths) > 1:
         raise ValueError(f"dataset {dataset!r}: the attributes' columns have different lengths {lengths}")
@@ -614,9 +629,11 @@ class _NumericPopulation:
         self.task, self.dataset = task, dataset
         r_val, r_enc, self.time_rng, self.bad_rng = (np.random.default_rng(s) for s in ss.spawn(4))
         if task.is_multi:
-            self.values = sample_columns(dataset, len(task.attributes), users, r_val)
+            bounds = [(a.low, a.high) for a in task.attributes]
+            self.values = sample_columns(dataset, len(task.attributes), users, r_val, bounds=bounds)
         else:
-            self.values = sample_values(dataset, users, r_val)
+            a = task.attributes[0]
+            self.values = sample_values(dataset, users, r_val, bounds=(a.low, a.high))
         self.n_users = len(self.values)
         if self.n_users < 1:
             raise ValueError(f"dataset {dataset!r} has no values")
@@ -687,7 +704,8 @@ def numeric_kind() -> Any:
         rows=(RowKind(NumericEstimateRow, "numeric_estimate", "numeric", flatten_numeric),),
         population=numeric_population,
         default_dataset="normal",
-        datasets="normal[:MEAN:STD], lognormal[:MU:SIGMA], uniform[:LOW:HIGH], csv:PATH:COLUMN "
+        datasets="normal[:MEAN:STD], lognormal[:MU:SIGMA], uniform[:LOW:HIGH] (default: the attribute's "
+        "bounds), csv:PATH:COLUMN "
         "(several attributes: one spec, or one per attribute joined by ';')",
         users_from_dataset=("csv:",),
         bad_template=numeric_template,
