@@ -21,7 +21,11 @@ A :class:`Kind` names, for one kind of task,
   among its keys) and ``typescript_client`` (the TypeScript client encodes its reports: the collector's
   ``--demo_page``);
 * ``example`` (a small valid task) and ``example_aggregator(task)`` (an aggregator of it, for kinds whose
-  aggregator needs a job's inputs such as queries or a workload; tests run every kind through it).
+  aggregator needs a job's inputs such as queries or a workload; tests run every kind through it);
+* ``show``: how ``ldp-beam show`` reads and prints its rows (a ``pipelines.show.ShowSpec``, always a
+  :func:`ref`: ``ldp`` imports nothing of ``pipelines``; the built-in ones are in ``pipelines.show_kinds``);
+* ``central_privacy(task, windows)``: the central-DP figures ``ldp-beam privacy`` prints for a kind without
+  ``ldp_reports`` (``central_epsilon``, ``central_delta``, ``central_epsilon_composed``, ``method``).
 
 Pieces are callables; :func:`ref` names one as ``"module:attribute"`` and imports it on first call, so
 this module imports no kind's module until the kind is used, and nothing here imports Beam. Adding a kind
@@ -48,6 +52,7 @@ __all__ = [
     "RowKind",
     "KINDS",
     "ref",
+    "resolve_ref",
     "register",
     "unregister",
     "get",
@@ -93,8 +98,12 @@ def ref(path: str) -> Any:
     return _Ref(path)
 
 
-def _resolve(obj: Any) -> Any:
+def resolve_ref(obj: Any) -> Any:
+    """What a piece stands for: the imported target of a :func:`ref`, else the piece itself."""
     return obj.resolve() if isinstance(obj, _Ref) else obj
+
+
+_resolve = resolve_ref
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -149,6 +158,11 @@ class Kind:
     shuffle_allowed: bool = False
     #: the TypeScript client (``clients/typescript``) encodes reports of this kind
     typescript_client: bool = False
+    #: how ``ldp-beam show`` prints its rows: a :func:`ref` to a ``pipelines.show.ShowSpec`` (None: it cannot)
+    show: Any = None
+    #: ``(task, windows) -> figures``: the central-DP accounting of ``ldp-beam privacy`` (kinds without
+    #: ``ldp_reports``)
+    central_privacy: Callable[[Any, int], Mapping[str, Any]] | None = None
 
     def make_example_aggregator(self, task: Any) -> Any:
         """An aggregator of a task like :attr:`example`: ``example_aggregator(task)``, else
@@ -200,7 +214,9 @@ def _problems(kind: Kind, replace: bool) -> list[str]:
         out.append("its task section takes 'anonymity' but the kind does not declare shuffle_allowed")
     if kind.typescript_client and not kind.ldp_reports:
         out.append("typescript_client needs ldp_reports (the client sends randomized reports)")
-    for name in ("population", "bad_template", "job_flags", "job_aggregator", "example_aggregator"):
+    for name in (
+        "population", "bad_template", "job_flags", "job_aggregator", "example_aggregator", "central_privacy"
+    ):
         v = getattr(kind, name)
         if v is not None and not callable(v):
             out.append(f"{name} must be callable")
@@ -317,8 +333,25 @@ def _batch_example_aggregator(task: Any) -> Any:
     return BatchAggregator(task, parse_workload_spec({"type": "identity"}, task), noise_seed=0)
 
 
+def _batch_central_privacy(task: Any, windows: int) -> dict[str, Any]:
+    """A batch task's central-DP figures: one Gaussian matrix-mechanism release per window, composed by
+    basic composition."""
+    return {
+        "central_epsilon": task.epsilon,
+        "central_delta": task.delta * windows if windows > 1 else task.delta,
+        "central_epsilon_composed": task.epsilon * windows,
+        "central_epsilon_composed_basic": task.epsilon * windows,
+        "method": {
+            "local": "none: the aggregator sees raw records (central DP)",
+            "central": "Gaussian matrix mechanism, one release per window (central DP)",
+            "composed": "basic composition: windows * epsilon at windows * delta",
+        },
+    }
+
+
 _FLATTEN = "ldp.store.flatten:"
 _POP = "ldp.populations:"
+_SHOW = "pipelines.show_kinds:"
 
 register(
     Kind(
@@ -341,6 +374,7 @@ register(
         description="frequency estimation (one value in [0, domain_size) per user)",
         shuffle_allowed=True,
         typescript_client=True,
+        show=ref(_SHOW + "FREQUENCY"),
         example={"task_id": "f", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4},
     )
 )
@@ -372,6 +406,7 @@ register(
         bad_template=ref(_POP + "range_template"),
         description="multi-dimensional range queries",
         shuffle_allowed=True,
+        show=ref(_SHOW + "RANGE"),
         example_aggregator=_range_example_aggregator,
         example={
             "task_id": "r",
@@ -402,6 +437,8 @@ register(
         bad_template=ref(_POP + "batch_template"),
         description="batch linear queries (CENTRAL DP: raw records at a trusted aggregator)",
         ldp_reports=False,
+        central_privacy=_batch_central_privacy,
+        show=ref(_SHOW + "BATCH_QUERIES"),
         example_aggregator=_batch_example_aggregator,
         example={
             "task_id": "b",
@@ -433,6 +470,7 @@ register(
         users_from_dataset=("csv:",),
         bad_template=ref(_POP + "sparse_template"),
         description="k-sparse vector means",
+        show=ref(_SHOW + "SPARSE"),
         example={"task_id": "s", "mechanism": "svme", "epsilon": 1.0, "domain_size": 1000, "sparsity": 4},
     )
 )

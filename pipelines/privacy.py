@@ -105,7 +105,8 @@ def privacy_report(
 ) -> dict[str, Any]:
     """The figures :func:`run` prints, as a dict. Raises ``ValueError`` (the message is one line) when the
     inputs admit no figure: too few reports, a bad delta, a window count below 1."""
-    from ldp.task import BatchTask, shuffle_accounting
+    from ldp.kinds import kind_of
+    from ldp.task import shuffle_accounting
 
     if windows < 1:
         raise ValueError(f"--windows must be >= 1, got {windows}")
@@ -125,20 +126,16 @@ def privacy_report(
         "central_epsilon_composed_basic": None,
         "method": {"local": local["method"], "central": NOT_SHUFFLED},
     }
-    if isinstance(task, BatchTask):  # central DP at a trusted aggregator: not LDP, nothing shuffled
+    kind = kind_of(task)
+    if not kind.ldp_reports:  # central DP at a trusted aggregator: not LDP, nothing shuffled
+        if kind.central_privacy is None:
+            raise ValueError(
+                f"a {task.kind} task is central DP (raw records) and its kind declares no central_privacy "
+                "figures (ldp.kinds.Kind.central_privacy)"
+            )
         out["local_epsilon"] = None
         out["local"] = None
-        out.update(
-            central_epsilon=task.epsilon,
-            central_delta=task.delta * windows if windows > 1 else task.delta,
-            central_epsilon_composed=task.epsilon * windows,
-            central_epsilon_composed_basic=task.epsilon * windows,
-            method={
-                "local": "none: the aggregator sees raw records (central DP)",
-                "central": "Gaussian matrix mechanism, one release per window (central DP)",
-                "composed": "basic composition: windows * epsilon at windows * delta",
-            },
-        )
+        out.update(kind.central_privacy(task, windows))
         return out
     if not task.shuffled:
         return out

@@ -11,7 +11,11 @@ top-K values (frequency: largest estimates; sparse: largest means) or the first 
 its estimate, std and the row's own 95% interval (``ci_low``, ``ci_high``); then read / accepted /
 rejected with the top rejection reasons. ``--json`` prints the same selection as one JSON object.
 
-It imports neither Apache Beam nor numpy (stdlib only), so it answers at once. Every string taken from
+What is kind-specific (which fields make a row of the kind, its tables and their columns) is the kind's
+``show`` piece in its registry entry (:class:`ShowSpec`, ``ldp.kinds.Kind.show``; the built-in ones are in
+:mod:`pipelines.show_kinds`); this module loads, selects windows and panes, sums counts and escapes text
+for every kind. It never imports Apache Beam (the registry imports the task model, hence numpy, when the
+rows are read; ``--help`` imports neither). Every string taken from
 the files (labels, attribute names, task ids) is printed with control and format characters escaped, so
 a label cannot move the cursor or change the terminal's colours. Errors (not a job's output directory, no
 result rows, an unknown window, a malformed row) are one line with exit status 2.
@@ -20,19 +24,31 @@ result rows, an unknown window, a malformed row) are one line with exit status 2
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import math
 import os
 import sys
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from pipelines.cli import OUTPUT_MARKER, fail, job_parser, parse_job_args
 
-__all__ = ["collect", "display_width", "format_table", "render", "run", "safe_text"]
+__all__ = [
+    "ShowSpec",
+    "TableText",
+    "collect",
+    "display_width",
+    "format_table",
+    "render",
+    "run",
+    "safe_text",
+    "show_spec",
+    "show_specs",
+]
 
 #: Result files of every job, by the prefix of its output rows (``OutputSpec.prefix``, subdir ``""``).
 RESULT_PREFIXES = ("estimates", "answers")
@@ -109,37 +125,69 @@ class ShowError(Exception):
     """A problem with the output directory or the choice of window: one line, exit status 2."""
 
 
-def _kind_of(row: dict[str, Any]) -> str:
-    if "frequencies" in row:
-        return "frequency"
-    if "mean" in row and "items" in row:
-        return "sparse"
-    if "attribute" in row and "mean_std" in row:
-        return "numeric"
-    if "strategy" in row and "query" in row:
-        return "batch_queries"
-    if "method" in row and "query" in row:
-        return "range"
+#: The text of one table: header, cells, which columns are right-aligned, and the line above it.
+TableText = tuple[list[str], list[list[str]], list[bool], str]
+
+#: Fields every result row has (the pane header's), with their JSON types.
+_COMMON: dict[str, tuple[type, ...]] = {"pane_index": (int,), "pane_timing": (str,)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShowSpec:
+    """How ``show`` reads and prints the result rows of one kind: the kind's ``show`` piece in its
+    registry entry (``ldp.kinds.Kind.show``; the built-in ones are in :mod:`pipelines.show_kinds`).
+
+    Attributes:
+        fields: fields every row of the kind must have, with their JSON types (``type(None)`` where the
+            schema is nullable).
+        matches: ``(row) -> bool``: the row is one of this kind's, by its fields (the first registered kind
+            that matches is taken, unless ``OUT/counts.json`` names the kind).
+        tables: ``(rows of one window, top, batch) -> [table]``; a table is a dict with ``group`` (or None),
+            the pane (:func:`pane_of`), ``n_reports``, ``about`` (shown as ``key value, ...``), ``shown``,
+            ``of``, ``rows`` and optionally ``held``, ``mixed_panes``, ``empty_groups``; ``batch``: the job
+            ran in batch mode (one pane per window).
+        text: ``(table) -> (header, cells, right, what)``: the table's cells (safe text) and the line above.
+        check: ``(row) -> None``, raising ``KeyError(reason)`` for a row that cannot be shown (beyond
+            ``fields``).
+    """
+
+    fields: Mapping[str, tuple[type, ...]]
+    matches: Callable[[dict[str, Any]], bool]
+    tables: Callable[[Sequence[dict[str, Any]], int, bool], list[dict[str, Any]]]
+    text: Callable[[dict[str, Any]], TableText]
+    check: Callable[[dict[str, Any]], None] | None = None
+
+
+def show_specs() -> dict[str, ShowSpec | None]:
+    """Each registered kind's :class:`ShowSpec` (None: the kind declares none), in registration order."""
+    from ldp import kinds
+
+    return {name: None if k.show is None else kinds.resolve_ref(k.show) for name, k in kinds.KINDS.items()}
+
+
+def show_spec(kind: str) -> ShowSpec:
+    """The :class:`ShowSpec` of the registered kind ``kind``. Raises :class:`ShowError` (one line) when the
+    kind is not registered or declares none."""
+    spec = show_specs().get(kind)
+    if spec is None:
+        raise ShowError(f"no show piece (ldp.kinds.Kind.show) for results of a {safe_text(kind)} task")
+    return spec
+
+
+def _kind_of(row: dict[str, Any], specs: Mapping[str, ShowSpec | None]) -> str:
+    for name, spec in specs.items():
+        if spec is not None and spec.matches(row):
+            return name
     raise KeyError("none of the fields of an estimate or answer row (frequencies, mean, query)")
 
 
-#: Fields every row of a kind must have, and their JSON types (``None`` allowed where the schema is nullable).
-_REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
-    "frequency": {"group": (int,), "n_reports": (int,), "frequencies": (list,), "std": (list,)},
-    "sparse": {"group": (int,), "n_reports": (int,), "items": (list,), "mean": (list,), "std": (list,)},
-    "numeric": {"attribute": (str,), "n_reports": (int,), "mean": (int, float, type(None)),
-                "mean_std": (int, float, type(None))},
-    "range": {"query_index": (int,), "query": (dict,), "answer": (int, float, type(None))},
-    "batch_queries": {"query_index": (int,), "query": (dict,), "answer": (int, float, type(None))},
-}
-_COMMON = {"pane_index": (int,), "pane_timing": (str,)}
-
-
-def _check_row(row: Any, kind: str | None) -> str:
+def _check_row(row: Any, kind: str | None, specs: Mapping[str, ShowSpec | None]) -> str:
     if not isinstance(row, dict):
         raise KeyError(f"a JSON {type(row).__name__}, not an object")
-    this = _kind_of(row)
-    for name, types in {**_COMMON, **_REQUIRED[this]}.items():
+    this = _kind_of(row, specs)
+    spec = specs[this]
+    assert spec is not None
+    for name, types in {**_COMMON, **spec.fields}.items():
         if name not in row:
             raise KeyError(f"no {name!r} field")
         value = row[name]
@@ -148,15 +196,36 @@ def _check_row(row: Any, kind: str | None) -> str:
     for name in ("window_start", "window_end"):
         if not isinstance(row.get(name), (str, type(None))):
             raise KeyError(f"{name!r} is not an ISO-8601 string or null")
-    if this in ("frequency", "sparse"):
-        n = len(row["frequencies"] if this == "frequency" else row["mean"])
-        for name in ("std", "items", "values", "ci_low", "ci_high", "labels"):
-            value = row.get(name)
-            if value is not None and (not isinstance(value, list) or len(value) != n):
-                raise KeyError(f"{name!r} does not hold {n} entries")
+    if spec.check is not None:
+        spec.check(row)
     if kind is not None and this != kind:
         raise KeyError(f"a {this} row among {kind} rows")
     return this
+
+
+def _summary_kind(out: str) -> str | None:
+    """The kind of task ``OUT/counts.json`` names (None: no such file or field)."""
+    try:
+        with open(os.path.join(out, "counts.json"), encoding="utf-8") as fh:
+            kind = json.load(fh, parse_constant=lambda _: None).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+def _row_specs(out: str) -> dict[str, ShowSpec | None]:
+    """The kinds a row of ``out`` is matched against, in order: the kind ``OUT/counts.json`` names first
+    (when registered; :class:`ShowError` when it declares no show piece), then every registered kind."""
+    specs = show_specs()
+    named = _summary_kind(out)
+    if named is None or named not in specs:
+        return specs
+    if specs[named] is None:
+        raise ShowError(
+            f"'{safe_text(out)}' holds results of a {safe_text(named)} task, whose kind declares no show "
+            "piece (ldp.kinds.Kind.show): ldp-beam show cannot print them"
+        )
+    return {named: specs[named], **specs}
 
 
 def _result_files(out: str) -> list[str]:
@@ -201,6 +270,7 @@ def load_rows(out: str) -> tuple[str, list[dict[str, Any]]]:
         )
     kind: str | None = None
     rows: list[dict[str, Any]] = []
+    specs = _row_specs(out) if files else {}
     for path in files:
         try:
             with open(path, encoding="utf-8") as fh:
@@ -209,7 +279,7 @@ def load_rows(out: str) -> tuple[str, list[dict[str, Any]]]:
                         continue
                     try:
                         row = json.loads(line, parse_constant=lambda _: None)  # NaN, Infinity: none
-                        kind = _check_row(row, kind)
+                        kind = _check_row(row, kind, specs)
                     except (ValueError, KeyError) as exc:
                         reason = exc.args[0] if isinstance(exc, KeyError) else f"not JSON ({exc})"
                         raise ShowError(
@@ -238,7 +308,8 @@ def load_rows(out: str) -> tuple[str, list[dict[str, Any]]]:
     return kind, rows
 
 
-def _int(value: object) -> int:
+def as_int(value: object) -> int:
+    """``int(value)``, 0 when it is none."""
     try:
         return int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError):
@@ -281,7 +352,7 @@ def load_counts(out: str) -> dict[str, Any] | None:
                         continue
                     if "window_start_ms" in r and "window_end_ms" in r:
                         key = (r["window_start_ms"], r["window_end_ms"])
-                        if key not in by_window or _int(r.get("read")) > _int(by_window[key].get("read")):
+                        if key not in by_window or as_int(r.get("read")) > as_int(by_window[key].get("read")):
                             by_window[key] = r
                     else:
                         loose.append(r)
@@ -289,18 +360,20 @@ def load_counts(out: str) -> dict[str, Any] | None:
         for r in (*loose, *by_window.values()):
             for k, v in r.items():
                 if not k.startswith("window_"):
-                    raw[k] = raw.get(k, 0) + _int(v)
+                    raw[k] = raw.get(k, 0) + as_int(v)
         source = f"counts/ (streaming: {len(by_window) + len(loose)} count window(s) summed)"
     reasons = sorted(
-        ((k[len("rejected_"):], _int(v)) for k, v in raw.items() if k.startswith("rejected_") and _int(v)),
+        ((k[len("rejected_") :], as_int(v)) for k, v in raw.items()
+         if k.startswith("rejected_") and as_int(v)),
         key=lambda kv: (-kv[1], kv[0]),
     )
-    other = {k: _int(v) for k, v in raw.items() if (k == "late_dropped" or k.startswith("lost_")) and _int(v)}
+    other = {k: as_int(v) for k, v in raw.items()
+             if (k == "late_dropped" or k.startswith("lost_")) and as_int(v)}
     return {
         "source": source,
-        "read": _int(raw.get("read")),
-        "accepted": _int(raw.get("accepted")),
-        "rejected": _int(raw.get("rejected")),
+        "read": as_int(raw.get("read")),
+        "accepted": as_int(raw.get("accepted")),
+        "rejected": as_int(raw.get("rejected")),
         "reasons": reasons,
         "other": other,
         "private": summary.get("counts_private"),
@@ -375,10 +448,10 @@ def select_windows(keys: Sequence[WindowKey], choice: str) -> list[WindowKey]:
     return chosen
 
 
-def _latest_panes(rows: Sequence[dict[str, Any]], key_field: str) -> dict[int, dict[str, Any]]:
-    """Per group (or query), the row of the window's latest pane: a final pane (``is_last_pane``), else
-    the highest ``pane_index``."""
-    best: dict[int, dict[str, Any]] = {}
+def latest_panes(rows: Sequence[dict[str, Any]], key_field: str) -> dict[Any, dict[str, Any]]:
+    """Per value of ``key_field`` (group, query or attribute), in its order, the row of the window's
+    latest pane: a final pane (``is_last_pane``), else the highest ``pane_index``."""
+    best: dict[Any, dict[str, Any]] = {}
     for r in rows:
         k = r[key_field]
         rank = (bool(r.get("is_last_pane")), r["pane_index"])
@@ -390,17 +463,19 @@ def _latest_panes(rows: Sequence[dict[str, Any]], key_field: str) -> dict[int, d
 # ------------------------------------------------------------------------------------------ the content
 
 
-def _num(x: object) -> float | None:
+def number(x: object) -> float | None:
+    """``x`` as a float when it is a finite JSON number, else None."""
     if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x):
         return float(x)
     return None
 
 
-def _at(values: object, i: int) -> float | None:
-    return _num(values[i]) if isinstance(values, list) and i < len(values) else None
+def number_at(values: object, i: int) -> float | None:
+    """:func:`number` of ``values[i]`` (None when ``values`` is no list or too short)."""
+    return number(values[i]) if isinstance(values, list) and i < len(values) else None
 
 
-def _pane(row: dict[str, Any], batch: bool = False) -> dict[str, Any]:
+def pane_of(row: dict[str, Any], batch: bool = False) -> dict[str, Any]:
     """The row's pane: index, timing and whether it is the window's final one (None: not known, as for
     the answer rows of a streaming job, which carry no ``is_last_pane``; a batch job fires one pane)."""
     timing = row["pane_timing"]
@@ -414,120 +489,11 @@ def _pane(row: dict[str, Any], batch: bool = False) -> dict[str, Any]:
     return {"pane_index": row["pane_index"], "pane_timing": timing, "final": final}
 
 
-def _top(values: list[Any], top: int) -> list[int]:
-    order = sorted(range(len(values)), key=lambda i: (-(_num(values[i]) if _num(values[i]) is not None
+def top_indices(values: list[Any], top: int) -> list[int]:
+    """Indices of the ``top`` largest numbers of ``values`` (non-numbers last, ties by index)."""
+    order = sorted(range(len(values)), key=lambda i: (-(number(values[i]) if number(values[i]) is not None
                                                           else -math.inf), i))
     return order[:top]
-
-
-def _frequency_table(row: dict[str, Any], top: int) -> dict[str, Any]:
-    freq = row["frequencies"]
-    labels = row.get("labels")
-    index = row.get("values")  # a row of a large domain holds its largest values only, these
-    entries = []
-    for rank, v in enumerate(_top(freq, top), 1):
-        entries.append({
-            "rank": rank,
-            "value": index[v] if isinstance(index, list) else v,
-            "label": labels[v] if isinstance(labels, list) else None,
-            "estimate": _num(freq[v]),
-            "std": _at(row["std"], v),
-            "ci_low": _at(row.get("ci_low"), v),
-            "ci_high": _at(row.get("ci_high"), v),
-        })
-    return {
-        "group": row["group"],
-        **_pane(row),
-        "n_reports": row["n_reports"],
-        "about": {k: row.get(k) for k in ("mechanism", "epsilon", "domain_size", "postprocess", "ci_method")},
-        "shown": len(entries),
-        "of": _int(row.get("domain_size")) if isinstance(index, list) else len(freq),
-        "held": len(freq),
-        "rows": entries,
-    }
-
-
-def _sparse_table(row: dict[str, Any], top: int) -> dict[str, Any]:
-    mean, items = row["mean"], row["items"]
-    entries = []
-    for rank, i in enumerate(_top(mean, top), 1):
-        entries.append({
-            "rank": rank,
-            "item": items[i],
-            "mean": _num(mean[i]),
-            "std": _at(row["std"], i),
-            "ci_low": _at(row.get("ci_low"), i),
-            "ci_high": _at(row.get("ci_high"), i),
-        })
-    keys = ("mechanism", "epsilon", "domain_size", "sparsity", "privacy", "linf_bound_95", "ci_method")
-    return {
-        "group": row["group"],
-        **_pane(row),
-        "n_reports": row["n_reports"],
-        "about": {k: row.get(k) for k in keys},
-        "shown": len(entries),
-        "of": len(mean),
-        "rows": entries,
-    }
-
-
-def _numeric_table(row: dict[str, Any]) -> dict[str, Any]:
-    entries = [{
-        "statistic": "mean",
-        "value": _num(row["mean"]),
-        "std": _num(row.get("mean_std")),
-        "ci_low": _num(row.get("mean_ci_low")),
-        "ci_high": _num(row.get("mean_ci_high")),
-    }]
-    quantiles = row.get("quantiles")
-    for q in quantiles if isinstance(quantiles, list) else []:
-        if isinstance(q, dict):
-            entries.append({
-                "statistic": f"q{safe_text(q.get('q'))}",
-                "value": _num(q.get("value")),
-                "std": None,
-                "ci_low": _num(q.get("ci_low")),
-                "ci_high": _num(q.get("ci_high")),
-            })
-    keys = ("attribute", "attribute_index", "mechanism", "epsilon", "low", "high", "ci_method")
-    return {
-        "group": None,
-        **_pane(row),
-        "n_reports": row["n_reports"],
-        "about": {k: row.get(k) for k in keys},
-        "shown": len(entries),
-        "of": len(entries),
-        "rows": entries,
-    }
-
-
-def _answers_table(rows: dict[int, dict[str, Any]], kind: str, top: int, batch: bool) -> dict[str, Any]:
-    chosen = list(rows.values())[:top]
-    first = chosen[0]
-    entries = [{
-        "query_index": r["query_index"],
-        "query": r["query"],
-        "answer": _num(r["answer"]),
-        "std": _num(r.get("std")),
-        "ci_low": _num(r.get("ci_low")),
-        "ci_high": _num(r.get("ci_high")),
-    } for r in chosen]
-    if kind == "range":
-        keys: tuple[str, ...] = ("method", "ci_method")
-    else:
-        keys = ("strategy", "epsilon", "delta", "noise_sigma", "noise_source", "privacy_model", "ci_method")
-    panes = {(r["pane_index"], r["pane_timing"]) for r in chosen}
-    return {
-        "group": None,
-        **_pane(first, batch),
-        "mixed_panes": len(panes) > 1,
-        "n_reports": first.get("n_reports"),
-        "about": {k: first.get(k) for k in keys},
-        "empty_groups": first.get("empty_groups"),
-        "shown": len(entries),
-        "of": len(rows),
-        "rows": entries,
-    }
 
 
 def collect(out: str, *, top: int = 10, window: str = "latest") -> dict[str, Any]:
@@ -540,18 +506,11 @@ def collect(out: str, *, top: int = 10, window: str = "latest") -> dict[str, Any
     chosen = select_windows(list(by_window), window)
     counts = load_counts(out)
     batch = counts is not None and counts.get("streaming") is False
+    spec = show_spec(kind)
     windows = []
     for key in chosen:
         wrows = by_window[key]
-        if kind == "frequency":
-            tables = [_frequency_table(r, top) for r in _latest_panes(wrows, "group").values()]
-        elif kind == "sparse":
-            tables = [_sparse_table(r, top) for r in _latest_panes(wrows, "group").values()]
-        elif kind == "numeric":
-            latest = _latest_panes(wrows, "attribute").values()  # names are unique within a task
-            tables = [_numeric_table(r) for r in sorted(latest, key=lambda r: r.get("attribute_index") or 0)]
-        else:
-            tables = [_answers_table(_latest_panes(wrows, "query_index"), kind, top, batch)]
+        tables = spec.tables(wrows, top, batch)
         windows.append({
             "window_start": key[0],
             "window_end": key[1],
@@ -575,16 +534,18 @@ def collect(out: str, *, top: int = 10, window: str = "latest") -> dict[str, Any
 # ------------------------------------------------------------------------------------------ rendering
 
 
-def _f(x: float | None) -> str:
+def fmt(x: float | None) -> str:
+    """A table cell's number: six significant digits, ``n/a`` for None."""
     return "n/a" if x is None else f"{x:.6g}"
 
 
 def _about(about: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {safe_text(_f(v) if isinstance(v, float) else v)}" for k, v in about.items()
+    return ", ".join(f"{k} {safe_text(fmt(v) if isinstance(v, float) else v)}" for k, v in about.items()
                      if v is not None)
 
 
-def _query_text(query: dict[str, Any]) -> str:
+def query_text(query: dict[str, Any]) -> str:
+    """A range query as safe text (``age=[2,5] income=[0,3]``), cut to :data:`MAX_CELL_CHARS`."""
     parts = []
     for name, bounds in query.items():
         if isinstance(bounds, list) and len(bounds) == 2:
@@ -601,7 +562,7 @@ def _pane_text(t: dict[str, Any]) -> str:
     return f"pane {t['pane_index']} {safe_text(t['pane_timing'])}, {final}"
 
 
-def _table_lines(kind: str, t: dict[str, Any]) -> list[str]:
+def _table_lines(spec: ShowSpec, t: dict[str, Any]) -> list[str]:
     head = []
     if t["group"] is not None:
         head.append(f"group {t['group']}")
@@ -611,40 +572,7 @@ def _table_lines(kind: str, t: dict[str, Any]) -> list[str]:
     if t["n_reports"] is not None:
         head.append(f"{t['n_reports']:,} reports")
     lines = ["  ".join(("", "; ".join(head))), "  " + _about(t["about"])]
-    if kind == "frequency":
-        has_labels = any(e["label"] is not None for e in t["rows"])
-        label = ["label"] if has_labels else []
-        header = ["rank", "value", *label, "estimate", "std", "95% low", "95% high"]
-        cells = [
-            [str(e["rank"]), str(e["value"]), *([safe_text(e["label"], MAX_CELL_CHARS)] if label else []),
-             _f(e["estimate"]), _f(e["std"]), _f(e["ci_low"]), _f(e["ci_high"])]
-            for e in t["rows"]
-        ]  # fmt: skip
-        right = [True, True, *([False] if label else []), True, True, True, True]
-        what = f"top {t['shown']} of {t['of']} values by estimate"
-    elif kind == "sparse":
-        header = ["rank", "item", "mean", "std", "95% low", "95% high"]
-        cells = [[str(e["rank"]), safe_text(e["item"]), _f(e["mean"]), _f(e["std"]), _f(e["ci_low"]),
-                  _f(e["ci_high"])] for e in t["rows"]]
-        right = [True, True, True, True, True, True]
-        what = f"top {t['shown']} of {t['of']} coordinates by mean"
-    elif kind == "numeric":
-        header = ["statistic", "estimate", "std", "95% low", "95% high"]
-        cells = [[e["statistic"], _f(e["value"]), _f(e["std"]), _f(e["ci_low"]), _f(e["ci_high"])]
-                 for e in t["rows"]]
-        right = [False, True, True, True, True]
-        what = "mean and quantiles of the clipped values"
-    else:
-        header = ["query", "range", "answer", "std", "95% low", "95% high"]
-        cells = [[str(e["query_index"]), _query_text(e["query"]), _f(e["answer"]), _f(e["std"]),
-                  _f(e["ci_low"]), _f(e["ci_high"])] for e in t["rows"]]
-        right = [True, False, True, True, True, True]
-        what = f"first {t['shown']} of {t['of']} queries"
-        if kind == "batch_queries":
-            what += " (noisy counts of raw records: CENTRAL DP, trusted aggregator)"
-            source = str(t["about"].get("noise_source") or "")
-            if "seeded" in source:
-                what += "; SEEDED NOISE: a simulation, not private"
+    header, cells, right, what = spec.text(t)
     more = " (--top K for more)" if t["shown"] < t.get("held", t["of"]) else ""
     if t["shown"] < t["of"] and t["shown"] >= t.get("held", t["of"]):
         more = f" (the JSON Lines row holds the {t['held']:,} largest; every value: the pane's .avro file)"
@@ -676,6 +604,7 @@ def _counts_lines(c: dict[str, Any]) -> list[str]:
 def render(content: dict[str, Any]) -> str:
     """The text ``show`` prints for :func:`collect`'s ``content``."""
     kind = content["kind"]
+    spec = show_spec(kind)
     task = content["task_id"]
     task_text = safe_text(task) if isinstance(task, str) else ", ".join(safe_text(t) for t in task)
     lines = [f"{safe_text(content['output'])}: {kind} task {task_text}, "
@@ -686,7 +615,7 @@ def render(content: dict[str, Any]) -> str:
         if w["panes_written"] > 1 and content.get("accumulating") is False:
             lines.append("  (discarding panes: each pane holds only the reports that arrived for it)")
         for i, t in enumerate(w["tables"]):
-            lines += ([""] if i else []) + _table_lines(kind, t)
+            lines += ([""] if i else []) + _table_lines(spec, t)
     if content["counts"] is not None:
         lines += ["", *_counts_lines(content["counts"])]
     return "\n".join(lines)

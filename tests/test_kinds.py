@@ -20,6 +20,7 @@ from ldp.aggregate import PANE_HEADER, OutputSpec, WindowInfo, pane_header
 from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
 from ldp.store.flatten import FlatItem, FlatPane, flatten_rows
+from pipelines import show
 
 # ------------------------------------------------------------------------------------------------------------
 # the toy kind: the mean of one bit by randomized response (every piece lives in this module)
@@ -152,6 +153,30 @@ class _ToyPopulation:
         return {}
 
 
+def _toy_show_text(t: dict[str, Any]) -> show.TableText:
+    cells = [[show.fmt(e["mean"]), show.fmt(e["std"])] for e in t["rows"]]
+    return ["share of ones", "std"], cells, [True, True], "the toy's bit mean"
+
+
+def _toy_show_tables(rows: Sequence[dict[str, Any]], top: int, batch: bool) -> list[dict[str, Any]]:
+    return [
+        {
+            "group": None, **show.pane_of(r, batch), "n_reports": r["n_reports"],
+            "about": {"mechanism": r["mechanism"]}, "shown": 1, "of": 1,
+            "rows": [{"mean": show.number(r["mean"]), "std": show.number(r["mean_std"])}],
+        }  # fmt: skip
+        for r in show.latest_panes(rows, "attribute").values()
+    ]
+
+
+# the toy's rows have the numeric kind's fields: OUT/counts.json naming the kind tells them apart
+TOY_SHOW = show.ShowSpec(
+    fields={"n_reports": (int,), "mean": (float,), "mean_std": (float,)},
+    matches=lambda row: row.get("mechanism") == "toy-rr",
+    tables=_toy_show_tables,
+    text=_toy_show_text,
+)
+
 TOY = kinds.Kind(
     "toy",
     T.TaskKind("toy", lambda: ("toy-rr",), ("share",), _toy_build, fields={"share": T.Field(("number",))}),
@@ -161,6 +186,7 @@ TOY = kinds.Kind(
     default_dataset="bernoulli",
     bad_template=lambda task: (_ToyValidator(), 0, lambda k, rng: Reports(values=np.zeros(k, np.int64))),
     description="toy bit means",
+    show=TOY_SHOW,
 )
 TOY_TASK = {"task_id": "toy-1", "kind": "toy", "mechanism": "toy-rr", "epsilon": 1.0, "share": 0.3}
 
@@ -400,3 +426,62 @@ def test_the_pane_header_is_one_header_in_every_row_schema():
         for h in PANE_HEADER:
             types[h].add(_base_type(fields[h]["type"]))
     assert {h: len(t) for h, t in types.items()} == {h: 1 for h in PANE_HEADER}, types
+
+
+def _toy_output(tmp_path: Path) -> tuple[Path, ToyRow]:
+    """A job output of one toy pane, written by hand as the job writes it (a result line, counts.json)."""
+    row = ToyAggregator(T.parse_task(TOY_TASK)).finalize({0: [1000, 640]}, WindowInfo())[0]  # type: ignore[arg-type]
+    out = tmp_path / "toy-out"
+    out.mkdir()
+    (out / "estimates-pane00000-00000-of-00001.jsonl").write_text(json.dumps(row._asdict()) + "\n")
+    counts = {"read": 1000, "accepted": 1000, "rejected": 0}
+    (out / "counts.json").write_text(json.dumps({"kind": "toy", "streaming": False, "counts": counts}))
+    return out, row
+
+
+def test_ldp_beam_show_prints_a_registered_kind_through_its_own_show_piece(toy, tmp_path, capsys):
+    out, row = _toy_output(tmp_path)
+    assert show.run([str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{out}: toy task toy-1, 1 window(s) written\n")
+    assert "the toy's bit mean" in text and "share of ones" in text
+    assert f"{row.mean:.6g}" in text and "1,000 reports" in text
+    assert show.run([str(out), "--json"]) == 0
+    content = json.loads(capsys.readouterr().out)
+    assert content["kind"] == "toy"
+    (table,) = content["windows"][0]["tables"]
+    assert table["rows"] == [{"mean": row.mean, "std": row.mean_std}] and table["final"] is True
+
+
+def test_ldp_beam_show_refuses_a_kind_without_a_show_piece_in_one_line(tmp_path, capsys):
+    kinds.register(dataclasses.replace(TOY, show=None))
+    try:
+        out, _ = _toy_output(tmp_path)
+        with pytest.raises(SystemExit) as exc:
+            show.run([str(out)])
+    finally:
+        kinds.unregister("toy")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "holds results of a toy task, whose kind declares no show piece (ldp.kinds.Kind.show)" in err[0]
+
+
+def test_ldp_beam_privacy_reads_central_figures_from_the_registry():
+    from pipelines.privacy import privacy_report
+
+    central = dataclasses.replace(TOY, ldp_reports=False)
+    kinds.register(central)
+    try:
+        with pytest.raises(ValueError, match="raw records. and its kind declares no central_privacy"):
+            privacy_report(T.parse_task(TOY_TASK), None, windows=2)
+    finally:
+        kinds.unregister("toy")
+    figures = {"central_epsilon": 0.7, "central_delta": 1e-7, "method": {"central": "the toy's own"}}
+    kinds.register(dataclasses.replace(central, central_privacy=lambda task, windows: figures))
+    try:
+        report = privacy_report(T.parse_task(TOY_TASK), None, windows=2)
+    finally:
+        kinds.unregister("toy")
+    assert report["local"] is None and report["central_epsilon"] == 0.7
+    assert report["method"] == {"central": "the toy's own"}

@@ -154,7 +154,7 @@ def test_vector_encoder_writes_what_fastavro_writes(seed_sequence):
 
 
 def test_show_and_store_read_a_compact_row(tmp_path: Path, seed_sequence, capsys):
-    from pipelines import show
+    from pipelines import show, show_kinds
 
     row = _row(6000, seed_sequence)
     line = estimate_json(row._asdict(), 50)
@@ -165,7 +165,7 @@ def test_show_and_store_read_a_compact_row(tmp_path: Path, seed_sequence, capsys
     (out / "counts.json").write_text(json.dumps({"counts": counts}))
     kind, rows = show.load_rows(str(out))
     assert kind == "frequency" and rows == [line]
-    table = show._frequency_table(rows[0], 5)
+    table = show_kinds.frequency_table(rows[0], 5)
     best = int(np.argmax(row.frequencies))
     assert table["of"] == 6000 and table["held"] == 50 and table["rows"][0]["value"] == best
     assert table["rows"][0]["estimate"] == row.frequencies[best]

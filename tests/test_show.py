@@ -8,7 +8,8 @@ hand following the schemas.
   count windows summed with a repeated window counted once;
 * panes: the latest (final) pane of a window is shown, an early one is marked speculative;
 * errors are one line with exit status 2; hostile labels are printed escaped;
-* the command imports no Apache Beam (checked in a fresh interpreter: integration tier).
+* the command imports no Apache Beam (checked in a fresh interpreter: integration tier);
+* each kind's rows are read and printed through its registry entry's show piece (``pipelines.show_kinds``).
 """
 
 from __future__ import annotations
@@ -395,7 +396,8 @@ def test_errors_are_one_line_with_status_2(outs, tmp_path, capsys):
 
 @pytest.mark.integration
 def test_no_apache_beam_import_subprocess(outs, run_cli):
-    """The command (help, a table, JSON, an error) never imports Apache Beam (nor numpy)."""
+    """The command (help, a table, JSON, an error) never imports Apache Beam; ``--help`` imports no numpy
+    either (reading rows imports the registry of kinds, hence the task model and numpy)."""
     check = (
         "import runpy, sys\n"
         "sys.argv = ['show', *sys.argv[1:]]\n"
@@ -407,15 +409,31 @@ def test_no_apache_beam_import_subprocess(outs, run_cli):
         "sys.stderr.write(f'loaded={loaded}\\n')\n"
         "sys.exit(code)\n"
     )
-    for args, status in (
-        (["--help"], 0),
-        ([str(outs["frequency"])], 0),
-        ([str(outs["range"]), "--json"], 0),
-        ([str(outs["batch"]), "--window", "all"], 0),
-        ([str(outs["frequency"].parent / "nothing-here")], 2),
+    for args, status, loaded in (
+        (["--help"], 0, "[]"),
+        ([str(outs["frequency"])], 0, "['numpy']"),
+        ([str(outs["range"]), "--json"], 0, "['numpy']"),
+        ([str(outs["batch"]), "--window", "all"], 0, "['numpy']"),
+        ([str(outs["frequency"].parent / "nothing-here")], 2, "[]"),
     ):
         done = run_cli(sys.executable, "-c", check, *args)
         assert done.returncode == status, (args, done.stderr)
-        assert done.stderr.splitlines()[-1] == "loaded=[]", (args, done.stderr)
+        assert done.stderr.splitlines()[-1] == f"loaded={loaded}", (args, done.stderr)
     entry = run_cli(str(Path(sys.executable).parent / "ldp-beam"), "show", str(outs["sparse"]), "--top", "3")
     assert entry.returncode == 0 and "top 3 of 256 coordinates by mean" in entry.stdout, entry.stderr
+
+
+# ------------------------------------------------------------------------------------- the registry's pieces
+
+
+def test_every_built_in_kind_shows_through_its_registry_piece_and_show_names_no_kind():
+    import inspect
+
+    from ldp import kinds
+
+    for name, k in kinds.KINDS.items():
+        assert repr(k.show).startswith("ref('pipelines.show_kinds:"), name
+        assert isinstance(show.show_spec(name), show.ShowSpec), name
+    source = inspect.getsource(show)
+    named = [n for n in kinds.KINDS if f'"{n}"' in source or f"'{n}'" in source]
+    assert not named, f"pipelines/show.py dispatches on kind names {named}: give the kind a show piece"
