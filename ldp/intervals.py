@@ -56,7 +56,6 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
 
 import ldp.postprocess as _pp
 
@@ -153,6 +152,9 @@ def clipped_std(
     mu = np.asarray(mean, dtype=np.float64)
     s = np.maximum(np.asarray(std, dtype=np.float64), 1e-300)
     t = np.broadcast_to(np.asarray(threshold if cut else 0.0, dtype=np.float64), mu.shape)
+    # imported at first use: scipy.special costs 0.2 s of start-up in every process that imports this module
+    from scipy.special import ndtr
+
     a = (t - mu) / s
     tail = ndtr(-a)
     dens = np.exp(-0.5 * a * a) / np.sqrt(2.0 * np.pi)
