@@ -253,11 +253,19 @@ class _Buf:
             p[over] = self.size
 
     def at(self, p: np.ndarray, ln: np.ndarray, w: int) -> np.ndarray:
-        """The ``ln`` bytes at ``p`` of each row, zero-padded to ``w``: uint8 ``(len(p), w)``."""
-        idx = p[:, None] + np.arange(w)
-        if len(p) and int(p.max()) + w > len(self.u8):
-            np.minimum(idx, len(self.u8) - 1, out=idx)
-        out = self.u8[idx]
+        """The ``ln`` bytes at ``p`` of each row, zero-padded to ``w``: uint8 ``(len(p), w)``.
+
+        Gathers 8 bytes at a time through the strided ``u64`` view (an ``(n, ceil(w / 8))`` index, not
+        ``(n, w)``), byte by byte only where a row's last word would run past the padding."""
+        words = -(-w // 8)
+        if len(p) and int(p.max()) + 8 * words <= len(self.u64) + 7:
+            wide = self.u64[p[:, None] + 8 * np.arange(words)]
+            out = np.ascontiguousarray(wide.view(np.uint8)[:, :w])
+        else:
+            idx = p[:, None] + np.arange(w)
+            if len(p) and int(p.max()) + w > len(self.u8):
+                np.minimum(idx, len(self.u8) - 1, out=idx)
+            out = self.u8[idx]
         if len(p) and int(ln.min()) < w:
             out *= np.arange(w)[None, :] < ln[:, None]
         return out
