@@ -134,3 +134,11 @@ def test_status_and_error_texts_are_escaped(tmp_path: Path):
     assert "data-state='error'" in dash.status.text
     assert "<b>" not in dash.status.text and "&lt;b&gt;nowhere" in dash.status.text
     assert "<b>" not in dash.header.text
+
+
+def test_stored_numbers_that_are_text_are_escaped():
+    """A store the project did not write may hold text where a figure belongs: it is shown escaped."""
+    from pipelines.dashboard_app.app import _fmt
+
+    assert _fmt("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
+    assert _fmt(0.5) == "0.5000" and _fmt(12345, spec=",") == "12,345" and _fmt(None) == "-"

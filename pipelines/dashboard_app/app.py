@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -90,10 +91,14 @@ def _named(model: Any, name: str) -> Any:
     return model
 
 
-def _fmt(value: float | None, digits: int = 4) -> str:
+def _fmt(value: object, digits: int = 4, spec: str | None = None) -> str:
+    """A stored number as HTML text: ``-`` for None or NaN, ``spec`` (default ``.{digits}f``) for a
+    number, anything else (a store holding what the project did not write) escaped as text."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return f"{value:.{digits}f}"
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return format(value, f".{digits}f" if spec is None else spec)
+    return shape.html_text(value)
 
 
 def _comparable(data: dict[str, list[Any]]) -> str:
@@ -880,8 +885,8 @@ def _guarantees_table(summary: dict[str, Any]) -> str:
         return ""
     cells = []
     for r in rows:
-        n = "-" if r["n"] is None else f"{r['n']:,}"
-        delta = "-" if r["central_delta"] is None else f"{r['central_delta']:g}"
+        n = _fmt(r["n"], spec=",")
+        delta = _fmt(r["central_delta"], spec="g")
         cells.append(
             f"<tr><td class='name'>{shape.html_text(r['window'])}</td><td>{n}</td>"
             f"<td>{_fmt(r['central_epsilon'], 4)}</td><td>{delta}</td><td>{_fmt(r['local_epsilon'], 4)}</td>"
