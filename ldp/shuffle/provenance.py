@@ -451,7 +451,7 @@ def _batch_facts(c: Container) -> tuple[str, int, int, int] | None:
 class Verdict:
     """Whether a batch verified; ``reason`` (a key of :data:`REASONS`) when not. ``n_records`` is counted
     from the body's blocks (0 when the file did not parse); ``declared_n`` and the bucket come from the header
-    when present."""
+    when present; ``metadata`` is the header's (not compared)."""
 
     verified: bool
     reason: str | None
@@ -460,6 +460,8 @@ class Verdict:
     bucket_start_ms: int | None
     bucket_end_ms: int | None
     detail: str = ""
+    #: the container's header metadata (empty when it did not parse)
+    metadata: Mapping[str, bytes] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
 
 def verify_batch(data: bytes | memoryview | mmap.mmap, key: bytes | None, *, task_id: str) -> Verdict:
@@ -471,8 +473,8 @@ def verify_batch(data: bytes | memoryview | mmap.mmap, key: bytes | None, *, tas
 
     def fail(reason: str, detail: str, facts: tuple[str, int, int, int] | None = None) -> Verdict:
         if facts is None:
-            return Verdict(False, reason, c.n_records, None, None, None, detail)
-        return Verdict(False, reason, c.n_records, facts[3], facts[1], facts[2], detail)
+            return Verdict(False, reason, c.n_records, None, None, None, detail, c.metadata)
+        return Verdict(False, reason, c.n_records, facts[3], facts[1], facts[2], detail, c.metadata)
 
     try:
         facts = _batch_facts(c)
@@ -503,7 +505,7 @@ def verify_batch(data: bytes | memoryview | mmap.mmap, key: bytes | None, *, tas
     )
     if not hmac.compare_digest(expected.encode(), bytes(tag).strip().lower()):
         return fail("bad_tag", "HMAC mismatch", facts)
-    return Verdict(True, None, c.n_records, n, start, end)
+    return Verdict(True, None, c.n_records, n, start, end, "", c.metadata)
 
 
 def verify_file(path: str | os.PathLike[str], key: bytes | None, *, task_id: str) -> Verdict:
