@@ -15,12 +15,20 @@ The task needs an ``anonymity`` section with ``"shuffled": true`` (``ldp.anonymi
 ``OUT/batches/batch-<task>-<start>-<end>-paneNNNNN.avro`` (report schema; one file per bucket, read by
 the aggregation jobs unchanged), ``OUT/batches.jsonl`` (one line per batch: file, task_id, bucket, n),
 ``OUT/dead_letter/*.avro`` (reason, source and size only) and ``OUT/counts.json``. The job prints
-``read = forwarded + withheld + dead_lettered``.
+``read = forwarded + already_published + withheld + dead_lettered``.
+
+Restarts: the output keeps the shuffler's state (``OUT/state/``: the task it belongs to, a lock, one ledger
+entry per published batch). Run again on the same ``--output`` and the job resumes: published batches are
+never deleted or rewritten, and the reports of a published bucket read again are counted
+``already_published``; the previous run's counts and dead letters move to ``OUT/runs/<time>/``.
+``--overwrite`` is refused once a batch is published.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import fcntl
 import json
 import logging
 import math
@@ -36,6 +44,11 @@ from ldp.task import ParsedTask, TaskError, WindowConfig, parse_task
 from pipelines.cli import add_input_flags, fail, job_parser, parse_job_args, prepare_output
 from pipelines.job import _check_sources, closed_window_counts, read_reports
 from transforms.records import requires_client_ids
+
+#: Default of ``--memory_mb`` (the same as ``transforms.shuffle.DEFAULT_MEMORY_MB``; no Beam import here).
+DEFAULT_MEMORY_MB = 256
+#: Sub-directory of the shuffler's state in its output (``transforms.shuffle.STATE_SUBDIR``).
+STATE_SUBDIR = "state"
 
 __all__ = ["parser", "run", "load_shuffled_task", "accounting"]
 
@@ -54,7 +67,23 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--output", required=True, help="output directory")
     p.add_argument(
-        "--overwrite", action="store_true", help="clear an earlier run's non-empty --output directory first"
+        "--overwrite",
+        action="store_true",
+        help="clear an earlier run's --output first; refused once a batch is published there (published "
+        "batches are never deleted: run again on the same --output to resume, or choose a new one)",
+    )
+    p.add_argument(
+        "--require_done_marker",
+        action="store_true",
+        help="streaming from --input: read a file only once its PATH.done marker exists (never at a pause "
+        "of its writer; a file without a marker is never read)",
+    )
+    p.add_argument(
+        "--memory_mb",
+        type=int,
+        default=DEFAULT_MEMORY_MB,
+        help="MiB of report columns held in memory while a bucket is permuted; a larger bucket is permuted "
+        f"from its spill files in units of at most this (default {DEFAULT_MEMORY_MB})",
     )
     p.add_argument(
         "--streaming", action="store_true", help="streaming job: watch --input for new files, or read Pub/Sub"
@@ -141,6 +170,7 @@ def accounting(counts: dict[str, int]) -> dict[str, int]:
         "withheld_short": int(counts.get("shuffle_withheld", 0)),
         "withheld_late": int(counts.get("late_dropped", 0)),
         "withheld_buckets": int(counts.get("shuffle_withheld_buckets", 0)),
+        "already_published": int(counts.get("already_published", 0)),
         "batches": int(counts.get("shuffle_batches", 0)),
         "dead_lettered": int(counts.get("rejected", 0)),
     }
@@ -161,6 +191,87 @@ def _check_flags(ns: argparse.Namespace, streaming: bool) -> None:
         fail(f"--allowed_lateness must be a whole number of milliseconds, got {lateness}")
     if ns.batch_size < 1:
         fail(f"--batch_size must be >= 1, got {ns.batch_size}")
+    if ns.memory_mb < 1:
+        fail(f"--memory_mb must be >= 1, got {ns.memory_mb}")
+    if "://" in ns.output:
+        fail(f"--output {ns.output!r}: the shuffler publishes to a local directory (atomic, fsynced renames)")
+
+
+def _state(task: ParsedTask, settings: AnonymitySettings) -> dict[str, object]:
+    return {"task_id": task.task_id, "time_precision_s": int(settings.time_precision_s),
+            "min_reports": int(settings.min_reports)}  # fmt: skip
+
+
+def _published_count(output: str) -> int:
+    d = os.path.join(output, "batches")
+    return (
+        sum(1 for n in os.listdir(d) if n.startswith("batch-") and n.endswith(".avro"))
+        if os.path.isdir(d)
+        else 0
+    )
+
+
+def prepare_shuffle_output(ns: argparse.Namespace, task: ParsedTask, settings: AnonymitySettings) -> bool:
+    """Makes ``--output`` ready; returns True when the run resumes an earlier run's output.
+
+    An output with the shuffler's state is resumed when it belongs to the same task and settings (else
+    one-line error); ``--overwrite`` is refused when it holds a published batch. Anything else goes
+    through :func:`pipelines.cli.prepare_output` (a new or empty directory, or ``--overwrite``)."""
+    out = ns.output
+    state_file = os.path.join(out, STATE_SUBDIR, "shuffler.json")
+    published = _published_count(out) if os.path.isdir(out) else 0
+    if ns.overwrite and published:
+        fail(
+            f"--overwrite: {out!r} holds {published} published batch(es), which are never deleted; run "
+            f"again without --overwrite to resume there, or choose a new --output"
+        )
+    if os.path.isfile(state_file):
+        try:
+            with open(state_file, encoding="utf-8") as fh:
+                prior = json.load(fh)
+        except (OSError, json.JSONDecodeError) as exc:
+            fail(f"--output {out!r}: cannot read the shuffler's state {state_file}: {exc}")
+        want = _state(task, settings)
+        if {k: prior.get(k) for k in want} != want:
+            diff = ", ".join(
+                f"{k} {prior.get(k)!r} (now {v!r})" for k, v in want.items() if prior.get(k) != v
+            )
+            fail(f"--output {out!r} is the shuffler output of another task or settings: {diff}")
+        if not ns.overwrite:
+            return True
+    elif published:
+        fail(f"--output {out!r} holds batches but no shuffler state ({state_file}); choose a new --output")
+    prepare_output(out, ns.overwrite)
+    from transforms.shuffle import atomic_write
+
+    os.makedirs(os.path.join(out, STATE_SUBDIR), exist_ok=True)
+    atomic_write(state_file, json.dumps(_state(task, settings), sort_keys=True).encode("utf-8"))
+    return False
+
+
+def lock_output(output: str) -> object:
+    """Holds ``OUT/state/lock`` (flock) for the run; a second shuffler on the output: one line, exit 2."""
+    fh = open(os.path.join(output, STATE_SUBDIR, "lock"), "a+b")  # noqa: SIM115 - held for the run
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        fail(f"--output {output!r} is in use by another shuffler (OUT/state/lock is held)")
+    return fh
+
+
+def archive_previous_run(output: str) -> str | None:
+    """Moves an earlier run's ``counts/``, ``dead_letter/`` and ``counts.json`` to ``OUT/runs/<time>/``
+    (so this run's counts are its own); returns that directory (None if there was nothing)."""
+    names = [n for n in ("counts", "dead_letter", "counts.json") if os.path.exists(os.path.join(output, n))]
+    if not names:
+        return None
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    dest = os.path.join(output, "runs", stamp)
+    os.makedirs(dest)
+    for n in names:
+        os.rename(os.path.join(output, n), os.path.join(dest, n))
+    return dest
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, object]:
@@ -170,12 +281,21 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import StandardOptions
 
-    from transforms.aggregate import ValidateFn
     from transforms.counts import WindowedCounts, job_counts
     from transforms.io import WriteCounts, WriteDeadLetters
     from transforms.records import decode_params
     from transforms.runners import RunnerLimitation, plan_runner
-    from transforms.shuffle import BATCH_SUBDIR, ScrubDeadLetters, Shuffle, batch_manifest, write_manifest
+    from transforms.shuffle import (
+        BATCH_SUBDIR,
+        ScrubDeadLetters,
+        Shuffle,
+        SourcedValidateFn,
+        batch_manifest,
+        clear_spill,
+        ledger_entry,
+        published_buckets,
+        write_manifest,
+    )
 
     streaming = bool(options.view_as(StandardOptions).streaming)
     task, settings = load_shuffled_task(ns.task)
@@ -195,11 +315,21 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     except RunnerLimitation as exc:
         fail(str(exc))
     try:
-        prepare_output(ns.output, ns.overwrite)
-        if "://" not in ns.output:
-            os.makedirs(os.path.join(ns.output, BATCH_SUBDIR), exist_ok=True)
+        resumed = prepare_shuffle_output(ns, task, settings)
+        os.makedirs(os.path.join(ns.output, BATCH_SUBDIR), exist_ok=True)
+        lock = lock_output(ns.output)
+        cleared = clear_spill(ns.output)
+        archived = archive_previous_run(ns.output) if resumed else None
+        published = published_buckets(ns.output, task.task_id)
     except OSError as exc:
-        fail(f"--output {ns.output!r} cannot be created: {exc.strerror or exc}")
+        fail(f"--output {ns.output!r} cannot be prepared: {exc.strerror or exc}")
+    run_id = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S.%fZ}-{os.getpid()}"
+    if resumed:
+        _LOG.info(
+            "shuffler: resuming on %s: %d bucket(s) published earlier (never rewritten), %d leftover "
+            "spill/temporary file(s) removed, the previous run's counts moved to %s",
+            ns.output, len(published), cleared, archived,
+        )  # fmt: skip
     _LOG.info(
         "shuffler: task %s (%s, %d group(s)), precision %d s, min_reports %d, %s, output %s",
         task.task_id, task.mechanism, task.n_groups, settings.time_precision_s, settings.min_reports,
@@ -209,7 +339,9 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         _LOG.warning("--test_shuffle_seed: the permutation is reproducible; the output is NOT anonymous")
     p = beam.Pipeline(runner=plan.runner, options=options)
     read = read_reports(p, ns, agg, streaming=streaming, paced=plan.paced)
-    validate = ValidateFn(agg, settings.precision_ms, rounded_times=False)  # it rounds the times itself
+    validate = SourcedValidateFn(
+        agg, settings.precision_ms, rounded_times=False
+    )  # it rounds the times itself
     v = read.records | "Validate" >> beam.ParDo(validate).with_outputs(
         "dead_letter", "counts", main="reports"
     )
@@ -217,6 +349,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     out = reports | "Shuffle" >> Shuffle(
         task.task_id, task.schema_version, settings, ns.output, streaming=streaming,
         allowed_lateness_s=plan.window.allowed_lateness_s, test_seed=ns.test_shuffle_seed,
+        run_id=run_id, memory_bytes=ns.memory_mb << 20, published=published,
     )  # fmt: skip
     dead.append(out["dead_letter"])
     counts.append(out["counts"])
@@ -244,8 +377,15 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     entries = batch_manifest(ns.output)
     write_manifest(ns.output, entries)
     acct = accounting(raw)
-    in_files = sum(int(e["n"]) for e in entries)
-    balanced = acct["read"] == acct["forwarded"] + acct["withheld"] + acct["dead_lettered"]
+    mine = [
+        e
+        for e in entries
+        if (ledger_entry(ns.output, os.path.basename(str(e["file"]))) or {}).get("run_id") == run_id
+    ]
+    in_files = sum(int(e["n"]) for e in mine)
+    balanced = acct["read"] == (
+        acct["forwarded"] + acct["already_published"] + acct["withheld"] + acct["dead_lettered"]
+    )
     if in_files != acct["forwarded"]:
         _LOG.error("the batch files hold %d reports, %d counted as forwarded", in_files, acct["forwarded"])
     if not balanced:
@@ -263,20 +403,30 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         "counts": acct,
         "balanced": bool(balanced and in_files == acct["forwarded"]),
         "batches": len(entries),
+        "batches_this_run": len(mine),
+        "resumed": resumed,
+        "run_id": run_id,
         "batch_sizes": {"min": min((int(e["n"]) for e in entries), default=0),
                         "max": max((int(e["n"]) for e in entries), default=0)},
     }  # fmt: skip
     print(
-        f"reports read={acct['read']} = forwarded={acct['forwarded']} + withheld={acct['withheld']} "
+        f"reports read={acct['read']} = forwarded={acct['forwarded']} + already_published="
+        f"{acct['already_published']} + withheld={acct['withheld']} "
         f"(short buckets {acct['withheld_short']} in {acct['withheld_buckets']} bucket(s), late "
         f"{acct['withheld_late']}) + dead_lettered={acct['dead_lettered']}"
         + ("" if summary["balanced"] else "  [DOES NOT BALANCE]"),
         file=sys.stderr,
     )
-    print(f"batches: {len(entries)} file(s) in {os.path.join(ns.output, BATCH_SUBDIR)}", file=sys.stderr)
+    print(
+        f"batches: {len(mine)} published by this run, {len(entries)} file(s) in "
+        f"{os.path.join(ns.output, BATCH_SUBDIR)}",
+        file=sys.stderr,
+    )
     print(f"output: {ns.output}", file=sys.stderr)
-    with open(os.path.join(ns.output, "counts.json"), "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=2)
+    from transforms.shuffle import atomic_write
+
+    atomic_write(os.path.join(ns.output, "counts.json"), json.dumps(summary, indent=2).encode("utf-8"))
+    lock.close()
     return summary
 
 

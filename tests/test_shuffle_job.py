@@ -28,9 +28,16 @@ from ldp.anonymity import AnonymitySettings
 from ldp.reports import Reports
 from ldp.task import parse_task
 from pipelines import frequency, shuffle, simulate
-from transforms.aggregate import GroupReports
 from transforms.records import ReportValidator, write_report_file
-from transforms.shuffle import META_N, EmitBatchFn, batch_metadata, scrub_dead_letter
+from transforms.shuffle import (
+    META_N,
+    SPILL_LABELS,
+    ChunkRef,
+    EmitBatchFn,
+    batch_metadata,
+    scrub_dead_letter,
+    spill_chunk,
+)
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 PRECISION_S = 600
@@ -208,28 +215,40 @@ def test_emit_batch_min_reports_boundary_and_seeded_permutation(tmp_path):
     task = parse_task(TASK)
     settings = AnonymitySettings(time_precision_s=PRECISION_S, min_reports=5)
     rng = np.random.default_rng(5)
+    spill = str(tmp_path / "spill")
 
-    def part(g: int, n: int) -> GroupReports:
-        return GroupReports(
-            g, Reports(values=rng.integers(0, 8, n), seeds=rng.integers(0, 2**63, n).astype(np.uint64))
-        )
+    def part(n: int, source: str = "in.avro") -> ChunkRef:
+        reports = Reports(values=rng.integers(0, 8, n), seeds=rng.integers(0, 2**63, n).astype(np.uint64))
+        return spill_chunk(spill, 0, reports, source, rng.integers(0, SPILL_LABELS, n).astype(np.uint16))
 
-    fn = EmitBatchFn(task.task_id, 2, settings, str(tmp_path), test_seed=3)
-    out = list(fn.process((T0, [part(0, 2), part(0, 2)]), pane=None))  # 4 < 5: withheld
+    fn = EmitBatchFn(task.task_id, 2, settings, str(tmp_path), run_id="r1", test_seed=3)
+    withheld = [part(2), part(2)]
+    out = list(fn.process((T0, withheld)))  # 4 < 5: withheld
     assert [o.tag for o in out] == ["counts", "dead_letter"]
     assert out[0].value == {"shuffle_withheld": 4, "shuffle_withheld_buckets": 1}
     assert not os.path.exists(tmp_path / "batches") or not os.listdir(tmp_path / "batches")
-    parts = [part(0, 3), part(0, 2)]
-    first = list(fn.process((T0, parts), pane=None))  # exactly 5: forwarded
+    assert not any(os.path.exists(r.path) for r in withheld)  # spill files removed
+    parts = [part(3), part(2, "other.avro")]
+    want = sorted(s for r in parts for s in r.reports().seeds.view(np.int64).tolist())
+    first = list(fn.process((T0, parts)))  # exactly 5: forwarded
     assert first[0].value == {"shuffle_forwarded": 5, "shuffle_batches": 1}
     entry = first[1]
     assert entry["n"] == 5 and entry["bucket_start_ms"] == T0 and entry["pane"] == 0
     path = tmp_path / entry["file"]
     a = _read(path)
-    assert batch_metadata(str(path))[META_N] == "5"
-    list(fn.process((T0, parts), pane=None))  # a retry with the test seed: the same file, replaced
+    assert batch_metadata(str(path))[META_N] == "5" and sorted(r["seed"] for r in a) == want
+    stat = os.stat(path)
+    ledger = json.loads((tmp_path / "state" / "published" / (path.name + ".json")).read_text())
+    assert ledger["sources"] == {"in.avro": 3, "other.avro": 2} and ledger["n"] == 5
+    # a retried bundle of the same run: the same outcome, the file not written again
+    again = list(fn.process((T0, [part(3), part(2, "other.avro")])))
+    assert again[0].value == {"shuffle_forwarded": 5, "shuffle_batches": 1}
+    # another run reaching the same bucket: counted as already published, never rewritten
+    later = EmitBatchFn(task.task_id, 2, settings, str(tmp_path), run_id="r2", test_seed=3)
+    assert [o.value for o in later.process((T0, [part(6)]))] == [{"already_published": 6}]
+    now = os.stat(path)
+    assert (now.st_ino, now.st_mtime_ns, now.st_size) == (stat.st_ino, stat.st_mtime_ns, stat.st_size)
     assert _read(path) == a and os.listdir(tmp_path / "batches") == [os.path.basename(path)]
-    assert sorted(r["seed"] for r in a) == sorted(r["seed"] for r in fn.records(T0, parts))
     with pytest.raises(ValueError, match="not a shuffled batch"):
         batch_metadata(str(run_file(tmp_path)))
 

@@ -1,24 +1,47 @@
 """The shuffler's Beam steps: validated reports -> anonymous, permuted batches per time bucket.
 
-Steps (:class:`Shuffle`), on the validate step's output of :class:`transforms.aggregate.ValidateFn`
-(``(task_id, GroupReports)`` per group and event-time granule; the granule is the time precision, so
-every element lies in one bucket):
+Steps (:class:`Shuffle`), on the validate step's output (:class:`SourcedValidateFn`: the aggregation
+jobs' :class:`transforms.aggregate.ValidateFn` that also names each batch's source file):
 
-``Bucket``   :class:`KeyByBucket`: ``(bucket_start_ms, GroupReports(group, reports))``. Only the group and
-             the payload fields of the task's mechanism survive (no client id, event time, source); the
-             bucket is the event time rounded down to ``anonymity.time_precision_s``.
+``Bucket``   :class:`KeyByBucket`: ``(bucket_start_ms, GroupReports(group, reports, source=...))``. Only
+             the group, the payload fields of the task's mechanism and the input's name survive (no client
+             id, no event time); the bucket is the event time rounded down to ``time_precision_s``.
+``Spill``    :class:`SpillFn`: each batch's columns go to one spill file (``OUT/state/spill/``), its rows
+             given i.i.d. labels in ``[0, SPILL_LABELS)`` from ``os.urandom`` and stored sorted by label;
+             only a small :class:`ChunkRef` travels on. Reports of a bucket published by an earlier run
+             are dropped here: counted ``already_published`` when their input is one the batch was made
+             from (a restart re-reads its inputs), else withheld as late.
 ``Group``    batch: ``GroupByKey`` on the bucket start. Streaming: :class:`HoldBucketsFn`, a stateful DoFn
-             keyed by bucket in the global window, holds a bucket's reports until the watermark passes
-             its end plus the allowed lateness (an event-time timer), emits them once, and withholds
-             and counts whatever of that bucket arrives later (``late_dropped``). Either way: one
-             element per bucket, and no report is dropped by the runner uncounted.
-``Emit``     :class:`EmitBatchFn`: a bucket with at least ``min_reports`` reports is permuted
-             (:func:`ldp.anonymity.secure_permutation`, or the test-only seeded permutation) and written
-             as one Avro report file ``OUT/batches/batch-<task>-<start>-<end>-pane00000.avro`` whose
-             records carry the bucket start as ``event_time`` and whose file metadata says how many
-             reports were shuffled together (:data:`META_N`) and over which bucket; a shorter bucket is
-             withheld: counted (``shuffle_withheld``, ``shuffle_withheld_buckets``) and recorded as one
-             ``short_bucket`` dead letter (its size and bucket only).
+             keyed by bucket in the global window, holds a bucket's chunk references until the watermark
+             passes its end plus the allowed lateness (an event-time timer), emits them once, and
+             withholds and counts whatever of that bucket arrives later (``late_dropped``).
+``Emit``     :class:`EmitBatchFn`: a bucket with at least ``min_reports`` reports is permuted and
+             published as one Avro report file ``OUT/batches/batch-<task>-<start>-<end>-pane00000.avro``
+             (:func:`publish_batch`); a shorter bucket is withheld and counted (``shuffle_withheld``,
+             ``shuffle_withheld_buckets``, one ``short_bucket`` dead letter with its size and bucket).
+
+**The permutation, in bounded memory.** The labels split a bucket into *units* of consecutive labels,
+each at most ``memory_bytes`` of columns (:func:`plan_units`); a unit is loaded from the spill files
+(the rows of its labels are contiguous in each file), permuted with :func:`ldp.anonymity.secure_permutation`
+and encoded with the column encoder (:func:`transforms.avro_fast.encode_report_block`); units are written
+in label order. This is a uniform permutation of the bucket: the labels are i.i.d. and independent of
+the input order, so given the unit sizes every assignment of the reports to units with those sizes is
+equally likely, and each unit's order is uniform and independent, so each of the ``n!`` orders has
+probability ``prod(n_u!) / n! * prod(1 / n_u!) = 1 / n!`` whatever the sizes. A bucket within the bound is
+one unit: one permutation of all of it. Reports of several groups (range tasks) are written group by group
+within a unit, each group uniformly permuted: every record carries its group, so this order tells nothing
+that a uniform order of the unit does not (both are the multiset plus independent randomness).
+
+**Publication never unpublishes** (:func:`publish_batch`): the file is written under a temporary name
+in the batch directory and fsynced, its ledger entry (``OUT/state/published/<name>.json``: its inputs
+and their report counts, n, sha256, run) is written atomically, and the file is linked to its final,
+deterministic name (task, bucket, pane) with ``os.link``, which never replaces an existing file; the
+directory is fsynced. A published batch is never deleted or rewritten: a rerun over the same inputs
+finds it (:func:`published_buckets`) and skips its reports.
+
+**Provenance.** With a key (``--shuffle_key``), each batch carries ``ldp.shuffle.tag``, the HMAC-SHA256 of
+its body digest, sync marker, task, bucket and n (:mod:`ldp.shuffle.provenance`); the header is written
+with a placeholder, the body after it while hashing, then the tag in place of the placeholder.
 
 Dead letters of the shuffler hold no report content: :func:`scrub_dead_letter` drops the record fields,
 the task id and event times, and keeps the reason, the source, a fixed description and a size.
@@ -26,16 +49,21 @@ the task id and event times, and keeps the reason, the source, a fixed descripti
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import hashlib
+import io
 import json
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
 import fastavro
+import fastavro.write
 import numpy as np
 from apache_beam.coders import BooleanCoder, PickleCoder
 from apache_beam.io.filesystems import FileSystems
@@ -48,7 +76,9 @@ from apache_beam.utils.timestamp import Timestamp
 
 import schemas
 from ldp.anonymity import AnonymitySettings, secure_permutation, seeded_permutation
-from transforms.aggregate import GroupReports
+from ldp.reports import Reports
+from transforms.aggregate import GroupReports, ValidateFn
+from transforms.avro_fast import encode_report_block, zigzag_varint_bytes
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.display import item, task_id_display
 from transforms.records import make_dead_letter, reports_to_records
@@ -56,16 +86,31 @@ from transforms.records import make_dead_letter, reports_to_records
 __all__ = [
     "META_PREFIX",
     "META_N",
+    "META_TAG",
+    "META_TAG_VERSION",
     "BATCH_SUBDIR",
+    "STATE_SUBDIR",
     "SHORT_BUCKET_REASON",
+    "SPILL_LABELS",
+    "DEFAULT_MEMORY_MB",
+    "ChunkRef",
+    "SourcedValidateFn",
     "KeyByBucket",
+    "SpillFn",
     "HoldBucketsFn",
     "EmitBatchFn",
     "Shuffle",
     "ScrubDeadLetters",
     "scrub_dead_letter",
+    "spill_chunk",
+    "plan_units",
+    "write_batch",
+    "publish_batch",
+    "published_buckets",
+    "batch_name",
     "batch_metadata",
     "batch_manifest",
+    "write_manifest",
     "compact_utc",
 ]
 
@@ -73,10 +118,24 @@ __all__ = [
 META_PREFIX = "ldp.shuffle."
 #: Metadata key: the number of reports shuffled together in the file.
 META_N = META_PREFIX + "n"
+#: Metadata keys of the provenance tag (hex HMAC-SHA256) and its format version.
+META_TAG = META_PREFIX + "tag"
+META_TAG_VERSION = META_PREFIX + "tag_version"
 #: Sub-directory of the output holding the batches.
 BATCH_SUBDIR = "batches"
+#: Sub-directory of the output holding the shuffler's own state (never for the analyst): ``shuffler.json``,
+#: ``lock``, ``published/`` (one ledger entry per batch) and ``spill/`` (transient columns).
+STATE_SUBDIR = "state"
 #: Dead-letter reason of a bucket withheld because it closed with fewer than ``min_reports`` reports.
 SHORT_BUCKET_REASON = "short_bucket"
+#: Number of spill labels: a bucket is loaded in units of consecutive labels.
+SPILL_LABELS = 4096
+#: Default bound (MiB) on the columns of one unit held in memory while it is permuted and encoded.
+DEFAULT_MEMORY_MB = 256
+#: Records per Avro block of a batch.
+BLOCK_RECORDS = 1 << 15
+_MAGIC = b"Obj\x01"
+_TAG_PLACEHOLDER = b"0" * 64
 
 
 def compact_utc(ms: int) -> str:
@@ -134,9 +193,347 @@ class ScrubDeadLetters(beam.PTransform):
         return dead | "Scrub" >> beam.Map(scrub_dead_letter)
 
 
+# ------------------------------------------------------------------------------------- spill files
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkRef:
+    """One spill file: ``n`` reports of ``group`` read from ``source``, columns stored one after the other
+    (``layout``: name, dtype, row shape, byte offset), rows sorted by their random label (column
+    ``label``)."""
+
+    path: str
+    n: int
+    group: int
+    source: str
+    layout: tuple[tuple[str, str, tuple[int, ...], int], ...]
+
+    def columns(self, lo: int = 0, hi: int | None = None, *, mmap: bool = False) -> dict[str, np.ndarray]:
+        """Rows ``[lo, hi)`` of every column (memory-mapped views with ``mmap``, else read)."""
+        hi = self.n if hi is None else hi
+        out: dict[str, np.ndarray] = {}
+        with open(self.path, "rb") as fh:
+            for name, dt, shape, offset in self.layout:
+                dtype = np.dtype(dt)
+                row = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+                if mmap:
+                    if hi <= lo:
+                        out[name] = np.empty((0, *shape), dtype=dtype)
+                        continue
+                    mm = np.memmap(
+                        fh, dtype=dtype, mode="r", offset=offset + lo * row, shape=(hi - lo, *shape)
+                    )
+                    out[name] = np.asarray(mm)
+                else:
+                    fh.seek(offset + lo * row)
+                    arr = np.fromfile(fh, dtype=dtype, count=(hi - lo) * int(np.prod(shape, dtype=np.int64)))
+                    out[name] = arr.reshape((hi - lo, *shape))
+        return out
+
+    def labels(self) -> np.ndarray:
+        """The sorted label column, memory-mapped."""
+        return self.columns(mmap=True)["label"]
+
+    def reports(self, lo: int = 0, hi: int | None = None) -> Reports:
+        """Rows ``[lo, hi)`` as :class:`~ldp.reports.Reports` (copied out of the file)."""
+        cols = self.columns(lo, hi)
+        cols.pop("label")
+        return Reports(**cols)
+
+    def row_bytes(self) -> int:
+        return sum(
+            np.dtype(dt).itemsize * int(np.prod(shape, dtype=np.int64)) for _, dt, shape, _ in self.layout
+        )
+
+    def delete(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def spill_chunk(directory: str, group: int, reports: Reports, source: str, labels: np.ndarray) -> ChunkRef:
+    """Writes ``reports`` (their rows sorted by ``labels``, stably) to a new file in ``directory``."""
+    n = len(reports)
+    if len(labels) != n:
+        raise ValueError(f"{len(labels)} labels for {n} reports")
+    order = np.argsort(labels, kind="stable")
+    cols = [("label", np.asarray(labels, dtype=np.uint16)[order])]
+    cols += [(f, np.ascontiguousarray(getattr(reports, f)[order])) for f in reports.fields()]
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.cols")
+    layout = []
+    offset = 0
+    with open(path, "wb") as fh:  # transient: a crash re-reads the inputs, so no fsync
+        for name, arr in cols:
+            arr.tofile(fh)
+            layout.append((name, arr.dtype.str, tuple(int(s) for s in arr.shape[1:]), offset))
+            offset += arr.nbytes
+    return ChunkRef(path, n, int(group), str(source), tuple(layout))
+
+
+def unit_rows(refs: Sequence[ChunkRef], memory_bytes: int) -> int:
+    """Reports per unit under ``memory_bytes``: a unit's columns, their permuted copy and the
+    permutation's keys (16 bytes) and index (8) per report."""
+    row = max((r.row_bytes() for r in refs), default=16)
+    return max(1, int(memory_bytes) // (2 * row + 24))
+
+
+def plan_units(refs: Sequence[ChunkRef], max_rows: int) -> list[tuple[int, int]]:
+    """Consecutive label ranges ``[k0, k1)`` of at most ``max_rows`` reports each (a label holding more
+    is one unit by itself)."""
+    total = sum(r.n for r in refs)
+    if total <= max_rows:
+        return [(0, SPILL_LABELS)]
+    counts = np.zeros(SPILL_LABELS, dtype=np.int64)
+    for r in refs:
+        counts += np.bincount(r.labels(), minlength=SPILL_LABELS)[:SPILL_LABELS]
+    units: list[tuple[int, int]] = []
+    k0, acc = 0, 0
+    for k in range(SPILL_LABELS):
+        c = int(counts[k])
+        if acc and acc + c > max_rows:
+            units.append((k0, k))
+            k0, acc = k, 0
+        acc += c
+    units.append((k0, SPILL_LABELS))
+    return units
+
+
+def unit_reports(refs: Sequence[ChunkRef], k0: int, k1: int) -> dict[int, Reports]:
+    """The reports of labels ``[k0, k1)`` of every chunk, per group (not permuted)."""
+    whole = k0 == 0 and k1 == SPILL_LABELS
+    parts: dict[int, list[Reports]] = {}
+    for r in refs:
+        if whole:
+            rep = r.reports()
+        else:
+            lab = r.labels()
+            lo, hi = (int(x) for x in np.searchsorted(lab, [k0, k1]))
+            del lab
+            if hi <= lo:
+                continue
+            rep = r.reports(lo, hi)
+        parts.setdefault(r.group, []).append(rep)
+    return {g: Reports.concat(p) for g, p in sorted(parts.items())}
+
+
+# ------------------------------------------------------------------------------------- batch files
+
+
+def _header(meta: dict[str, bytes], sync: bytes) -> tuple[bytes, int | None]:
+    """An Avro container header (one metadata block, keys sorted) and the offset of the tag's value
+    (None without :data:`META_TAG`)."""
+    out = bytearray(_MAGIC)
+    tag_at = None
+    out += zigzag_varint_bytes(len(meta))
+    for k in sorted(meta):
+        kb, vb = k.encode("utf-8"), meta[k]
+        out += zigzag_varint_bytes(len(kb)) + kb + zigzag_varint_bytes(len(vb))
+        if k == META_TAG:
+            tag_at = len(out)
+        out += vb
+    out += b"\x00" + sync
+    return bytes(out), tag_at
+
+
+@dataclasses.dataclass
+class WrittenBatch:
+    n: int
+    body_sha256: str
+    tag: str | None
+
+
+def _encode(task_id: str, schema_version: int, start_ms: int, group: int, reports: Reports) -> bytes:
+    n = len(reports)
+    times = np.full(n, start_ms, dtype=np.int64)
+    data = encode_report_block(task_id, reports, times, group, schema_version)
+    if data is not None:
+        return data
+    buf = io.BytesIO()  # bits / items: fastavro, record by record
+    parsed = _parsed_report_schema()
+    for rec in reports_to_records(task_id, reports, times, group, schema_version=schema_version):
+        fastavro.write.schemaless_writer(buf, parsed, rec)
+    return buf.getvalue()
+
+
+_PARSED: list[Any] = []
+
+
+def _parsed_report_schema() -> Any:
+    if not _PARSED:
+        _PARSED.append(fastavro.parse_schema(schemas.report_schema()))
+    return _PARSED[0]
+
+
+def write_batch(
+    fh: Any,
+    parts: Iterable[tuple[int, Reports]],
+    *,
+    task_id: str,
+    schema_version: int,
+    start_ms: int,
+    end_ms: int,
+    n: int,
+    meta: dict[str, str],
+    key: bytes | None = None,
+) -> WrittenBatch:
+    """Writes one batch file to the seekable binary ``fh``: the header (``meta``; with ``key`` the tag),
+    then ``parts`` (``(group, reports)`` in output order) as blocks of at most :data:`BLOCK_RECORDS`.
+
+    Raises:
+        ValueError: ``parts`` hold a number of reports other than ``n``.
+    """
+    sync = os.urandom(16)
+    m = {k: v.encode("utf-8") for k, v in meta.items()}
+    m["avro.schema"] = json.dumps(schemas.report_schema()).encode("utf-8")
+    m["avro.codec"] = b"null"
+    if key is not None:
+        m[META_TAG] = _TAG_PLACEHOLDER
+        m[META_TAG_VERSION] = b"1"
+    header, tag_at = _header(m, sync)
+    base = fh.tell()
+    fh.write(header)
+    digest = hashlib.sha256()
+    written = 0
+    for group, reports in parts:
+        for lo in range(0, len(reports), BLOCK_RECORDS):
+            block = reports.take(slice(lo, lo + BLOCK_RECORDS))
+            data = _encode(task_id, schema_version, start_ms, group, block)
+            piece = zigzag_varint_bytes(len(block)) + zigzag_varint_bytes(len(data))
+            for b in (piece, data, sync):
+                digest.update(b)
+                fh.write(b)
+            written += len(block)
+    if written != n:
+        raise ValueError(f"batch of {n} reports announced, {written} written")
+    body = digest.hexdigest()
+    tag = None
+    if key is not None:
+        from ldp.shuffle import provenance
+
+        tag = provenance.sign(
+            key, task_id=task_id, bucket_start_ms=int(start_ms), bucket_end_ms=int(end_ms), n=int(n),
+            body_sha256=body, sync=sync,
+        )  # fmt: skip
+        end = fh.tell()
+        fh.seek(base + tag_at)
+        fh.write(tag.encode("ascii"))
+        fh.seek(end)
+    return WrittenBatch(n, body, tag)
+
+
+def batch_name(task_id: str, start_ms: int, end_ms: int, pane: int = 0) -> str:
+    """The deterministic file name of a bucket's batch."""
+    return f"batch-{task_id}-{compact_utc(start_ms)}-{compact_utc(end_ms)}-pane{pane:05d}.avro"
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """``data`` to ``path`` through a temporary name in the same directory: fsync, rename, fsync the
+    directory."""
+    d = os.path.dirname(path) or "."
+    tmp = os.path.join(d, f".tmp-{uuid.uuid4().hex}-{os.path.basename(path)}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(d)
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def publish_batch(output_dir: str, name: str, write: Any, ledger: dict[str, object]) -> bool:
+    """Publishes ``OUT/batches/<name>`` once: ``write(fh)`` fills a temporary file in the batch directory
+    (fsynced), the ledger entry (``ledger`` plus the file's sha256) is written atomically to
+    ``OUT/state/published/<name>.json``, and the file is linked to its name (``os.link`` never replaces a
+    file), then the directory is fsynced. Returns False, writing nothing, when ``name`` exists."""
+    batch_dir = os.path.join(output_dir, BATCH_SUBDIR)
+    final = os.path.join(batch_dir, name)
+    if os.path.exists(final):
+        return False
+    os.makedirs(batch_dir, exist_ok=True)
+    tmp = os.path.join(batch_dir, f".tmp-{uuid.uuid4().hex}-{name}.part")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        entry = {**ledger, "file": f"{BATCH_SUBDIR}/{name}", "sha256": _sha256_file(tmp)}
+        pub = os.path.join(output_dir, STATE_SUBDIR, "published")
+        os.makedirs(pub, exist_ok=True)
+        atomic_write(os.path.join(pub, name + ".json"), json.dumps(entry, sort_keys=True).encode("utf-8"))
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return False
+        _fsync_dir(batch_dir)
+        return True
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def ledger_entry(output_dir: str, name: str) -> dict[str, Any] | None:
+    """The ledger entry of a published batch (None if there is none)."""
+    path = os.path.join(output_dir, STATE_SUBDIR, "published", name + ".json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+
+
+def published_buckets(output_dir: str, task_id: str) -> dict[int, dict[str, int] | None]:
+    """Buckets of ``task_id`` with a published batch in ``OUT/batches/``: bucket start (ms) -> the inputs
+    the batch was made from and their report counts (None when the batch has no ledger entry: every
+    input is then taken as already published)."""
+    out: dict[int, dict[str, int] | None] = {}
+    pattern = os.path.join(output_dir, BATCH_SUBDIR, f"batch-{task_id}-*.avro")
+    for path in sorted(FileSystems.match([pattern])[0].metadata_list, key=lambda m: m.path):
+        name = os.path.basename(path.path)
+        meta = batch_metadata(path.path)
+        if meta.get(META_PREFIX + "task_id") != task_id:
+            continue
+        entry = ledger_entry(output_dir, name)
+        start = int(meta[META_PREFIX + "bucket_start_ms"])
+        out[start] = None if entry is None else {str(k): int(v) for k, v in entry["sources"].items()}
+    return out
+
+
+class SourcedValidateFn(ValidateFn):
+    """:class:`transforms.aggregate.ValidateFn` whose report batches also carry their source (the input
+    file or subscription): the shuffler's ledger records which inputs a batch was made from."""
+
+    def process(self, element: Any) -> Iterator[Any]:
+        source = str(element[0])
+        for out in super().process(element):
+            if isinstance(out, bw.TimestampedValue):
+                task_id, gr = out.value
+                yield bw.TimestampedValue((task_id, gr._replace(source=source)), out.timestamp)
+            else:
+                yield out
+
+
 class KeyByBucket(beam.DoFn):
     """``(task_id, GroupReports)`` timestamped by event time -> ``(bucket_start_ms, GroupReports(group,
-    reports))``: every other field (event times, client ids, source) is dropped."""
+    reports, source=...))``: event times and client ids are dropped."""
 
     def __init__(self, settings: AnonymitySettings) -> None:
         self.precision_ms = settings.precision_ms
@@ -147,15 +544,75 @@ class KeyByBucket(beam.DoFn):
     def process(self, element: Any, timestamp=beam.DoFn.TimestampParam) -> Iterator[Any]:  # noqa: B008
         _task_id, gr = element
         ts_ms = int(timestamp.micros // 1000)  # the latest event time of the batch (one bucket)
-        yield (ts_ms - ts_ms % self.precision_ms, GroupReports(int(gr.group), gr.reports))
+        yield (ts_ms - ts_ms % self.precision_ms, GroupReports(int(gr.group), gr.reports, source=gr.source))
+
+
+def _late(n: int, why: str) -> Iterator[Any]:
+    yield TaggedOutput("counts", {"late_dropped": n})
+    yield TaggedOutput(
+        "dead_letter", make_dead_letter("late", "shuffler", detail=f"{n} accepted report(s) {why}")
+    )
+
+
+class SpillFn(beam.DoFn):
+    """``(bucket_start_ms, GroupReports)`` -> ``(bucket_start_ms, ChunkRef)``: the reports go to a spill
+    file with i.i.d. CSPRNG labels (:func:`spill_chunk`). ``published``: buckets an earlier run
+    published (:func:`published_buckets`); their reports are counted ``already_published`` when they come
+    from an input the batch was made from, else withheld as late."""
+
+    def __init__(
+        self,
+        spill_dir: str,
+        published: dict[int, dict[str, int] | None] | None = None,
+        test_seed: int | None = None,
+    ) -> None:
+        self.spill_dir = spill_dir
+        self.published = dict(published or {})
+        self.test_seed = test_seed
+        self.already = Metrics.counter(COUNTER_NAMESPACE, "already_published")
+        self.late = Metrics.counter(COUNTER_NAMESPACE, "late_dropped")
+        self._rng: np.random.Generator | None = None
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            "spill_dir": item(self.spill_dir, "Spill directory"),
+            "published": item(len(self.published), "Buckets published earlier"),
+        }
+
+    def _labels(self, n: int) -> np.ndarray:
+        if self.test_seed is None:
+            raw = np.frombuffer(os.urandom(2 * n), dtype="<u2")
+        else:  # TESTS ONLY: reproducible, not anonymous
+            if self._rng is None:
+                self._rng = np.random.default_rng([int(self.test_seed), 1])
+            raw = self._rng.integers(0, 1 << 16, n, dtype=np.uint16)
+        return raw & np.uint16(SPILL_LABELS - 1)
+
+    def process(self, element: tuple[int, GroupReports]) -> Iterator[Any]:
+        start, gr = element
+        n = len(gr.reports)
+        if not n:
+            return
+        start = int(start)
+        if start in self.published:
+            sources = self.published[start]
+            if sources is None or str(gr.source) in sources:
+                self.already.inc(n)
+                yield TaggedOutput("counts", {"already_published": n})
+            else:
+                self.late.inc(n)
+                yield from _late(n, "arrived for a bucket published by an earlier run; withheld")
+            return
+        d = os.path.join(self.spill_dir, str(start))
+        yield (start, spill_chunk(d, gr.group, gr.reports, str(gr.source), self._labels(n)))
 
 
 class EmitBatchFn(beam.DoFn):
-    """``(bucket_start_ms, [GroupReports, ...])`` -> one permuted Avro batch file (main output: its
-    manifest entry) or a withheld bucket (``counts`` and ``dead_letter``); see the module docstring.
+    """``(bucket_start_ms, [ChunkRef, ...])`` -> one published batch (main output: its manifest entry)
+    or a withheld bucket (``counts`` and ``dead_letter``); see the module docstring.
 
-    ``test_seed``: permute with :func:`ldp.anonymity.seeded_permutation` keyed by the seed, the bucket and
-    the pane (reproducible; tests only), instead of the OS CSPRNG.
+    ``memory_bytes``: bound on a unit's columns; ``key``: the provenance key (None: unsigned batches);
+    ``test_seed``: permute with a seeded numpy generator (reproducible; tests only) instead of the CSPRNG.
     """
 
     def __init__(
@@ -164,69 +621,75 @@ class EmitBatchFn(beam.DoFn):
         schema_version: int,
         settings: AnonymitySettings,
         output_dir: str,
+        *,
+        run_id: str = "",
+        memory_bytes: int = DEFAULT_MEMORY_MB << 20,
+        key: bytes | None = None,
         test_seed: int | None = None,
     ) -> None:
         self.task_id = task_id
         self.schema_version = schema_version
         self.settings = settings
-        self.dir = FileSystems.join(output_dir, BATCH_SUBDIR)
+        self.output_dir = output_dir
+        self.dir = os.path.join(output_dir, BATCH_SUBDIR)
+        self.run_id = run_id
+        self.memory_bytes = int(memory_bytes)
+        self.key = key
         self.test_seed = test_seed
         self.forwarded = Metrics.counter(COUNTER_NAMESPACE, "shuffle_forwarded")
         self.batches = Metrics.counter(COUNTER_NAMESPACE, "shuffle_batches")
         self.withheld = Metrics.counter(COUNTER_NAMESPACE, "shuffle_withheld")
         self.withheld_buckets = Metrics.counter(COUNTER_NAMESPACE, "shuffle_withheld_buckets")
+        self.already = Metrics.counter(COUNTER_NAMESPACE, "already_published")
 
     def display_data(self) -> dict[str, Any]:
         return {
             **task_id_display(self.task_id),
             **_settings_display(self.settings),
             "path": item(self.dir, "Batch directory"),
+            "memory_mb": item(self.memory_bytes >> 20, "Memory per unit (MiB)"),
+            "signed": item(self.key is not None, "Batches signed"),
             "test_seed": item(self.test_seed, "Test seed (not private)"),
         }
 
-    def _permutation(self, n: int, start_ms: int, pane: int) -> np.ndarray:
+    def _permutation(self, n: int, start_ms: int, unit: int, group: int) -> np.ndarray:
         if self.test_seed is None:
             return secure_permutation(n)
-        return seeded_permutation(n, [int(self.test_seed), int(start_ms), int(pane)])  # type: ignore[arg-type]
+        return seeded_permutation(n, [int(self.test_seed), int(start_ms), unit, group])  # type: ignore[arg-type]
 
-    def records(self, start_ms: int, parts: Sequence[GroupReports]) -> list[dict[str, object]]:
-        """The bucket's reports as report records with the bucket start as event time (not permuted)."""
-        out: list[dict[str, object]] = []
-        for part in parts:
-            n = len(part.reports)
-            if n:
-                out += reports_to_records(
-                    self.task_id, part.reports, np.full(n, start_ms, dtype=np.int64), int(part.group),
-                    schema_version=self.schema_version,
-                )  # fmt: skip
-        return out
+    def permuted(self, start_ms: int, refs: Sequence[ChunkRef]) -> Iterator[tuple[int, Reports]]:
+        """The bucket's reports in output order, unit by unit, ``(group, reports)``."""
+        units = plan_units(refs, unit_rows(refs, self.memory_bytes))
+        for u, (k0, k1) in enumerate(units):
+            for group, reports in unit_reports(refs, k0, k1).items():
+                yield group, reports.take(self._permutation(len(reports), start_ms, u, group))
 
-    def process(
-        self,
-        element: tuple[int, Iterable[GroupReports]],
-        pane=beam.DoFn.PaneInfoParam,  # noqa: B008 - Beam's param idiom
-    ) -> Iterator[Any]:
-        start, parts = element
-        parts = list(parts)
+    def process(self, element: tuple[int, Iterable[ChunkRef]]) -> Iterator[Any]:
+        start, chunks = element
+        refs = sorted(chunks, key=lambda r: r.path)  # one order whatever the runner's
         start = int(start)
         end = start + self.settings.precision_ms
-        index = int(getattr(pane, "index", 0) or 0)
-        n = sum(len(p.reports) for p in parts)
+        n = sum(r.n for r in refs)
+        try:
+            yield from self._emit(start, end, n, refs)
+        finally:
+            for r in refs:
+                r.delete()
+
+    def _emit(self, start: int, end: int, n: int, refs: list[ChunkRef]) -> Iterator[Any]:
         if n < self.settings.min_reports:
             self.withheld.inc(n)
             self.withheld_buckets.inc()
             yield TaggedOutput("counts", {"shuffle_withheld": n, "shuffle_withheld_buckets": 1})
             detail = (
-                f"bucket [{_iso(start)}, {_iso(end)}) pane {index} closed with {n} report(s), fewer than "
+                f"bucket [{_iso(start)}, {_iso(end)}) pane 0 closed with {n} report(s), fewer than "
                 f"anonymity.min_reports = {self.settings.min_reports}: withheld"
             )
-            dead = make_dead_letter(SHORT_BUCKET_REASON, "shuffler", detail=detail)
-            yield TaggedOutput("dead_letter", dead)
+            yield TaggedOutput(
+                "dead_letter", make_dead_letter(SHORT_BUCKET_REASON, "shuffler", detail=detail)
+            )
             return
-        records = self.records(start, parts)
-        perm = self._permutation(n, start, index)
-        shuffled = [records[i] for i in perm.tolist()]
-        name = f"batch-{self.task_id}-{compact_utc(start)}-{compact_utc(end)}-pane{index:05d}.avro"
+        name = batch_name(self.task_id, start, end)
         meta = {
             META_N: str(n),
             META_PREFIX + "task_id": self.task_id,
@@ -234,15 +697,28 @@ class EmitBatchFn(beam.DoFn):
             META_PREFIX + "bucket_end_ms": str(end),
             META_PREFIX + "time_precision_s": str(self.settings.time_precision_s),
             META_PREFIX + "min_reports": str(self.settings.min_reports),
-            META_PREFIX + "pane": str(index),
+            META_PREFIX + "pane": "0",
         }
-        path = FileSystems.join(self.dir, name)
-        tmp = FileSystems.join(self.dir, f".tmp-{uuid.uuid4().hex}-{name}.part")
-        with FileSystems.create(tmp) as fh:  # a failed write raises: the bundle fails and is retried
-            fastavro.writer(fh, schemas.report_schema(), shuffled, metadata=meta, sync_interval=1 << 20)
-        if FileSystems.exists(path):  # a retried bundle: its earlier copy is replaced
-            FileSystems.delete([path])
-        FileSystems.rename([tmp], [path])
+        sources: dict[str, int] = {}
+        for r in refs:
+            sources[r.source] = sources.get(r.source, 0) + r.n
+
+        def write(fh: Any) -> None:
+            write_batch(
+                fh, self.permuted(start, refs), task_id=self.task_id, schema_version=self.schema_version,
+                start_ms=start, end_ms=end, n=n, meta=meta, key=self.key,
+            )  # fmt: skip
+
+        ledger = {"task_id": self.task_id, "bucket_start_ms": start, "bucket_end_ms": end, "n": n,
+                  "sources": sources, "run_id": self.run_id}  # fmt: skip
+        if not publish_batch(self.output_dir, name, write, ledger):
+            prior = ledger_entry(self.output_dir, name) or {}
+            if prior.get("run_id") != self.run_id or prior.get("sources") != sources:
+                # published before (an earlier run, or a concurrent bundle): never rewritten
+                self.already.inc(n)
+                yield TaggedOutput("counts", {"already_published": n})
+                return
+            # a retried bundle of this run published it already: the same outcome, not written again
         self.forwarded.inc(n)
         self.batches.inc()
         yield TaggedOutput("counts", {"shuffle_forwarded": n, "shuffle_batches": 1})
@@ -263,19 +739,20 @@ def manifest_entry(name: str, meta: dict[str, str]) -> dict[str, object]:
         "pane": int(meta.get(META_PREFIX + "pane", "0")),
         "time_precision_s": int(meta[META_PREFIX + "time_precision_s"]),
         "n": int(meta[META_N]),
+        "signed": META_TAG in meta,
     }
 
 
 class HoldBucketsFn(beam.DoFn):
-    """Streaming: ``(bucket_start_ms, GroupReports)`` keyed by bucket, in the global window ->
-    ``(bucket_start_ms, [GroupReports, ...])`` once per bucket, when the watermark passes the bucket's
-    end plus ``allowed_lateness_s`` (an event-time timer); a batch of a bucket that was already emitted is
-    withheld and counted (``late_dropped``, one ``late`` dead letter with its size). Nothing is ever late
-    for the runner (the global window), so no report is dropped uncounted; a bucket first seen after its close
-    time is emitted at the next watermark advance. State per bucket: its reports until it closes, then
-    one boolean."""
+    """Streaming: ``(bucket_start_ms, ChunkRef)`` keyed by bucket, in the global window ->
+    ``(bucket_start_ms, [ChunkRef, ...])`` once per bucket, when the watermark passes the bucket's end
+    plus ``allowed_lateness_s`` (an event-time timer); a chunk of a bucket already emitted is withheld,
+    counted (``late_dropped``, one ``late`` dead letter with its size) and its spill file deleted. Nothing
+    is ever late for the runner (the global window), so no report is dropped uncounted; a bucket first
+    seen after its close time is emitted at the next watermark advance. State per bucket: its chunk
+    references (not the reports) until it closes, then one boolean."""
 
-    REPORTS = BagStateSpec("reports", PickleCoder())
+    REPORTS = BagStateSpec("chunks", PickleCoder())
     CLOSED = ReadModifyWriteStateSpec("closed", BooleanCoder())
     CLOSE = TimerSpec("close", TimeDomain.WATERMARK)
 
@@ -292,20 +769,18 @@ class HoldBucketsFn(beam.DoFn):
 
     def process(
         self,
-        element: tuple[int, GroupReports],
+        element: tuple[int, ChunkRef],
         reports=beam.DoFn.StateParam(REPORTS),  # noqa: B008 - Beam's state idiom
         closed=beam.DoFn.StateParam(CLOSED),  # noqa: B008
         timer=beam.DoFn.TimerParam(CLOSE),  # noqa: B008
     ) -> Iterator[Any]:
-        start, gr = element
+        start, ref = element
         if closed.read():
-            n = len(gr.reports)
-            self.late.inc(n)
-            yield TaggedOutput("counts", {"late_dropped": n})
-            detail = f"{n} accepted report(s) arrived after their bucket closed; withheld"
-            yield TaggedOutput("dead_letter", make_dead_letter("late", "shuffler", detail=detail))
+            self.late.inc(ref.n)
+            ref.delete()
+            yield from _late(ref.n, "arrived after their bucket closed; withheld")
             return
-        reports.add(gr)
+        reports.add(ref)
         timer.set(Timestamp(micros=(int(start) + self.precision_ms + self.lateness_ms) * 1000))
 
     @on_timer(CLOSE)
@@ -326,7 +801,7 @@ class Shuffle(beam.PTransform):
     """The validate step's ``(task_id, GroupReports)`` -> manifest entries (``batches``), ``counts`` and
     ``dead_letter`` (withheld buckets, late batches); see the module docstring. Batch: a ``GroupByKey``
     per bucket; ``streaming``: :class:`HoldBucketsFn` (one batch per bucket, at its end plus
-    ``allowed_lateness_s``)."""
+    ``allowed_lateness_s``). ``published``: buckets published by an earlier run on the same output."""
 
     def __init__(
         self,
@@ -338,6 +813,10 @@ class Shuffle(beam.PTransform):
         streaming: bool,
         allowed_lateness_s: float = 0.0,
         test_seed: int | None = None,
+        run_id: str = "",
+        memory_bytes: int = DEFAULT_MEMORY_MB << 20,
+        key: bytes | None = None,
+        published: dict[int, dict[str, int] | None] | None = None,
     ) -> None:
         super().__init__()
         self.task_id = task_id
@@ -347,6 +826,10 @@ class Shuffle(beam.PTransform):
         self.streaming = streaming
         self.allowed_lateness_s = float(allowed_lateness_s)
         self.test_seed = test_seed
+        self.run_id = run_id
+        self.memory_bytes = int(memory_bytes)
+        self.key = key
+        self.published = published or {}
 
     def display_data(self) -> dict[str, Any]:
         return {
@@ -355,32 +838,42 @@ class Shuffle(beam.PTransform):
             "path": item(self.output_dir, "Directory"),
             "streaming": item(bool(self.streaming), "Streaming"),
             "allowed_lateness_s": item(self.allowed_lateness_s, "Allowed lateness (s)"),
+            "memory_mb": item(self.memory_bytes >> 20, "Memory per unit (MiB)"),
+            "signed": item(self.key is not None, "Batches signed"),
             "test_seed": item(self.test_seed, "Test seed (not private)"),
         }
 
     def expand(self, reports) -> dict[str, Any]:
         s = self.settings
+        spill_dir = os.path.join(self.output_dir, STATE_SUBDIR, "spill")
         keyed = (
             reports
             | "Global" >> beam.WindowInto(bw.GlobalWindows())
             | "Bucket" >> beam.ParDo(KeyByBucket(s)).with_output_types(tuple[int, Any])
         )
-        late: list[Any] = []
+        spilled = keyed | "Spill" >> beam.ParDo(
+            SpillFn(spill_dir, self.published, self.test_seed)
+        ).with_outputs("counts", "dead_letter", main="chunks")
+        chunks = spilled.chunks | "KeyType" >> beam.Map(lambda kv: kv).with_output_types(tuple[int, Any])
+        side = [spilled]
         if self.streaming:
-            held = keyed | "Hold" >> beam.ParDo(HoldBucketsFn(s, self.allowed_lateness_s)).with_outputs(
+            held = chunks | "Hold" >> beam.ParDo(HoldBucketsFn(s, self.allowed_lateness_s)).with_outputs(
                 "counts", "dead_letter", main="buckets"
             )
-            grouped, late = held.buckets, [held]
+            grouped = held.buckets
+            side.append(held)
         else:
-            grouped = keyed | "Group" >> beam.GroupByKey()
-        fn = EmitBatchFn(self.task_id, self.schema_version, s, self.output_dir, self.test_seed)
+            grouped = chunks | "Group" >> beam.GroupByKey()
+        fn = EmitBatchFn(
+            self.task_id, self.schema_version, s, self.output_dir, run_id=self.run_id,
+            memory_bytes=self.memory_bytes, key=self.key, test_seed=self.test_seed,
+        )  # fmt: skip
         out = grouped | "Emit" >> beam.ParDo(fn).with_outputs("counts", "dead_letter", main="batches")
-        if not late:
-            return {"batches": out.batches, "counts": out.counts, "dead_letter": out.dead_letter}
         return {
             "batches": out.batches,
-            "counts": (out.counts, late[0].counts) | "Counts" >> beam.Flatten(),
-            "dead_letter": (out.dead_letter, late[0].dead_letter) | "DeadLetters" >> beam.Flatten(),
+            "counts": (out.counts, *(o.counts for o in side)) | "Counts" >> beam.Flatten(),
+            "dead_letter": (out.dead_letter, *(o.dead_letter for o in side))
+            | "DeadLetters" >> beam.Flatten(),
         }
 
 
@@ -408,9 +901,24 @@ def batch_manifest(output_dir: str) -> list[dict[str, object]]:
 
 
 def write_manifest(output_dir: str, entries: Sequence[dict[str, object]]) -> str:
-    """Writes ``OUT/batches.jsonl`` (one JSON object per batch) and returns its path."""
-    path = FileSystems.join(output_dir, "batches.jsonl")
-    with FileSystems.create(path) as fh:
-        for e in entries:
-            fh.write((json.dumps(e, sort_keys=True) + "\n").encode("utf-8"))
+    """Writes ``OUT/batches.jsonl`` (one JSON object per batch) atomically and returns its path."""
+    path = os.path.join(output_dir, "batches.jsonl")
+    atomic_write(path, b"".join((json.dumps(e, sort_keys=True) + "\n").encode("utf-8") for e in entries))
     return path
+
+
+def clear_spill(output_dir: str) -> int:
+    """Removes what a killed run left: spill files and temporary batch files (never a published batch).
+    Returns the number of files removed."""
+    removed = 0
+    spill = os.path.join(output_dir, STATE_SUBDIR, "spill")
+    if os.path.isdir(spill):
+        removed += sum(len(files) for _, _, files in os.walk(spill))
+        shutil.rmtree(spill)
+    batch_dir = os.path.join(output_dir, BATCH_SUBDIR)
+    if os.path.isdir(batch_dir):
+        for name in os.listdir(batch_dir):
+            if name.startswith(".tmp-") and name.endswith(".part"):
+                os.unlink(os.path.join(batch_dir, name))
+                removed += 1
+    return removed
