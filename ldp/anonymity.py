@@ -36,6 +36,7 @@ __all__ = [
     "check_anonymity",
     "parse_anonymity",
     "window_problems",
+    "batch_reports",
     "round_event_ms",
     "is_rounded",
     "bucket_start_ms",
@@ -209,6 +210,18 @@ def window_problems(
                 f"({settings.time_precision_s} s): rounded event times would move reports between windows"
             )
     return out
+
+
+def batch_reports(window_reports: int, window_size_s: float | None, precision_s: int) -> int:
+    """The reports expected in one shuffled batch (one bucket of ``precision_s`` seconds) when
+    ``window_reports`` are expected per aggregation window of ``window_size_s`` seconds, spread evenly:
+    ``floor(window_reports * precision_s / window_size_s)``. A window no longer than a bucket, or the
+    global window (``window_size_s`` None, whose number of buckets is unknown), counts ``window_reports``
+    per batch. A user hides only among the reports of its own batch, so privacy is planned at this ``n``."""
+    n = int(window_reports)
+    if window_size_s is None or float(window_size_s) <= precision_s:
+        return n
+    return (n * int(precision_s) * 1000) // round(float(window_size_s) * 1000)
 
 
 def round_event_ms(event_ms: np.ndarray, precision_s: int) -> np.ndarray:

@@ -45,14 +45,18 @@ pseudonym), a memoized mechanism (reports linkable across windows; ``memo-olh`` 
 user's hash seed in every report), a window size or period that is not a multiple of
 ``time_precision_s``. Two more keys set an optional **central target**:
 
-* ``"central_epsilon": 1.0``: the central epsilon (at the section's ``delta``) one shuffled window must
-  meet; ``"expected_reports": 1000000``: the reports expected per shuffled window (range tasks: default
-  ``expected_users``), at least ``min_reports``.
+* ``"central_epsilon": 1.0``: the central epsilon (at the section's ``delta``) every shuffled batch must
+  meet; ``"expected_reports": 1000000``: the reports expected per aggregation window (range tasks: default
+  ``expected_users``), at least ``min_reports``. A user hides only among the reports of its own batch (one
+  bucket of ``time_precision_s``), so the target is planned per batch, at
+  ``expected_reports * time_precision_s / window.size_s`` reports (``Task.expected_batch_reports``,
+  ``ldp.anonymity.batch_reports``; the global window, or a window of one bucket: ``expected_reports``),
+  which must also reach ``min_reports``: a daily window of 1e6 reports with hourly buckets plans at 41,666.
 * ``"epsilon": "auto"`` (only with a central target): the local epsilon is the largest ``eps0`` whose
-  shuffled guarantee at ``expected_reports`` meets the target (``ldp.shuffle.local_epsilon_for_central``;
+  shuffled guarantee at the expected batch size meets the target (``ldp.shuffle.local_epsilon_for_central``;
   GRR's own bound when the oracle is GRR, else the bound for any eps0-LDP randomizer), rounded down to
   0.001. The parsed task carries that number, so clients and the aggregator use the same epsilon.
-* ``"epsilon": <number>`` with a central target: it must meet the target at ``expected_reports`` (any
+* ``"epsilon": <number>`` with a central target: it must meet the target at the batch size (any
   smaller epsilon does); otherwise the task is refused, naming the largest epsilon that does.
 * :func:`resolve_task` writes the number into ``epsilon`` and records ``resolved.local_epsilon``
   (``epsilon``, ``central_epsilon``, ``delta``, ``expected_reports``, ``accounting``); a load refuses a
@@ -312,11 +316,12 @@ class CentralTarget:
     """The central target of a task's ``anonymity`` section (both keys optional).
 
     Attributes:
-        central_epsilon: the central epsilon, at ``anonymity.delta``, one shuffled window must meet
+        central_epsilon: the central epsilon, at ``anonymity.delta``, every shuffled batch must meet
             (None: no target; the local ``epsilon`` is then given as a number).
-        expected_reports: the reports expected per shuffled window, the ``n`` the target is met at (range
-            tasks: default ``expected_users``); the guarantee achieved is reported from the ``n`` actually
-            shuffled (``python -m pipelines.privacy``).
+        expected_reports: the reports expected per aggregation window (range tasks: default
+            ``expected_users``); the target is met at the batch size it implies
+            (:attr:`Task.expected_batch_reports`); the guarantee achieved is reported from the ``n`` of
+            each batch actually shuffled (``pipelines.window_privacy``).
     """
 
     central_epsilon: float | None = None
@@ -390,6 +395,16 @@ class Task:
         if given is None and isinstance(self, RangeTask):
             return self.expected_users
         return given
+
+    @property
+    def expected_batch_reports(self) -> int | None:
+        """The reports expected per shuffled batch (one bucket of ``anonymity.time_precision_s``), the ``n``
+        a central target is planned at: :attr:`expected_reports` spread over the window's buckets
+        (:func:`ldp.anonymity.batch_reports`). None when :attr:`expected_reports` is."""
+        n = self.expected_reports
+        if n is None or self.anonymity is None:
+            return None
+        return _anonymity.batch_reports(n, self.window.size_s, self.anonymity.time_precision_s)
 
     def _common_dict(self) -> dict[str, object]:
         return {
@@ -1180,6 +1195,29 @@ def _epsilon_for_target(
     return grr if shuffle_accounting(probe)[0] == "grr" else general
 
 
+def _batch_target_reports(
+    n: int | None,
+    window: WindowConfig,
+    settings: _anonymity.AnonymitySettings,
+    target: CentralTarget | None,
+    problems: Problems,
+) -> int | None:
+    """The reports expected per shuffled batch (:func:`ldp.anonymity.batch_reports` of the window's
+    ``n``): a user hides only among its own batch, so a central target is planned and checked there; with
+    a target, at least ``min_reports`` (else the shuffler would withhold the batches it is planned for)."""
+    if n is None or not isinstance(window, WindowConfig):
+        return n
+    per_batch = _anonymity.batch_reports(n, window.size_s, settings.time_precision_s)
+    has_target = target is not None and target.central_epsilon is not None
+    if has_target and per_batch != n and per_batch < settings.min_reports:
+        problems.append(
+            f"anonymity.expected_reports ({n} per {window.size_s:g} s window) gives {per_batch} reports per "
+            f"{settings.time_precision_s} s batch, below anonymity.min_reports ({settings.min_reports}): the "
+            "shuffler would withhold the batches the target is planned for"
+        )
+    return per_batch
+
+
 def _check_shuffled_task(task: Task, n: int | None, problems: Problems) -> None:
     """What a shuffled task must not do (its reports would identify a sender, or rounding would move them
     between windows), and its epsilon against the central target."""
@@ -1208,8 +1246,8 @@ def _check_shuffled_task(task: Task, n: int | None, problems: Problems) -> None:
         best = _largest_local_epsilon(target, settings.delta, n, accounting, k)
         problems.append(
             f"epsilon {task.epsilon:g} does not meet anonymity.central_epsilon {target:g} (delta "
-            f"{settings.delta:g}) at {n} reports per window ({accounting} bound): the largest local epsilon "
-            f'that does is {best:g} (or write "epsilon": "auto")'
+            f"{settings.delta:g}) at {n} reports per shuffled batch ({accounting} bound): the largest local "
+            f'epsilon that does is {best:g} (or write "epsilon": "auto")'
         )
 
 
@@ -1894,6 +1932,7 @@ def parse_task(
         settings, target = _check_anonymity(obj.get("anonymity"), problems)
         if settings is not None:
             n = _target_reports(obj, task_kind.name, settings, target, problems)
+            n = _batch_target_reports(n, common["window"], settings, target, problems)  # type: ignore[arg-type]
     goal = None if target is None else target.central_epsilon
     auto_epsilon = anonymous and obj.get("epsilon") == AUTO_EPSILON
     if auto_epsilon and goal is None and "anonymity" not in obj:

@@ -4,14 +4,17 @@
 
 Prints the local guarantee of one report (``epsilon_1`` / ``epsilon_inf`` for the memoized mechanisms) and
 over ``--windows`` windows; for a task with an ``anonymity`` section (``"shuffled": true``) the central
-guarantee of one shuffled window of ``--users`` reports and its composition over the windows, tight (PLD)
+guarantee of one shuffled batch of ``--users`` reports and its composition over the windows, tight (PLD)
 beside basic, each with the method that gives it (``ldp.shuffle.accountant``, ``docs/shuffle_accounting.md``).
-``--users`` is the number of reports shuffled together per window (default: the task's
-``anonymity.expected_reports``); the guarantee is only as good as that number, so give the ``n`` the
-shuffler's manifest (``OUT/batches.jsonl``) reports. A task without the section prints "no central
-guarantee (reports are not shuffled)". ``--json OUT`` also writes the figures (``local_epsilon``,
-``central_epsilon`` per window, ``central_delta``, ``windows``, ``central_epsilon_composed``, ``method``,
-...).
+A user hides only among the reports of its own batch (one bucket of ``anonymity.time_precision_s``), and a
+window's guarantee is the worst of its batches', so ``--users`` is the number of reports of one batch
+(default: the task's expected batch size, ``expected_reports`` spread over the window's buckets,
+``ldp.task.Task.expected_batch_reports``); a user is in at most one batch per window, so the composition
+over ``--windows`` windows composes one batch's figure per window. The guarantee is only as good as that
+number: give the smallest ``n`` of the shuffler's manifest (``OUT/batches.jsonl``). A task without the
+section prints "no central guarantee (reports are not shuffled)". ``--json OUT`` also writes the figures
+(``local_epsilon``, ``central_epsilon`` per batch, ``central_delta``, ``windows``,
+``central_epsilon_composed``, ``method``, ...).
 
 Runs no pipeline and imports no Beam. Errors are one line on stderr, exit status 2.
 """
@@ -64,10 +67,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--users",
         type=int,
-        help="reports shuffled together per window (one per reporting user); default: the task's "
-        "anonymity.expected_reports",
+        help="reports shuffled together in one batch (one bucket; one per reporting user); default: the "
+        "task's anonymity.expected_reports spread over the window's buckets",
     )
-    p.add_argument("--windows", type=int, default=1, help="windows a user reports in (one report each)")
+    p.add_argument(
+        "--windows", type=int, default=1, help="windows a user reports in (one report, one batch each)"
+    )
     p.add_argument(
         "--delta", type=float, help="total delta of the central guarantee (default: anonymity.delta)"
     )
@@ -140,7 +145,7 @@ def privacy_report(
     if not task.shuffled:
         return out
     settings = task.anonymity
-    n = users if users is not None else task.expected_reports
+    n = users if users is not None else task.expected_batch_reports
     if n is None:
         raise ValueError("--users is required: the task gives no anonymity.expected_reports")
     if n < 1:
@@ -186,6 +191,7 @@ def privacy_report(
             "central_epsilon": target,
             "delta": settings.delta,
             "expected_reports": task.expected_reports,
+            "expected_batch_reports": task.expected_batch_reports,
             "met_at_users": bool(one <= target + 1e-6 + 1e-5 * target) if d == settings.delta else None,
         }
     return out
@@ -226,10 +232,13 @@ def format_report(r: dict[str, Any]) -> str:
         return "\n".join(lines)
     a = r["anonymity"]
     lines.append(
-        f"central (shuffled, {r['users']:,} reports per window, time precision {a['time_precision_s']} s, "
+        f"central (shuffled, {r['users']:,} reports per batch, time precision {a['time_precision_s']} s, "
         f"min_reports {a['min_reports']}, accounting {r['accounting']}):"
     )
-    lines.append(f"  one window: epsilon = {_g(r['central_epsilon'])} at delta = {r['central_delta']:g}")
+    lines.append(
+        f"  one batch (and a window, the worst of its batches): epsilon = {_g(r['central_epsilon'])} at "
+        f"delta = {r['central_delta']:g}"
+    )
     lines.append(f"    method: {r['method']['central']}")
     lines.append(
         f"  {w} window(s): epsilon = {_g(r['central_epsilon_composed'])} (tight) / "
@@ -243,7 +252,8 @@ def format_report(r: dict[str, Any]) -> str:
         verdict = "" if met is None else (" (met)" if met else " (NOT met at this n)")
         lines.append(
             f"  target: central epsilon {_g(t['central_epsilon'])} at delta {t['delta']:g} with "
-            f"{t['expected_reports']:,} expected reports{verdict}"
+            f"{t['expected_reports']:,} expected reports per window, "
+            f"{t['expected_batch_reports']:,} per batch{verdict}"
         )
     return "\n".join(lines)
 

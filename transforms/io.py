@@ -238,15 +238,23 @@ def dangling_links(pattern: str) -> list[tuple[str, str]]:
     return out
 
 
-def shuffled_batches(pattern: str) -> tuple[list[dict[str, object]], list[str]]:
-    """What the shuffler says about the report files ``pattern`` matches: ``(batches, plain)``.
+def shuffled_batches(
+    pattern: str, key: bytes | None = None, task_id: str | None = None
+) -> tuple[list[dict[str, object]], list[str]]:
+    """What the shuffler says about the report files ``pattern`` matches, authenticated: ``(batches, plain)``.
 
-    Each file's Avro header is read (``fastavro``'s reader reads the header when it opens, no block):
-    a batch the shuffler wrote carries ``ldp.shuffle.n`` and its bucket (``transforms.shuffle``), and
-    becomes one entry (:func:`transforms.shuffle.manifest_entry` plus ``path`` and ``min_reports``); any
-    other file (no such metadata, or no readable header) is listed in ``plain``. The headers, not
-    ``OUT/batches.jsonl``, are read because they travel with the very files the job reads: a manifest
-    could describe other files than the glob matches. ``.done`` markers are skipped."""
+    Each file is read whole and checked by :func:`ldp.shuffle.provenance.verify_batch` under ``key`` (the
+    job's ``--shuffle_key``; None: none given) for the job's ``task_id``: its header is parsed, every
+    block walked with each length bounds-checked, its records counted from the blocks and its tag
+    verified. A file with the shuffler's metadata becomes one entry
+    (:func:`transforms.shuffle.manifest_entry` plus ``path`` and ``min_reports``) whose ``n`` is the
+    number of records its body holds (never the header's word; ``declared_n`` keeps that), with
+    ``verified`` and ``provenance`` (None, or the reason code it did not verify: ``no_key``, ``no_tag``,
+    ``bad_tag``, ``n_mismatch``, ``wrong_task``...); any other file (no such metadata, or not a
+    well-formed container) is listed in ``plain``. The files, not ``OUT/batches.jsonl``, are read because
+    they are the very files the job reads: a manifest could describe other files than the glob matches.
+    ``.done`` markers are skipped."""
+    from ldp.shuffle.provenance import verify_batch, verify_file
     from transforms.shuffle import META_N, META_PREFIX, manifest_entry
 
     batches: list[dict[str, object]] = []
@@ -255,17 +263,29 @@ def shuffled_batches(pattern: str) -> tuple[list[dict[str, object]], list[str]]:
     for path in paths:
         if path.endswith(DONE_SUFFIX):
             continue
-        try:
+        if "://" in path:
             with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as fh:
-                meta = {k: v for k, v in fastavro.reader(fh).metadata.items() if k.startswith(META_PREFIX)}
-            if META_N not in meta:
-                plain.append(path)
-                continue
-            entry = manifest_entry(os.path.basename(path), meta)
-            entry.update(path=path, min_reports=int(meta.get(META_PREFIX + "min_reports", "0")))
-        except (OSError, ValueError, KeyError, EOFError, StopIteration):
-            plain.append(path)  # not an Avro container (the job dead-letters it), or foreign metadata
+                verdict = verify_batch(fh.read(), key, task_id=task_id or "")
+        else:
+            verdict = verify_file(path, key, task_id=task_id or "")
+        raw = verdict.metadata
+        meta = {k: v.decode("utf-8", errors="replace") for k, v in raw.items() if k.startswith(META_PREFIX)}
+        if verdict.reason in ("malformed", "not_a_batch") or META_N not in meta:
+            plain.append(path)  # not a batch the shuffler wrote: the job dead-letters what it cannot read
             continue
+        try:
+            entry = manifest_entry(os.path.basename(path), meta)
+            entry.update(min_reports=int(meta.get(META_PREFIX + "min_reports", "0")))
+        except (ValueError, KeyError):
+            plain.append(path)  # the shuffler's keys, but not values it writes
+            continue
+        entry.update(
+            path=path,
+            n=verdict.n_records,
+            declared_n=verdict.declared_n,
+            verified=verdict.verified,
+            provenance=verdict.reason,
+        )
         batches.append(entry)
     return batches, plain
 
