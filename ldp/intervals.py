@@ -43,6 +43,10 @@ The simulation is seeded from the data (:func:`data_seed`, a hash of the support
 equal reports give equal intervals on every runner, re-run and pane replay. Coverage is measured by
 ``experiments/coverage.py`` (``docs/intervals.md``).
 
+These are per-value intervals, valid for a value chosen in advance. A view that picks values by their
+estimates (a top-k) shows :func:`ldp.selection.simultaneous_intervals` instead, and the rows' noise flag
+``ci_includes_zero`` is the domain-wide (Bonferroni) one of :mod:`ldp.selection`.
+
 Range answers (:func:`answer_interval`): the normal interval of the unclipped answer, intersected with
 [0, 1] and extended to contain the published (clipped) answer.
 """
@@ -58,6 +62,7 @@ from typing import Any
 import numpy as np
 
 import ldp.postprocess as _pp
+from ldp.selection import DEFAULT_RULE, discoveries
 
 __all__ = [
     "LEVEL",
@@ -315,7 +320,10 @@ class FrequencyIntervals:
             published number.
         ci_method: ``normal``, ``clipped``, ``simulated-inversion`` or ``clipped-hull``.
         unbiased, unbiased_std: the base estimate and its closed-form (Eq. 4) standard deviation.
-        ci_includes_zero: the unbiased estimate's normal interval contains 0 (noise level).
+        ci_includes_zero: noise level over the domain: the unbiased estimate's *simultaneous* interval
+            (Bonferroni over the ``d`` values, ``f~ +- Phi^-1(1 - 0.05/(2d)) sigma``,
+            :func:`ldp.selection.simultaneous_intervals`) contains 0; False flags a value whose frequency
+            is shown to be above 0 with a family-wise error rate of 5% over the whole domain.
         replicas: simulation replicas used (0: closed form).
     """
 
@@ -356,7 +364,9 @@ def frequency_intervals(
     sd = np.sqrt(np.asarray(estimate.variance_with_f, dtype=np.float64))
     pub = np.asarray(published, dtype=np.float64)
     ulo, uhi = normal_interval(f, sd, level)
-    zero = (ulo <= 0.0) & (uhi >= 0.0)
+    # over the whole domain (ldp.selection): a per-value 95% test would flag ~5% of the values whose true
+    # frequency is 0; the row's flag is the Bonferroni one, the simultaneous interval of f~ contains 0
+    zero = ~discoveries(f, sd, d, DEFAULT_RULE, 1.0 - level)
     kind = ci_method_name(method, d)
     common = dict(unbiased=f, unbiased_std=sd, ci_includes_zero=zero, ci_method=kind, published=pub)
     if kind == "normal":
