@@ -108,6 +108,9 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
     )
     add_output_flags(parser)
+    from pipelines.window_privacy import add_shuffle_key_flag
+
+    add_shuffle_key_flag(parser)
     parser.add_argument(
         "--streaming", action="store_true", help="streaming job: watch --input for new files, or read Pub/Sub"
     )
@@ -317,6 +320,9 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
     sources = [f for f in ("input", "input_subscription", "input_topic") if getattr(ns, f)]
     if len(sources) != 1:
         fail("give exactly one of --input, --input_subscription, --input_topic")
+    from pipelines.window_privacy import check_shuffle_key
+
+    check_shuffle_key(ns)  # a key file others may read, or missing: one line, exit 2
     if not ns.input and not streaming:
         fail("Pub/Sub input (--input_subscription / --input_topic) needs --streaming")
     check_pubsub_path(getattr(ns, "input_subscription", None), "subscription", flag="--input_subscription")
@@ -707,7 +713,7 @@ def _privacy_accounting(
     spec = agg.outputs[0]
     try:
         return job_privacy(task, ns.input, written.get(spec.name, []), counts, ns.output, spec,
-                           window.accumulating)  # fmt: skip
+                           window.accumulating, getattr(ns, "shuffle_key", None))  # fmt: skip
     except (ValueError, OSError, ArithmeticError) as exc:
         _LOG.warning("privacy figures per window unavailable: %s", exc)
         return None
