@@ -374,6 +374,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     seconds = time.perf_counter() - t0
     # streaming: the closed count windows (the DirectRunner's streaming counters are incomplete)
     raw = closed_window_counts(ns.output) if streaming else job_counts(result)
+    clear_spill(ns.output)  # late chunks' leftovers, if any
     entries = batch_manifest(ns.output)
     write_manifest(ns.output, entries)
     acct = accounting(raw)

@@ -675,6 +675,11 @@ class EmitBatchFn(beam.DoFn):
         finally:
             for r in refs:
                 r.delete()
+            for d in {os.path.dirname(r.path) for r in refs}:
+                try:
+                    os.rmdir(d)
+                except OSError:  # not empty: another bundle's chunks of the bucket (late ones)
+                    pass
 
     def _emit(self, start: int, end: int, n: int, refs: list[ChunkRef]) -> Iterator[Any]:
         if n < self.settings.min_reports:
