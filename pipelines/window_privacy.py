@@ -107,11 +107,14 @@ def iso_to_ms(text: str | None) -> int | None:
 
 def accepted_per_window(output: str, spec: OutputSpec, accumulating: bool) -> dict[tuple[Any, Any], int]:
     """The accepted reports per window (``(window_start, window_end)`` as in the rows) from the
-    ``n_reports`` of ``spec``'s JSON Lines rows: summed over the groups of a pane, then over the panes
-    (discarding) or the largest pane (accumulating). Windows whose rows have no ``n_reports`` are left
-    out."""
+    ``n_reports`` of ``spec``'s JSON Lines rows, each report counted once: rows with a ``group`` (one per
+    group: frequency, sparse) are summed over the pane's distinct groups; rows without one describe the
+    whole window (range answers: one row per query, each with the window's total; numeric: one per
+    attribute, each with the reports that carried it), so a pane counts its largest. Then over the panes:
+    summed (discarding) or the largest pane (accumulating). Windows whose rows have no ``n_reports`` are
+    left out."""
     base = os.path.join(output, spec.subdir) if spec.subdir else output
-    panes: dict[tuple[Any, Any], dict[int, int]] = {}
+    panes: dict[tuple[Any, Any], dict[int, dict[Any, int]]] = {}
     for path in glob.glob(os.path.join(base, f"{spec.prefix}-*.jsonl")):
         with open(path, encoding="utf-8") as fh:
             for line in fh:
@@ -121,10 +124,14 @@ def accepted_per_window(output: str, spec: OutputSpec, accumulating: bool) -> di
                 if not isinstance(r.get("n_reports"), int):
                     continue
                 key = (r.get("window_start"), r.get("window_end"))
-                pane = int(r.get("pane_index", 0))
-                by_pane = panes.setdefault(key, {})
-                by_pane[pane] = by_pane.get(pane, 0) + int(r["n_reports"])
-    return {k: (max(v.values()) if accumulating else sum(v.values())) for k, v in panes.items()}
+                by_group = panes.setdefault(key, {}).setdefault(int(r.get("pane_index", 0)), {})
+                group = r.get("group")  # None: a row of the whole window (one of several queries...)
+                by_group[group] = max(by_group.get(group, 0), int(r["n_reports"]))
+    out: dict[tuple[Any, Any], int] = {}
+    for key, by_pane in panes.items():
+        per_pane = [sum(groups.values()) for groups in by_pane.values()]
+        out[key] = max(per_pane) if accumulating else sum(per_pane)
+    return out
 
 
 def _local(task: Any) -> dict[str, Any]:

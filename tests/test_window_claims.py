@@ -149,3 +149,183 @@ def test_the_privacy_command_composes_batch_figures_over_windows():
     assert r["central_epsilon"] == pytest.approx(one)
     assert one < r["central_epsilon_composed"] <= r["central_epsilon_composed_basic"]
     assert np.isfinite(r["central_epsilon_composed"])
+
+
+# -- through whole job runs (DirectRunner, seconds each: the integration tier) ------------------------------
+FREQ = {
+    "task_id": "prov",
+    "mechanism": "grr",
+    "epsilon": 2.0,
+    "domain_size": 4,
+    "window": {"size_s": 600},
+    "anonymity": {"shuffled": True, "time_precision_s": 600, "min_reports": 100, "delta": 1e-6},
+}
+
+
+def _batch_bytes(task, start_ms: int, n: int, *, key: bytes | None, seed: int, task_id: str = "prov",
+                 meta_bucket: int | None = None, **meta_extra) -> bytes:  # fmt: skip
+    """A batch file of ``n`` reports at ``start_ms``: its header says bucket ``meta_bucket`` (default the
+    same) and task ``task_id``; signed under ``key`` when given."""
+    import io
+
+    import fastavro
+
+    import schemas
+    from ldp.shuffle import provenance as pv
+    from transforms.records import reports_to_records
+
+    rng = np.random.default_rng(seed)
+    reps = task.make_oracle().encode(rng.integers(0, 4, n), rng=rng)
+    recs = reports_to_records(task.task_id, reps, np.full(n, start_ms, dtype=np.int64))
+    b = start_ms if meta_bucket is None else meta_bucket
+    meta = {pv.META_N: str(n), pv.META_TASK_ID: task_id, pv.META_BUCKET_START: str(b),
+            pv.META_BUCKET_END: str(b + 600_000), "ldp.shuffle.time_precision_s": "600",
+            "ldp.shuffle.min_reports": "100", **meta_extra}  # fmt: skip
+    buf = io.BytesIO()
+    fastavro.writer(buf, schemas.report_schema(), recs, metadata=meta)
+    return buf.getvalue() if key is None else pv.sign_container(buf.getvalue(), key)
+
+
+def _relabel(data: bytes, **changes: str) -> bytes:
+    from ldp.shuffle import provenance as pv
+
+    c = pv.read_container(data)
+    meta = {**c.metadata, **{f"ldp.shuffle.{k}": v.encode() for k, v in changes.items()}}
+    return pv.encode_header(meta, c.sync) + data[c.header_len :]
+
+
+def _reblock(data: bytes, task, n: int, start_ms: int, seed: int) -> bytes:
+    """The same header (tag included) over a body of ``n`` other records, header n updated."""
+    from ldp.shuffle import provenance as pv
+
+    c = pv.read_container(data)
+    other = pv.read_container(fresh := _batch_bytes(task, start_ms, n, key=None, seed=seed))
+    body = fresh[other.header_len :].replace(other.sync, c.sync)
+    meta = {**c.metadata, pv.META_N: str(n).encode()}
+    return pv.encode_header(meta, c.sync) + body
+
+
+def _job(tmp_path, name: str, files: dict[str, bytes], *extra: str) -> dict:
+    from pipelines import frequency
+
+    d = tmp_path / name
+    d.mkdir()
+    for fname, data in files.items():
+        (d / fname).write_bytes(data)
+    (tmp_path / "task.json").write_text(__import__("json").dumps(FREQ))
+    return frequency.run(["--task", str(tmp_path / "task.json"), "--input", str(d / "*.avro"),
+                          "--output", str(tmp_path / f"out-{name}"), *extra])  # fmt: skip
+
+
+@pytest.mark.integration
+def test_forged_batches_earn_no_central_claim_through_a_job(tmp_path):
+    from ldp.shuffle import provenance as pv
+    from ldp.shuffle.provenance import new_key_file
+
+    task = parse_task(FREQ)
+    key_file = tmp_path / "shuffle.key"
+    new_key_file(key_file)
+    key = key_file.read_bytes().rstrip(b"\n")
+    w = [T0 + i * 600_000 for i in range(9)]
+    good = _batch_bytes(task, w[0], 500, key=key, seed=1)
+    files = {
+        "0-genuine.avro": good,
+        "1-n.avro": _relabel(_batch_bytes(task, w[1], 500, key=key, seed=2), n="5000"),
+        # signed for the bucket before, relabelled into this one (its records' times are this one's)
+        "2-bucket.avro": _relabel(
+            _batch_bytes(task, w[2], 500, key=key, seed=3, meta_bucket=w[1]),
+            bucket_start_ms=str(w[2]),
+            bucket_end_ms=str(w[2] + 600_000),
+        ),  # fmt: skip
+        "3-added.avro": _reblock(_batch_bytes(task, w[3], 500, key=key, seed=4), task, 520, w[3], 40),
+        "4-removed.avro": _reblock(_batch_bytes(task, w[4], 500, key=key, seed=5), task, 480, w[4], 41),
+        "5-plain-with-keys.avro": _batch_bytes(task, w[5], 500, key=None, seed=6),
+        "6-600-says-100000.avro": _batch_bytes(task, w[6], 600, key=None, seed=7, **{pv.META_N: "100000"}),
+        "7-forged-tag.avro": _batch_bytes(
+            task, w[7], 500, key=None, seed=8, **{"ldp.shuffle.tag": "0" * 64, "ldp.shuffle.tag_version": "1"}
+        ),  # fmt: skip
+        "8-other-key.avro": _batch_bytes(task, w[8], 500, key=b"x" * 32, seed=9),
+    }
+    summary = _job(tmp_path, "forged", files, "--shuffle_key", str(key_file))
+    acc = summary["privacy_accounting"]
+    by_start = {iso_ms(x): i for i, x in enumerate(w)}
+    expect = {1: "n_mismatch", 2: "bad_tag", 3: "bad_tag", 4: "bad_tag", 5: "no_tag", 6: "n_mismatch",
+              7: "bad_tag", 8: "bad_tag"}  # fmt: skip
+    seen = {}
+    for row in acc["windows"]:
+        i = by_start[row["window_start"]]
+        (b,) = row["per_batch"]
+        seen[i] = b["provenance"]
+        if i == 0:
+            assert b["verified"] and row["central_epsilon"] is not None
+            assert row["central_epsilon"] == central_epsilon_report(2.0, 500, 1e-6, "grr", 4).epsilon
+        else:
+            assert row["central_epsilon"] is None and b["central_epsilon"] is None, i
+            assert expect[i] in row["why_no_central"]
+    assert seen == {0: None, **expect}
+    assert acc["provenance"]["unverified_reasons"] == {"bad_tag": 5, "n_mismatch": 2, "no_tag": 1}
+    assert acc["provenance"]["batches_verified"] == 1 and acc["provenance"]["key_given"] is True
+    # the records counted from each body, not the header's word
+    six = next(r for r in acc["windows"] if by_start[r["window_start"]] == 6)["per_batch"][0]
+    assert (six["n"], six["declared_n"]) == (600, 100_000)
+    assert summary["counts"]["accepted"] == sum(r["accepted"] for r in acc["windows"])
+    stored = __import__("json").loads((tmp_path / "out-forged" / "counts.json").read_text())
+    assert stored["privacy_accounting"]["provenance"] == acc["provenance"]
+
+
+@pytest.mark.integration
+def test_without_a_key_or_with_another_tasks_batch_nothing_is_claimed(tmp_path):
+    from ldp.shuffle.provenance import new_key_file
+
+    task = parse_task(FREQ)
+    key_file = tmp_path / "shuffle.key"
+    new_key_file(key_file)
+    key = key_file.read_bytes().rstrip(b"\n")
+    good = _batch_bytes(task, T0, 500, key=key, seed=1)
+    no_key = _job(tmp_path, "nokey", {"g.avro": good})["privacy_accounting"]
+    assert no_key["provenance"]["unverified_reasons"] == {"no_key": 1}
+    assert no_key["windows"][0]["central_epsilon"] is None
+    other = _batch_bytes(task, T0 + 600_000, 500, key=key, seed=2, task_id="another")
+    mixed = _job(tmp_path, "mixed", {"g.avro": good, "o.avro": other}, "--shuffle_key", str(key_file))
+    acc = mixed["privacy_accounting"]
+    assert acc["provenance"]["unverified_reasons"] == {"wrong_task": 1}
+    assert all(r["central_epsilon"] is None for r in acc["windows"])
+
+
+@pytest.mark.integration
+def test_a_key_others_may_read_stops_the_job_before_it_runs(tmp_path):
+    from ldp.shuffle.provenance import new_key_file
+
+    key_file = tmp_path / "shuffle.key"
+    new_key_file(key_file)
+    key_file.chmod(0o644)
+    task = parse_task(FREQ)
+    with pytest.raises(SystemExit) as exc:
+        _job(tmp_path, "k", {"g.avro": _batch_bytes(task, T0, 500, key=None, seed=1)},
+             "--shuffle_key", str(key_file))  # fmt: skip
+    assert exc.value.code == 2
+    assert not (tmp_path / "out-k").exists()
+
+
+@pytest.mark.integration
+def test_range_job_accounting_counts_each_report_once(tmp_path):
+    """Several queries: each answer row carries the window's total, which was summed once per query."""
+    import json
+
+    from ldp.rangequery.queries import random_queries
+    from pipelines import range_queries, simulate_range
+
+    obj = {"task_id": "rq", "mechanism": "hdg", "epsilon": 1.0, "expected_users": 3000,
+           "attributes": [{"name": "a", "domain_size": 16}, {"name": "b", "domain_size": 16}]}  # fmt: skip
+    (tmp_path / "task.json").write_text(json.dumps(obj))
+    task = parse_task(obj)
+    simulate_range.simulate_range_files(task, 3000, "uniform", tmp_path / "in", seed=3, files=2,
+                                        start_ms=T0, duration_s=3600.0)  # fmt: skip
+    qs = random_queries([16, 16], 7, 2, 0.3, rng=np.random.default_rng(0))
+    (tmp_path / "q.json").write_text(json.dumps([q.to_json(("a", "b")) for q in qs]))
+    s = range_queries.run(["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro"),
+                           "--queries", str(tmp_path / "q.json"), "--output", str(tmp_path / "out"),
+                           "--window_size", "1800"])  # fmt: skip
+    windows = s["privacy_accounting"]["windows"]
+    assert len(windows) == 2
+    assert sum(w["accepted"] for w in windows) == s["counts"]["accepted"] == 3000
