@@ -163,6 +163,9 @@ class Kind:
     #: ``(task, windows) -> figures``: the central-DP accounting of ``ldp-beam privacy`` (kinds without
     #: ``ldp_reports``)
     central_privacy: Callable[[Any, int], Mapping[str, Any]] | None = None
+    #: mechanisms the standing adversarial audit (``tests/audit``) does not run, each with the reason
+    #: (``"*"``: the whole kind); any other mechanism of a kind with ``ldp_reports`` must pass it
+    audit_exempt: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def make_example_aggregator(self, task: Any) -> Any:
         """An aggregator of a task like :attr:`example`: ``example_aggregator(task)``, else
