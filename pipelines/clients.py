@@ -69,7 +69,10 @@ from pipelines.cli import check_pubsub_path, fail, job_parser, parse_job_args
 from transforms.avro_fast import write_reports
 from transforms.records import encode_report_container, reports_to_records
 
-__all__ = ["WindowBatch", "ClientPopulation", "write_window", "publish_window", "parser", "run"]
+__all__ = [
+    "WindowBatch", "ClientPopulation", "CollectorRefused", "post_reports", "post_window", "write_window",
+    "publish_window", "parser", "run",
+]  # fmt: skip
 
 _SLACK = 1e-12
 
@@ -494,6 +497,100 @@ def publish_window(
     return futures
 
 
+class CollectorRefused(Exception):
+    """The collector refused a request for a reason a retry does not change (a 4xx answer), or kept
+    answering 5xx / not answering until the retries ran out; ``status`` 0: no answer."""
+
+    def __init__(self, status: int, answer: dict[str, Any]) -> None:
+        super().__init__(f"collector answered {status}: {answer.get('error')}: {answer.get('detail')}")
+        self.status = status
+        self.answer = answer
+
+
+def post_reports(
+    url: str,
+    body: bytes,
+    content_type: str = "application/avro",
+    *,
+    key: str | None = None,
+    token: str | None = None,
+    retries: int = 8,
+    backoff_s: float = 0.1,
+    max_backoff_s: float = 10.0,
+    timeout_s: float = 30.0,
+) -> dict[str, Any]:
+    """POSTs one request of reports to the collector (``http://HOST:PORT/v1/reports``) and returns its 200
+    answer. Every attempt carries the same ``Idempotency-Key`` (``key``, default 128 random bits), so a
+    retry after a lost answer is not written twice. Retried with exponential backoff and full jitter (or
+    the answer's ``Retry-After``) on no answer, 429 and 5xx, at most ``retries`` times; any other refusal
+    raises :class:`CollectorRefused` at once. ``token``: the collector's client token (``Authorization``)."""
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    key = key or os.urandom(16).hex()
+    headers = {"Content-Type": content_type, "Idempotency-Key": key}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    conn_type = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    status, answer = 0, {"error": "no_answer", "detail": "no answer"}
+    for attempt in range(retries + 1):
+        wait = None
+        try:
+            conn = conn_type(u.hostname, u.port, timeout=timeout_s)
+            try:
+                conn.request("POST", u.path or "/v1/reports", body=body, headers=headers)
+                resp = conn.getresponse()
+                status, raw = resp.status, resp.read()
+                retry_after = resp.getheader("Retry-After")
+            finally:
+                conn.close()
+            try:
+                answer = json.loads(raw or b"{}")
+            except ValueError:
+                answer = {"error": "bad_answer", "detail": raw[:200].decode("utf-8", "replace")}
+            if status == 200:
+                return answer
+            if status != 429 and status < 500:
+                raise CollectorRefused(status, answer)
+            if retry_after is not None and retry_after.isdigit():
+                wait = float(retry_after)
+        except (OSError, http.client.HTTPException) as exc:
+            status, answer = 0, {"error": "no_answer", "detail": str(exc)}
+        if attempt == retries:
+            break
+        cap = min(max_backoff_s, backoff_s * 2**attempt)
+        time.sleep(wait if wait is not None else cap * (0.5 + 0.5 * secure_rng().random()))
+    raise CollectorRefused(status, answer)
+
+
+def post_window(
+    batch: WindowBatch, task: Task, url: str, *, request_size: int = 100, token: str | None = None,
+    **retry: Any,
+) -> int:
+    """Posts one window's reports to the collector as Avro containers of at most ``request_size`` reports
+    (keep it at or below the collector's ``--max_batch``), each with its own idempotency key and retries
+    (:func:`post_reports`). A shuffled task's event times are rounded down to ``time_precision_s`` here
+    too. Returns the reports acknowledged."""
+    from ldp.anonymity import round_event_ms
+
+    event_ms = batch.event_ms
+    if getattr(task, "shuffled", False):
+        event_ms = round_event_ms(event_ms, task.anonymity.time_precision_s)
+    n, done = len(event_ms), 0
+    for lo in range(0, n, request_size):
+        hi = min(n, lo + request_size)
+        recs = reports_to_records(
+            task.task_id, batch.reports.take(slice(lo, hi)), event_ms[lo:hi], batch.groups[lo:hi],
+            schema_version=task.schema_version,
+            client_ids=None if batch.client_ids is None else batch.client_ids[lo:hi],
+        )  # fmt: skip
+        done += int(post_reports(url, encode_report_container(recs), token=token, **retry)["accepted"])
+    return done
+
+
 def iter_windows(pop: ClientPopulation, windows: int, start_ms: int, window_ms: int) -> Iterator[WindowBatch]:
     for k in range(windows):
         yield pop.window(k, start_ms + k * window_ms, start_ms + (k + 1) * window_ms)
@@ -513,6 +610,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--state_dir", help="one client state file per user here (default: clients in memory)")
     p.add_argument("--output", help="watched directory to write one report file per window to")
     p.add_argument("--output_topic", help="Pub/Sub topic projects/P/topics/T to publish to")
+    p.add_argument("--collector", metavar="URL", help="the HTTP collector to post to "
+                   "(http://HOST:PORT/v1/reports; retried with backoff, one idempotency key a request)")
+    p.add_argument("--token", help="the collector's client token (--collector with authentication)")
     p.add_argument("--message_size", type=int, default=500, help="reports per Pub/Sub message")
     p.add_argument("--pace", action="store_true", help="emit each window when its end passes on the clock")
     p.add_argument("--seed", type=int, default=0, help="entropy of the simulation's numpy SeedSequence")
@@ -542,8 +642,8 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
              "and numeric tasks of memo-one-bit-mean")
     if getattr(task, "budget", None) is None:
         fail(f"{ns.task}: task {task.task_id!r} has no budget block; stateful clients need one")
-    if (ns.output is None) == (ns.output_topic is None):
-        fail("give exactly one of --output DIR and --output_topic TOPIC")
+    if sum(x is not None for x in (ns.output, ns.output_topic, ns.collector)) != 1:
+        fail("give exactly one of --output DIR, --output_topic TOPIC and --collector URL")
     check_pubsub_path(ns.output_topic, "topic", flag="--output_topic")
     w = ns.window_s
     if not (math.isfinite(w) and w > 0) or abs(w * 1000 - round(w * 1000)) > 1e-6:
@@ -585,6 +685,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if publisher is not None:
             for f in publish_window(batch, task, publisher, ns.output_topic, message_size=ns.message_size):
                 f.result(timeout=60)
+        elif ns.collector is not None:
+            try:
+                post_window(batch, task, ns.collector, request_size=min(ns.message_size, 100), token=ns.token)
+            except (CollectorRefused, ValueError) as exc:
+                fail(f"--collector: {exc}")
         else:
             write_window(batch, task, ns.output)
         truths.append(batch.truth)

@@ -4,17 +4,23 @@ The files land in ``--output_dir``, where an aggregation job reads them (batch `
 or a watched directory: ``--streaming --require_done_marker``)::
 
     python -m pipelines.collect --task TASK.json --output_dir DIR [--port 8080] [--host 127.0.0.1] \\
-        [--roll_reports 100000] [--roll_seconds 60] [--max_body_bytes 1048576] [--max_batch 1000]
+        [--roll_reports 100000] [--roll_seconds 60] [--max_body_bytes 1048576] [--max_batch 100] \\
+        [--max_connections N] [--idle_timeout_s 30] [--allow_origin ORIGIN ...] \\
+        [--client_tokens FILE | --token_key FILE] [--idempotency_window_s 86400] [--idempotency_keys 200000]
 
 Endpoints (docs/collector.md): ``POST /v1/reports`` (``application/json``: one report or
 ``{"reports": [...]}`` in the JSON form of docs/wire_format.md; ``application/avro``: an Avro object
-container of report records) -> 200 ``{"accepted": n}`` or a 4xx ``{"error", "detail"[, "index"]}``
-naming the first problem, nothing of the request written; ``GET /healthz``; ``GET /metrics`` (the counts).
+container of report records) -> 200 ``{"accepted": n}`` once the reports are durable (fsync, group
+commit), or a 4xx ``{"error", "detail"[, "index"]}`` naming the first problem, nothing of the request
+written, or 503 with ``Retry-After`` when the disk cannot take them; an ``Idempotency-Key`` header makes a
+repeat an answer without a second write; ``OPTIONS /v1/reports`` (CORS preflight, ``--allow_origin``);
+``GET /healthz``; ``GET /metrics`` (the counts as JSON); ``GET /metrics/prometheus`` (Prometheus text).
+At start the collector adopts what a killed predecessor left in ``--output_dir`` (unfinished files).
 With ``--demo_page DIR`` (the built TypeScript client package, ``clients/typescript``) it also serves the
 browser demo from the same origin: ``GET /`` its ``demo/index.html``, ``GET /dist/....js`` its compiled
 JavaScript (nothing else of DIR), ``GET /v1/task`` the task with its ``resolved`` block.
-No access log, no address or header kept. SIGTERM / SIGINT: the open file is closed, the counts are
-printed as one JSON line on stdout, exit 0 (1 when a write failed).
+No access log, no address or header kept. SIGTERM / SIGINT: the open file is published, the counts are
+printed as one JSON line on stdout, exit 0 (1 when the last file could not be published).
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import resource
 import signal
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +42,18 @@ import tornado.web
 from ldp.kinds import kind_of
 from ldp.task import TaskError, load_task, resolve_task
 from pipelines.cli import fail, job_parser, parse_job_args
-from pipelines.collector import AVRO_TYPE, JSON_TYPE, Collector, RequestError, RollingAvroWriter, make_checker
+from pipelines.collector import (
+    AVRO_TYPE,
+    DEFAULT_MAX_BATCH,
+    JSON_TYPE,
+    KEYS_JOURNAL,
+    Collector,
+    IdempotencyKeys,
+    RequestError,
+    RollingAvroWriter,
+    SenderAuth,
+    make_checker,
+)
 
 __all__ = ["make_app", "run", "serve"]
 
@@ -52,8 +71,9 @@ def _no_access_log(handler: tornado.web.RequestHandler) -> None:
 class _JsonHandler(tornado.web.RequestHandler):
     """JSON answers, errors included; nothing of the request is logged."""
 
-    def initialize(self, collector: Collector) -> None:
+    def initialize(self, collector: Collector, origins: frozenset[str] = frozenset()) -> None:
         self.collector = collector
+        self.origins = origins
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json")
@@ -67,7 +87,7 @@ class _JsonHandler(tornado.web.RequestHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = {404: "not_found", 405: "method_not_allowed"}.get(status_code, "error")
         detail = {
-            404: "no such endpoint: POST /v1/reports, GET /healthz, GET /metrics",
+            404: "no such endpoint: POST /v1/reports, GET /healthz, GET /metrics, GET /metrics/prometheus",
             405: f"method not allowed here (allowed: {', '.join(self.SUPPORTED_METHODS)})",
         }.get(status_code, self._reason)
         self.finish(json.dumps({"error": error, "detail": detail}) + "\n")
@@ -95,7 +115,21 @@ class MetricsHandler(_JsonHandler):
     SUPPORTED_METHODS = ("GET",)
 
     def get(self) -> None:
+        self.collector._sync_counts()
         self.answer(200, self.collector.stats.to_json())
+
+
+class PrometheusHandler(_JsonHandler):
+    """``GET /metrics/prometheus``: the Prometheus text exposition format."""
+
+    SUPPORTED_METHODS = ("GET",)
+
+    def get(self) -> None:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        self.collector._sync_counts()
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(self.collector.prom.text())
 
 
 class DemoPage:
@@ -176,15 +210,53 @@ class ReportsHandler(_JsonHandler):
     (415) is answered after the body is read, so the connection stays usable. Then
     :meth:`Collector.handle`."""
 
-    SUPPORTED_METHODS = ("POST",)
+    SUPPORTED_METHODS = ("POST", "OPTIONS")
 
     def refuse(self, error: RequestError) -> None:
         self.answer(*self.collector.refuse(error))
 
+    def answer(self, status: int, obj: dict[str, Any]) -> None:
+        if status == 503:
+            self.set_header("Retry-After", str(self.collector.retry_after_s))
+        elif status == 401:
+            self.set_header("WWW-Authenticate", "Bearer")
+        self.collector.prom.duration.observe(time.perf_counter() - self._t0)
+        super().answer(status, obj)
+
+    def _cors(self) -> bool:
+        """Sets the CORS headers for an allowed ``Origin``; False when the request has another origin."""
+        origin = self.request.headers.get("Origin")
+        if origin is None:
+            return True
+        if origin not in self.origins and "*" not in self.origins:
+            return False
+        self.set_header("Access-Control-Allow-Origin", origin)
+        self.set_header("Vary", "Origin")
+        self.set_header("Access-Control-Expose-Headers", "Retry-After")
+        return True
+
+    def options(self) -> None:
+        """The CORS preflight: 204 for an allowed origin (POST with these headers), else 403."""
+        if not self._cors():
+            self.set_status(403)
+            detail = "this origin may not post reports here (the collector's --allow_origin)"
+            self.finish(json.dumps({"error": "origin_not_allowed", "detail": detail}) + "\n")
+            return
+        self.set_header("Access-Control-Allow-Methods", "POST")
+        self.set_header("Access-Control-Allow-Headers", "Content-Type, Idempotency-Key, Authorization")
+        self.set_header("Access-Control-Max-Age", "600")
+        self.set_header("Allow", "POST, OPTIONS")
+        self.set_status(204)
+        self.finish()
+
     def prepare(self) -> None:
+        self._t0 = time.perf_counter()
         self._chunks: list[bytes] = []
         self._size = 0
         self._refusal: RequestError | None = None
+        if self.request.method == "OPTIONS":
+            return None
+        self._cors()
         headers = self.request.headers
         length = headers.get("Content-Length")
         limit = self.collector.max_body_bytes
@@ -216,7 +288,7 @@ class ReportsHandler(_JsonHandler):
         elif self._refusal is None:
             self._chunks.append(chunk)
 
-    def post(self) -> None:
+    async def post(self) -> None:
         if self._finished:
             return
         if self._refusal is not None:
@@ -224,13 +296,21 @@ class ReportsHandler(_JsonHandler):
         body = b"".join(self._chunks)
         self._chunks = []
         assert self._media is not None
-        self.answer(*self.collector.handle(self._media, body))
+        headers = self.request.headers
+        answer = await self.collector.handle_async(
+            self._media, body, key=headers.get("Idempotency-Key"), authorization=headers.get("Authorization")
+        )
+        if not self._finished:  # the client may have gone; its reports are durable all the same
+            self.answer(*answer)
         return None
 
 
-def make_app(collector: Collector, demo: DemoPage | None = None) -> tornado.web.Application:
-    """The collector's web application (no access log, no cookies; static files only of ``demo``)."""
-    args = {"collector": collector}
+def make_app(
+    collector: Collector, demo: DemoPage | None = None, origins: Sequence[str] = ()
+) -> tornado.web.Application:
+    """The collector's web application (no access log, no cookies; static files only of ``demo``);
+    ``origins``: the web origins whose pages may post reports (CORS; ``*``: any)."""
+    args: dict[str, Any] = {"collector": collector}
     pages = [] if demo is None else [
         (r"/", DemoPageHandler, {**args, "demo": demo}),
         (r"/dist/(.+)", DemoScriptHandler, {**args, "demo": demo}),
@@ -238,9 +318,10 @@ def make_app(collector: Collector, demo: DemoPage | None = None) -> tornado.web.
     ]  # fmt: skip
     return tornado.web.Application(
         [
-            (r"/v1/reports", ReportsHandler, args),
+            (r"/v1/reports", ReportsHandler, {**args, "origins": frozenset(origins)}),
             (r"/healthz", HealthHandler, args),
             (r"/metrics", MetricsHandler, args),
+            (r"/metrics/prometheus", PrometheusHandler, args),
             *pages,
         ],
         default_handler_class=NotFoundHandler,
@@ -257,6 +338,43 @@ def _quiet_tornado() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+_CAP_ANSWER = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\nContent-Length: %d\r\n\r\n%s"
+)
+
+
+class CappedHTTPServer(tornado.httpserver.HTTPServer):
+    """An HTTP server that takes at most ``max_connections`` connections at once: one more is answered
+    503 (``Retry-After``) and closed at once, so descriptors never run out and idle connections, closed
+    after the idle timeout, free their places by themselves."""
+
+    max_connections = 0
+    collector: Collector | None = None
+
+    def handle_stream(self, stream: Any, address: Any) -> None:
+        if self.collector is not None:
+            self.collector.prom.connections.set(len(self._connections))
+        if self.max_connections and len(self._connections) >= self.max_connections:
+            if self.collector is not None:
+                self.collector.prom.refused_connections.inc()
+            body = json.dumps({"error": "unavailable", "detail": "too many connections; retry later"})
+            body = body.encode()
+            try:
+                fut = stream.write(_CAP_ANSWER % (len(body), body))
+                fut.add_done_callback(lambda _: stream.close())
+            except Exception:  # noqa: BLE001 - the peer is gone
+                stream.close()
+            return
+        super().handle_stream(stream, address)
+
+
+def default_max_connections() -> int:
+    """The connection cap by default: 1,024, or the descriptor limit less 64 when that is lower."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(1, min(1024, (soft if soft != resource.RLIM_INFINITY else 1 << 20) - 64))
+
+
 async def serve(
     collector: Collector,
     host: str = "127.0.0.1",
@@ -266,8 +384,11 @@ async def serve(
     ready: Any = None,
     tick_s: float = 1.0,
     demo: DemoPage | None = None,
+    origins: Sequence[str] = (),
+    max_connections: int | None = None,
+    idle_timeout_s: float = 30.0,
 ) -> dict[str, Any]:
-    """Serves until ``stop`` is set (default: SIGTERM or SIGINT), then closes the open file and returns
+    """Serves until ``stop`` is set (default: SIGTERM or SIGINT), then publishes the open file and returns
     the counts. ``ready(port)`` is called once the socket listens (``port`` 0: a free one)."""
     _quiet_tornado()
     loop = asyncio.get_running_loop()
@@ -275,10 +396,12 @@ async def serve(
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-    server = tornado.httpserver.HTTPServer(
-        make_app(collector, demo), max_body_size=_SERVER_BODY_LIMIT, xheaders=False,
-        idle_connection_timeout=60, body_timeout=60,
+    server = CappedHTTPServer(
+        make_app(collector, demo, origins), max_body_size=_SERVER_BODY_LIMIT, xheaders=False,
+        idle_connection_timeout=idle_timeout_s, body_timeout=idle_timeout_s,
     )  # fmt: skip
+    server.max_connections = default_max_connections() if max_connections is None else max_connections
+    server.collector = collector
     sockets = tornado.netutil.bind_sockets(port, address=host)
     server.add_sockets(sockets)
     bound = sockets[0].getsockname()[1]
@@ -290,11 +413,12 @@ async def serve(
                 await asyncio.wait_for(stop.wait(), timeout=tick_s)
             except asyncio.TimeoutError:
                 pass
-            collector.tick()
+            await collector.tick_async()
     finally:
         server.stop()
         await server.close_all_connections()
         stats = collector.close()
+        collector.writer.close()
     return stats.to_json()
 
 
@@ -309,7 +433,26 @@ def _parser():
         "--roll_seconds", type=float, default=60.0, help="close a file this many seconds after it opened"
     )
     p.add_argument("--max_body_bytes", type=int, default=1 << 20, help="largest request body (413 beyond)")
-    p.add_argument("--max_batch", type=int, default=1000, help="most reports in one request (413 beyond)")
+    p.add_argument(
+        "--max_batch", type=int, default=DEFAULT_MAX_BATCH,
+        help="most reports in one request (413 beyond); keep it well below the shuffler's min_reports",
+    )  # fmt: skip
+    p.add_argument("--max_connections", type=int, help="most open connections (default: 1024, or fewer "
+                   "than the descriptor limit); one more is answered 503 and closed")  # fmt: skip
+    p.add_argument("--idle_timeout_s", type=float, default=30.0,
+                   help="close a connection idle (or sending its headers or body) this long")  # fmt: skip
+    p.add_argument("--allow_origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web origin (https://app.example) whose pages may post reports (CORS); repeatable; "
+                   "'*' any")  # fmt: skip
+    auth = p.add_mutually_exclusive_group()
+    auth.add_argument("--client_tokens", metavar="FILE",
+                      help="require Authorization: Bearer <token>, one of the file's tokens (one a line)")
+    auth.add_argument("--token_key", metavar="FILE",
+                      help="require HMAC-signed tokens <sender>.<hex HMAC-SHA256(key, sender)> (key: 0600)")
+    p.add_argument("--idempotency_window_s", type=float, default=86_400.0,
+                   help="how long an Idempotency-Key is remembered (seconds)")  # fmt: skip
+    p.add_argument("--idempotency_keys", type=int, default=200_000,
+                   help="most idempotency keys remembered (the oldest forgotten first; ~150 bytes each)")
     p.add_argument(
         "--demo_page",
         metavar="DIR",
@@ -323,9 +466,14 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: serves until SIGTERM / SIGINT; returns the exit status."""
     ns, _ = parse_job_args(_parser(), argv, beam=False)
     for flag, value in (("--roll_reports", ns.roll_reports), ("--max_body_bytes", ns.max_body_bytes),
-                        ("--max_batch", ns.max_batch)):  # fmt: skip
+                        ("--max_batch", ns.max_batch), ("--idempotency_keys", ns.idempotency_keys),
+                        ("--max_connections", ns.max_connections or 1)):  # fmt: skip
         if value < 1:
             fail(f"{flag} must be >= 1, got {value}")
+    for flag, value in (("--idle_timeout_s", ns.idle_timeout_s), ("--idempotency_window_s",
+                                                                  ns.idempotency_window_s)):  # fmt: skip
+        if not value > 0:
+            fail(f"{flag} must be > 0, got {value}")
     if not ns.roll_seconds > 0:
         fail(f"--roll_seconds must be > 0, got {ns.roll_seconds}")
     if not 0 <= ns.port <= 65535:
@@ -342,15 +490,29 @@ def run(argv: Sequence[str] | None = None) -> int:
             demo = DemoPage(ns.demo_page, json.dumps(resolve_task(task)))
         except ValueError as exc:
             fail(str(exc))
+    auth = None
+    try:
+        if ns.client_tokens:
+            auth = SenderAuth.from_token_file(ns.client_tokens)
+        elif ns.token_key:
+            auth = SenderAuth.from_hmac_key(ns.token_key)
+    except (ValueError, OSError) as exc:
+        fail(f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
     try:
         checker = make_checker(task)
-        writer = RollingAvroWriter(ns.output_dir, roll_reports=ns.roll_reports, roll_seconds=ns.roll_seconds)
+        writer = RollingAvroWriter(
+            ns.output_dir, roll_reports=ns.roll_reports, roll_seconds=ns.roll_seconds,
+            permute=checker.shuffled, senders=auth is not None,
+        )  # fmt: skip
+        writer.adopt()
+        keys = IdempotencyKeys(
+            writer.directory / KEYS_JOURNAL, window_s=ns.idempotency_window_s, max_keys=ns.idempotency_keys
+        )
     except (ValueError, OSError) as exc:
         fail(str(exc))
-    for name in writer.leftovers():
-        _LOG.warning("%s in --output_dir is an unfinished file of an earlier run (killed): it is never read",
-                     name)  # fmt: skip
-    collector = Collector(checker, writer, max_body_bytes=ns.max_body_bytes, max_batch=ns.max_batch)
+    collector = Collector(
+        checker, writer, max_body_bytes=ns.max_body_bytes, max_batch=ns.max_batch, auth=auth, keys=keys
+    )
 
     def ready(port: int) -> None:
         _LOG.info(
@@ -361,7 +523,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             _LOG.info("browser demo: http://%s:%d/", ns.host, port)
 
     try:
-        stats = asyncio.run(serve(collector, ns.host, ns.port, ready=ready, demo=demo))
+        stats = asyncio.run(serve(
+            collector, ns.host, ns.port, ready=ready, demo=demo, origins=ns.allow_origin,
+            max_connections=ns.max_connections, idle_timeout_s=ns.idle_timeout_s,
+        ))  # fmt: skip
     except OSError as exc:  # the address is in use, or not this machine's
         fail(f"cannot listen on {ns.host}:{ns.port}: {exc.strerror or exc}")
     print(json.dumps(stats), flush=True)

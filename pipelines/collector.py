@@ -22,10 +22,15 @@ Nothing of a request other than its report fields is kept: no address, no header
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import dataclasses
 import datetime as _dt
+import errno
+import fcntl
+import hashlib
+import hmac
 import io
 import json
 import logging
@@ -39,6 +44,7 @@ from typing import Any
 
 import fastavro
 import fastavro.write
+import numpy as np
 
 import schemas
 from ldp.task import Task
@@ -99,7 +105,12 @@ class RequestError(Exception):
 
 
 class WriteError(Exception):
-    """Appending to or closing a report file failed (the disk, not the request)."""
+    """Appending to, syncing or publishing a report file failed (the disk, not the request);
+    ``transient``: it may succeed later (a full disk, exhausted descriptors)."""
+
+    def __init__(self, detail: str, transient: bool = False) -> None:
+        super().__init__(detail)
+        self.transient = transient
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -173,6 +184,9 @@ def parse_json_body(body: bytes, max_batch: int) -> list[object]:
 
     Raises :class:`RequestError`: not UTF-8 JSON (400 ``bad_json``), a batch of the wrong shape or empty
     (400 ``bad_batch``), more than ``max_batch`` reports (413 ``too_many_reports``)."""
+    depth = json_depth(body)
+    if depth > MAX_JSON_DEPTH:
+        raise RequestError(400, "bad_json", f"the body nests {depth} levels deep; at most {MAX_JSON_DEPTH}")
     try:
         obj = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
     except UnicodeDecodeError as exc:
@@ -195,7 +209,7 @@ def parse_json_body(body: bytes, max_batch: int) -> list[object]:
     elif isinstance(obj, dict):
         reports = [obj]
     else:
-        raise RequestError(400, "bad_batch", "the body must be a report object or {\"reports\": [...]}")
+        raise RequestError(400, "bad_batch", 'the body must be a report object or {"reports": [...]}')
     if not reports:
         raise RequestError(400, "bad_batch", "the batch holds no report")
     if len(reports) > max_batch:
@@ -204,38 +218,206 @@ def parse_json_body(body: bytes, max_batch: int) -> list[object]:
     return [_json_record(r) if type(r) is dict else r for r in reports]
 
 
-def parse_avro_body(body: bytes, max_batch: int) -> list[object]:
-    """An Avro object container body (codec ``null``) -> its records. A writer schema that is not a
-    record, or whose fields are not report fields, refuses every report (the checker names the first).
+#: Deepest JSON nesting a body may have (a batch of reports is 3 deep: object, array, object, array).
+MAX_JSON_DEPTH = 16
+#: The fewest bytes one report record of ``schemas/report.avsc`` takes (an empty task id, three one-byte
+#: longs and the null branch of each union but ``client_id``): a block declaring more records than its
+#: bytes can hold is refused before anything is decoded.
+MIN_RECORD_BYTES = 9
+#: Bounds of an Avro body's header: metadata entries and the writer schema's size.
+MAX_METADATA_ENTRIES = 16
+MAX_SCHEMA_BYTES = 1 << 16
+_MAGIC = b"Obj\x01"
+_OPEN = np.frombuffer(b"[{", dtype=np.uint8)
+_CLOSE = np.frombuffer(b"]}", dtype=np.uint8)
 
-    Raises :class:`RequestError`: not an Avro container, or another codec (400 ``undecodable``), more than
-    ``max_batch`` records (413 ``too_many_reports``)."""
+
+def json_depth(body: bytes) -> int:
+    """The deepest nesting of arrays and objects in a JSON text, strings ignored. A vectorized bracket count
+    first (an upper bound: brackets inside strings count too); the exact scan runs only when it exceeds
+    :data:`MAX_JSON_DEPTH`."""
+    a = np.frombuffer(body, dtype=np.uint8)
+    step = np.isin(a, _OPEN).astype(np.int32) - np.isin(a, _CLOSE).astype(np.int32)
+    if len(step) == 0 or int(np.cumsum(step).max()) <= MAX_JSON_DEPTH:
+        return int(np.cumsum(step).max()) if len(step) else 0
+    depth = deepest = 0
+    in_str = escaped = False
+    for c in body:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:
+                escaped = True
+            elif c == 0x22:
+                in_str = False
+        elif c == 0x22:
+            in_str = True
+        elif c in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+class _Cursor:
+    """Reads an in-memory Avro container with every length checked against the bytes left."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+    def long(self, what: str) -> int:
+        shift = acc = 0
+        for k in range(10):
+            if self.pos >= len(self.data):
+                raise _undecodable(f"the body ends inside {what}")
+            b = self.data[self.pos]
+            self.pos += 1
+            acc |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return (acc >> 1) ^ -(acc & 1)
+            if k == 9:
+                break
+        raise _undecodable(f"{what} is a varint of more than 64 bits")
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or n > self.left():
+            raise _undecodable(f"{what} declares {n} bytes; {self.left()} are left in the body")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+
+def _undecodable(detail: str) -> RequestError:
+    return RequestError(400, "undecodable", f"the body is not an Avro object container: {detail}")
+
+
+@dataclasses.dataclass
+class AvroBody:
+    """An Avro body, walked and decoded: ``records`` (a :class:`~transforms.avro_fast.ColumnBatch` when
+    every block decodes column-wise, else record dicts), the report count, and the blocks' raw bytes
+    (``raw``: the concatenated block data, re-usable as is when the writer schema is the current report
+    schema, ``current``)."""
+
+    records: Any
+    count: int
+    raw: bytes
+    current: bool
+
+
+def _writer_schema_problem(schema: object) -> str:
+    """Why a writer schema that is not the report schema is refused (the first foreign field, if any)."""
+    if isinstance(schema, dict) and schema.get("type") == "record" and isinstance(schema.get("fields"), list):
+        names = [f.get("name") for f in schema["fields"] if isinstance(f, dict)]
+        extra = [n for n in names if n not in _FIELDS]
+        if extra:
+            return f"report 0: {extra[0]!r} is not a field of the report schema"
+    return "report 0: the writer schema is not schemas/report.avsc (version 2, with or without client_id)"
+
+
+def parse_avro_body(
+    body: bytes, max_batch: int, *, task_id: str | None = None, decode: dict[str, Any] | None = None
+) -> AvroBody:
+    """An Avro object container body (codec ``null``, writer schema ``schemas/report.avsc``) -> its reports.
+
+    Work is bounded by the body, never by what it declares: the header's metadata count and lengths, each
+    block's record count (against ``max_batch`` and against its byte size, :data:`MIN_RECORD_BYTES` per
+    record) and byte size are checked before anything is read or allocated; blocks are then decoded
+    column-wise (:func:`transforms.avro_fast.decode_block`, ``task_id`` and ``decode``: the task's
+    lengths) or, when that declines, by fastavro from exactly the block's bytes.
+
+    Raises :class:`RequestError`: not a container, another codec, a count or length past the bytes
+    (400 ``undecodable``), more than ``max_batch`` reports (413 ``too_many_reports``), a writer schema
+    other than the report schema (422 ``invalid_payload``), no report (400 ``bad_batch``)."""
+    from transforms.avro_fast import ColumnBatch, decode_block, report_layout
+
+    if body[:4] != _MAGIC:
+        raise _undecodable("no 'Obj\\x01' magic")
+    cur = _Cursor(body)
+    cur.pos = 4
+    meta: dict[str, bytes] = {}
+    while True:
+        n = cur.long("the metadata count")
+        if n == 0:
+            break
+        if n < 0:
+            n = -n
+            cur.long("the metadata block size")
+        if len(meta) + n > MAX_METADATA_ENTRIES or 2 * n > cur.left():
+            raise _undecodable(f"the header declares {n} metadata entries")
+        for _ in range(n):
+            key = cur.take(cur.long("a metadata key length"), "a metadata key")
+            meta[key.decode("utf-8", "replace")] = cur.take(cur.long("a metadata value length"), "a value")
+    codec = meta.get("avro.codec", b"null")
+    if codec != b"null":
+        name = codec.decode("utf-8", "replace")
+        detail = f"Avro codec {name!r}: the collector takes uncompressed (null) containers only"
+        raise RequestError(400, "undecodable", detail)
+    text = meta.get("avro.schema")
+    if text is None or len(text) > MAX_SCHEMA_BYTES or json_depth(text) > MAX_JSON_DEPTH:
+        raise _undecodable("no writer schema, or one too large or too deeply nested")
     try:
-        reader = fastavro.reader(io.BytesIO(body))
-        codec = reader.metadata.get("avro.codec", "null")
-        if codec != "null":
-            detail = f"Avro codec {codec!r}: the collector takes uncompressed (null) containers only"
-            raise RequestError(400, "undecodable", detail)
-        records: list[object] = []
-        for rec in reader:
-            records.append(rec)
-            if len(records) > max_batch:
-                raise RequestError(413, "too_many_reports", f"more than {max_batch} reports in one request")
-    except RequestError:
-        raise
-    except Exception as exc:  # fastavro raises many kinds on bytes that are not a container
-        raise RequestError(400, "undecodable", f"the body is not an Avro object container: {exc}") from exc
-    if not records:
+        schema_obj = json.loads(text)
+        parsed = fastavro.parse_schema(schema_obj)
+    except Exception as exc:  # noqa: BLE001 - fastavro raises many kinds on a bad schema
+        raise _undecodable(f"the writer schema does not parse: {exc}") from exc
+    layout = report_layout(parsed)
+    if layout is None:
+        raise RequestError(422, "invalid_payload", _writer_schema_problem(schema_obj), 0)
+    sync = cur.take(16, "the sync marker")
+    blocks: list[tuple[int, bytes]] = []
+    total = 0
+    while cur.left():
+        count = cur.long("a block count")
+        size = cur.long("a block size")
+        if count < 1 or size < 0:
+            raise _undecodable(f"a block declares {count} records of {size} bytes")
+        total += count
+        if total > max_batch:
+            raise RequestError(413, "too_many_reports", f"more than {max_batch} reports in one request")
+        if count * MIN_RECORD_BYTES > size:
+            raise _undecodable(f"a block declares {count} records in {size} bytes")
+        data = cur.take(size, "a block")
+        if cur.take(16, "a sync marker") != sync:
+            raise _undecodable("a block does not end with the header's sync marker")
+        blocks.append((count, data))
+    if not blocks:
         raise RequestError(400, "bad_batch", "the container holds no report")
+    cbs: list[Any] = []
+    if task_id is not None:
+        kw = {k: v for k, v in (decode or {}).items() if k in ("bits_len", "items_len", "reals_len")}
+        for count, data in blocks:
+            cb = decode_block(data, count, task_id, client_id=layout, **kw)
+            if cb is None or cb.n_fallback:
+                cbs = []
+                break
+            cbs.append(cb)
+    raw = b"".join(d for _, d in blocks)
+    if cbs:
+        return AvroBody(ColumnBatch.concat(cbs), total, raw, layout)
+    records: list[object] = []
+    for count, data in blocks:
+        fo = io.BytesIO(data)
+        try:
+            for _ in range(count):
+                records.append(fastavro.schemaless_reader(fo, parsed, None))
+        except Exception as exc:  # noqa: BLE001
+            raise _undecodable(f"a record does not decode: {exc}") from exc
+        if fo.tell() != len(data):
+            raise _undecodable("a block holds bytes after its declared records")
     for rec in records:
         if type(rec) is not dict:
             continue
-        for name in REPORT_FIELDS:  # a writer schema without some fields: the report schema's defaults
-            rec.setdefault(name, 0 if name == "group" else None)
+        rec.setdefault("client_id", None)
         et = rec["event_time"]
         if isinstance(et, _dt.datetime) and et.tzinfo is not None:
             rec["event_time"] = round((et - _EPOCH).total_seconds() * 1000)
-    return records
+    return AvroBody(records, total, raw, layout)
 
 
 def report_to_json(record: dict[str, Any]) -> dict[str, Any]:
@@ -271,7 +453,7 @@ def _shape_problem(rec: object) -> tuple[str, str] | None:
 
 #: What a refusal's detail adds, for a report sent in the JSON form, when it names one of these fields.
 _JSON_HINTS = {
-    "seed": " (JSON: the decimal string of the signed 64-bit seed, e.g. \"-42\")",
+    "seed": ' (JSON: the decimal string of the signed 64-bit seed, e.g. "-42")',
     "bits": " (JSON: standard padded base64)",
     "client_id": " (JSON: standard padded base64)",
 }
@@ -280,14 +462,28 @@ _JSON_HINTS = {
 class ReportChecker:
     """Checks a request's records against a task, all or nothing (see the module docstring).
 
-    ``drop_client_ids``: client ids are removed from accepted records (a task collected through the
-    shuffler, ``anonymity.shuffled``: the aggregator never sees them).
+    ``shuffled`` (a task collected through the shuffler, ``anonymity.shuffled``): the collector drops client
+    ids, rounds event times down to ``time_precision_s`` (``precision_ms``) and permutes each file.
     """
 
-    def __init__(self, validator: TaskReportValidator, *, drop_client_ids: bool = False) -> None:
+    def __init__(
+        self,
+        validator: TaskReportValidator,
+        *,
+        drop_client_ids: bool = False,
+        precision_ms: int | None = None,
+    ) -> None:
         self.validator = validator
         self.task = validator.task
         self.drop_client_ids = drop_client_ids
+        self.precision_ms = precision_ms
+        from transforms.records import decode_params
+
+        self.decode = decode_params(validator.aggregator)
+
+    @property
+    def shuffled(self) -> bool:
+        return self.drop_client_ids
 
     def _refused(self, records: Sequence[object]) -> bool:
         return bool(self.validator.validate(list(records), "collector").dead_letters)
@@ -308,9 +504,16 @@ class ReportChecker:
             detail += next((hint for field, hint in _JSON_HINTS.items() if detail.startswith(field)), "")
         return RequestError(422, str(dead["reason"]), f"report {lo}: {detail}", lo)
 
+    def check_columns(self, cb: Any) -> None:
+        """A :class:`~transforms.avro_fast.ColumnBatch` passes whole, else :class:`RequestError` (422) for
+        its first refused report (found from the rows as records, refusals only)."""
+        if self.validator.validate(cb, "collector").dead_letters:
+            self.check([cb.record(i) for i in range(len(cb))])
+            raise AssertionError("the column and record validations disagree")  # pragma: no cover
+
     def check(self, records: list[object], *, json_form: bool = False) -> list[dict[str, Any]]:
-        """The records, every one accepted, ready to write; else raises :class:`RequestError` (422) for the
-        first refused one (``json_form``: the details say how the JSON form spells the field)."""
+        """The records, every one accepted; else raises :class:`RequestError` (422) for the first refused
+        one (``json_form``: the details say how the JSON form spells the field)."""
         shape = next(((i, p) for i, r in enumerate(records) if (p := _shape_problem(r)) is not None), None)
         head = records if shape is None else records[: shape[0]]
         if head and self._refused(head):
@@ -318,11 +521,7 @@ class ReportChecker:
         if shape is not None:
             i, (reason, detail) = shape
             raise RequestError(422, reason, f"report {i}: {detail}", i)
-        out: list[dict[str, Any]] = records  # type: ignore[assignment]  # all dicts: the validator passed them
-        if self.drop_client_ids:
-            for rec in out:
-                rec["client_id"] = None
-        return out
+        return records  # type: ignore[return-value]  # all dicts: the validator passed them
 
 
 def make_checker(task: Task) -> ReportChecker:
@@ -338,15 +537,31 @@ def make_checker(task: Task) -> ReportChecker:
             "LDP reports only"
         )
     shuffled = bool(getattr(task, "shuffled", False))
-    # a shuffled task's reports go on to the shuffler, which rounds their times: no fine_time check here
+    # a shuffled task's reports: the collector rounds their times itself, so no fine_time check here
+    precision = int(task.anonymity.time_precision_s) * 1000 if shuffled else None
     return ReportChecker(
-        TaskReportValidator(make_aggregator(task), rounded_times=not shuffled), drop_client_ids=shuffled
+        TaskReportValidator(make_aggregator(task), rounded_times=not shuffled),
+        drop_client_ids=shuffled,
+        precision_ms=precision,
     )
 
 
 # ------------------------------------------------------------------------------------------------------------
-# rolling Avro files
+# rolling Avro files, durable before the answer
 # ------------------------------------------------------------------------------------------------------------
+#: ``errno`` values of a write that may succeed later (disk or quota full, descriptors exhausted).
+TRANSIENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM}
+)
+#: Avro file metadata key of an authenticating collector's files: the distinct senders (tokens) of the
+#: file's reports, a zero-padded decimal (docs/collector.md). Absent when no authentication is configured.
+SENDERS_KEY = "ldp.collector.distinct_senders"
+_SENDERS_WIDTH = 12
+#: Records per block of a permuted file.
+_PERMUTED_BLOCK = 4096
+LOCK_NAME = ".collect.lock"
+
+
 def _avro_long(n: int) -> bytes:
     """Avro's zig-zag varint encoding of a long."""
     z = (n << 1) ^ (n >> 63)
@@ -366,18 +581,138 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class RollingAvroWriter:
-    """Report records -> ``DIR/collect-<UTC start>-<run>-<seq>.avro`` files (``schemas/report.avsc``,
-    codec null), each with its ``.done`` marker, complete files only (see the module docstring).
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
 
-    :meth:`append` encodes all the records of a request in memory first and appends them as one Avro block,
-    so a request is in a file whole or not at all; :meth:`roll` closes the open file (nothing happens
-    without one). A failed write raises :class:`WriteError`: the open file is cut back to its last
-    whole block when that is possible.
+
+class _Segment:
+    """One open report file: its descriptor, size, the durable (fsynced) prefix and the reports in it."""
+
+    def __init__(self, stem: str, tmp: Path, final: Path, fd: int, sync: bytes, header: int,
+                 senders_at: int | None) -> None:  # fmt: skip
+        self.stem, self.tmp, self.final, self.fd, self.sync = stem, tmp, final, fd, sync
+        self.size = header
+        self.committed = 0
+        self.marks: list[tuple[int, int]] = [(header, 0)]  # (end offset, reports up to it)
+        self.senders: set[bytes] = set()
+        self.pending_senders: list[tuple[int, bytes]] = []
+        self.senders_at = senders_at
+        self.generation = 0
+        self.opened = time.monotonic()
+        self.syncing: Any = None
+
+    @property
+    def reports(self) -> int:
+        return self.marks[-1][1]
+
+    def reports_to(self, offset: int) -> int:
+        return next(n for end, n in reversed(self.marks) if end <= offset)
+
+
+@dataclasses.dataclass
+class Ticket:
+    """What :meth:`RollingAvroWriter.append` wrote: acknowledged once the segment is durable to ``end``."""
+
+    segment: _Segment
+    end: int
+    count: int
+    generation: int
+
+
+@dataclasses.dataclass
+class Adopted:
+    """What :meth:`RollingAvroWriter.adopt` found of earlier processes."""
+
+    files: int = 0
+    reports: int = 0
+    garbage_bytes: int = 0
+    removed: int = 0
+    markers: int = 0
+
+
+def _header_bytes(schema: Any, sync: bytes, senders: bool) -> tuple[bytes, int | None]:
+    buf = io.BytesIO()
+    meta = {SENDERS_KEY: "0" * _SENDERS_WIDTH} if senders else None
+    fastavro.write.Writer(buf, schema, codec="null", sync_marker=sync, metadata=meta)
+    head = buf.getvalue()
+    if not senders:
+        return head, None
+    key = SENDERS_KEY.encode()
+    at = head.index(key) + len(key) + len(_avro_long(_SENDERS_WIDTH))
+    return head, at
+
+
+def _walk(data: bytes, parsed: Any) -> tuple[int, int, bytes, list[tuple[int, int]], int | None]:
+    """The valid prefix of a report file: ``(end, reports, sync, record spans, senders offset)``. Every
+    block is decoded record by record; the walk stops at the first block that does not frame or decode."""
+    cur = _Cursor(data)
+    if data[:4] != _MAGIC:
+        return 0, 0, b"", [], None
+    cur.pos = 4
+    try:
+        while (n := cur.long("meta")) != 0:
+            if n < 0:
+                n = -n
+                cur.long("meta size")
+            for _ in range(n):
+                cur.take(cur.long("key"), "key")
+                cur.take(cur.long("value"), "value")
+        sync = cur.take(16, "sync")
+    except RequestError:
+        return 0, 0, b"", [], None
+    key = SENDERS_KEY.encode()
+    at = data.find(key, 0, cur.pos)
+    senders_at = None if at < 0 else at + len(key) + len(_avro_long(_SENDERS_WIDTH))
+    end, total, spans = cur.pos, 0, []
+    while cur.left():
+        try:
+            count, size = cur.long("count"), cur.long("size")
+            if count < 1 or count * MIN_RECORD_BYTES > size:
+                break
+            start = cur.pos
+            block = cur.take(size, "block")
+            if cur.take(16, "sync") != sync:
+                break
+            fo = io.BytesIO(block)
+            rows = []
+            for _ in range(count):
+                a = fo.tell()
+                fastavro.schemaless_reader(fo, parsed, None)
+                rows.append((start + a, start + fo.tell()))
+            if fo.tell() != size:
+                break
+        except Exception:  # noqa: BLE001 - a torn block: the valid prefix ends before it
+            break
+        spans.extend(rows)
+        total += count
+        end = cur.pos
+    return end, total, sync, spans, senders_at
+
+
+class RollingAvroWriter:
+    """Report blocks -> ``DIR/collect-<UTC start>-<run>-<seq>.avro`` files (``schemas/report.avsc``, codec
+    null), each published with its ``.done`` marker (see the module docstring).
+
+    :meth:`append` writes a request's block to the open hidden ``.tmp`` file and returns a
+    :class:`Ticket`; the request may be acknowledged once :meth:`commit` (group commit: one ``fsync`` in a
+    worker thread for every request waiting) or :meth:`commit_sync` made it durable. A failed write or
+    ``fsync`` cuts the file back to its durable prefix and raises :class:`WriteError` for every request
+    past it (``transient``: a full disk, exhausted descriptors). ``permute`` (shuffled tasks): a file is
+    published with its records in a CSPRNG-drawn order. ``senders``: files carry :data:`SENDERS_KEY`.
     """
 
     def __init__(
-        self, directory: str | Path, *, roll_reports: int = 100_000, roll_seconds: float = 60.0
+        self,
+        directory: str | Path,
+        *,
+        roll_reports: int = 100_000,
+        roll_seconds: float = 60.0,
+        permute: bool = False,
+        senders: bool = False,
     ) -> None:
         if roll_reports < 1:
             raise ValueError(f"roll_reports must be >= 1, got {roll_reports}")
@@ -385,133 +720,568 @@ class RollingAvroWriter:
             raise ValueError(f"roll_seconds must be > 0, got {roll_seconds}")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self._lock)
+            raise ValueError(f"{self.directory} is in use by another collector (its lock is held)") from exc
         self.roll_reports = int(roll_reports)
         self.roll_seconds = float(roll_seconds)
+        self.permute = permute
+        self.senders = senders
         self.schema = schemas.report_schema()
         self.run_id = secrets.token_hex(4)
         self._seq = 0
-        self._fh: io.BufferedWriter | None = None
-        self._tmp: Path | None = None
-        self._final: Path | None = None
-        self._sync = b""
-        self._opened = 0.0
-        self.open_reports = 0
+        self._seg: _Segment | None = None
+        self.unfinished: list[_Segment] = []
         self.written_reports = 0
         self.written_files: list[str] = []
+        self.sync_seconds: list[float] = []  # fsync durations not yet read by the metrics
 
-    def leftovers(self) -> list[str]:
-        """Temporary files of earlier runs that never closed (killed): never read by a job."""
-        return sorted(p.name for p in self.directory.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}") if p != self._tmp)
+    # ---- opening and appending -------------------------------------------------------------------------
+    @property
+    def open_reports(self) -> int:
+        return (0 if self._seg is None else self._seg.reports) + sum(s.reports for s in self.unfinished)
 
-    def _open(self) -> None:
+    def _open(self) -> _Segment:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         while True:
-            name = f"{FILE_PREFIX}{stamp}-{self.run_id}-{self._seq:06d}"
+            stem = f"{stamp}-{self.run_id}-{self._seq:06d}"
             self._seq += 1
-            final = self.directory / f"{name}.avro"
+            final = self.directory / f"{FILE_PREFIX}{stem}.avro"
             if not final.exists():
                 break
-        tmp = self.directory / f"{TMP_PREFIX}{name[len(FILE_PREFIX):]}{TMP_SUFFIX}"
-        self._sync = os.urandom(16)
-        header = io.BytesIO()
-        fastavro.write.Writer(header, self.schema, codec="null", sync_marker=self._sync)
+        tmp = self.directory / f"{TMP_PREFIX}{stem}{TMP_SUFFIX}"
+        sync = os.urandom(16)
+        header, senders_at = _header_bytes(self.schema, sync, self.senders)
+        fd = -1
         try:
-            fh = open(tmp, "xb")  # noqa: SIM115 - closed by roll()
-            fh.write(header.getvalue())
-            fh.flush()
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            _pwrite_all(fd, header, 0)
+            os.fsync(fd)
+            _fsync_dir(self.directory)  # the file's name is durable before any block is acknowledged
         except OSError as exc:
-            raise WriteError(f"cannot create {tmp}: {exc}") from exc
-        self._fh, self._tmp, self._final = fh, tmp, final
-        self._opened = time.monotonic()
-        self.open_reports = 0
+            if fd >= 0:
+                os.close(fd)
+                tmp.unlink(missing_ok=True)
+            raise WriteError(
+                f"cannot create a report file: {exc.strerror}", exc.errno in TRANSIENT_ERRNOS
+            ) from exc
+        seg = _Segment(stem, tmp, final, fd, sync, len(header), senders_at)
+        seg.committed = len(header)
+        return seg
 
     def encode_block(self, records: Sequence[dict[str, Any]]) -> bytes:
-        """One Avro container block (count, size, data, sync marker) of ``records``; raises ``ValueError``
-        (fastavro's message) when a record does not fit the report schema."""
+        """The Avro binary encoding of ``records`` (one block's data); raises ``ValueError`` (fastavro's
+        message) when a record does not fit the report schema."""
         buf = io.BytesIO()
         for rec in records:
             fastavro.schemaless_writer(buf, self.schema, rec)
-        data = buf.getvalue()
-        return _avro_long(len(records)) + _avro_long(len(data)) + data
+        return buf.getvalue()
 
-    def append(self, records: Sequence[dict[str, Any]], block: bytes | None = None) -> None:
-        """Appends ``records`` (encoded as :meth:`encode_block` unless ``block`` is given) to the open file,
-        opening one when none is; rolls when the file holds ``roll_reports`` reports."""
-        if not records:
-            return
-        if block is None:
-            block = self.encode_block(records)
-        if self._fh is None:
-            self._open()
-        assert self._fh is not None
-        start = self._fh.tell()
+    def append(self, records: Sequence[dict[str, Any]] | None = None, data: bytes | None = None,
+               count: int | None = None, sender: bytes | None = None) -> Ticket | None:  # fmt: skip
+        """Writes one block (``records``, or their encoding ``data`` of ``count`` records) to the open file,
+        opening one when none is. Not durable yet: see :meth:`commit`. Raises :class:`WriteError` (the file
+        is cut back to where the block started)."""
+        if data is None:
+            if not records:
+                return None
+            data, count = self.encode_block(records), len(records)
+        assert count is not None and count > 0
+        if self._seg is None:
+            self._seg = self._open()
+        seg = self._seg
+        blob = _avro_long(count) + _avro_long(len(data)) + data + seg.sync
+        start = seg.size
         try:
-            self._fh.write(block + self._sync)
-            self._fh.flush()
+            _pwrite_all(seg.fd, blob, start)
         except OSError as exc:
-            self._cut(start)
-            raise WriteError(f"cannot append to {self._tmp}: {exc}") from exc
-        self.open_reports += len(records)
-        if self.open_reports >= self.roll_reports:
-            self.roll()
+            self._cut(seg, start)
+            raise WriteError(f"cannot append a block: {exc.strerror}", exc.errno in TRANSIENT_ERRNOS) from exc
+        seg.size += len(blob)
+        seg.marks.append((seg.size, seg.reports + count))
+        if sender is not None and sender not in seg.senders:
+            seg.pending_senders.append((seg.size, sender))
+        return Ticket(seg, seg.size, count, seg.generation)
 
-    def _cut(self, size: int) -> None:
+    def _cut(self, seg: _Segment, size: int) -> None:
+        """Cuts ``seg`` back to ``size`` bytes (a failed write or fsync); later tickets are void."""
         try:
-            assert self._fh is not None
-            self._fh.truncate(size)
-            self._fh.seek(size)
-        except (OSError, ValueError):
-            _LOG.error("cannot cut %s back to its last whole block", self._tmp)
+            os.ftruncate(seg.fd, size)
+        except OSError:
+            _LOG.error("cannot cut a report file back to its last durable block")
+        seg.size = size
+        seg.marks = [m for m in seg.marks if m[0] <= size]
+        seg.pending_senders = [p for p in seg.pending_senders if p[0] <= size]
+        seg.generation += 1
+
+    def _synced(self, seg: _Segment, target: int) -> None:
+        seg.committed = max(seg.committed, target)
+        keep = []
+        for end, sender in seg.pending_senders:
+            (seg.senders.add(sender) if end <= seg.committed else keep.append((end, sender)))
+        seg.pending_senders = keep
+
+    def _fsync(self, seg: _Segment) -> None:
+        t0 = time.perf_counter()
+        os.fsync(seg.fd)
+        self.sync_seconds.append(time.perf_counter() - t0)
+
+    def _check(self, t: Ticket) -> bool:
+        """True when ``t`` is durable; raises :class:`WriteError` when its block was cut."""
+        seg = t.segment
+        if t.generation != seg.generation and t.end > seg.committed:
+            raise WriteError("the block was cut after a failed write", True)
+        return seg.committed >= t.end
+
+    def commit_sync(self, t: Ticket) -> None:
+        """Makes ``t`` durable now (fsync in this thread)."""
+        if self._check(t):
+            return
+        seg = t.segment
+        target = seg.size
+        try:
+            self._fsync(seg)
+        except OSError as exc:
+            self._cut(seg, seg.committed)
+            raise WriteError(f"fsync failed: {exc.strerror}", exc.errno in TRANSIENT_ERRNOS) from exc
+        self._synced(seg, target)
+
+    async def commit(self, t: Ticket) -> None:
+        """Waits until ``t`` is durable: requests waiting together share one fsync (group commit), run in a
+        worker thread so the event loop goes on parsing and appending."""
+        seg = t.segment
+        while not self._check(t):
+            if seg.syncing is None:
+                seg.syncing = asyncio.ensure_future(self._sync_task(seg))
+            fut = seg.syncing
+            try:
+                await asyncio.shield(fut)
+            except WriteError:
+                self._check(t)  # raises when t was cut; else (an earlier block failed) try again
+                if seg.committed < t.end and t.generation != seg.generation:
+                    raise
+
+    async def _sync_task(self, seg: _Segment) -> None:
+        target = seg.size
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self._fsync, seg)
+        except OSError as exc:
+            self._cut(seg, seg.committed)
+            raise WriteError(f"fsync failed: {exc.strerror}", exc.errno in TRANSIENT_ERRNOS) from exc
+        finally:
+            seg.syncing = None
+        self._synced(seg, target)
+
+    # ---- rolling and publishing ------------------------------------------------------------------------
+    def full(self) -> bool:
+        return self._seg is not None and self._seg.reports >= self.roll_reports
 
     def due(self) -> bool:
-        """True when the open file is ``roll_seconds`` old."""
-        return self._fh is not None and time.monotonic() - self._opened >= self.roll_seconds
+        """True when the open file is ``roll_seconds`` old, or an earlier file waits to be published."""
+        return bool(self.unfinished) or (
+            self._seg is not None and time.monotonic() - self._seg.opened >= self.roll_seconds
+        )
+
+    def _detach(self) -> list[_Segment]:
+        if self._seg is not None:
+            self.unfinished.append(self._seg)
+            self._seg = None
+        return list(self.unfinished)
 
     def roll(self) -> str | None:
-        """Closes the open file: fsync, rename to its final name, fsync of the directory, ``.done`` marker
-        (fsynced too). Returns the final path (None when no file was open)."""
-        if self._fh is None:
-            return None
-        fh, tmp, final, n = self._fh, self._tmp, self._final, self.open_reports
-        assert tmp is not None and final is not None
-        self._fh = self._tmp = self._final = None
-        self.open_reports = 0
+        """Publishes the open file (and any earlier one not yet published) now; returns the last path."""
+        last = None
+        for seg in self._detach():
+            self.commit_sync(Ticket(seg, seg.size, 0, seg.generation))
+            last = self._publish(seg)
+        return last
+
+    async def roll_async(self) -> None:
+        """:meth:`roll` with the fsyncs and the rewrite in a worker thread."""
+        loop = asyncio.get_running_loop()
+        for seg in self._detach():
+            await self.commit(Ticket(seg, seg.size, 0, seg.generation))
+            await loop.run_in_executor(None, self._publish, seg)
+
+    def _publish(self, seg: _Segment) -> str:
+        """fsync, (permute), rename to the final name, fsync of the directory, ``.done`` marker. On failure
+        the segment stays in :attr:`unfinished` (its acknowledged reports are durable in the ``.tmp``
+        file) and is tried again at the next roll."""
+        n = seg.reports_to(seg.committed)
         try:
-            fh.flush()
-            os.fsync(fh.fileno())
-            fh.close()
-            os.rename(tmp, final)
+            if seg.size > seg.committed:  # never acknowledged: not published either
+                os.ftruncate(seg.fd, seg.committed)
+                seg.size = seg.committed
+            if seg.senders_at is not None:
+                _pwrite_all(seg.fd, b"%0*d" % (_SENDERS_WIDTH, len(seg.senders)), seg.senders_at)
+            os.fsync(seg.fd)
+            if self.permute:
+                self._permuted_copy(seg)
+            else:
+                os.rename(seg.tmp, seg.final)
             _fsync_dir(self.directory)
-            marker = final.with_name(final.name + DONE_SUFFIX)
-            with open(marker, "x", encoding="utf-8") as mh:
-                mh.write(json.dumps({"reports": n}) + "\n")
-                mh.flush()
-                os.fsync(mh.fileno())
-            _fsync_dir(self.directory)
+            _write_marker(seg.final, n)
+            if self.permute:
+                seg.tmp.unlink()
+                _fsync_dir(self.directory)
         except OSError as exc:
-            raise WriteError(f"cannot close {tmp} as {final.name}: {exc} ({n} reports not written)") from exc
+            raise WriteError(f"cannot publish a report file ({n} reports wait in it): {exc.strerror}",
+                             exc.errno in TRANSIENT_ERRNOS) from exc  # fmt: skip
+        os.close(seg.fd)
+        self.unfinished.remove(seg)
         self.written_reports += n
-        self.written_files.append(str(final))
-        _LOG.info("wrote %s (%d reports)", final.name, n)
-        return str(final)
+        self.written_files.append(str(seg.final))
+        _LOG.info("wrote %s (%d reports)", seg.final.name, n)
+        return str(seg.final)
+
+    def _permuted_copy(self, seg: _Segment) -> None:
+        """Writes ``seg``'s records in a CSPRNG-drawn order to ``.perm`` beside it, then renames that to
+        the final name (the ``.tmp`` file stays until the marker is written)."""
+        from ldp.anonymity import secure_permutation
+
+        data = os.pread(seg.fd, seg.committed, 0)
+        end, total, _, spans, senders_at = _walk(data, self.schema)
+        if end != seg.committed:
+            raise OSError(errno.EIO, f"the file does not read back whole ({end} of {seg.committed} bytes)")
+        sync = os.urandom(16)
+        header, at = _header_bytes(self.schema, sync, senders_at is not None)
+        if at is not None and senders_at is not None:
+            header = (
+                header[:at] + data[senders_at : senders_at + _SENDERS_WIDTH] + header[at + _SENDERS_WIDTH :]
+            )
+        order = secure_permutation(total)
+        parts = [header]
+        for lo in range(0, total, _PERMUTED_BLOCK):
+            rows = [data[spans[i][0] : spans[i][1]] for i in order[lo : lo + _PERMUTED_BLOCK]]
+            body = b"".join(rows)
+            parts.append(_avro_long(len(rows)) + _avro_long(len(body)) + body + sync)
+        perm = seg.tmp.with_name(seg.tmp.name + ".perm")
+        fd = os.open(perm, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            _pwrite_all(fd, b"".join(parts), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(perm, seg.final)
+
+    # ---- what earlier processes left ---------------------------------------------------------------------
+    def leftovers(self) -> list[str]:
+        """Temporary files not being written by this writer (an earlier process was killed)."""
+        mine = {s.tmp for s in self.unfinished} | ({self._seg.tmp} if self._seg else set())
+        return sorted(p.name for p in self.directory.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}") if p not in mine)
+
+    def adopt(self) -> Adopted:
+        """Publishes what killed processes left: each ``.tmp`` file's valid prefix (whole blocks that decode)
+        is finished and published like a rolled file, bytes after it are cut and counted; a ``.tmp`` file
+        whose final file exists (killed while publishing a permuted copy) is removed; a final file without
+        its ``.done`` marker gets one. Call before serving (the directory's lock keeps other collectors
+        out)."""
+        out = Adopted()
+        for perm in self.directory.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}.perm"):
+            perm.unlink()
+        for name in self.leftovers():
+            tmp = self.directory / name
+            stem = name[len(TMP_PREFIX) : -len(TMP_SUFFIX)]
+            final = self.directory / f"{FILE_PREFIX}{stem}.avro"
+            if final.exists():
+                if not final.with_name(final.name + DONE_SUFFIX).exists():
+                    _write_marker(final, _walk(final.read_bytes(), self.schema)[1])
+                    out.markers += 1
+                tmp.unlink()
+                out.removed += 1
+                continue
+            data = tmp.read_bytes()
+            end, total, sync, _, senders_at = _walk(data, self.schema)
+            out.garbage_bytes += len(data) - end
+            if total == 0:
+                tmp.unlink()
+                out.removed += 1
+                continue
+            fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
+            os.ftruncate(fd, end)
+            seg = _Segment(stem, tmp, final, fd, sync, end, None)  # senders unknown: the count stays 0
+            seg.committed = end
+            seg.marks = [(end, total)]
+            self.unfinished.append(seg)
+            self._publish(seg)
+            out.files += 1
+            out.reports += total
+        for final in self.directory.glob(f"{FILE_PREFIX}*.avro"):
+            if not final.with_name(final.name + DONE_SUFFIX).exists():
+                _write_marker(final, _walk(final.read_bytes(), self.schema)[1])
+                out.markers += 1
+        if out.files or out.removed or out.garbage_bytes or out.markers:
+            _LOG.warning(
+                "adopted what an earlier collector left: %d reports published in %d files, %d bytes of torn "
+                "blocks cut, %d leftover files removed, %d markers written", out.reports, out.files,
+                out.garbage_bytes, out.removed, out.markers,
+            )  # fmt: skip
+        self.written_reports = 0
+        self.written_files = []
+        return out
+
+    def close(self) -> None:
+        os.close(self._lock)
+
+
+def _write_marker(final: Path, n: int) -> None:
+    marker = final.with_name(final.name + DONE_SUFFIX)
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        _pwrite_all(fd, (json.dumps({"reports": n}) + "\n").encode(), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(final.parent)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# retries, senders, metrics
+# ------------------------------------------------------------------------------------------------------------
+_KEY_RE = re.compile(r"[A-Za-z0-9._:-]{8,128}")
+KEYS_JOURNAL = ".collect-keys.log"
+
+
+class IdempotencyKeys:
+    """The ``Idempotency-Key`` of every acknowledged request of the last ``window_s`` seconds, at most
+    ``max_keys`` of them (the oldest forgotten first): SHA-256 digests of the key and of the body, and the
+    report count, about 150 bytes each in memory. ``journal``: a file in the output directory that every
+    acknowledged key is appended to after its reports are durable (a restarted collector reads it back);
+    rewritten compacted when it holds twice ``max_keys`` lines."""
+
+    def __init__(self, journal: Path | None, *, window_s: float = 86_400.0, max_keys: int = 200_000) -> None:
+        self.window_s = float(window_s)
+        self.max_keys = int(max_keys)
+        self.journal = journal
+        self.keys: dict[bytes, tuple[float, bytes, int]] = {}
+        self.evicted = 0
+        self._lines = 0
+        if journal is not None and journal.exists():
+            now = time.time()
+            for line in journal.read_text(encoding="ascii", errors="replace").splitlines():
+                parts = line.split()
+                try:
+                    t, key, body, n = (
+                        float(parts[0]),
+                        bytes.fromhex(parts[1]),
+                        bytes.fromhex(parts[2]),
+                        int(parts[3]),
+                    )
+                except (ValueError, IndexError):
+                    continue  # a torn last line
+                if now - t < self.window_s:
+                    self.keys[key] = (t, body, n)
+            self._trim(now)
+            self._rewrite()
+
+    @staticmethod
+    def digest(text: str | bytes) -> bytes:
+        data = text.encode() if isinstance(text, str) else text
+        return hashlib.sha256(data).digest()[:16]
+
+    def get(self, key: bytes) -> tuple[float, bytes, int] | None:
+        hit = self.keys.get(key)
+        if hit is not None and time.time() - hit[0] >= self.window_s:
+            return None
+        return hit
+
+    def add(self, key: bytes, body: bytes, n: int) -> None:
+        now = time.time()
+        self.keys[key] = (now, body, n)
+        self._trim(now)
+        if self.journal is None:
+            return
+        line = f"{now:.3f} {key.hex()} {body.hex()} {n}\n".encode()
+        try:
+            fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+            self._lines += 1
+            if self._lines > 2 * self.max_keys:
+                self._rewrite()
+        except OSError as exc:  # the reports are durable; only a retry's duplicate detection is at stake
+            _LOG.warning("cannot append to the idempotency journal: %s", exc.strerror)
+
+    def _trim(self, now: float) -> None:
+        for k in list(self.keys):
+            t = self.keys[k][0]
+            if len(self.keys) <= self.max_keys and now - t < self.window_s:
+                break
+            del self.keys[k]
+            self.evicted += 1
+
+    def _rewrite(self) -> None:
+        if self.journal is None:
+            return
+        tmp = self.journal.with_name(self.journal.name + ".new")
+        text = "".join(f"{t:.3f} {k.hex()} {b.hex()} {n}\n" for k, (t, b, n) in self.keys.items())
+        try:
+            tmp.write_text(text, encoding="ascii")
+            os.replace(tmp, self.journal)
+            self._lines = len(self.keys)
+        except OSError as exc:
+            _LOG.warning("cannot rewrite the idempotency journal: %s", exc.strerror)
+
+
+class SenderAuth:
+    """Client authentication: ``Authorization: Bearer <token>`` on every POST of reports.
+
+    Two forms: a token list file (:meth:`from_token_file`: one token of at least 16 characters a line,
+    ``#`` comments; kept as SHA-256 digests), or HMAC-signed tokens (:meth:`from_hmac_key`: a key file
+    readable by its owner only; a token is ``<sender id>.<hex HMAC-SHA256(key, sender id)>``, made by
+    :func:`issue_token`). :meth:`sender` returns a 16-byte digest standing for the sender: what the
+    collector counts (distinct senders per file, :data:`SENDERS_KEY`); no token is ever written."""
+
+    def __init__(self, *, digests: frozenset[bytes] | None = None, key: bytes | None = None) -> None:
+        self.digests = digests
+        self.key = key
+
+    @classmethod
+    def from_token_file(cls, path: str | Path) -> SenderAuth:
+        tokens = [t.strip() for t in Path(path).read_text(encoding="utf-8").splitlines()]
+        tokens = [t for t in tokens if t and not t.startswith("#")]
+        short = [i for i, t in enumerate(tokens) if len(t) < 16 or any(c.isspace() for c in t)]
+        if not tokens or short:
+            raise ValueError(
+                f"{path}: one token of at least 16 non-blank characters a line (none, or a short one)"
+            )
+        return cls(digests=frozenset(IdempotencyKeys.digest("ldp-sender/v1\0" + t) for t in tokens))
+
+    @classmethod
+    def from_hmac_key(cls, path: str | Path) -> SenderAuth:
+        st = os.stat(path)
+        if st.st_mode & 0o077:
+            raise ValueError(f"{path}: the token key must be readable by its owner only (chmod 600)")
+        key = Path(path).read_bytes().strip()
+        if len(key) < 32:
+            raise ValueError(f"{path}: the token key must hold at least 32 bytes")
+        return cls(key=key)
+
+    def sender(self, authorization: str | None) -> bytes:
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise RequestError(401, "unauthorized", "an Authorization: Bearer <token> header is required")
+        if self.digests is not None:
+            d = IdempotencyKeys.digest("ldp-sender/v1\0" + token)
+            if d in self.digests:
+                return d
+        elif self.key is not None:
+            sid, _, mac = token.rpartition(".")
+            want = hmac.new(self.key, sid.encode(), hashlib.sha256).hexdigest()
+            if sid and hmac.compare_digest(mac, want):
+                return IdempotencyKeys.digest("ldp-sender/v1\0" + sid)
+        raise RequestError(401, "unauthorized", "the token is not valid")
+
+
+def issue_token(key: bytes, sender_id: str) -> str:
+    """An HMAC-signed client token for ``sender_id`` (``[A-Za-z0-9_-]``, 1 to 64 characters)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", sender_id):
+        raise ValueError("a sender id is 1 to 64 characters of [A-Za-z0-9_-]")
+    return f"{sender_id}.{hmac.new(key.strip(), sender_id.encode(), hashlib.sha256).hexdigest()}"
+
+
+#: Every request-level refusal, with its status (the metrics' label values, initialised at zero).
+REQUEST_ERRORS = {
+    "bad_json": 400, "bad_batch": 400, "undecodable": 400, "bad_idempotency_key": 400, "unauthorized": 401,
+    "not_found": 404, "method_not_allowed": 405, "too_large": 413, "too_many_reports": 413,
+    "unsupported_media_type": 415, "idempotency_key_reused": 422, "unavailable": 503,
+}  # fmt: skip
+
+
+class PrometheusMetrics:
+    """The collector's Prometheus metrics, in a registry of its own (``GET /metrics/prometheus``). No
+    label carries a client, an address or a value: only status codes, reason codes and outcomes."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        from transforms.records import REASONS
+
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "ldp_collector_requests", "POST requests of reports by answer", ["status", "reason"], registry=r
+        )
+        self.reports = Counter(
+            "ldp_collector_reports", "reports in requests by outcome", ["outcome"], registry=r
+        )
+        self.rejected = Counter(
+            "ldp_collector_reports_rejected", "reports in refused requests by reason", ["reason"], registry=r
+        )
+        self.bytes = Counter("ldp_collector_request_bytes", "bytes of request bodies received", registry=r)
+        self.duration = Histogram(
+            "ldp_collector_request_duration_seconds",
+            "time from a full body to the answer",
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.durable = Histogram(
+            "ldp_collector_durable_write_seconds",
+            "fsync duration of a group commit",
+            registry=r,
+            buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+        )
+        self.write_errors = Counter(
+            "ldp_collector_write_errors", "failed writes, fsyncs or publications", ["kind"], registry=r
+        )
+        self.files = Counter("ldp_collector_files_published", "report files published", registry=r)
+        self.written = Counter("ldp_collector_reports_published", "reports in published files", registry=r)
+        self.open_reports = Gauge(
+            "ldp_collector_reports_open", "durable reports not yet in a published file", registry=r
+        )
+        self.connections = Gauge("ldp_collector_connections", "open client connections", registry=r)
+        self.refused_connections = Counter(
+            "ldp_collector_connections_refused", "connections closed at the cap", registry=r
+        )
+        self.keys = Gauge("ldp_collector_idempotency_keys", "idempotency keys remembered", registry=r)
+        for reason in (*REQUEST_ERRORS, *REASONS):
+            self.rejected.labels(reason)
+        for reason, status in REQUEST_ERRORS.items():
+            self.requests.labels(str(status), reason)
+        for reason in REASONS:
+            self.requests.labels("422", reason)
+        for status, reason in (("200", "accepted"), ("200", "duplicate")):
+            self.requests.labels(status, reason)
+        for outcome in ("accepted", "refused", "duplicate"):
+            self.reports.labels(outcome)
+        for kind in ("append", "fsync", "publish"):
+            self.write_errors.labels(kind)
+
+    def text(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
 
 
 # ------------------------------------------------------------------------------------------------------------
 # the collector
 # ------------------------------------------------------------------------------------------------------------
+#: Default most reports in one request: well below the shuffler's default ``min_reports`` (1,000), so no
+#: single request fills a bucket.
+DEFAULT_MAX_BATCH = 100
+
+
 @dataclasses.dataclass
 class CollectorStats:
-    """The collector's counts. Requests: ``received`` = ``accepted`` + ``rejected``, ``rejected_by`` per
-    error. Reports: ``reports_accepted`` (in accepted requests) = ``reports_written`` (in closed files) +
-    ``reports_open`` (in the open file), and ``reports_refused`` (in refused requests whose reports were
-    counted)."""
+    """The collector's counts. Requests: ``received`` = ``accepted`` + ``duplicates`` + ``rejected``,
+    ``rejected_by`` per error. Reports: ``reports_accepted`` (durable, acknowledged) = ``reports_written``
+    (published files) + ``reports_open`` (durable, not yet published); ``reports_refused`` (in refused
+    requests whose reports were counted); ``reports_duplicate`` (repeats answered without writing)."""
 
     received: int = 0
     accepted: int = 0
+    duplicates: int = 0
     rejected: int = 0
     rejected_by: dict[str, int] = dataclasses.field(default_factory=dict)
     reports_accepted: int = 0
     reports_refused: int = 0
+    reports_duplicate: int = 0
     reports_written: int = 0
     reports_open: int = 0
     files_written: int = 0
@@ -522,9 +1292,19 @@ class CollectorStats:
         return {**dataclasses.asdict(self), "rejected_by": dict(sorted(self.rejected_by.items()))}
 
 
+@dataclasses.dataclass
+class _Work:
+    data: bytes
+    count: int
+    sender: bytes | None
+    key: bytes | None
+    body: bytes
+
+
 class Collector:
-    """One task's collector: :meth:`handle` answers a POST of reports, :meth:`tick` rolls a file that is
-    due, :meth:`close` closes the open file. Single-threaded (the web server's event loop calls it)."""
+    """One task's collector: :meth:`handle` / :meth:`handle_async` answer a POST of reports (200 only once
+    its reports are durable), :meth:`tick` publishes a file that is due, :meth:`close` publishes the open
+    file. Single-threaded (the web server's event loop calls it); fsyncs run in worker threads."""
 
     def __init__(
         self,
@@ -532,15 +1312,27 @@ class Collector:
         writer: RollingAvroWriter,
         *,
         max_body_bytes: int = 1 << 20,
-        max_batch: int = 1000,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        auth: SenderAuth | None = None,
+        keys: IdempotencyKeys | None = None,
+        retry_after_s: int = 5,
     ) -> None:
         self.checker = checker
         self.writer = writer
         self.max_body_bytes = int(max_body_bytes)
         self.max_batch = int(max_batch)
+        self.auth = auth
+        self.keys = keys if keys is not None else IdempotencyKeys(None)
+        self.retry_after_s = int(retry_after_s)
         self.stats = CollectorStats()
-        self.failed: str | None = None  # set by a failed write: later requests get 503
+        self.prom = PrometheusMetrics()
+        self.failed: str | None = None  # the last write failure, cleared by the next durable write
+        self._pending: dict[bytes, Any] = {}
+        self._published = 0
+        self._written = 0
+        self._n = 0
 
+    # ---- counting ----------------------------------------------------------------------------------------
     def refuse(self, error: RequestError, n_reports: int = 0) -> tuple[int, dict[str, Any]]:
         """Counts a refused request (``n_reports``: its reports, when known) and returns its answer."""
         s = self.stats
@@ -548,68 +1340,203 @@ class Collector:
         s.rejected += 1
         s.rejected_by[error.error] = s.rejected_by.get(error.error, 0) + 1
         s.reports_refused += n_reports
+        self.prom.requests.labels(str(error.status), error.error).inc()
+        self.prom.reports.labels("refused").inc(n_reports)
+        self.prom.rejected.labels(error.error).inc(n_reports)
         return error.status, error.body()
 
-    def handle(self, media_type: str, body: bytes) -> tuple[int, dict[str, Any]]:
-        """``media_type``: :data:`JSON_TYPE` or :data:`AVRO_TYPE` (the server refuses others with 415).
-        Returns ``(status, JSON answer)``: 200 ``{"accepted": n}``, or the refusal."""
-        if self.failed is not None:
-            return self.refuse(RequestError(503, "unavailable", f"the collector cannot write: {self.failed}"))
-        if len(body) > self.max_body_bytes:
-            return self.refuse(
-                RequestError(413, "too_large", f"body of {len(body)} bytes; at most {self.max_body_bytes}")
-            )
-        records: list[object] = []
-        try:
-            parse = parse_json_body if media_type == JSON_TYPE else parse_avro_body
-            records = parse(body, self.max_batch)
-            accepted = self.checker.check(records, json_form=media_type == JSON_TYPE)
-            try:
-                block = self.writer.encode_block(accepted)
-            except (ValueError, TypeError, OverflowError) as exc:  # not expected once the validator passed
-                detail = f"a report does not fit the report schema: {exc}"
-                raise RequestError(422, "invalid_payload", detail) from exc
-        except RequestError as exc:
-            return self.refuse(exc, len(records))
-        try:
-            self.writer.append(accepted, block)
-        except WriteError as exc:
-            return self._write_failed(exc, len(accepted))
+    def _accepted(self, n: int) -> tuple[int, dict[str, Any]]:
         s = self.stats
         s.received += 1
         s.accepted += 1
-        s.reports_accepted += len(accepted)
+        s.reports_accepted += n
         if self.checker.drop_client_ids:
-            s.client_ids_dropped += len(accepted)
+            s.client_ids_dropped += n
+        self.prom.requests.labels("200", "accepted").inc()
+        self.prom.reports.labels("accepted").inc(n)
+        self.failed = None
         self._sync_counts()
-        return 200, {"accepted": len(accepted)}
+        return 200, {"accepted": n}
 
-    def _write_failed(self, exc: WriteError, n: int) -> tuple[int, dict[str, Any]]:
+    def _duplicate(self, n: int) -> tuple[int, dict[str, Any]]:
+        s = self.stats
+        s.received += 1
+        s.duplicates += 1
+        s.reports_duplicate += n
+        self.prom.requests.labels("200", "duplicate").inc()
+        self.prom.reports.labels("duplicate").inc(n)
+        return 200, {"accepted": n, "duplicate": True}
+
+    def _write_failed(self, exc: WriteError, n: int, kind: str) -> tuple[int, dict[str, Any]]:
         _LOG.error("%s", exc)
         self.failed = str(exc)
         self.stats.write_errors += 1
-        return self.refuse(RequestError(500, "write_failed", "the reports could not be written"), n)
+        self.prom.write_errors.labels(kind).inc()
+        detail = "the reports could not be stored durably (nothing of this request is kept); retry later"
+        return self.refuse(RequestError(503, "unavailable", detail), n)
 
     def _sync_counts(self) -> None:
-        self.stats.reports_written = self.writer.written_reports
-        self.stats.reports_open = self.writer.open_reports
-        self.stats.files_written = len(self.writer.written_files)
+        w = self.writer
+        self.stats.reports_written = w.written_reports
+        self.stats.reports_open = w.open_reports
+        self.stats.files_written = len(w.written_files)
+        new = len(w.written_files) - self._published
+        if new > 0:
+            self.prom.files.inc(new)
+            self._published = len(w.written_files)
+        self.prom.written.inc(max(0, w.written_reports - self._written))
+        self._written = max(self._written, w.written_reports)
+        self.prom.open_reports.set(self.stats.reports_open)
+        self.prom.keys.set(len(self.keys.keys))
+        while w.sync_seconds:
+            self.prom.durable.observe(w.sync_seconds.pop())
 
+    # ---- one request ---------------------------------------------------------------------------------------
+    def _prepare(self, media_type: str, body: bytes, key: str | None, authorization: str | None) -> _Work:
+        """Everything before the write: limits, sender, key, parse, checks, the block to append."""
+        self.prom.bytes.inc(len(body))
+        if len(body) > self.max_body_bytes:
+            raise RequestError(413, "too_large", f"body of {len(body)} bytes; at most {self.max_body_bytes}")
+        sender = None if self.auth is None else self.auth.sender(authorization)
+        kd = None
+        if key is not None:
+            if not _KEY_RE.fullmatch(key):
+                raise RequestError(400, "bad_idempotency_key", "Idempotency-Key: 8 to 128 of [A-Za-z0-9._:-]")
+            kd = IdempotencyKeys.digest(key)
+        bd = IdempotencyKeys.digest(body)
+        c = self.checker
+        if media_type == JSON_TYPE:
+            records = parse_json_body(body, self.max_batch)
+            self._n = len(records)
+            accepted = c.check(records, json_form=True)
+            return _Work(self._encode(accepted), len(accepted), sender, kd, bd)
+        parsed = parse_avro_body(body, self.max_batch, task_id=c.task.task_id, decode=c.decode)
+        self._n = parsed.count
+        if isinstance(parsed.records, list):
+            accepted = c.check(parsed.records)
+        else:
+            c.check_columns(parsed.records)
+            if parsed.current and not c.shuffled:  # the blocks as posted: already the file's encoding
+                return _Work(parsed.raw, parsed.count, sender, kd, bd)
+            accepted = [parsed.records.record(i) for i in range(parsed.count)]
+        return _Work(self._encode(accepted), len(accepted), sender, kd, bd)
+
+    def _encode(self, records: list[dict[str, Any]]) -> bytes:
+        c = self.checker
+        if c.shuffled:
+            p = c.precision_ms
+            for rec in records:
+                rec["client_id"] = None
+                if p:
+                    rec["event_time"] = int(rec["event_time"]) - int(rec["event_time"]) % p
+        try:
+            return self.writer.encode_block(records)
+        except (ValueError, TypeError, OverflowError) as exc:  # not expected once the validator passed
+            raise RequestError(
+                422, "invalid_payload", f"a report does not fit the report schema: {exc}"
+            ) from exc
+
+    def _admit(self, media_type: str, body: bytes, key: str | None, authorization: str | None) -> Any:
+        """A :class:`_Work`, or the answer (a refusal or a repeat)."""
+        self._n = 0
+        try:
+            work = self._prepare(media_type, body, key, authorization)
+        except RequestError as exc:
+            return self.refuse(exc, self._n)
+        if work.key is not None:
+            hit = self.keys.get(work.key)
+            if hit is not None:
+                if hit[1] != work.body:
+                    detail = "this Idempotency-Key was used with another body"
+                    return self.refuse(RequestError(422, "idempotency_key_reused", detail), work.count)
+                return self._duplicate(hit[2])
+        return work
+
+    def handle(self, media_type: str, body: bytes, *, key: str | None = None,
+               authorization: str | None = None) -> tuple[int, dict[str, Any]]:  # fmt: skip
+        """``media_type``: :data:`JSON_TYPE` or :data:`AVRO_TYPE` (the server refuses others with 415).
+        Returns ``(status, JSON answer)``: 200 ``{"accepted": n}`` once durable, or the refusal."""
+        work = self._admit(media_type, body, key, authorization)
+        if not isinstance(work, _Work):
+            return work
+        try:
+            t = self.writer.append(data=work.data, count=work.count, sender=work.sender)
+            assert t is not None
+            self.writer.commit_sync(t)
+        except WriteError as exc:
+            return self._write_failed(exc, work.count, "append")
+        return self._done(work)
+
+    def _done(self, work: _Work) -> tuple[int, dict[str, Any]]:
+        if work.key is not None:
+            self.keys.add(work.key, work.body, work.count)
+        if self.writer.full():
+            self.roll()
+        return self._accepted(work.count)
+
+    async def handle_async(self, media_type: str, body: bytes, *, key: str | None = None,
+                           authorization: str | None = None) -> tuple[int, dict[str, Any]]:  # fmt: skip
+        """:meth:`handle` with group commit; a repeat of a request still being written waits for it."""
+        pending = None if key is None else self._pending.get(IdempotencyKeys.digest(key))
+        if pending is not None:
+            await asyncio.wait([pending])
+        work = self._admit(media_type, body, key, authorization)
+        if not isinstance(work, _Work):
+            return work
+        done = asyncio.get_running_loop().create_future()
+        if work.key is not None:
+            self._pending[work.key] = done
+        try:
+            try:
+                t = self.writer.append(data=work.data, count=work.count, sender=work.sender)
+                assert t is not None
+            except WriteError as exc:
+                return self._write_failed(exc, work.count, "append")
+            try:
+                await self.writer.commit(t)
+            except WriteError as exc:
+                return self._write_failed(exc, work.count, "fsync")
+            if work.key is not None:
+                self.keys.add(work.key, work.body, work.count)
+            if self.writer.full():
+                asyncio.ensure_future(self.roll_async())
+            return self._accepted(work.count)
+        finally:
+            if work.key is not None:
+                self._pending.pop(work.key, None)
+            done.set_result(None)
+
+    # ---- files ---------------------------------------------------------------------------------------------
     def tick(self) -> None:
-        """Rolls the open file when it is due (the server calls this about once a second)."""
+        """Publishes the open file when it is due (synchronous; the server uses :meth:`tick_async`)."""
         if self.writer.due():
             self.roll()
+
+    async def tick_async(self) -> None:
+        if self.writer.due():
+            await self.roll_async()
 
     def roll(self) -> None:
         try:
             self.writer.roll()
         except WriteError as exc:
-            _LOG.error("%s", exc)
-            self.failed = str(exc)
-            self.stats.write_errors += 1
+            self._roll_failed(exc)
         self._sync_counts()
 
+    async def roll_async(self) -> None:
+        try:
+            await self.writer.roll_async()
+        except WriteError as exc:
+            self._roll_failed(exc)
+        self._sync_counts()
+
+    def _roll_failed(self, exc: WriteError) -> None:
+        _LOG.error("%s", exc)
+        self.failed = str(exc)
+        self.stats.write_errors += 1
+        self.prom.write_errors.labels("publish").inc()
+
     def close(self) -> CollectorStats:
-        """Closes the open file; returns the final counts."""
+        """Publishes the open file; returns the final counts."""
         self.roll()
         return self.stats

@@ -35,9 +35,9 @@ from pipelines import collect
 from pipelines.collector import (
     AVRO_TYPE,
     JSON_TYPE,
+    LOCK_NAME,
     Collector,
     RollingAvroWriter,
-    WriteError,
     make_checker,
     report_to_json,
 )
@@ -56,7 +56,9 @@ class Server:
         writer_opts = {k: options.pop(k) for k in ("roll_reports", "roll_seconds") if k in options}
         self.tick_s = options.pop("tick_s", 1.0)
         self.out = out
-        self.collector = Collector(make_checker(task), RollingAvroWriter(out, **writer_opts), **options)
+        checker = make_checker(task)
+        writer = RollingAvroWriter(out, permute=checker.shuffled, **writer_opts)
+        self.collector = Collector(checker, writer, **options)
         self.port = 0
         self.stats: dict[str, Any] | None = None
         self._ready = threading.Event()
@@ -175,7 +177,7 @@ def test_json_and_avro_reports_are_written_as_posted(serve, olh_task, rng):
     assert read_dir(server.out) == as_json(recs) + as_json(recs[:2])
     assert stats["received"] == stats["accepted"] == 4 and stats["rejected"] == 0
     assert stats["reports_accepted"] == stats["reports_written"] == 153 and stats["reports_open"] == 0
-    files = sorted(server.out.iterdir())
+    files = sorted(p for p in server.out.iterdir() if p.name != LOCK_NAME)
     avro = [p for p in files if p.suffix == ".avro"]
     assert len(avro) == stats["files_written"] == 1
     assert [p.name for p in files] == [avro[0].name, avro[0].name + ".done"]  # no temporary file left
@@ -219,12 +221,15 @@ def test_range_task_reports_of_every_group(serve, range_task_file, tmp_path):
 def test_shuffled_task_drops_client_ids(serve, frequency_task_file, rng):
     task = frequency_task_file(anonymity={"shuffled": True, "min_reports": 2})
     server = serve(task)
-    recs = make_records(task, 5, rng, client_ids=[b"abc"] * 5)
-    assert server.post({"reports": as_json(recs)}) == (200, {"accepted": 5})
-    assert server.stop()["client_ids_dropped"] == 5
+    recs = make_records(task, 100, rng, client_ids=[b"abc"] * 100)
+    assert server.post({"reports": as_json(recs)}) == (200, {"accepted": 100})
+    assert server.stop()["client_ids_dropped"] == 100
     stored = read_dir(server.out)
-    assert [r["client_id"] for r in stored] == [None] * 5
-    assert [{**r, "client_id": None} for r in as_json(recs)] == stored
+    assert [r["client_id"] for r in stored] == [None] * 100
+    hour = 3_600_000  # the task's time_precision_s: event times rounded down, the file's order permuted
+    sent = [{**r, "client_id": None, "event_time": r["event_time"] // hour * hour} for r in as_json(recs)]
+    assert stored != sent  # arrival order kept: probability 1/100!
+    assert sorted(stored, key=json.dumps) == sorted(sent, key=json.dumps)
 
 
 def test_rolls_by_count_with_complete_files_and_markers(serve, olh_task, rng):
@@ -237,7 +242,7 @@ def test_rolls_by_count_with_complete_files_and_markers(serve, olh_task, rng):
     sizes = [json.loads(Path(f"{p}.done").read_text())["reports"] for p in avro]
     assert sizes == [12, 8] and stats["files_written"] == 2 and stats["reports_written"] == 20
     assert read_dir(server.out) == as_json(recs)
-    assert not list(server.out.glob(".*"))
+    assert [p.name for p in server.out.glob(".*")] == [LOCK_NAME]
 
 
 def test_rolls_by_time(serve, olh_task, rng):
@@ -311,7 +316,7 @@ def refusing(serve, olh_task):
     yield server
     stats = server.stop()
     assert stats["accepted"] == 0 and stats["reports_written"] == 0 and stats["rejected"] == stats["received"]
-    assert list(server.out.iterdir()) == []
+    assert [p.name for p in server.out.iterdir()] == [LOCK_NAME]
 
 
 @pytest.mark.parametrize("case,body,status,error", JSON_CASES, ids=[c[0] for c in JSON_CASES])
@@ -381,7 +386,8 @@ def test_http_level_refusals(refusing, olh_task, rng):
     assert refusing.request("GET", "/v1/reports")[0] == 405
     assert refusing.request("POST", "/healthz", b"")[0] == 405
     assert refusing.request("GET", "/v2/reports") == (404, {
-        "error": "not_found", "detail": "no such endpoint: POST /v1/reports, GET /healthz, GET /metrics"
+        "error": "not_found",
+        "detail": "no such endpoint: POST /v1/reports, GET /healthz, GET /metrics, GET /metrics/prometheus",
     })  # fmt: skip
     assert refusing.request("GET", "/healthz") == (200, {"status": "ok"})
 
@@ -408,37 +414,40 @@ def test_nothing_of_the_request_is_kept(serve, olh_task, rng, caplog):
 
 
 # ---- failures are loud -------------------------------------------------------------------------------------
-def test_failed_write_answers_500_then_503(tmp_path, olh_task, rng):
+def test_failed_write_answers_503_and_keeps_nothing_of_it(tmp_path, olh_task, rng, monkeypatch):
+    """A write that fails (ENOSPC injected at ``os.pwrite``, the writer's one write call) is cut back and
+    answered 503; the next write succeeds; only acknowledged reports are in the files."""
+    from pipelines import collector as core
+
     writer = RollingAvroWriter(tmp_path / "out")
     collector = Collector(make_checker(load_task(olh_task)), writer)
-    recs = make_records(olh_task, 4, rng)
-    body = json.dumps({"reports": as_json(recs)}).encode()
+    recs = make_records(olh_task, 8, rng)
+    body = json.dumps({"reports": as_json(recs[:4])}).encode()
     assert collector.handle(JSON_TYPE, body) == (200, {"accepted": 4})
-    real = writer._fh
+    real = os.pwrite
 
-    class Full:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
+    def full(fd: int, data: Any, offset: int) -> int:
+        real(fd, bytes(data[:7]), offset)  # a partial block, then the disk is full
+        raise OSError(28, "No space left on device")
 
-        def write(self, data: bytes) -> int:
-            real.write(data[:7])  # a partial block, then the disk is full
-            raise OSError(28, "No space left on device")
-
-    writer._fh = Full()  # type: ignore[assignment]
-    status, answer = collector.handle(JSON_TYPE, body)
-    assert (status, answer["error"]) == (500, "write_failed") and collector.failed
-    assert collector.handle(JSON_TYPE, body)[0] == 503
-    writer._fh = real
+    monkeypatch.setattr(core.os, "pwrite", full)
+    status, answer = collector.handle(JSON_TYPE, json.dumps({"reports": as_json(recs[4:6])}).encode())
+    assert (status, answer["error"]) == (503, "unavailable") and collector.failed
+    assert str(tmp_path) not in answer["detail"] and ".tmp" not in answer["detail"]
+    monkeypatch.setattr(core.os, "pwrite", real)
+    assert collector.handle(JSON_TYPE, json.dumps({"reports": as_json(recs[6:])}).encode())[0] == 200
+    assert collector.failed is None
     stats = collector.close()
-    assert stats.write_errors == 1 and stats.reports_accepted == stats.reports_written == 4
-    assert read_dir(tmp_path / "out") == as_json(recs)  # the partial block was cut off: the file reads whole
+    assert stats.write_errors == 1 and stats.reports_accepted == stats.reports_written == 6
+    assert read_dir(tmp_path / "out") == as_json(recs[:4] + recs[6:])  # the partial block was cut off
 
 
-def test_roll_failure_is_loud(tmp_path, olh_task, rng, monkeypatch):
+def test_publish_failure_is_loud_and_retried(tmp_path, olh_task, rng, monkeypatch):
     writer = RollingAvroWriter(tmp_path / "out")
     collector = Collector(make_checker(load_task(olh_task)), writer)
     body = json.dumps(as_json(make_records(olh_task, 1, rng))[0]).encode()
     assert collector.handle(JSON_TYPE, body)[0] == 200
+    real = os.rename
 
     def no_rename(src: Any, dst: Any) -> None:
         raise OSError(30, "Read-only file system")
@@ -446,12 +455,12 @@ def test_roll_failure_is_loud(tmp_path, olh_task, rng, monkeypatch):
     monkeypatch.setattr(os, "rename", no_rename)
     stats = collector.close()
     assert stats.write_errors == 1 and stats.reports_written == 0 and collector.failed
-    assert "1 reports not written" in collector.failed
-    assert collector.handle(JSON_TYPE, body)[0] == 503
+    assert "1 reports wait in it" in collector.failed
     assert list((tmp_path / "out").glob("*.avro")) == []  # no file passes for complete
-    with pytest.raises(WriteError, match="Read-only"):
-        writer.append(make_records(olh_task, 1, rng))
-        writer.roll()
+    assert len(list((tmp_path / "out").glob(".collect-*.tmp"))) == 1  # the acknowledged report is durable
+    monkeypatch.setattr(os, "rename", real)
+    stats = collector.close()  # the next roll publishes it
+    assert stats.reports_written == 1 and len(read_dir(tmp_path / "out")) == 1
 
 
 def test_batch_queries_task_is_refused(write_json):
