@@ -1,6 +1,6 @@
 """Prints a job's results from its output directory as a terminal table: ``ldp-beam show OUT/``.
 
-    python -m pipelines.show OUT/ [--top K] [--window latest|all|START] [--json]
+    python -m pipelines.show OUT/ [--top K] [--window latest|all|START] [--flag_rule bonferroni|bh] [--json]
 
 Reads the JSON Lines result rows a job wrote (``OUT/estimates-*.jsonl``: frequency and sparse tasks;
 ``OUT/answers-*.jsonl``: range and batch-query tasks; docs/architecture.md, sections 3-4) and the job's
@@ -8,8 +8,11 @@ counts (``OUT/counts.json``, or a streaming job's ``OUT/counts/counts-*.jsonl`` 
 the newest window (or the one chosen): per group (frequency, sparse) or for the task's queries (range,
 batch) the window, the pane (timing, index, final or not), the number of reports, and a table of the
 top-K values (frequency: largest estimates; sparse: largest means) or the first K query answers, each with
-its estimate, std and the row's own 95% interval (``ci_low``, ``ci_high``); then read / accepted /
-rejected with the top rejection reasons. ``--json`` prints the same selection as one JSON object.
+its estimate, std and a 95% interval; then read / accepted / rejected with the top rejection reasons.
+``--json`` prints the same selection as one JSON object. The frequency top-K is a selection by the
+estimates, so its intervals are simultaneous over the whole domain (valid whichever values are shown)
+and its ``> 0`` flags follow a stated multiple-comparison rule (``--flag_rule``, :mod:`ldp.selection`);
+the other tables show the row's own interval (``ci_low``, ``ci_high``).
 
 What is kind-specific (which fields make a row of the kind, its tables and their columns) is the kind's
 ``show`` piece in its registry entry (:class:`ShowSpec`, ``ldp.kinds.Kind.show``; the built-in ones are in
@@ -58,6 +61,10 @@ REPORT_WRITERS = ("simulate", "simulate_range", "shuffle", "clients")
 TOP_REASONS = 5
 #: Longest label or query text shown in a table cell (``--json`` keeps it whole).
 MAX_CELL_CHARS = 40
+#: ``--flag_rule`` choices: ``ldp.selection.RULES`` (spelt out so ``--help`` imports no numpy; a test
+#: keeps them equal).
+FLAG_RULES = ("bonferroni", "bh")
+DEFAULT_FLAG_RULE = "bonferroni"
 
 _ESCAPED_CATEGORIES = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
 
@@ -156,6 +163,9 @@ class ShowSpec:
     tables: Callable[[Sequence[dict[str, Any]], int, bool], list[dict[str, Any]]]
     text: Callable[[dict[str, Any]], TableText]
     check: Callable[[dict[str, Any]], None] | None = None
+    #: keyword options ``tables`` takes beyond ``(rows, top, batch)``: ``"rule"`` (the multiple-comparison
+    #: rule of a view that selects values by their estimates, ``--flag_rule``)
+    options: frozenset[str] = frozenset()
 
 
 def show_specs() -> dict[str, ShowSpec | None]:
@@ -496,9 +506,12 @@ def top_indices(values: list[Any], top: int) -> list[int]:
     return order[:top]
 
 
-def collect(out: str, *, top: int = 10, window: str = "latest") -> dict[str, Any]:
+def collect(
+    out: str, *, top: int = 10, window: str = "latest", rule: str = DEFAULT_FLAG_RULE
+) -> dict[str, Any]:
     """What ``show`` prints, as a JSON-able dict: the output, kind, task, the chosen windows (each with
-    one table per group, or one of query answers) and the counts. Raises :class:`ShowError`."""
+    one table per group, or one of query answers) and the counts. ``rule``: the multiple-comparison rule
+    of the top-k flags (:mod:`ldp.selection`). Raises :class:`ShowError`."""
     kind, rows = load_rows(out)
     by_window: dict[WindowKey, list[dict[str, Any]]] = {}
     for r in rows:
@@ -510,7 +523,8 @@ def collect(out: str, *, top: int = 10, window: str = "latest") -> dict[str, Any
     windows = []
     for key in chosen:
         wrows = by_window[key]
-        tables = spec.tables(wrows, top, batch)
+        opts = {"rule": rule} if "rule" in spec.options else {}
+        tables = spec.tables(wrows, top, batch, **opts)
         windows.append({
             "window_start": key[0],
             "window_end": key[1],
@@ -640,6 +654,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="latest (the window starting last), all, global, or a window's start (ISO-8601, e.g. "
         "2026-01-01T00:05:00Z, or epoch milliseconds)",
     )
+    parser.add_argument(
+        "--flag_rule", choices=FLAG_RULES, default=DEFAULT_FLAG_RULE,
+        help="multiple-comparison rule of the top values' '> 0' flags, over the whole domain: bonferroni "
+        "(family-wise 5%%) or bh (Benjamini-Hochberg, false-discovery rate 5%%)",
+    )
     parser.add_argument("--json", action="store_true", help="print the selection as one JSON object")
     return parser
 
@@ -649,7 +668,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if ns.top < 1:
         fail(f"--top must be at least 1, got {ns.top}")
     try:
-        content = collect(ns.output, top=ns.top, window=ns.window)
+        content = collect(ns.output, top=ns.top, window=ns.window, rule=ns.flag_rule)
     except ShowError as exc:
         fail(str(exc))
     if ns.json:

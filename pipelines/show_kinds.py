@@ -3,7 +3,8 @@
 Each constant is a :class:`pipelines.show.ShowSpec`, named by its kind's registry entry
 (``Kind.show = ref("pipelines.show_kinds:FREQUENCY")``, :mod:`ldp.kinds`): the fields a row must have,
 how to recognise a row by its fields, the tables of one window, and the lines of one table. Stdlib only,
-like the command.
+like the command, but for the frequency top-K, whose simultaneous intervals and flags come from
+:mod:`ldp.selection` (numpy, imported when a frequency row is shown).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _same_lengths(of: str) -> Any:
 
     def check(row: Row) -> None:
         n = len(row[of])
-        for name in ("std", "items", "values", "ci_low", "ci_high", "labels"):
+        for name in ("std", "items", "values", "ci_low", "ci_high", "labels", "unbiased", "unbiased_std"):
             value = row.get(name)
             if value is not None and (not isinstance(value, list) or len(value) != n):
                 raise KeyError(f"{name!r} does not hold {n} entries")
@@ -48,11 +49,45 @@ def _same_lengths(of: str) -> Any:
 # ---------------------------------------------------------------------------------------------- frequency
 
 
-def frequency_table(row: Row, top: int) -> dict[str, Any]:
-    """One group's table: its ``top`` largest estimates."""
+def _selection_columns(row: Row, d: int, rule: str) -> tuple[list[Any], list[Any], list[Any]] | None:
+    """Per held value: the simultaneous interval's ends and the discovery flag (:mod:`ldp.selection`,
+    over the task's whole domain ``d``), from the row's ``unbiased`` and ``unbiased_std``; None for a row
+    without them (an older row: nothing valid after selection can be made from the published numbers)."""
+    unbiased, ustd = row.get("unbiased"), row.get("unbiased_std")
+    n = len(row["frequencies"])
+    if not (isinstance(unbiased, list) and isinstance(ustd, list) and len(unbiased) == len(ustd) == n):
+        return None
+    import numpy as np
+
+    from ldp import selection
+
+    def vec(values: list[Any]) -> Any:
+        return np.array([x if number(x) is not None else np.nan for x in values], dtype=np.float64)
+
+    u, s, pub = vec(unbiased), vec(ustd), vec(row["frequencies"])
+    lo, hi = selection.simultaneous_intervals(u, s, d, published=pub)
+    flag = selection.discoveries(u, s, d, rule)
+    ok = np.isfinite(u) & np.isfinite(s)
+    return (
+        [number(x) for x in lo.tolist()],
+        [number(x) for x in hi.tolist()],
+        [bool(f) if k else None for f, k in zip(flag.tolist(), ok.tolist(), strict=True)],
+    )
+
+
+def frequency_table(row: Row, top: int, rule: str = "bonferroni") -> dict[str, Any]:
+    """One group's table: its ``top`` largest estimates, each with the simultaneous 95% interval over the
+    domain (``ci_low``, ``ci_high``: valid after the selection), the discovery flag under ``rule``
+    (``above_zero``) and the row's own per-value interval (``per_value_ci_low`` / ``_high``: valid only
+    for a value chosen in advance)."""
+    from ldp import selection
+
     freq = row["frequencies"]
     labels = row.get("labels")
     index = row.get("values")  # a row of a large domain holds its largest values only, these
+    d = as_int(row.get("domain_size")) if isinstance(index, list) else len(freq)
+    d = max(d, len(freq), 1)
+    chosen = _selection_columns(row, d, rule)
     entries = []
     for rank, v in enumerate(top_indices(freq, top), 1):
         entries.append({
@@ -61,36 +96,54 @@ def frequency_table(row: Row, top: int) -> dict[str, Any]:
             "label": labels[v] if isinstance(labels, list) else None,
             "estimate": number(freq[v]),
             "std": number_at(row["std"], v),
-            "ci_low": number_at(row.get("ci_low"), v),
-            "ci_high": number_at(row.get("ci_high"), v),
+            "ci_low": None if chosen is None else chosen[0][v],
+            "ci_high": None if chosen is None else chosen[1][v],
+            "above_zero": None if chosen is None else chosen[2][v],
+            "per_value_ci_low": number_at(row.get("ci_low"), v),
+            "per_value_ci_high": number_at(row.get("ci_high"), v),
         })
     return {
         "group": row["group"],
         **pane_of(row),
         "n_reports": row["n_reports"],
         "about": {k: row.get(k) for k in ("mechanism", "epsilon", "domain_size", "postprocess", "ci_method")},
+        "interval": (
+            f"simultaneous 95% over all {d:,} values (Bonferroni, z = {selection.simultaneous_z(d):.3g})"
+            if chosen is not None else "none: the row has no unbiased estimates"
+        ),
+        "flag_rule": selection.rule_text(rule, d),
         "shown": len(entries),
-        "of": as_int(row.get("domain_size")) if isinstance(index, list) else len(freq),
+        "of": d,
         "held": len(freq),
         "rows": entries,
-    }
+    }  # fmt: skip
 
 
-def _frequency_tables(rows: Sequence[Row], top: int, batch: bool) -> list[dict[str, Any]]:
-    return [frequency_table(r, top) for r in latest_panes(rows, "group").values()]
+def _frequency_tables(
+    rows: Sequence[Row], top: int, batch: bool, rule: str = "bonferroni"
+) -> list[dict[str, Any]]:
+    return [frequency_table(r, top, rule) for r in latest_panes(rows, "group").values()]
+
+
+def _yes(flag: bool | None) -> str:
+    return "n/a" if flag is None else ("yes" if flag else "-")
 
 
 def _frequency_text(t: dict[str, Any]) -> TableText:
     has_labels = any(e["label"] is not None for e in t["rows"])
     label = ["label"] if has_labels else []
-    header = ["rank", "value", *label, "estimate", "std", "95% low", "95% high"]
+    header = ["rank", "value", *label, "estimate", "std", "sim. 95% low", "sim. 95% high", "> 0"]
     cells = [
         [str(e["rank"]), str(e["value"]), *([safe_text(e["label"], MAX_CELL_CHARS)] if label else []),
-         fmt(e["estimate"]), fmt(e["std"]), fmt(e["ci_low"]), fmt(e["ci_high"])]
+         fmt(e["estimate"]), fmt(e["std"]), fmt(e["ci_low"]), fmt(e["ci_high"]), _yes(e["above_zero"])]
         for e in t["rows"]
     ]  # fmt: skip
-    right = [True, True, *([False] if label else []), True, True, True, True]
-    return header, cells, right, f"top {t['shown']} of {t['of']} values by estimate"
+    right = [True, True, *([False] if label else []), True, True, True, True, False]
+    what = (
+        f"top {t['shown']} of {t['of']:,} values by estimate; intervals: {t['interval']}, valid for any "
+        f"selection; > 0: the true frequency is above 0 ({t['flag_rule']})"
+    )
+    return header, cells, right, what
 
 
 FREQUENCY = ShowSpec(
@@ -99,6 +152,7 @@ FREQUENCY = ShowSpec(
     tables=_frequency_tables,
     text=_frequency_text,
     check=_same_lengths("frequencies"),
+    options=frozenset({"rule"}),
 )
 
 

@@ -20,6 +20,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -152,24 +153,36 @@ def test_frequency_latest_window_top_values_are_the_rows(outs, capsys):
     assert table["group"] == 0 and table["n_reports"] == newest["n_reports"]
     assert table["pane_index"] == 0 and table["pane_timing"] == "ON_TIME" and table["final"] is True
     assert [e["value"] for e in table["rows"]] == top
+    # a top-K is a selection: its intervals are simultaneous over the 16 values (Bonferroni), made here
+    # from the row's unbiased estimates with z = Phi^-1(1 - 0.05 / 32), and its flags are Bonferroni's
+    z = NormalDist().inv_cdf(1 - 0.05 / 32)
+    sim = {}
     for e in table["rows"]:
         v = e["value"]
+        u, s, f = newest["unbiased"][v], newest["unbiased_std"][v], newest["frequencies"][v]
+        sim[v] = (min(max(u - z * s, 0.0), f), max(min(u + z * s, 1.0), f))
         assert e["label"] == LABELS[v]
-        assert (e["estimate"], e["std"]) == (newest["frequencies"][v], newest["std"][v])
-        assert (e["ci_low"], e["ci_high"]) == (newest["ci_low"][v], newest["ci_high"][v])
+        assert (e["estimate"], e["std"]) == (f, newest["std"][v])
+        assert e["ci_low"] == pytest.approx(sim[v][0], abs=1e-15)
+        assert e["ci_high"] == pytest.approx(sim[v][1], abs=1e-15)
+        assert e["above_zero"] is (u >= z * s)
+        assert (e["per_value_ci_low"], e["per_value_ci_high"]) == (newest["ci_low"][v], newest["ci_high"][v])
         assert e["ci_low"] <= e["estimate"] <= e["ci_high"]
+    assert table["flag_rule"] == "Bonferroni over d = 16 at 5%"
 
     text = _show(capsys, str(outs["frequency"]), "--top", "5")
     assert f"[{newest['window_start']}, {newest['window_end']})" in text
     assert "group 0; pane 0 ON_TIME, final" in text and f"{newest['n_reports']:,} reports" in text
     (printed,) = _tables(text)
-    assert printed[0] == ["rank", "value", "label", "estimate", "std", "95% low", "95% high"]
+    assert printed[0] == ["rank", "value", "label", "estimate", "std", "sim. 95% low", "sim. 95% high", "> 0"]
     expected = [
         [str(rank), str(v), LABELS[v], _g(newest["frequencies"][v]), _g(newest["std"][v]),
-         _g(newest["ci_low"][v]), _g(newest["ci_high"][v])]
+         _g(sim[v][0]), _g(sim[v][1])]
         for rank, v in enumerate(top, 1)
     ]  # fmt: skip
-    assert printed[1:] == expected
+    assert [p[:7] for p in printed[1:]] == expected
+    assert "simultaneous 95% over all 16 values (Bonferroni" in text
+    assert "Bonferroni over d = 16 at 5%" in text
 
 
 @pytest.mark.integration
@@ -437,3 +450,88 @@ def test_every_built_in_kind_shows_through_its_registry_piece_and_show_names_no_
     source = inspect.getsource(show)
     named = [n for n in kinds.KINDS if f'"{n}"' in source or f"'{n}'" in source]
     assert not named, f"pipelines/show.py dispatches on kind names {named}: give the kind a show piece"
+
+
+# ------------------------------------------------------------------------------- the top-K after selection
+
+
+def _apps_row(seed: int) -> tuple[dict, np.ndarray]:
+    """The README's apps example (200,000 Zipf(1.5) users, OLH, epsilon 1, d = 1024, Norm-Sub, the
+    simulator's population with ``--seed``) through the frequency aggregator, as the batch job's JSON
+    Lines row; and the true frequencies."""
+    from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
+    from ldp.aggregate.frequency import FrequencyAggregator
+
+    task = parse_task({"task_id": "apps-2026-12", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024,
+                       "postprocess": "norm-sub"})  # fmt: skip
+    pop = simulate.make_population(task, 200_000, "zipf:1.5", seed=seed)
+    agg = FrequencyAggregator(task)
+    accs = GroupAccumulators()
+    for _, chunk in pop.chunks(np.array([0, 200_000])):
+        accumulate(agg, accs, 0, chunk.reports)
+    (row,) = finalize_window(agg, accs, WindowInfo(None, None, "ON_TIME", 0, True))
+    return json.loads(json.dumps(row._asdict())), pop.counts / 200_000
+
+
+def _result_dir(tmp_path: Path, rows: list[dict]) -> Path:
+    out = tmp_path / "est"
+    out.mkdir(parents=True)
+    (out / ".ldp-beam-output.json").write_text(json.dumps({"command": ["ldp-beam frequency"]}))
+    with open(out / "estimates-00000-of-00001.jsonl", "w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r) + "\n")
+    return out
+
+
+@pytest.mark.statistical
+def test_apps_example_top20_flags_no_zero_and_its_intervals_cover(tmp_path, capsys):
+    """``ldp-beam show est/ --top 20`` on the README's apps example (seed 1): no value of true frequency 0
+    is flagged under either rule, and every shown interval covers its truth (they are simultaneous 95%
+    over the domain: all 20 cover in at least 95% of runs; tests/test_selection.py counts 20 seeds). The
+    per-value intervals of the same values miss 9 of 20 here: the selection error the view avoids."""
+    row, truth = _apps_row(1)
+    out = _result_dir(tmp_path, [row])
+    for rule in ("bonferroni", "bh"):
+        (table,) = _show_json(capsys, str(out), "--top", "20", "--flag_rule", rule)["windows"][0]["tables"]
+        assert len(table["rows"]) == 20 and table["of"] == 1024
+        values = [e["value"] for e in table["rows"]]
+        flagged = [e["value"] for e in table["rows"] if e["above_zero"]]
+        assert not [v for v in flagged if truth[v] == 0], rule
+        assert len(flagged) >= 5, rule  # the head is found
+        assert all(e["ci_low"] <= truth[e["value"]] <= e["ci_high"] for e in table["rows"]), rule
+        per_value_miss = sum(not (e["per_value_ci_low"] <= truth[e["value"]] <= e["per_value_ci_high"])
+                             for e in table["rows"])  # fmt: skip
+        assert per_value_miss >= 5
+        assert values == sorted(range(1024), key=lambda v: (-row["frequencies"][v], v))[:20]
+    assert table["flag_rule"] == "Benjamini-Hochberg FDR 5% over d = 1,024"
+    text = _show(capsys, str(out), "--top", "20")
+    assert "Bonferroni over d = 1,024 at 5%" in text and "sim. 95% low" in text
+    (printed,) = _tables(text)
+    assert printed[0][-1] == "> 0" and {p[-1] for p in printed[1:]} <= {"yes", "-"}
+
+
+def test_a_row_without_unbiased_estimates_shows_no_interval_and_no_flag(tmp_path, capsys):
+    """An older row (no ``unbiased``): nothing valid after selection can be made from the published
+    numbers and their per-value intervals, so the top-K says so instead of showing those."""
+    row = {"task_id": "old", "schema_version": 2, "group": 0, "window_start": None, "window_end": None,
+           "pane_timing": "ON_TIME", "pane_index": 0, "is_last_pane": True, "n_reports": 100,
+           "mechanism": "grr", "epsilon": 1.0, "domain_size": 3, "postprocess": "base",
+           "frequencies": [0.5, 0.3, 0.2], "std": [0.1, 0.1, 0.1], "ci_low": [0.3, 0.1, 0.0],
+           "ci_high": [0.7, 0.5, 0.4]}  # fmt: skip
+    out = _result_dir(tmp_path, [row])
+    (table,) = _show_json(capsys, str(out))["windows"][0]["tables"]
+    assert table["interval"] == "none: the row has no unbiased estimates"
+    assert all(e["ci_low"] is None and e["above_zero"] is None for e in table["rows"])
+    assert [e["per_value_ci_low"] for e in table["rows"]] == [0.3, 0.1, 0.0]
+    (printed,) = _tables(_show(capsys, str(out)))
+    assert printed[1][-3:] == ["n/a", "n/a", "n/a"]
+    # a forged row whose unbiased estimates do not match its values is refused, not half-shown
+    bad = _result_dir(tmp_path / "bad", [{**row, "unbiased": [0.5], "unbiased_std": [0.1, 0.1, 0.1]}])
+    _fails(capsys, [str(bad)], "'unbiased' does not hold 3 entries")
+
+
+def test_flag_rule_choices_are_the_selection_rules(capsys):
+    from ldp import selection
+
+    assert show.FLAG_RULES == selection.RULES and show.DEFAULT_FLAG_RULE == selection.DEFAULT_RULE
+    _fails(capsys, ["somewhere", "--flag_rule", "holm"], "flag_rule")
