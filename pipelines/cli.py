@@ -44,6 +44,7 @@ __all__ = [
     "JobArgumentParser",
     "OUTPUT_MARKER",
     "add_input_flags",
+    "add_metrics_flags",
     "add_output_flags",
     "add_population_flags",
     "beam_option_parser",
@@ -55,6 +56,7 @@ __all__ = [
     "parse_job_args",
     "prepare_output",
     "require_inputs",
+    "runner_problem",
     "setup_logging",
 ]
 
@@ -228,6 +230,45 @@ def _jsonl_max_values(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port 0..65535 (0: a free one), got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def add_metrics_flags(parser: argparse.ArgumentParser) -> None:
+    """``--metrics_port`` and ``--metrics_linger``: the job's Prometheus endpoint on 127.0.0.1
+    (:mod:`transforms.prometheus`, docs/metrics.md)."""
+    parser.add_argument(
+        "--metrics_port",
+        type=_port,
+        metavar="PORT",
+        help="serve the job's Prometheus metrics at http://127.0.0.1:PORT/metrics while it runs (0: a free "
+        "port, printed); default: off (docs/metrics.md)",
+    )
+    parser.add_argument(
+        "--metrics_linger",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="--metrics_port: seconds the endpoint keeps serving the job's final counts after it ends",
+    )
+
+
 def add_output_flags(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
     """``--output DIR`` and ``--overwrite`` (see :func:`prepare_output`), ``--jsonl_max_values``
     (``ldp.aggregate.frequency.estimate_json``), ``--store URL``,
@@ -396,9 +437,50 @@ def parse_job_args(
         if a.dest in beam_dests and a.option_strings and hasattr(ns, a.dest)
     }
     ns.beam_args = list(rest)  # the Beam flags as given, for a command that passes them on to a job
+    options = PipelineOptions(rest, **overrides)
+    why = runner_problem(options)
+    if why is not None:
+        fail(why, 2, prog)
     if setup_log:
         setup_logging(getattr(ns, "log_level", "INFO"))
-    return ns, PipelineOptions(rest, **overrides)
+    return ns, options
+
+
+def runner_problem(options: Any) -> str | None:
+    """Why ``--runner`` names no runner Beam could create (one line, with a near miss suggested), or None.
+
+    Checked as Beam resolves the name (``apache_beam.runners.runner.create_runner``: a known runner's
+    name in any case, with or without ``Runner``, or ``module.Class``), without creating the runner:
+    a typo used to surface as a traceback from inside ``beam.Pipeline``."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = options.view_as(StandardOptions).runner
+    if runner is None or not isinstance(runner, str):
+        return None
+    known = {path.rsplit(".", 1)[-1].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS}
+    name = runner.strip()
+    if name.lower() in known or name.lower() + "runner" in known:
+        return None
+    if "." not in name:
+        names = [path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS]
+        near = difflib.get_close_matches(name, names, n=1, cutoff=0.6) or difflib.get_close_matches(
+            name.lower(), [n.lower() for n in names], n=1, cutoff=0.6
+        )
+        hint = ""
+        if near:
+            hint = f"; did you mean --runner={next(n for n in names if n.lower() == near[0].lower())}?"
+        return (f"--runner={name!r} is not a Beam runner{hint} (known: {', '.join(sorted(set(names)))}; or "
+                "the full module path of a PipelineRunner class)")
+    module, _, cls = name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), cls, None)
+    except ImportError as exc:
+        return f"--runner={name!r}: its module cannot be imported ({exc})"
+    from apache_beam.runners.runner import PipelineRunner
+
+    if not (isinstance(found, type) and issubclass(found, PipelineRunner)):
+        return f"--runner={name!r}: {module} has no PipelineRunner class {cls!r}"
+    return None
 
 
 _OUR_LOGGERS = ("ldp", "transforms", "pipelines", "bench", "experiments", "__main__")

@@ -41,6 +41,7 @@ from ldp.aggregate import Aggregator, OutputSpec
 from ldp.task import ParsedTask, TaskError, WindowConfig, budget_summary, load_task
 from pipelines.cli import (
     add_input_flags,
+    add_metrics_flags,
     add_output_flags,
     check_input_pattern,
     check_pubsub_path,
@@ -186,9 +187,11 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         "--streaming_duration",
         type=float,
         default=0.0,
-        help="streaming: stop after this many seconds; 0 runs until interrupted (Pub/Sub: the job is "
-        "cancelled; --input: the watch stops, every window closes and the job finishes by itself)",
+        help="streaming: stop reading after this many seconds, then every window closes and the job "
+        "finishes by itself (DONE, with its counts and OUT/counts.json; Pub/Sub on a runner other than the "
+        "DirectRunner is cancelled instead); 0 runs until interrupted",
     )
+    add_metrics_flags(parser)
 
 
 def load_task_or_exit(path: str | None, kind: str | None = None) -> ParsedTask:
@@ -284,7 +287,7 @@ def build_pipeline(
     import apache_beam as beam
 
     from transforms.aggregate import Aggregate
-    from transforms.counts import WindowedCounts
+    from transforms.counts import PaneLatency, WindowedCounts
     from transforms.io import WriteCounts, WriteDeadLetters, WriteResults
     from transforms.store import DEFAULT_RETRY_S, WriteToStore
 
@@ -301,6 +304,7 @@ def build_pipeline(
     )
     counts = (read.counts, out["counts"]) | "AllCounts" >> beam.Flatten()
     if streaming:
+        out["panes"] | "PaneLatency" >> beam.ParDo(PaneLatency())
         counts = counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window, task_id=agg.task.task_id)
         counts | "WriteCounts" >> WriteCounts(ns.output, task_id=agg.task.task_id)
     if getattr(ns, "store", None):  # the latest-state store (transforms.store; checked by run_job)
@@ -327,6 +331,8 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
         fail("Pub/Sub input (--input_subscription / --input_topic) needs --streaming")
     check_pubsub_path(getattr(ns, "input_subscription", None), "subscription", flag="--input_subscription")
     check_pubsub_path(getattr(ns, "input_topic", None), "topic", flag="--input_topic")
+    if not ns.input:  # no emulator and no credentials: refused here, not after a run that read nothing
+        check_pubsub_access("--input_subscription" if ns.input_subscription else "--input_topic")
     v = getattr(ns, "progress_interval", 30.0)
     if not (math.isfinite(v) and v >= 0):
         fail(f"--progress_interval must be a finite number of seconds >= 0 (0: none), got {v}")
@@ -351,6 +357,33 @@ def _check_sources(ns: argparse.Namespace, streaming: bool) -> None:
         for link, target in dangling_links(ns.input):
             _LOG.warning("--input %r matches the dangling symbolic link %r -> %r: its target does not exist, "
                          "it is not read", ns.input, link, target)  # fmt: skip
+
+
+def check_pubsub_access(flag: str) -> None:
+    """One line and exit status 2 when a job given ``flag`` (a Pub/Sub source or sink) could not reach
+    Pub/Sub: neither ``PUBSUB_EMULATOR_HOST`` nor Google credentials (no network call;
+    :func:`pipelines.pubsub_emulator.pubsub_access_problem`)."""
+    from pipelines.pubsub_emulator import pubsub_access_problem
+
+    why = pubsub_access_problem()
+    if why is not None:
+        fail(f"{flag}: {why}")
+
+
+def check_streaming_window(asked: WindowConfig, planned: WindowConfig, streaming: bool) -> None:
+    """A streaming job needs panes that fire: an event-time window size, or early firings of the one
+    global window. Without either, Beam refuses the job's grouping while the pipeline is built (a long
+    ``GroupByKey cannot be applied to an unbounded PCollection`` traceback); here it is one line.
+    ``asked``: the window of the task and flags; ``planned``: after the runner's adaptations (the
+    DirectRunner's directory watch drops early firings)."""
+    if not streaming or planned.size_s is not None or planned.early_firing_s is not None:
+        return
+    if asked.early_firing_s is not None:
+        fail("a streaming job from --input on the DirectRunner has no early firings (transforms.runners), so "
+             "its one global window would never fire: give --window_size SECONDS, or run it on "
+             "--runner=PrismRunner")
+    fail("a streaming job needs a window: give --window_size SECONDS (or the task's window.size_s), or "
+         "--early_firing SECONDS for repeated panes of one global window")
 
 
 def _flink_ticks(ns: argparse.Namespace) -> str | None:
@@ -446,9 +479,30 @@ def _run(
     streaming: bool,
     flink_rest: str | None = None,
     stop_early: Callable[[], bool] | None = None,
+    *,
+    bounded_pubsub: str | None = None,
+    on_start: Callable[[PipelineResult], None] | None = None,
 ) -> tuple[PipelineResult, float]:
+    """Runs the pipeline to its end. ``bounded_pubsub``: the Pub/Sub subscription or topic whose read
+    ends after ``--streaming_duration`` (the DirectRunner; :func:`transforms.runners.bound_pubsub_read`),
+    so the job finishes by itself with every window closed. ``on_start``: called with the running job's
+    result (the metrics endpoint polls it)."""
     t0 = time.perf_counter()
+    if bounded_pubsub is not None:
+        from transforms.runners import bound_pubsub_read, unbound_pubsub_read
+
+        bound_pubsub_read(bounded_pubsub, time.time() + ns.streaming_duration)
+        try:
+            result = p.run()
+            if on_start is not None:
+                on_start(result)
+            _wait_until_finish(result, stop_early)
+        finally:
+            unbound_pubsub_read(bounded_pubsub)
+        return result, time.perf_counter() - t0
     result = p.run()
+    if on_start is not None:
+        on_start(result)
     if flink_rest is not None:  # the Flink ticks never end: the job is drained after the duration
         from transforms.flink_ticks import FlinkRest, FlinkRestError, run_draining
 
@@ -474,6 +528,32 @@ def _run(
     else:
         result.wait_until_finish()
     return result, time.perf_counter() - t0
+
+
+def _wait_until_finish(result: PipelineResult, stop_early: Callable[[], bool] | None) -> None:
+    """Waits for a job that ends by itself; cancels it when ``stop_early()`` turns true (a store write
+    gave up: the job will fail anyway). A pipeline error is raised here, as ``wait_until_finish`` would."""
+    import threading
+
+    failure: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            result.wait_until_finish()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            failure.append(exc)
+
+    waiter = threading.Thread(target=wait, name="ldp-wait-until-finish", daemon=True)
+    waiter.start()
+    while waiter.is_alive():
+        waiter.join(0.5)
+        if waiter.is_alive() and stop_early is not None and stop_early():
+            _LOG.error("a store write failed: cancelling the job before --streaming_duration ends")
+            result.cancel()
+            waiter.join(30)
+            break
+    if failure:
+        raise failure[0]
 
 
 def _counts(
@@ -525,6 +605,8 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     _check_sources(ns, streaming)
     if job.output_topic:
         check_pubsub_path(getattr(ns, job.output_topic, None), "topic", flag=f"--{job.output_topic}")
+        if getattr(ns, job.output_topic, None):
+            check_pubsub_access(f"--{job.output_topic}")
     flink_rest = _check_flink_ticks(ns, options, streaming)
     window = window_from_flags(task.window, ns)
     try:
@@ -542,6 +624,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         )  # fmt: skip
     except RunnerLimitation as exc:
         fail(str(exc))
+    check_streaming_window(window, plan.window, streaming)
     window = plan.window
     try:  # --store: a bad URL or --store_max_items fails before anything is created
         check_store_flags(getattr(ns, "store", None), getattr(ns, "store_max_items", 1),
@@ -551,6 +634,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
                         getattr(ns, "store_allow_concurrent_runs", False))  # fmt: skip
     except StoreError as exc:
         fail(f"--store: {exc}")
+    endpoint = _start_metrics(ns, job, task, agg)  # a port that is taken: one line, before anything else
     try:
         prepare_output(ns.output, ns.overwrite)
     except OSError as exc:  # a parent that is a file, a read-only or missing mount, no permission, ...
@@ -582,16 +666,23 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     _LOG.info("running on %s", runner_label(options))
     configure_progress(ns.progress_interval)
     stop_early = None if store is None else (lambda: read_store_status(store.status_dir).gave_up > 0)
+    bounded_pubsub = None
+    if streaming and not ns.input and ns.streaming_duration > 0 and plan.name == "direct":
+        bounded_pubsub = ns.input_subscription or ns.input_topic  # the read ends; the job ends DONE
     try:
-        result, seconds = _run(p, ns, streaming, flink_rest, stop_early)
+        result, seconds = _run(p, ns, streaming, flink_rest, stop_early, bounded_pubsub=bounded_pubsub,
+                               on_start=None if endpoint is None else endpoint.watch)  # fmt: skip
     except BaseException:
         if store is not None:  # the run failed (a pipeline error, an interrupt): say so in ldp_runs
             store.abort("the pipeline failed or was interrupted")
+        if endpoint is not None:
+            endpoint.stop()
         raise
     if ns.progress_interval > 0:
         progress().maybe_log(force=True)
     _LOG.info("job ended: %s after %.1f s", result.state, seconds)
-    counts = _counts(result, ns.output, streaming, pubsub_on_direct=not ns.input and plan.name == "direct")
+    counts = _counts(result, ns.output, streaming,
+                     pubsub_on_direct=not ns.input and plan.name == "direct" and bounded_pubsub is None)
     if not streaming or ns.input:
         _remove_empty_temp_dirs(ns.output, agg.outputs)
     written = {spec.name: windows_written(ns.output, spec) for spec in agg.outputs}
@@ -614,6 +705,10 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         "rows": {spec.name: counts.get(f"{spec.name}_rows", 0) for spec in agg.outputs},
         "panes_written": {name: len(w) for name, w in written.items()},
         "finalize_ms": job_distribution(result, "finalize_ms"),
+        # DONE: the watermark reached the end of time, so the latest pane written of every window is its
+        # final one (a window with allowed lateness ends without a pane flagged is_last_pane when no late
+        # report came); CANCELLED / FAILED: open windows were never finalized
+        "windows_final": str(result.state).rsplit(".", 1)[-1] == "DONE",
     }
     budget = _budget(task)  # the policy and the accountant's figures (basic and tight)
     if budget is not None:
@@ -633,9 +728,12 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         private = "counts_private" in summary
         published = {k: v for k, v in summary.items() if k != "counts"} if private else summary
         store.finish(task, window, published, status)
-    if not streaming:
-        with open(os.path.join(ns.output, "counts.json"), "w", encoding="utf-8") as fh:
-            json.dump(summary, fh, indent=2)
+    with open(os.path.join(ns.output, "counts.json"), "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2)
+    if endpoint is not None:  # the endpoint's counters become counts.json's, then it lingers and stops
+        endpoint.finish(summary["counts"], state=summary["state"], result=result)  # type: ignore[arg-type]
+        endpoint.linger(ns.metrics_linger)
+        endpoint.stop()
     if status is not None and status.failed:
         fail(status.line(), code=1)
     why = accepted_nothing(summary["counts"], streaming=streaming,
@@ -643,6 +741,34 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     if why is not None:
         fail(why, code=1)
     return summary
+
+
+def _start_metrics(ns: argparse.Namespace, job: Job, task: ParsedTask, agg: Aggregator):
+    """The job's Prometheus endpoint (``--metrics_port``; None without it), listening before the job
+    runs; its address is printed. A port that cannot be bound is a one-line error, exit status 2."""
+    port = getattr(ns, "metrics_port", None)
+    if port is None:
+        if getattr(ns, "metrics_linger", 0.0):
+            fail("--metrics_linger needs --metrics_port")
+        return None
+    from transforms.prometheus import job_reasons, start_job_metrics
+
+    try:
+        outputs = [o.name for o in agg.outputs]
+        endpoint = start_job_metrics(port, pipeline=_command_name(job), task_id=task.task_id,
+                                     reasons=job_reasons(), outputs=outputs)  # fmt: skip
+    except OSError as exc:
+        fail(f"--metrics_port {port}: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc})")
+    print(f"metrics: {endpoint.url}", file=sys.stderr, flush=True)
+    _LOG.info("metrics: Prometheus endpoint at %s", endpoint.url)
+    return endpoint
+
+
+def _command_name(job: Job) -> str:
+    """The ``pipeline`` label: the command (``frequency``, ``range-queries``, ...) of the job's kind."""
+    return {"range": "range-queries", "batch_queries": "batch-queries", "sparse": "sparse-mean"}.get(
+        job.kind, job.kind
+    )
 
 
 def kind_job(kind: str) -> tuple[Job, argparse.ArgumentParser]:
@@ -765,6 +891,11 @@ def _print_summary(
     if isinstance(summary.get("privacy_accounting"), dict):
         print(_privacy_line(summary["privacy_accounting"]), file=sys.stderr)  # type: ignore[arg-type]
     print(f"output: {summary['output']}", file=sys.stderr)
+    if summary.get("streaming"):
+        state = str(summary["state"]).rsplit(".", 1)[-1]
+        print("windows: every window closed; the last pane written of each is final" if summary.get(
+            "windows_final") else f"windows: the job ended {state}; windows still open were not finalized",
+            file=sys.stderr)  # fmt: skip
     for name, panes in written.items():
         windows = sorted({(s, e) for s, e, _ in panes}, key=lambda w: (w[0] or "", w[1] or ""))
         shown = ", ".join(window_label(s, e) for s, e in windows[:3])

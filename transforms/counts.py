@@ -6,15 +6,18 @@ Counter names (namespace ``ldp``): ``reports_read``, ``reports_accepted``, ``rep
 ``lost_bytes`` / ``lost_blocks`` / ``lost_records``: what the parts of inputs that are not records cost
 (the sources; see :data:`transforms.avro_fast.LOSS_REASONS`), and ``late_dropped`` / ``late_batches``:
 accepted reports that arrived after their window closed (:mod:`transforms.lateness`; they stay in
-``accepted``: ``read = accepted + rejected`` and ``accepted = reports in estimates + late_dropped``).
+``accepted``: ``read = accepted + rejected`` and ``accepted = reports in estimates + late_dropped``), and
+the distribution ``pane_latency_ms`` (streaming: from a window's end to its on-time or late pane,
+:class:`PaneLatency`). :mod:`transforms.prometheus` serves them to Prometheus (``--metrics_port``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import apache_beam as beam
-from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.runners.runner import PipelineResult
 from apache_beam.transforms import trigger as tr
 from apache_beam.transforms import window as bw
@@ -28,6 +31,7 @@ __all__ = [
     "SumCounts",
     "WindowedCounts",
     "AtProcessingTime",
+    "PaneLatency",
     "job_counts",
     "job_distribution",
     "format_counts",
@@ -121,6 +125,22 @@ class WindowedCounts(beam.PTransform):
             | "Sum" >> beam.CombineGlobally(SumCounts()).without_defaults()
             | "AddWindow" >> beam.ParDo(_WithWindow())
         )
+
+
+class PaneLatency(beam.DoFn):
+    """Finalized panes ``(task_id, WindowInfo, rows)`` (``Aggregate``'s ``panes`` output) -> nothing;
+    records the distribution ``pane_latency_ms``: the wall clock at finalize minus the window's end, for
+    the on-time and late panes of bounded windows (early panes come before the end; a global window has
+    none). Meant for streaming jobs: a batch job's windows ended long before it ran."""
+
+    def __init__(self) -> None:
+        self.latency = Metrics.distribution(COUNTER_NAMESPACE, "pane_latency_ms")
+
+    def process(self, pane) -> Iterable[None]:
+        info = pane[1]
+        if info.end_ms is not None and info.pane_timing in ("ON_TIME", "LATE"):
+            self.latency.update(max(0, int(time.time() * 1000) - int(info.end_ms)))
+        return ()
 
 
 _SHORT = {"reports_read": "read", "reports_accepted": "accepted", "reports_rejected": "rejected"}

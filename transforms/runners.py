@@ -35,8 +35,21 @@ them to a job (docs/live.md says which runner gives what latency).
   are whole seconds >= 1 (:func:`whole_seconds`).
 * **fileio**: ``default_file_naming`` leaves the pane out of file names, so a later pane of a window would
   replace an earlier file; :func:`pane_file_naming` names files by window *and* pane.
-* **DirectRunner streaming counters**: its state sampler keeps only the first bundle's counter updates,
-  so streaming jobs also write per-window count lines (``transforms.counts.WindowedCounts``).
+* **DirectRunner streaming counters**: the BundleBasedDirectRunner's worker threads keep one state
+  sampler each, which caches its scoped states by step name with the metrics container of the step's
+  *first* bundle; every later bundle counts into that container, already committed, and commits a new,
+  empty one: the job's counters showed the first bundle alone (``read=50`` of 3,200).
+  :func:`fresh_direct_metrics` gives each bundle its own sampler, so the counters are right while the
+  job runs. Streaming jobs still count by count windows too (``transforms.counts.WindowedCounts``): the
+  count files are the record every runner writes.
+* **A Pub/Sub read with an end** (``--streaming_duration`` on the BundleBasedDirectRunner): Beam's
+  Pub/Sub evaluator pulls forever and the only way out is ``cancel()``, which throws away every open
+  window, the count windows with them (the job reported ``read=0`` after reading 40,000 reports).
+  :func:`bound_pubsub_read` gives a subscription or topic a wall-clock deadline: from then on its
+  evaluator (:class:`BoundedPubSubReadEvaluator`) stops pulling and releases its watermark hold, so the
+  watermark reaches the end of time, every window fires its final pane, and the job ends ``DONE`` by
+  itself. Messages published after the deadline stay in the subscription, unacknowledged, for the next
+  run.
 """
 
 from __future__ import annotations
@@ -57,11 +70,13 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
     TypeOptions,
 )
-from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner, _DirectReadFromPubSub
+from apache_beam.runners.direct.transform_evaluator import TransformEvaluatorRegistry, _PubSubReadEvaluator
+from apache_beam.runners.direct.util import TransformResult
 from apache_beam.runners.runner import PipelineRunner
 from apache_beam.transforms import window as bw
 from apache_beam.transforms.periodicsequence import ImpulseSeqGenDoFn, ImpulseSeqGenRestrictionProvider
-from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, Duration, Timestamp
 
 from ldp.task import WindowConfig
 
@@ -82,6 +97,10 @@ __all__ = [
     "LaggedTicks",
     "PacedTicks",
     "pane_file_naming",
+    "bound_pubsub_read",
+    "unbound_pubsub_read",
+    "BoundedPubSubReadEvaluator",
+    "fresh_direct_metrics",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -139,6 +158,7 @@ class DirectRunnerWithoutPrism(SwitchingDirectRunner):
     flag is set while the runner chooses: the rest of the choice is Beam's own."""
 
     def run_pipeline(self, pipeline, options):
+        fresh_direct_metrics()
         types = pipeline.options.view_as(TypeOptions)
         saved = types.allow_unsafe_triggers
         types.allow_unsafe_triggers = True
@@ -392,3 +412,85 @@ def pane_file_naming(prefix: str, suffix: str) -> Callable[..., str]:
         return "-".join(parts) + suffix + (f".{compression}" if compression else "")
 
     return _inner
+
+
+#: Pub/Sub reads with an end on the DirectRunner: subscription or topic path -> wall-clock deadline (s).
+_PUBSUB_DEADLINES: dict[str, float] = {}
+
+
+def _deadline_of(source: object) -> float | None:
+    path = getattr(source, "full_subscription", None) or getattr(source, "full_topic", None) or ""
+    return _PUBSUB_DEADLINES.get(path)
+
+
+class _PullUntil:
+    """A subscriber client whose pulls wait no longer than the deadline (Beam's evaluator waits up to
+    30 s for messages, which would hold a finished read that long); a pull that times out is empty."""
+
+    def __init__(self, client: object, deadline: float) -> None:
+        self._client, self._deadline = client, deadline
+
+    def pull(self, **kwargs: object) -> object:
+        from google.api_core.exceptions import DeadlineExceeded
+        from google.pubsub_v1.types import PullResponse
+
+        left = self._deadline - time.time()
+        kwargs["timeout"] = max(0.5, min(float(kwargs.get("timeout") or 30.0), left))  # type: ignore[arg-type]
+        try:
+            return self._client.pull(**kwargs)  # type: ignore[attr-defined]
+        except DeadlineExceeded:
+            return PullResponse()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+
+class BoundedPubSubReadEvaluator(_PubSubReadEvaluator):
+    """The DirectRunner's Pub/Sub read, which ends at its source's deadline (:func:`bound_pubsub_read`):
+    past it, no pull, no re-scheduling and no watermark hold, so the read is done and the watermark
+    advances to the end of time; before it, no pull waits beyond it. A source without a deadline reads
+    exactly as Beam's evaluator does."""
+
+    @classmethod
+    def _get_subscriber_client(cls, transform):  # noqa: ANN001, ANN206 - Beam's signature
+        client = super()._get_subscriber_client(transform)
+        deadline = _deadline_of(getattr(transform.transform, "_source", None))
+        return client if deadline is None else _PullUntil(client, deadline)
+
+    def finish_bundle(self) -> TransformResult:
+        deadline = _deadline_of(self.source)
+        if deadline is None or time.time() < deadline:
+            return super().finish_bundle()
+        return TransformResult(self, [], [], None, {None: MAX_TIMESTAMP})
+
+
+def bound_pubsub_read(path: str, deadline: float) -> None:
+    """Ends the DirectRunner's reads of the Pub/Sub subscription or topic ``path`` at ``deadline`` (epoch
+    seconds): the job then finishes by itself with every window closed (see the module docstring)."""
+    TransformEvaluatorRegistry._test_evaluators_overrides[_DirectReadFromPubSub] = BoundedPubSubReadEvaluator
+    _PUBSUB_DEADLINES[path] = float(deadline)
+
+
+def unbound_pubsub_read(path: str) -> None:
+    """Forgets ``path``'s deadline (after its job ended)."""
+    _PUBSUB_DEADLINES.pop(path, None)
+
+
+def fresh_direct_metrics() -> None:
+    """Gives every bundle of the BundleBasedDirectRunner a state sampler of its own, so its counter
+    updates land in the metrics container that is committed (see the module docstring). Idempotent."""
+    from apache_beam.runners.direct import executor
+    from apache_beam.runners.worker import statesampler
+    from apache_beam.utils.counters import CounterFactory
+
+    call = executor.TransformExecutor.call
+    if getattr(call, "_ldp_fresh_metrics", False):
+        return
+
+    def call_with_fresh_sampler(self, state_sampler):  # noqa: ANN001, ANN202 - Beam's signature
+        sampler = statesampler.StateSampler("", CounterFactory())
+        statesampler.set_current_tracker(sampler)
+        return call(self, sampler)
+
+    call_with_fresh_sampler._ldp_fresh_metrics = True  # type: ignore[attr-defined]
+    executor.TransformExecutor.call = call_with_fresh_sampler
