@@ -877,6 +877,16 @@ def _yes_no(value: Any) -> str:
     return "-" if value is None else ("yes" if value else "no")
 
 
+def _verified_text(r: dict[str, Any]) -> str:
+    """``verified / batches`` of a window, with the reason codes of those that did not verify (escaped)."""
+    if r.get("batches_verified") is None or r.get("batches") is None:
+        return "-"
+    text = f"{r['batches_verified']} / {r['batches']}"
+    if r.get("unverified"):
+        text += " (" + ", ".join(f"{code} {n}" for code, n in r["unverified"].items()) + ")"
+    return shape.html_text(text)
+
+
 def _guarantees_table(summary: dict[str, Any]) -> str:
     """The central and the local guarantee of each (newest) window and the ``n`` the central one rests on
     (``shape.guarantee_rows``), as an HTML table; "" when the summary has none."""
@@ -891,14 +901,16 @@ def _guarantees_table(summary: dict[str, Any]) -> str:
             f"<tr><td class='name'>{shape.html_text(r['window'])}</td><td>{n}</td>"
             f"<td>{_fmt(r['central_epsilon'], 4)}</td><td>{delta}</td><td>{_fmt(r['local_epsilon'], 4)}</td>"
             f"<td>{_yes_no(r['through_shuffler'])}</td><td>{_yes_no(r['times_rounded'])}</td>"
-            f"<td>{_yes_no(r['no_client_ids'])}</td>"
+            f"<td>{_yes_no(r['no_client_ids'])}</td><td>{_verified_text(r)}</td>"
             f"<td class='name'>{shape.html_text(r['method'] or r['why'] or '')}</td></tr>"
         )
     more = f"<span class='ldp-h'>({older} older window(s) not shown)</span>" if older else ""
     return (
         "<table class='ldp' id='privacy-guarantees'><tr><th class='name'>window</th>"
-        "<th>n shuffled together</th><th>central epsilon</th><th>central delta</th><th>local epsilon</th>"
+        "<th>n shuffled together (smallest batch)</th><th>central epsilon (worst batch)</th>"
+        "<th>central delta</th><th>local epsilon</th>"
         "<th>through a shuffler</th><th>times rounded</th><th>no client ids</th>"
+        "<th>batches verified (reasons not)</th>"
         "<th class='name'>method (or why no central guarantee)</th></tr>"
         f"{''.join(cells)}</table>{more}"
     )

@@ -604,10 +604,12 @@ def _is_number(value: Any) -> bool:
 def guarantee_rows(summary: Mapping[str, Any] | None, limit: int = 12) -> tuple[list[dict[str, Any]], int]:
     """The per-window privacy guarantees of a summary's ``privacy_accounting`` entry (the job's, top level
     or in its run summary ``run``; ``pipelines.window_privacy``): the newest ``limit`` windows, newest
-    first, each ``window`` (start - end), ``n`` (the reports shuffled together), ``central_epsilon``,
-    ``central_delta``, ``method``, ``local_epsilon``, ``through_shuffler``, ``times_rounded``,
-    ``no_client_ids`` and ``why`` (None when a central guarantee is shown); and how many older windows
-    were left out. ``([], 0)`` without the entry."""
+    first, each ``window`` (start - end), ``n`` (its smallest batch: a user hides only among its own
+    batch, and the window's ``central_epsilon`` is the worst of its batches'), ``central_delta``,
+    ``method``, ``local_epsilon``, ``through_shuffler``, ``times_rounded``, ``no_client_ids``,
+    ``batches`` and ``batches_verified`` (provenance tags that verified), ``unverified`` (reason code ->
+    batches) and ``why`` (None when a central guarantee is shown); and how many older windows were left
+    out. ``([], 0)`` without the entry."""
     if not isinstance(summary, Mapping):
         return [], 0
     entry = summary.get("privacy_accounting")
@@ -635,6 +637,9 @@ def guarantee_rows(summary: Mapping[str, Any] | None, limit: int = 12) -> tuple[
                 "through_shuffler": pre.get("through_shuffler"),
                 "times_rounded": pre.get("times_rounded"),
                 "no_client_ids": pre.get("no_client_ids"),
+                "batches": int(w["batches"]) if _is_number(w.get("batches")) else None,
+                "batches_verified": _verified_batches(w),
+                "unverified": _unverified_reasons(w),
                 "why": w.get("why_no_central"),
             }
         )
@@ -642,6 +647,27 @@ def guarantee_rows(summary: Mapping[str, Any] | None, limit: int = 12) -> tuple[
     for r in rows:
         del r["sort"]
     return rows[:limit], max(0, len(rows) - limit)
+
+
+def _batch_list(w: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    batches = w.get("per_batch")
+    return [b for b in batches if isinstance(b, Mapping)] if isinstance(batches, list) else []
+
+
+def _verified_batches(w: Mapping[str, Any]) -> int | None:
+    """How many of a window's batches verified (None: the summary lists no batches)."""
+    batches = _batch_list(w)
+    return sum(b.get("verified") is True for b in batches) if batches else None
+
+
+def _unverified_reasons(w: Mapping[str, Any]) -> dict[str, int]:
+    """Reason code -> how many of a window's batches did not verify for it."""
+    out: dict[str, int] = {}
+    for b in _batch_list(w):
+        if b.get("verified") is not True:
+            code = str(b.get("provenance") or "unverified")
+            out[code] = out.get(code, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def _float_or_none(value: Any) -> float | None:
