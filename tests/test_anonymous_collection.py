@@ -4,8 +4,8 @@
   (``fine_time``), on both decode paths; the shuffler's own validation does not (it rounds);
 * the clients of a shuffled task round their times and send no client id; the simulator rounds too;
 * the longitudinal client refuses a second report in one window (fixed, sliding, global);
-* the job's summary gives each window the central guarantee computed from the shuffler's n (the sum of
-  the window's batches), and none for plain files;
+* the job's summary gives each window the worst central guarantee of its batches (each at its own n),
+  and none for plain files;
 * simulated clients -> shuffler -> frequency job -> store -> dashboard document: nothing in the
   aggregator's input identifies a client or carries a fine time, a short bucket is withheld and counted,
   and the central and local guarantees are shown.
@@ -151,7 +151,8 @@ def test_simulator_rounds_a_shuffled_tasks_times(tmp_path: Path):
 # -- the job summary's figures ----------------------------------------------------------------------------
 def _batch(start_ms: int, n: int, task_id: str = "anon-olh", precision: int = PRECISION_S) -> dict:
     return {"task_id": task_id, "bucket_start_ms": start_ms, "bucket_end_ms": start_ms + precision * 1000,
-            "n": n, "time_precision_s": precision, "min_reports": 200, "file": "x", "path": "x"}  # fmt: skip
+            "n": n, "time_precision_s": precision, "min_reports": 200, "file": "x", "path": "x",
+            "verified": True, "provenance": None}  # fmt: skip
 
 
 def _iso(ms: int) -> str:
@@ -160,7 +161,7 @@ def _iso(ms: int) -> str:
     return iso_ms(ms)
 
 
-def test_window_privacy_sums_the_windows_batches_and_claims_nothing_for_plain_files():
+def test_window_privacy_claims_the_worst_batch_and_nothing_for_plain_files():
     task = _task(window={"size_s": 1800})
     w = 1_800_000
     windows = [(_iso(T0), _iso(T0 + w)), (_iso(T0 + w), _iso(T0 + 2 * w))]
@@ -168,12 +169,14 @@ def test_window_privacy_sums_the_windows_batches_and_claims_nothing_for_plain_fi
     out = window_privacy(task, windows, batches, [], accepted={windows[0]: 1200})
     first, second = out["windows"]
     accounting, k = shuffle_accounting(task)
-    expect = central_epsilon_report(2.0, 1200, 1e-6, accounting, k)
-    assert first["n"] == 1200 and first["batches"] == 3
-    assert first["central_epsilon"] == pytest.approx(expect.epsilon) and first["method"] == expect.method
+    expect = central_epsilon_report(2.0, 300, 1e-6, accounting, k)  # the smallest of its three batches
+    assert first["n"] == 300 and first["reports_in_batches"] == 1200 and first["batches"] == 3
+    assert first["central_epsilon"] == pytest.approx(expect.epsilon) and expect.method in first["method"]
+    assert first["central_epsilon"] > central_epsilon_report(2.0, 1200, 1e-6, accounting, k).epsilon
     assert first["central_epsilon"] < first["local_epsilon"] == 2.0
-    assert first["preconditions"] == {"through_shuffler": True, "times_rounded": True, "no_client_ids": True,
-                                      "min_reports": True, "accepted_within_n": True}  # fmt: skip
+    assert first["preconditions"] == {"through_shuffler": True, "authenticated": True, "times_rounded": True,
+                                      "no_client_ids": True, "min_reports": True,
+                                      "accepted_within_n": True}  # fmt: skip
     assert out["one_report_per_user_per_window"] == ONE_REPORT_PER_WINDOW
     # the second window's only batch is below min_reports: no claim, and it says why
     assert second["central_epsilon"] is None and "min_reports" in second["why_no_central"]
@@ -189,7 +192,7 @@ def test_window_privacy_sums_the_windows_batches_and_claims_nothing_for_plain_fi
     assert "straddle" in straddle["windows"][0]["why_no_central"]
     assert window_privacy(task, windows, [], [], source="pubsub")["windows"][0]["central_epsilon"] is None
     spent = window_privacy(task, windows[:1], batches, [], budget_s=0.0)["windows"][0]  # no time left
-    assert spent["central_epsilon"] is None and "--users 1200" in spent["why_no_central"]
+    assert spent["central_epsilon"] is None and "--users 300" in spent["why_no_central"]
     plain = window_privacy(parse_task(BASE), windows, batches, [])
     assert plain["windows"][0]["why_no_central"].startswith("the task is not shuffled")
 
@@ -223,12 +226,16 @@ def e2e(tmp_path_factory):
         r["event_time"] = round(r["event_time"].timestamp() * 1000) + 1234
     with open(legacy, "wb") as fh:
         write_report_file(fh, recs)
+    from ldp.shuffle.provenance import new_key_file
+
+    key = str(base / "shuffle.key")
+    new_key_file(key)
     shuffled = shuffle.run(["--task", str(base / "task.json"), "--input", str(base / "in" / "*.avro"),
-                            "--output", str(base / "out")])  # fmt: skip
+                            "--output", str(base / "out"), "--shuffle_key", key])  # fmt: skip
     url = f"sqlite:///{base}/estimates.db"
     batches = str(base / "out" / "batches" / "*.avro")
     job = frequency.run(["--task", str(base / "task.json"), "--input", batches,
-                         "--output", str(base / "est"), "--store", url])  # fmt: skip
+                         "--output", str(base / "est"), "--store", url, "--shuffle_key", key])  # fmt: skip
     raw = frequency.run(["--task", str(base / "task.json"), "--input", str(base / "in" / "*.avro"),
                          "--output", str(base / "est_raw")])  # fmt: skip
     return {"base": base, "task": task, "shuffled": shuffled, "job": job, "raw": raw, "url": url,
@@ -276,13 +283,16 @@ def test_end_to_end_summary_store_and_dashboard_show_both_guarantees(e2e):
     job = e2e["job"]
     (w,) = job["privacy_accounting"]["windows"]
     accounting, k = shuffle_accounting(e2e["task"])
-    assert w["n"] == USERS and w["batches"] == 3 and w["accepted"] == USERS
-    expect = central_epsilon_report(2.0, USERS, 1e-6, accounting, k)
-    assert w["central_epsilon"] == pytest.approx(expect.epsilon) and w["method"] == expect.method
+    smallest = min(b["n"] for b in w["per_batch"])
+    assert w["n"] == smallest and w["reports_in_batches"] == USERS and w["batches"] == 3
+    assert w["accepted"] == USERS and all(b["verified"] for b in w["per_batch"])
+    expect = central_epsilon_report(2.0, smallest, 1e-6, accounting, k)  # the worst of its three batches
+    assert w["central_epsilon"] == pytest.approx(expect.epsilon) and expect.method in w["method"]
     assert w["central_epsilon"] < w["local_epsilon"] == 2.0 and w["why_no_central"] is None
     assert all(v is True for v in w["preconditions"].values())
     with open(e2e["base"] / "est" / "counts.json", encoding="utf-8") as fh:
-        assert json.load(fh)["privacy_accounting"]["windows"][0]["n"] == USERS
+        stored = json.load(fh)["privacy_accounting"]
+    assert stored["windows"][0]["n"] == smallest and stored["provenance"]["batches_verified"] == 3
     # the same reports read from the clients' files: the local guarantee only
     raw_w = e2e["raw"]["privacy_accounting"]["windows"][0]  # (and the short bucket's window)
     assert raw_w["central_epsilon"] is None and raw_w["local_epsilon"] == 2.0 and raw_w["n"] is None
@@ -294,5 +304,5 @@ def test_end_to_end_summary_store_and_dashboard_show_both_guarantees(e2e):
     dash.poll()
     assert dash.budget.visible and "id='privacy-guarantees'" in dash.budget.text
     text = dash.budget.text
-    assert f"<td>{USERS:,}</td><td>{w['central_epsilon']:.4f}</td><td>1e-06</td><td>2.0000</td>" in text
+    assert f"<td>{smallest:,}</td><td>{w['central_epsilon']:.4f}</td><td>1e-06</td><td>2.0000</td>" in text
     assert "<td>yes</td><td>yes</td><td>yes</td>" in text
