@@ -18,6 +18,7 @@ import pytest
 from ldp.intervals import z_value
 from ldp.numeric import AUTO_CANDIDATES, MECHANISMS, make_numeric_mechanism
 from ldp.numeric.estimates import bernstein_halfwidth, estimate, laplace_chernoff_halfwidth
+from ldp.numeric.grid import exp_lower, sliding_window_for
 from ldp.numeric.mechanisms import Duchi, Hybrid, Piecewise, choose_numeric_mechanism
 from ldp.numeric.memo import MemoizedOneBitMean, memoized_cost
 from ldp.numeric.multi import MultiNumeric, default_k
@@ -85,8 +86,11 @@ def test_piecewise_density_and_hybrid_alpha():
     e2 = math.exp(eps / 2)
     assert pm.c == pytest.approx((e2 + 1) / (e2 - 1))
     a, b, d = pm.variance_poly
-    assert (a, b, d) == pytest.approx(((e2 + 3) / (3 * (e2 - 1) ** 2), 1 / (e2 - 1), 0.0))
-    assert Hybrid(eps).alpha == pytest.approx(1 - math.exp(-eps / 2))
+    # The grid window's width is N s e^{-eps/2} rounded to an integer: relative change below 1 / w.
+    rel = 1.0 / pm.grid.width
+    assert (a, b) == pytest.approx(((e2 + 3) / (3 * (e2 - 1) ** 2), 1 / (e2 - 1)), rel=rel)
+    assert abs(d) < 1e-9
+    assert Hybrid(eps).alpha == pytest.approx(1 - math.exp(-eps / 2), abs=2.0**-62)
 
 
 def test_auto_is_frozen_and_picks_the_lowest_worst_case():
@@ -244,19 +248,18 @@ def test_quantiles_on_lognormal():
 # eps-LDP audit on the wire
 # ------------------------------------------------------------------------------------------------
 def _wire_keys(mech, reports: Reports) -> np.ndarray:
-    """An integer per report: the exact output for discrete wires, else 32 equal bins of the output range
-    (tails beyond it merged for Laplace), and separate keys for Duchi's atoms inside Hybrid's range."""
+    """An integer per report: the exact message for two-point wires, else 32 equal bins of the decoded
+    output's range (Laplace: of +-(1 + 8 / eps), tails merged), Hybrid's Duchi messages kept apart."""
     if reports.reals is None:
         return np.asarray(reports.values, dtype=np.int64)
-    y = np.asarray(reports.reals)
+    m = np.asarray(reports.reals).astype(np.int64)
     if mech.name == "duchi":
-        return (y > 0).astype(np.int64)
-    lo, hi = (-1 - 4 * mech.scale, 1 + 4 * mech.scale) if mech.name == "laplace" else (
-        (-mech.sw.b, 1 + mech.sw.b) if mech.name == "square-wave" else mech.output_range)
+        return m
+    y = mech.output_of(m)
+    lo, hi = (-1 - 8 / mech.epsilon, 1 + 8 / mech.epsilon) if mech.name == "laplace" else mech.output_range
     keys = np.clip(np.floor((y - lo) / (hi - lo) * 32), 0, 31).astype(np.int64)
     if mech.name == "hybrid":
-        c = mech._duchi.c
-        keys = np.where(y == c, 100, np.where(y == -c, 101, keys))
+        keys = np.where(m >= mech._pm.grid.cells, 100 + m - mech._pm.grid.cells, keys)
     return keys
 
 
@@ -275,18 +278,13 @@ def test_epsilon_ldp_audit_on_wire_output(name, eps):
 
 
 def test_audit_catches_a_leaky_piecewise():
-    """Negative control: PM whose centre probability is that of eps + ln 2 (same C) leaks about 2 e^eps."""
+    """Negative control: a grid PM whose window ratio is 2 e^eps (same centre fraction) leaks 2 e^eps."""
     eps = 1.0
 
     class Leaky(Piecewise):
-        def perturb(self, t, rng):
-            c = self.c
-            left = 0.5 * (c + 1.0) * t - 0.5 * (c - 1.0)
-            centre = rng.random(t.shape) < 1.0 / (1.0 + math.exp(-(eps + math.log(2)) / 2.0))
-            w = rng.random(t.shape)
-            z = w * (c + 1.0)
-            tail = np.where(z < left + c, z - c, z - 1.0)
-            return Reports(reals=np.where(centre, left + w * (c - 1.0), tail))
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.grid = sliding_window_for(2 * exp_lower(eps), math.exp(-eps / 2.0))
 
     assert _audit(Leaky(eps, LOW, HIGH), 100_000, _rng(7)) > math.exp(eps)
 
@@ -315,20 +313,29 @@ def test_merged_shards_equal_one_pass_exactly(name):
 
 def test_validate_gives_reason_codes():
     pm = make_numeric_mechanism("piecewise", 1.0, LOW, HIGH)
-    ok, why = pm.validate(Reports(reals=np.array([0.0, np.nan, 1e9, -pm.c])))
-    assert ok.tolist() == [True, False, False, True]
-    assert why.tolist() == [None, "reals_out_of_range", "reals_out_of_range", None]
+    top = float(pm.grid.cells - 1)
+    sent = [0.0, top, np.nan, 1e9, -1.0, 0.5, -0.0, np.inf, top + 1, pm.c]
+    ok, why = pm.validate(Reports(reals=np.array(sent)))
+    assert ok.tolist() == [True, True] + [False] * 8
+    off, out = "reals_off_grid", "reals_out_of_range"
+    assert why.tolist()[2:] == [off, out, out, off, off, off, out, off]
     ok, why = pm.validate(Reports(values=np.array([1])))
     assert not ok[0] and why[0] == "missing_reals"
+    ok, why = pm.validate(Reports(reals=np.array([1, 2])))
+    assert not ok.any() and why[0] == "reals_not_float"
     duchi = make_numeric_mechanism("duchi", 1.0)
-    ok, why = duchi.validate(Reports(reals=np.array([duchi.c, 0.5])))
-    assert ok.tolist() == [True, False] and why[1] == "reals_not_plus_minus_c"
+    ok, why = duchi.validate(Reports(reals=np.array([1.0, 0.0, duchi.c, 2.0])))
+    assert ok.tolist() == [True, True, False, False] and why[2] == "reals_off_grid"
     bit = make_numeric_mechanism("one-bit-mean", 1.0, moments=2)
     ok, why = bit.validate(Reports(values=np.array([0, 3, 4, -1])))
     assert ok.tolist() == [True, True, False, False] and why[2] == "value_not_bit_and_slot"
     two = make_numeric_mechanism("hybrid", 1.0, moments=2)
     ok, why = two.validate(Reports(reals=np.array([0.0, 0.0]), values=np.array([1, 2])))
     assert ok.tolist() == [True, False] and why[1] == "bad_slot"
+    lap = make_numeric_mechanism("laplace", 1.0)
+    lo, hi = lap.message_range()
+    ok, why = lap.validate(Reports(reals=np.array([lo, hi, lo - 1, hi + 1, -3.0], dtype=float)))
+    assert ok.tolist() == [True, True, False, False, True] and why[2] == "reals_out_of_range"
     with pytest.raises(ValueError, match="reals_out_of_range"):
         pm.add(pm.create_accumulator(), Reports(reals=np.array([1e9])))
 

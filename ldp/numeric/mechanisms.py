@@ -67,9 +67,21 @@ from typing import Any
 import numpy as np
 
 from ldp.csprng import client_rng
+from ldp.numeric.grid import (
+    INPUT_GRID,
+    SlidingWindow,
+    UniformFn,
+    block_geometric_for,
+    exp_lower,
+    rng_uniform,
+    round_to_grid,
+    rounding_variance,
+    sliding_window_for,
+    two_point_for,
+)
 from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
-from ldp.square_wave import SquareWave, perturb_unit
+from ldp.square_wave import SquareWave
 
 __all__ = [
     "MECHANISMS",
@@ -217,18 +229,17 @@ class NumericMechanism(abc.ABC):
         """Range of the unbiased per-report output ``y`` (t scale); wide, not infinite, for Laplace."""
 
     def variance(self, t: Any) -> np.ndarray:
-        """``Var[y | t]`` for ``t`` in ``[-1, 1]`` (t scale)."""
+        """``Var[y | t]`` for ``t`` in ``[-1, 1]`` (t scale): ``A + B t^2 + D t`` at the grid points plus the
+        input rounding's ``(B + 1) (2 / N)^2 f (1 - f)`` (:func:`ldp.numeric.grid.rounding_variance`)."""
         a, b, d = self.variance_poly
         t = np.asarray(t, dtype=np.float64)
-        return a + b * t * t + d * t
+        return a + b * t * t + d * t + (b + 1.0) * rounding_variance(t, INPUT_GRID)
 
     def worst_case_variance(self) -> float:
         """``max over t in [-1, 1]`` of ``Var[y | t]`` (t scale)."""
         a, b, d = self.variance_poly
-        points = [-1.0, 1.0]
-        if b < 0:
-            points.append(min(max(-d / (2.0 * b), -1.0), 1.0))
-        return float(np.max(self.variance(np.array(points))))
+        points = np.array([-1.0, 1.0] + ([min(max(-d / (2.0 * b), -1.0), 1.0)] if b < 0 else []))
+        return float(np.max(a + b * points * points + d * points) + max(b + 1.0, 0.0) / INPUT_GRID**2)
 
     def mean_variance(self, values: Any) -> float:
         """Closed-form variance of the mean estimate (in the values' units) over the mechanism's randomness,
@@ -258,8 +269,22 @@ class NumericMechanism(abc.ABC):
 
     # -- client ---------------------------------------------------------------------------------------
     @abc.abstractmethod
+    def messages(self, t: np.ndarray, uniform: UniformFn) -> np.ndarray:
+        """The integer messages (int64) of ``t`` in ``[-1, 1]``: the input rounded to the grid, then the
+        exact sampler (:mod:`ldp.numeric.grid`); ``uniform`` is the only randomness."""
+
+    @abc.abstractmethod
+    def message_range(self) -> tuple[int, int]:
+        """``(lowest, highest)`` message a client sends (the validator refuses anything else)."""
+
+    @abc.abstractmethod
+    def output_of(self, m: np.ndarray) -> np.ndarray:
+        """The server's unbiased output ``y`` (t scale) of messages ``m``: ``E[y | t] = t``."""
+
     def perturb(self, t: np.ndarray, rng: np.random.Generator) -> Reports:
-        """Randomizes ``t`` in ``[-1, 1]`` (vectorized); the report's payload fields."""
+        """Randomizes ``t`` in ``[-1, 1]`` (vectorized): the messages as integer-valued doubles in ``reals``
+        (exact: ``|m| < 2^53``)."""
+        return Reports(reals=self.messages(t, rng_uniform(rng)).astype(np.float64))
 
     def encode(self, values: Any, *, rng: np.random.Generator | int | None = None) -> Reports:
         """Clips, maps to ``[-1, 1]`` and randomizes each value; one report per value.
@@ -283,22 +308,13 @@ class NumericMechanism(abc.ABC):
     # -- server ---------------------------------------------------------------------------------------
     def decode(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
         """``(y, slot)`` of valid reports: the unbiased output in t scale and the moment slot."""
-        y = np.asarray(reports.reals, dtype=np.float64)
+        y = self.output_of(np.asarray(reports.reals, dtype=np.float64).astype(np.int64))
         slot = np.zeros(len(y), np.int64) if self.moments == 1 else np.asarray(reports.values, np.int64)
         return y, slot
 
     def _check_payload(self, reports: Reports, ok: np.ndarray, reasons: np.ndarray) -> None:
-        """Mechanism-specific checks of the ``reals`` field (default: finite, inside the output range)."""
-        y = np.asarray(reports.reals)
-        if y.dtype.kind != "f" or y.ndim != 1:
-            ok[:] = False
-            reasons[:] = Refusal("invalid_payload", "reals_not_float")
-            return
-        lo, hi = self.output_range
-        slack = 1e-9 * max(1.0, abs(lo), abs(hi))
-        bad = ~np.isfinite(y) | (y < lo - slack) | (y > hi + slack)
-        reasons[bad & ok] = Refusal("invalid_payload", "reals_out_of_range")
-        ok &= ~bad
+        """Checks of the ``reals`` field: exactly an integer message in :meth:`message_range`."""
+        _grid_payload(reports, ok, reasons, *self.message_range())
 
     @property
     def payload(self) -> PayloadSpec:
@@ -315,8 +331,9 @@ class NumericMechanism(abc.ABC):
         return PayloadSpec(tuple(fields))
 
     def _reals_bounds(self) -> tuple[float, float]:
-        """Bounds of the ``reals`` a client sends (default: :attr:`output_range`)."""
-        return self.output_range
+        """Bounds of the ``reals`` a client sends: the message range."""
+        lo, hi = self.message_range()
+        return float(lo), float(hi)
 
     def _values_top(self) -> int:
         """Largest ``values`` entry a client sends (default: the moment slot, 1)."""
@@ -403,16 +420,57 @@ class NumericMechanism(abc.ABC):
                 "variance_a": a, "variance_b": b, "variance_d": d, "output_low": lo, "output_high": hi}
 
 
-class Duchi(NumericMechanism):
-    """Duchi et al.'s one-dimensional randomizer (Wang et al. 2019, Algorithm 1); see the module docstring.
+def _grid_payload(reports: Reports, ok: np.ndarray, reasons: np.ndarray, low: int, high: int) -> None:
+    """Refuses ``reals`` that are not exactly an integer message in ``[low, high]``: not float
+    (``reals_not_float``), NaN, infinite, fractional or negative zero (``reals_off_grid``), or outside
+    (``reals_out_of_range``)."""
+    y = np.asarray(reports.reals)
+    if y.ndim != 1 or y.dtype.kind != "f":
+        ok[:] = False
+        reasons[:] = Refusal("invalid_payload", "reals_not_float")
+        return
+    y = y.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        off = ~np.isfinite(y) | (np.floor(y) != y) | ((y == 0.0) & np.signbit(y))
+        outside = ~off & ((y < low) | (y > high))
+    reasons[off & ok] = Refusal("invalid_payload", "reals_off_grid")
+    ok &= ~off
+    reasons[outside & ok] = Refusal("invalid_payload", "reals_out_of_range")
+    ok &= ~outside
 
-    eps-LDP: the two outputs have probabilities in ``[1, e^eps] / (e^eps + 1)`` for every ``t``."""
+
+def _window_affine(win: SlidingWindow) -> tuple[float, float, tuple[float, float, float]]:
+    """``(a, k, (A, B, D))``: ``y = (m - a) k - 1`` is unbiased for ``t_j`` and ``Var[y | t_j] = A + B t_j^2 +
+    D t_j`` (exact rationals rounded once)."""
+    alpha, beta, (c0, c1, c2) = win.moments()
+    n = win.n_steps
+    k = 2 / (beta * n)
+    f = k * k
+    big_a = f * (c0 + c1 * n / 2 + c2 * n * n / 4)
+    big_b = f * c2 * n * n / 4
+    big_d = f * (c1 * n / 2 + c2 * n * n / 2)
+    return float(alpha), float(k), (float(big_a), float(big_b), float(big_d))
+
+
+class Duchi(NumericMechanism):
+    """Duchi et al.'s one-dimensional randomizer (Wang et al. 2019, Algorithm 1) on the grid.
+
+    Message ``m`` in ``{0, 1}`` from :class:`~ldp.numeric.grid.TwoPoint`: ``P[m = 1 | j] = (T0 + j d) / S``
+    with ``(T0 + N d) / T0 <= L <= e^eps`` (``L`` = :func:`~ldp.numeric.grid.exp_lower`), so eps-LDP holds
+    exactly for every pair of grid inputs and message. The server's ``y = C (2 m - 1)``, ``C = 1 + 2 T0 /
+    (N d)`` (``(e^eps + 1) / (e^eps - 1)`` to 1e-15), has ``E[y | t] = t`` and ``Var[y | t] = C^2 - t^2``:
+    the rounding adds nothing (a two-point law with mean ``t``)."""
 
     name = "duchi"
 
+    def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
+        self.grid = two_point_for(exp_lower(_check_epsilon(epsilon)))
+        self._c = float(self.grid.c)
+        super().__init__(epsilon, low, high, moments=moments)
+
     @property
     def c(self) -> float:
-        return 1.0 / math.tanh(self.epsilon / 2.0)  # (e^eps + 1) / (e^eps - 1)
+        return self._c
 
     @property
     def variance_poly(self) -> tuple[float, float, float]:
@@ -422,123 +480,166 @@ class Duchi(NumericMechanism):
     def output_range(self) -> tuple[float, float]:
         return -self.c, self.c
 
-    def sign_probability(self, t: np.ndarray) -> np.ndarray:
-        return 0.5 + 0.5 * t * math.tanh(self.epsilon / 2.0)
+    def messages(self, t: np.ndarray, uniform: UniformFn) -> np.ndarray:
+        return self.grid.sample(round_to_grid(t, self.grid.n_steps, uniform), uniform)
 
-    def perturb(self, t: np.ndarray, rng: np.random.Generator) -> Reports:
-        plus = rng.random(t.shape) < self.sign_probability(t)
-        return Reports(reals=np.where(plus, self.c, -self.c))
+    def message_range(self) -> tuple[int, int]:
+        return 0, 1
 
-    def _check_payload(self, reports: Reports, ok: np.ndarray, reasons: np.ndarray) -> None:
-        y = np.asarray(reports.reals)
-        if y.dtype.kind != "f" or y.ndim != 1:
-            ok[:] = False
-            reasons[:] = Refusal("invalid_payload", "reals_not_float")
-            return
-        bad = np.abs(y) != self.c
-        reasons[bad & ok] = Refusal("invalid_payload", "reals_not_plus_minus_c")
-        ok &= ~bad
+    def output_of(self, m: np.ndarray) -> np.ndarray:
+        return np.where(np.asarray(m) == 1, self.c, -self.c)
 
 
 class Piecewise(NumericMechanism):
-    """The Piecewise Mechanism (Wang et al. 2019, Algorithm 2); see the module docstring.
+    """The Piecewise Mechanism (Wang et al. 2019, Algorithm 2) on the grid: a
+    :class:`~ldp.numeric.grid.SlidingWindow` of ``w ~ N s e^{-eps/2}`` cells (PM's centre ``C - 1`` of its
+    range ``2 C``) over ``M = N s + w`` cells, ``h / l <= L <= e^eps``.
 
-    eps-LDP: the output density is ``p`` on ``[l(t), r(t)]`` and ``p e^-eps`` elsewhere on ``[-C, C]``."""
+    eps-LDP: every ``P[m | j]`` is ``h / S`` or ``l / S``, so every ratio is at most ``h / l <= e^eps``,
+    checked on the integers. Unbiased: ``E[m | j] = alpha + beta j`` exactly, ``y = (m - alpha) k - 1``.
+    ``Var[y | t] = A + B t^2 + (B + 1) (2 / N)^2 f (1 - f)`` (``A``, ``B`` exact from the window; the last
+    term is the input rounding, at most ``(B + 1) 2^-32``); within 0.1% of the continuous PM's
+    ``t^2 / (e^{eps/2} - 1) + (e^{eps/2} + 3) / (3 (e^{eps/2} - 1)^2)`` at eps 0.1 to 10."""
 
     name = "piecewise"
 
+    def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
+        eps = _check_epsilon(epsilon)
+        self.grid = sliding_window_for(exp_lower(eps), math.exp(-eps / 2.0))
+        self._a, self._k, self._poly = _window_affine(self.grid)
+        super().__init__(epsilon, low, high, moments=moments)
+
     @property
     def c(self) -> float:
-        return 1.0 / math.tanh(self.epsilon / 4.0)  # (e^{eps/2} + 1) / (e^{eps/2} - 1)
+        return 1.0 / math.tanh(self.epsilon / 4.0)  # the continuous PM's C, for reference
 
     @property
     def variance_poly(self) -> tuple[float, float, float]:
-        e2 = math.expm1(self.epsilon / 2.0)  # e^{eps/2} - 1
-        return (e2 + 4.0) / (3.0 * e2 * e2), 1.0 / e2, 0.0
+        return self._poly
 
     @property
     def output_range(self) -> tuple[float, float]:
-        return -self.c, self.c
+        return (0 - self._a) * self._k - 1.0, (self.grid.cells - 1 - self._a) * self._k - 1.0
 
-    def perturb(self, t: np.ndarray, rng: np.random.Generator) -> Reports:
-        c = self.c
-        left = 0.5 * (c + 1.0) * t - 0.5 * (c - 1.0)
-        centre = rng.random(t.shape) < 1.0 / (1.0 + math.exp(-self.epsilon / 2.0))
-        w = rng.random(t.shape)
-        y_centre = left + w * (c - 1.0)
-        z = w * (c + 1.0)  # position on [-C, l) U (r, C] laid end to end (length C + 1)
-        y_tail = np.where(z < left + c, z - c, z - c + (c - 1.0))
-        return Reports(reals=np.where(centre, y_centre, y_tail))
+    def messages(self, t: np.ndarray, uniform: UniformFn) -> np.ndarray:
+        return self.grid.sample(round_to_grid(t, self.grid.n_steps, uniform), uniform)
+
+    def message_range(self) -> tuple[int, int]:
+        return 0, self.grid.cells - 1
+
+    def output_of(self, m: np.ndarray) -> np.ndarray:
+        return (np.asarray(m, dtype=np.float64) - self._a) * self._k - 1.0
 
 
 class Hybrid(NumericMechanism):
-    """The Hybrid Mechanism (Wang et al. 2019, Sec. III-C): PM w.p. ``alpha``, else Duchi, both at eps.
+    """The Hybrid Mechanism (Wang et al. 2019, Sec. III-C) on the grid: with probability ``alpha`` (exactly
+    ``T_alpha / 2^62``, a uniform integer below ``T_alpha``) the grid Piecewise message ``m`` in ``[0, M)``,
+    else the grid Duchi message sent as ``M + m'`` (``M`` for ``-C``, ``M + 1`` for ``+C``).
 
-    eps-LDP: Duchi's two atoms and PM's density are separate parts of the output distribution, each with
-    likelihood ratio at most ``e^eps``; the mixing coin does not depend on the value."""
+    eps-LDP: the coin does not depend on the value and the two parts' messages are disjoint, so each
+    message's ratio is its part's, at most ``e^eps``. ``Var[y | t] = alpha Var_PM + (1 - alpha) Var_Duchi``
+    (both unbiased; the rounding term is ``(B + 1) (2 / N)^2 f (1 - f)`` with the mixture's ``B``)."""
 
     name = "hybrid"
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
         self._pm = Piecewise(epsilon, low, high)
         self._duchi = Duchi(epsilon, low, high)
+        eps = _check_epsilon(epsilon)
+        nominal = -math.expm1(-eps / 2.0) if eps > HYBRID_EPS_STAR else 0.0
+        self.alpha_threshold = int(round(nominal * (1 << 62)))
         super().__init__(epsilon, low, high, moments=moments)
 
     @property
     def alpha(self) -> float:
-        return -math.expm1(-self.epsilon / 2.0) if self.epsilon > HYBRID_EPS_STAR else 0.0
+        """``P[Piecewise] = T_alpha / 2^62`` (``1 - e^{-eps/2}`` above eps* = 0.61, else 0)."""
+        return self.alpha_threshold / float(1 << 62)
 
     @property
     def variance_poly(self) -> tuple[float, float, float]:
-        (ap, bp, _), (ad, bd, _) = self._pm.variance_poly, self._duchi.variance_poly
+        (ap, bp, dp), (ad, bd, _) = self._pm.variance_poly, self._duchi.variance_poly
         a = self.alpha
-        return a * ap + (1 - a) * ad, a * bp + (1 - a) * bd, 0.0
+        return a * ap + (1 - a) * ad, a * bp + (1 - a) * bd, a * dp
 
     @property
     def output_range(self) -> tuple[float, float]:
-        return self._pm.output_range
+        lo, hi = self._pm.output_range
+        return min(lo, -self._duchi.c), max(hi, self._duchi.c)
 
-    def perturb(self, t: np.ndarray, rng: np.random.Generator) -> Reports:
-        use_pm = rng.random(t.shape) < self.alpha
-        y = self._duchi.perturb(t, rng).reals
+    def messages(self, t: np.ndarray, uniform: UniformFn) -> np.ndarray:
+        t = np.asarray(t, dtype=np.float64)
+        idx = np.arange(t.size)
+        use_pm = (uniform(1 << 62, idx) < self.alpha_threshold if self.alpha_threshold
+                  else np.zeros(t.size, bool))
+        out = self._duchi.messages(t, uniform) + self._pm.grid.cells
         if use_pm.any():
-            y[use_pm] = self._pm.perturb(t[use_pm], rng).reals
-        return Reports(reals=y)
+            out[use_pm] = self._pm.messages(t[use_pm], uniform)
+        return out
+
+    def message_range(self) -> tuple[int, int]:
+        return 0, self._pm.grid.cells + 1
+
+    def output_of(self, m: np.ndarray) -> np.ndarray:
+        m = np.asarray(m, dtype=np.int64)
+        cells = self._pm.grid.cells
+        return np.where(m >= cells, self._duchi.output_of(m - cells), self._pm.output_of(m))
 
 
 class LaplaceMean(NumericMechanism):
-    """``t + Lap(2 / eps)`` (baseline). eps-LDP: the density ratio at any output is at most
-    ``exp(|t - t'| eps / 2) <= e^eps``. Reports beyond ``1 + 60 * scale`` are refused by ``validate``."""
+    """A geometric staircase in place of ``t + Lap(2 / eps)``: :class:`~ldp.numeric.grid.BlockGeometric`,
+    ``m = j + N Z + V`` with ``Z`` two-sided geometric (``rho = T / 2^62 >= e^{-eps}``) and ``V`` uniform on
+    ``[0, N)``; ``y = 2 (m - (N - 1) / 2) / N - 1``.
+
+    eps-LDP: between any two grid inputs the block index of ``m - j`` moves by at most one, so every ratio
+    is at most ``1 / rho <= e^eps`` (checked on the integers). ``Var[y | t] = 4 (2 rho / (1 - rho)^2 + (1 -
+    N^-2) / 12) + (2 / N)^2 f (1 - f)``: below Laplace's ``8 / eps^2`` (1.78 against 2.0 at eps 2).
+    Reports with ``|Z|`` beyond ``max_block`` (probability below ``e^-60``) are refused. The client draws
+    ``2 / (1 - rho)`` uniform integers per report on average (about ``2 / eps`` at small eps)."""
 
     name = "laplace"
 
-    @property
-    def scale(self) -> float:
-        return 2.0 / self.epsilon
+    def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
+        self.grid = block_geometric_for(exp_lower(_check_epsilon(epsilon)))
+        super().__init__(epsilon, low, high, moments=moments)
 
     @property
     def variance_poly(self) -> tuple[float, float, float]:
-        return 2.0 * self.scale**2, 0.0, 0.0
+        rho, n = float(self.grid.rho), self.grid.n_steps
+        return 4.0 * (2.0 * rho / (1.0 - rho) ** 2 + (1.0 - 1.0 / n / n) / 12.0), 0.0, 0.0
+
+    def message_range(self) -> tuple[int, int]:
+        n, z = self.grid.n_steps, self.grid.max_block(LAPLACE_TAIL)
+        return -z * n, (z + 2) * n - 1
 
     @property
     def output_range(self) -> tuple[float, float]:
-        r = 1.0 + LAPLACE_TAIL * self.scale
-        return -r, r
+        lo, hi = self.message_range()
+        return float(self.output_of(np.array([lo]))[0]), float(self.output_of(np.array([hi]))[0])
 
-    def perturb(self, t: np.ndarray, rng: np.random.Generator) -> Reports:
-        return Reports(reals=t + rng.laplace(0.0, self.scale, size=t.shape))
+    def messages(self, t: np.ndarray, uniform: UniformFn) -> np.ndarray:
+        return self.grid.sample(round_to_grid(t, self.grid.n_steps, uniform), uniform)
+
+    def output_of(self, m: np.ndarray) -> np.ndarray:
+        n = self.grid.n_steps
+        return 2.0 * (np.asarray(m, dtype=np.float64) - 0.5 * (n - 1)) / n - 1.0
 
 
 class OneBitMean(NumericMechanism):
     """1BitMean (Ding et al. 2017): one bit per report in ``values`` (with ``moments = 2`` the value is
-    ``2 bit + slot``). eps-LDP: ``P[b = 1]`` lies in ``[1, e^eps] / (e^eps + 1)``."""
+    ``2 bit + slot``), drawn as the grid Duchi message (:class:`~ldp.numeric.grid.TwoPoint`:
+    ``P[b = 1 | j]`` an exact rational, ratios at most ``e^eps`` on the integers)."""
 
     name = "one-bit-mean"
     report_fields = ("values",)
 
+    def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
+        self.grid = two_point_for(exp_lower(_check_epsilon(epsilon)))
+        self._c = float(self.grid.c)
+        super().__init__(epsilon, low, high, moments=moments)
+
     @property
     def c(self) -> float:
-        return 1.0 / math.tanh(self.epsilon / 2.0)
+        return self._c
 
     @property
     def variance_poly(self) -> tuple[float, float, float]:
@@ -549,16 +650,25 @@ class OneBitMean(NumericMechanism):
         return -self.c, self.c
 
     def bit_probability(self, u: np.ndarray) -> np.ndarray:
-        """``P[b = 1 | u] = 1 / (e^eps + 1) + u (e^eps - 1) / (e^eps + 1)`` (Ding et al., 1BitMean)."""
-        ee = math.exp(self.epsilon)
-        return 1.0 / (ee + 1.0) + u * math.expm1(self.epsilon) / (ee + 1.0)
+        """``P[b = 1 | u]`` at a grid point ``u = j / N``: ``(T0 + j d) / S`` (about ``1 / (e^eps + 1) + u
+        (e^eps - 1) / (e^eps + 1)``, Ding et al.)."""
+        g = self.grid
+        return (g.base + np.asarray(u, dtype=np.float64) * g.n_steps * g.slope) / g.total
+
+    def messages(self, t: np.ndarray, uniform: UniformFn) -> np.ndarray:
+        return self.grid.sample(round_to_grid(t, self.grid.n_steps, uniform), uniform)
+
+    def message_range(self) -> tuple[int, int]:
+        return 0, 1
+
+    def output_of(self, m: np.ndarray) -> np.ndarray:
+        return self.bit_to_output(m)
 
     def perturb(self, t: np.ndarray, rng: np.random.Generator) -> Reports:
-        bit = rng.random(t.shape) < self.bit_probability(0.5 * (t + 1.0))
-        return Reports(values=bit.astype(np.int64))
+        return Reports(values=self.messages(t, rng_uniform(rng)))
 
     def bit_to_output(self, bit: np.ndarray) -> np.ndarray:
-        """``y = 2 (b (e^eps + 1) - 1) / (e^eps - 1) - 1``: ``+C`` for 1 and ``-C`` for 0."""
+        """``+C`` for 1 and ``-C`` for 0."""
         return np.where(np.asarray(bit) == 1, self.c, -self.c)
 
     def decode(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
@@ -580,9 +690,14 @@ class OneBitMean(NumericMechanism):
 
 
 class SquareWaveNumeric(NumericMechanism):
-    """Square Wave on ``u`` (:mod:`ldp.square_wave`): distribution (EM/EMS over ``bins`` equal bins of
-    ``[low, high]``) and an unbiased linear mean (module docstring). Only ``moments = 1``; the variance
-    and quantiles come from the distribution estimate.
+    """Square Wave (:mod:`ldp.square_wave`) on the grid: a :class:`~ldp.numeric.grid.SlidingWindow` whose
+    window is ``w ~ 2 b N s`` cells (SW's ``[u - b, u + b]``) over ``M = N s + w`` cells, ``h / l <= L <=
+    e^eps``; ``u_j = j / N``. eps-LDP as for Piecewise (every ratio at most ``h / l``).
+
+    The mean is the window's exact affine map (unbiased; ``Var[y | t]`` quadratic, plus the rounding term).
+    The histogram bins each message at its cell centre ``v = -b' + (m + 1/2) / (N s)``, ``b' = w / (2 N s)``
+    (``|b' - b| <= 1 / (2 N s)``), into the SW output bins, and EM(S) runs on SW's continuous transition
+    matrix; only ``moments = 1``.
 
     Args:
         bins: number of equal bins of ``[low, high]`` in the histogram (EM runs on ``bins * em_resolution``
@@ -597,54 +712,42 @@ class SquareWaveNumeric(NumericMechanism):
                  tol: float = 1e-8, max_iter: int = 10_000) -> None:
         if moments != 1:
             raise ValueError("square-wave estimates the variance from its distribution: moments must be 1")
-        self.sw = SquareWave(_check_epsilon(epsilon), int(bins), em_resolution=em_resolution,
+        eps = _check_epsilon(epsilon)
+        self.sw = SquareWave(eps, int(bins), em_resolution=em_resolution,
                              smoothing=smoothing, tol=tol, max_iter=max_iter)
-        b, p, q = self.sw.b, self.sw.p, self.sw.q
-        self._offset = q * (1.0 + 2.0 * b) / 2.0
-        self._slope = 2.0 * b * (p - q)
+        self.grid = sliding_window_for(exp_lower(eps), min(2.0 * self.sw.b, 1.0))
+        self._a, self._k, self._poly = _window_affine(self.grid)
+        g = self.grid
+        self._cell = 1.0 / (g.n_steps * g.step)
+        self._b_grid = g.width * self._cell / 2.0
         super().__init__(epsilon, low, high, moments=1)
 
     @property
     def bins(self) -> int:
         return self.sw.d
 
-    def _u_hat(self, y: np.ndarray | float) -> np.ndarray | float:
-        return (y - self._offset) / self._slope
-
     @property
     def variance_poly(self) -> tuple[float, float, float]:
-        """``Var[y_t | t]`` of ``y_t = 2 u_hat - 1``: from
-        ``Var[y | u] = (K - o^2) - 2 o s u + (r - s^2) u^2`` with ``E[y | u] = o + s u``,
-        ``K = q ((1 + b)^3 + b^3) / 3 + (p - q) 2 b^3 / 3``, ``r = 2 b (p - q)``,
-        substituting ``u = (t + 1) / 2`` and scaling by ``(2 / s)^2``."""
-        b, p, q = self.sw.b, self.sw.p, self.sw.q
-        k = q * ((1.0 + b) ** 3 + b**3) / 3.0 + (p - q) * 2.0 * b**3 / 3.0
-        o, s, r = self._offset, self._slope, (p - q) * 2.0 * b
-        c0, c1, c2 = k - o * o, -2.0 * o * s, r - s * s
-        f = 4.0 / (s * s)
-        return f * (c0 + c1 / 2.0 + c2 / 4.0), f * c2 / 4.0, f * (c1 / 2.0 + c2 / 2.0)
+        return self._poly
 
     @property
     def output_range(self) -> tuple[float, float]:
-        b = self.sw.b
-        return 2.0 * self._u_hat(-b) - 1.0, 2.0 * self._u_hat(1.0 + b) - 1.0
+        return (0 - self._a) * self._k - 1.0, (self.grid.cells - 1 - self._a) * self._k - 1.0
 
-    def perturb(self, t: np.ndarray, rng: np.random.Generator) -> Reports:
-        u = np.clip(0.5 * (t + 1.0), 0.0, 1.0)
-        return Reports(reals=perturb_unit(u, self.epsilon, rng=rng))
+    def messages(self, t: np.ndarray, uniform: UniformFn) -> np.ndarray:
+        t = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
+        return self.grid.sample(round_to_grid(t, self.grid.n_steps, uniform), uniform)
 
-    def decode(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
-        y = np.asarray(reports.reals, dtype=np.float64)
-        return 2.0 * self._u_hat(y) - 1.0, np.zeros(len(y), np.int64)
+    def message_range(self) -> tuple[int, int]:
+        return 0, self.grid.cells - 1
 
-    def _reals_bounds(self) -> tuple[float, float]:
-        return -self.sw.b, 1.0 + self.sw.b
+    def output_of(self, m: np.ndarray) -> np.ndarray:
+        return (np.asarray(m, dtype=np.float64) - self._a) * self._k - 1.0
 
-    def _check_payload(self, reports: Reports, ok: np.ndarray, reasons: np.ndarray) -> None:
-        sw_ok, _ = self.sw.validate(Reports(reals=np.asarray(reports.reals)))
-        bad = ~sw_ok
-        reasons[bad & ok] = Refusal("invalid_payload", "reals_out_of_range")
-        ok &= ~bad
+    def sw_value(self, m: np.ndarray) -> np.ndarray:
+        """The SW coordinate of a message, clipped into ``[-b, 1 + b]``: ``-b' + (m + 1/2) / (N s)``."""
+        v = -self._b_grid + (np.asarray(m, dtype=np.float64) + 0.5) * self._cell
+        return np.clip(v, -self.sw.b, 1.0 + self.sw.b)
 
     def create_accumulator(self) -> NumericAccumulator:
         acc = super().create_accumulator()
@@ -652,7 +755,8 @@ class SquareWaveNumeric(NumericMechanism):
         return acc
 
     def _add_extra(self, acc: NumericAccumulator, reports: Reports) -> None:
-        acc.counts += np.bincount(self.sw.bin_index(reports.reals), minlength=self.sw.output_bins)
+        v = self.sw_value(np.asarray(reports.reals))
+        acc.counts += np.bincount(self.sw.bin_index(v), minlength=self.sw.output_bins)
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
