@@ -8,6 +8,7 @@ import math
 import os
 import socket
 from pathlib import Path
+from statistics import NormalDist
 
 import pytest
 from bokeh.document import Document
@@ -43,35 +44,71 @@ def _row(item: int, estimate: float | None, lo: float | None = None, hi: float |
 
 
 # -- shape --------------------------------------------------------------------------------------------------
-def test_noise_level_prefers_the_store_flag_then_the_interval():
-    assert shape.noise_level(_row(0, 0.1, 0.05, 0.15, ci_includes_zero=1)) is True  # the flag wins
-    assert shape.noise_level(_row(0, 0.1, -0.01, 0.2, ci_includes_zero=0)) is False
+def test_noise_level_of_an_answer_is_its_own_interval():
     assert shape.noise_level(_row(0, 0.1, -0.01, 0.2)) is True
     assert shape.noise_level(_row(0, 0.1, 0.0, 0.2)) is True  # 0 on the edge is inside
     assert shape.noise_level(_row(0, 0.1, 0.01, 0.2)) is False
     assert shape.noise_level(_row(0, 0.1)) is None  # no interval: not judged
 
 
-def test_top_k_orders_by_published_estimate_ties_by_index_and_skips_missing():
+def _est(item: int, estimate: float | None, u: float | None = None, s: float | None = 0.01, **kw):
+    """A stored frequency row: published estimate, per-value interval, unbiased estimate and std."""
+    lo, hi = (None, None) if estimate is None else (estimate - 0.02, estimate + 0.02)
+    return {"item": item, "estimate": estimate, "ci_low": lo, "ci_high": hi,
+            "unbiased": estimate if u is None else u, "unbiased_std": s, **kw}  # fmt: skip
+
+
+def test_top_k_is_largest_first_with_simultaneous_intervals_and_bonferroni_flags():
+    z = NormalDist().inv_cdf(1 - 0.05 / (2 * 100))  # Bonferroni over d = 100: 3.48
     rows = [
-        _row(3, 0.2, 0.1, 0.3),
-        _row(1, 0.5, 0.4, 0.6),
-        _row(2, 0.2, -0.1, 0.5),
-        _row(0, None),
-        _row(4, 0.01),
+        _est(0, 0.03),  # 3 std: a per-value test would flag it; over 100 values it is not shown above 0
+        _est(1, 0.5),
+        _est(2, 0.2, ci_includes_zero=1),  # the store's flag is not what the top-k judges by
+        _est(3, 0.2),
+        _est(5, None),
+        _est(4, 0.01, u=None, s=None),  # no unbiased estimate stored: no interval valid after selection
     ]
-    top = shape.top_k(rows, 3, {1: "red"})
+    top = shape.top_k(rows, 3, {1: "red"}, domain_size=100)
     assert top["item"] == [1, 2, 3]  # 0.5, then the tie 0.2 by index
     assert top["name"] == ["red", "value 2", "value 3"]
     assert top["rank"] == [1, 2, 3]
-    assert top["noise"] == [shape.SIGNAL, shape.NOISE_CI, shape.SIGNAL]  # no flag: the interval decides
-    flagged = _row(0, 0.1, 0.05, 0.15, ci_includes_zero=1)
-    assert shape.noise_text(flagged) == shape.NOISE  # the store's flag (unbiased CI), named as such
-    assert top["color"][1] == shape.NOISE_COLOR
-    assert shape.top_k(rows, 10)["item"] == [1, 2, 3, 4]  # None estimates are not ranked
-    no_ci = shape.top_k([_row(4, 0.01)], 1)
-    assert no_ci["noise"] == [shape.NO_CI] and math.isnan(no_ci["ci_low"][0])
+    assert top["ci_low"][0] == pytest.approx(0.5 - z * 0.01)
+    assert top["ci_high"][0] == pytest.approx(0.5 + z * 0.01)
+    rule = "Bonferroni over d = 100 at 5%"
+    assert top["noise"] == [f"above 0 ({rule})"] * 3 and top["above_zero"] == [1, 1, 1]
+    every = shape.top_k(rows, 10, domain_size=100)
+    assert every["item"] == [1, 2, 3, 0, 4]  # None estimates are not ranked
+    assert every["noise"][3] == f"not shown above 0 ({rule})" and every["above_zero"][3] == 0
+    assert every["color"][3] == shape.NOISE_COLOR and every["ci_low"][3] == 0.0
+    assert every["noise"][4] == shape.NO_CI and math.isnan(every["ci_low"][4])
+    assert every["above_zero"][4] == -1
+    # the domain, not the rows the store holds, sets the rule: with d = 10**6 the 3.48-sd bar moves to 5.45
+    big = shape.top_k([_est(1, 0.05), _est(2, 0.5)], 2, domain_size=10**6)
+    assert big["above_zero"] == [1, 0]  # 0.05 is 5 sd: above 0 for d = 100, not for a million values
     assert shape.top_k(rows, 0)["item"] == []
+    bh = shape.top_k(rows, 4, domain_size=100, rule="bh")
+    assert bh["noise"][0] == "above 0 (Benjamini-Hochberg FDR 5% over d = 100)"
+
+
+def test_sparse_top_k_keeps_the_rows_intervals_and_says_they_are_per_value():
+    rows = [{"item": 7, "estimate": 0.4, "ci_low": 0.1, "ci_high": 0.7},
+            {"item": 9, "estimate": 0.2, "ci_low": -0.1, "ci_high": 0.5}]  # fmt: skip
+    top = shape.top_k(rows, 2, simultaneous=False)
+    assert top["ci_low"] == [0.1, -0.1] and top["above_zero"] == [1, 0]
+    assert all(shape.PER_VALUE in n for n in top["noise"])
+
+
+def test_numeric_figures_are_tested_against_0_only_inside_the_range():
+    latency = json.dumps({"attributes": [{"name": "load_ms", "low": 0, "high": 5000}]})
+    temperature = json.dumps({"attributes": [{"name": "t", "low": -20, "high": 40}]})
+    assert not shape.zero_inside(latency) and shape.zero_inside(temperature)
+    assert not shape.zero_inside(None) and not shape.zero_inside("{}")
+    assert not shape.zero_inside(temperature, 3)
+    mean = [{"item": 0, "estimate": 805.0, "ci_low": 790.0, "ci_high": 820.0, "label": "mean"}]
+    cols = shape.answers_columns(mean, 5, test_zero=False)
+    assert cols["noise"] == [shape.NO_ZERO_TEST] and cols["above_zero"] == [-1]
+    assert shape.SIGNAL not in cols["noise"]
+    assert shape.answers_columns(mean, 5)["noise"] == [shape.SIGNAL]  # a range that holds 0: tested
 
 
 def test_top_k_names_are_unique_for_the_category_axis():
@@ -284,6 +321,7 @@ def test_answers_columns_and_query_text():
     assert cols["item"] == [0, 1]  # by query index, not by answer
     assert cols["name"] == ["#0: query 0", "#1: age in [20, 29], income in [0, 3]"]
     assert cols["noise"] == [shape.NOISE_CI, shape.SIGNAL]
+    assert cols["above_zero"] == [0, 1]
     assert shape.query_text({"age": [1, 2]}, 3) == "age in [1, 2]"
     assert shape.query_text("not a mapping", 3) == "query 3"
 
@@ -557,3 +595,52 @@ def test_command_refuses_a_bad_store_and_a_taken_port_in_one_line(tmp_path: Path
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"port {port} on 127.0.0.1 is already in use" in err
     assert dashboard.check_port("127.0.0.1", 0) > 0
+
+
+@pytest.mark.statistical
+def test_readme_apps_example_top20_on_the_page_flags_no_zero_and_covers(tmp_path: Path):
+    """The page's top 20 of the README's apps example (200,000 Zipf(1.5) users, OLH, epsilon 1, d = 1024,
+    Norm-Sub, ``--seed 1``), rows as the job writes them to the store: no value of true frequency 0 is
+    flagged, every whisker (simultaneous 95% over the domain) covers its truth, and the legend names the
+    rule. (The per-value intervals of the same 20 values miss 9 of them: tests/test_selection.py.)"""
+    import numpy as np
+
+    from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
+    from ldp.aggregate.frequency import FrequencyAggregator
+    from ldp.task import parse_task
+    from pipelines.simulate import make_population
+
+    task = parse_task({"task_id": "apps-2026-12", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024,
+                       "postprocess": "norm-sub"})  # fmt: skip
+    pop = make_population(task, 200_000, "zipf:1.5", seed=1)
+    agg = FrequencyAggregator(task)
+    accs = GroupAccumulators()
+    for _, chunk in pop.chunks(np.array([0, 200_000])):
+        accumulate(agg, accs, 0, chunk.reports)
+    (row,) = finalize_window(agg, accs, WindowInfo(0, 60_000, "ON_TIME", 0, True))
+    truth = pop.counts / 200_000
+    url = f"sqlite:///{tmp_path}/apps.db"
+    writer = open_writer(url)
+    writer.write_task(task.task_id, "frequency", "olh", 1.0, {"domain_size": 1024})
+    items = [
+        {"item": v, "estimate": row.frequencies[v], "std": row.std[v], "ci_low": row.ci_low[v],
+         "ci_high": row.ci_high[v], "unbiased": row.unbiased[v], "unbiased_std": row.unbiased_std[v],
+         "ci_includes_zero": int(row.ci_includes_zero[v]), "method": "norm-sub"}
+        for v in range(1024)
+    ]  # fmt: skip
+    writer.write_pane(items, task_id=task.task_id, output="estimates", window=(0, 60_000), grp=0,
+                      pane_index=0, timing="ON_TIME", n_reports=200_000, written_ms=61_000)  # fmt: skip
+    dash, _ = _dashboard(url, top_k=20)
+    dash.poll()
+    top = dash.topk_source.data
+    assert len(top["item"]) == 20
+    flagged = [v for v, a in zip(top["item"], top["above_zero"], strict=True) if a == 1]
+    assert len(flagged) >= 5 and not [v for v in flagged if truth[v] == 0]
+    shown = zip(top["item"], top["ci_low"], top["ci_high"], strict=True)
+    assert all(lo <= truth[v] <= hi for v, lo, hi in shown)
+    assert set(top["noise"]) <= {"above 0 (Bonferroni over d = 1,024 at 5%)",
+                                 "not shown above 0 (Bonferroni over d = 1,024 at 5%)"}  # fmt: skip
+    assert "simultaneous 95%" in dash.topk_plot.title.text and "sim. 95% low" in dash.topk_table.text
+    per_value_miss = sum(not (row.ci_low[v] <= truth[v] <= row.ci_high[v]) for v in top["item"])
+    assert per_value_miss >= 5  # what the page used to draw
+    writer.close()

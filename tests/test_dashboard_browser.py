@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from ldp.selection import simultaneous_intervals
 from pipelines.dashboard_app import shape
 from pipelines.dashboard_app.browser import (
     DashboardProcess,
@@ -146,7 +147,12 @@ def test_page_shows_the_first_window_and_updates_without_reload(
                 names = [LABELS[int(r["item"])] for r in top]
                 positions = [text.find(f" {name} ") for name in names]
                 assert all(p >= 0 for p in positions) and positions == sorted(positions), text
-                assert f"{top[0]['ci_low']:.4f}" in text and f"{top[0]['ci_high']:.4f}" in text
+                # the intervals drawn for the selected values are simultaneous over the domain
+                lo, hi = simultaneous_intervals(
+                    [top[0]["unbiased"]], [top[0]["unbiased_std"]], stream.domain_size,
+                    published=[top[0]["estimate"]],
+                )  # fmt: skip
+                assert f"{lo[0]:.4f}" in text and f"{hi[0]:.4f}" in text
                 writer.mark_final(stream.task_id, stream.window(index), int(time.time() * 1000))
                 wait_until(
                     lambda: "(final)" in (model_text(browser, "status") or ""),

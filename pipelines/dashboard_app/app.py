@@ -224,7 +224,7 @@ class Dashboard:
                 tooltips=[
                     ("value", "@name (#@item)"),
                     ("estimate", "@estimate{0.0000}"),
-                    ("95% CI", "[@ci_low{0.0000}, @ci_high{0.0000}]"),
+                    ("interval", "[@ci_low{0.0000}, @ci_high{0.0000}] (see the table's note)"),
                     ("", "@noise"),
                     ("method", "@method"),
                 ]
@@ -676,7 +676,12 @@ class Dashboard:
                 break
         k = int(self.k_select.value or K_CHOICES[1])
         is_estimate = output in ESTIMATE_OUTPUTS
-        top = shape.top_k(rows, k, labels) if is_estimate else shape.answers_columns(rows, k)
+        d = shape.domain_size(task.get("task_json"))
+        if is_estimate:
+            top = shape.top_k(rows, k, labels, domain_size=d, simultaneous=output == "estimates")
+        else:
+            test_zero = output != NUMERIC_OUTPUT or shape.zero_inside(task.get("task_json"), grp)
+            top = shape.answers_columns(rows, k, test_zero=test_zero)
         if self._set_data("topk", self.topk_source, top):
             self.topk_plot.x_range.factors = list(top["name"]) or [" "]
         noun = "values" if is_estimate else "queries"
@@ -684,18 +689,22 @@ class Dashboard:
         partial = bool(rows) and shape.is_partial(rows[0].get("pane_timing"), rows[0].get("is_final"))
         if current is not None:
             what = shape.format_window(int(current["window_start"]), int(current["window_end"]))
-            title = (
-                f"current window {what}: top {k} {noun}, published estimate with 95% interval"
-                if is_estimate
-                else f"current window {what}: {noun} {_span(top['item'])}, answer with 95% interval"
-            )
+            if output == "estimates":
+                title = (
+                    f"current window {what}: top {k} {noun}, published estimate with simultaneous 95% "
+                    "interval over the domain (valid after the selection)"
+                )
+            elif is_estimate:
+                title = f"current window {what}: top {k} {noun}, estimate with per-value 95% interval"
+            else:
+                title = f"current window {what}: {noun} {_span(top['item'])}, answer with 95% interval"
             if partial:
                 title = f"PARTIAL (EARLY pane, window still open): {title}"
         else:
             title = f"no {output} rows yet"
         if self.topk_plot.title.text != title:
             self.topk_plot.title.text = title
-        table = _topk_html(top, rows[0] if rows else None, is_estimate)
+        table = _topk_html(top, rows[0] if rows else None, is_estimate, simultaneous=output == "estimates")
         if self.topk_table.text != table:
             self.topk_table.text = table
         is_numeric = output == NUMERIC_OUTPUT
@@ -724,7 +733,11 @@ class Dashboard:
             self.series_task = series_key
             self.series_items.value = [str(i) for i in top["item"][:5]]
         chosen = [int(v) for v in self.series_items.value][:SERIES_SLOTS]
-        series = shape.series_columns(reader.item_rows(task_id, output, grp, chosen, oldest_end), chosen)
+        series = shape.series_columns(
+            reader.item_rows(task_id, output, grp, chosen, oldest_end),
+            chosen,
+            domain_size=(d or len(rows)) if output == "estimates" else None,
+        )
         for slot in range(SERIES_SLOTS):
             legend = self.series_items_legend[slot]
             if slot < len(chosen):
@@ -742,7 +755,10 @@ class Dashboard:
                 legend.visible = False
             self.series_whiskers[slot].visible = (slot < len(chosen)) and not is_estimate
         self.series_plot.title.text = (
-            "chosen values across windows (x: window end), published estimate with 95% band"
+            "chosen values across windows (x: window end), published estimate with simultaneous 95% band "
+            "over the domain"
+            if output == "estimates"
+            else "chosen values across windows (x: window end), published estimate with per-value 95% band"
             if is_estimate
             else "chosen queries across windows (x: window end), answer with 95% error bars"
         )
@@ -952,31 +968,43 @@ def _parse_view(view: str | None) -> tuple[str, int]:
     return out, int(grp)
 
 
-def _topk_html(top: dict[str, list[Any]], first: dict[str, Any] | None, is_estimate: bool) -> str:
-    """The top-k as an HTML table (``id='topk-table'``; one ``tr`` per value with ``data-item``)."""
+def _topk_html(
+    top: dict[str, list[Any]], first: dict[str, Any] | None, is_estimate: bool, *, simultaneous: bool = False
+) -> str:
+    """The top-k as an HTML table (``id='topk-table'``; one ``tr`` per value with ``data-item`` and
+    ``data-above-zero``: 1 flagged, 0 not, -1 not judged)."""
     if not top["item"]:
         return _CSS + "<span class='ldp-h'>no rows in the current window yet</span>"
+    low, high = ("sim. 95% low", "sim. 95% high") if simultaneous else ("95% low", "95% high")
     head = (
         "<tr><th>rank</th><th class='name'>"
         + ("value" if is_estimate else "query")
-        + "</th><th>index</th><th>estimate</th><th>95% low</th><th>95% high</th><th "
-        "class='name'>noise</th></tr>"
+        + f"</th><th>index</th><th>estimate</th><th>{low}</th><th>{high}</th><th "
+        "class='name'>vs 0</th></tr>"
     )
     body = []
     for i in range(len(top["item"])):
-        noise = top["noise"][i] in (shape.NOISE, shape.NOISE_CI)
+        above = int(top["above_zero"][i])
         body.append(
-            f"<tr class='{'noise' if noise else 'value'}' data-item='{shape.html_text(top['item'][i])}'>"
+            f"<tr class='{'value' if above == 1 else 'noise'}' data-item='{shape.html_text(top['item'][i])}' "
+            f"data-above-zero='{above}'>"
             f"<td>{top['rank'][i]}</td><td class='name'>{shape.html_text(str(top['name'][i]))}</td>"
             f"<td>{shape.html_text(top['item'][i])}</td><td class='estimate'>{_fmt(top['estimate'][i])}</td>"
             f"<td>{_fmt(top['ci_low'][i])}</td><td>{_fmt(top['ci_high'][i])}</td>"
             f"<td class='name'>{shape.html_text(top['noise'][i])}</td></tr>"
         )
     method = shape.html_text(str(first.get("method") or "")) if first else ""
+    if simultaneous:
+        note = (
+            "intervals: simultaneous 95% over the whole domain (Bonferroni, from the store's unbiased "
+            "estimate and its std), valid for the values shown although they were picked as the largest; "
+            "'above 0' follows the rule named in the column, over the whole domain"
+        )
+    else:
+        note = "intervals are the store's ci_low / ci_high (95%, per value), drawn as whiskers"
     return (
         _CSS + f"<table class='ldp' id='topk-table' data-method='{method}'>{head}{''.join(body)}</table>"
-        f"<span class='ldp-h' style='font-size:11px'>method: {method}; intervals are the store's ci_low / "
-        "ci_high (95%), drawn as whiskers</span>"
+        f"<span class='ldp-h' style='font-size:11px'>method: {method}; {note}</span>"
     )
 
 

@@ -5,10 +5,14 @@ No Bokeh and no database here, so every rule the page follows has a fast unit te
 
 * the *current window* is the one with the latest end (ties: the latest start) among the windows the store
   holds; a batch job's whole-run window is window_start = window_end = 0;
-* the top-k is the k largest *published* estimates of that window (ties: the smaller value index first),
-  each with the store's 95% interval ``[ci_low, ci_high]``; a value is *noise-level* when the store flags it
-  (``ci_includes_zero``) or, when the flag is absent, when its interval contains 0; a value without an
-  interval is drawn without whiskers and is neither (the dashboard never makes up an interval from a std);
+* the top-k is the k largest *published* estimates of that window (ties: the smaller value index first).
+  Picking the largest of ``d`` noisy numbers is a selection, so each is drawn with its *simultaneous* 95%
+  interval over the whole domain and flagged "above 0" under a multiple-comparison rule over the domain
+  (:mod:`ldp.selection`: Bonferroni by default, the rule named in the legend), both from the store's
+  unbiased estimate and its std; a value without them is drawn without whiskers and is not judged (the
+  store's per-value interval is valid only for a value chosen in advance, not for a selected one);
+* query answers (the task's own queries, first k by index) keep their own 95% intervals; a numeric
+  figure is judged against 0 only when 0 lies inside the attribute's range (:func:`zero_inside`);
 * the latency of a pane is ``written_ms - window_end`` (seconds on the page): how long after its window
   closed in event time the pane reached the store; EARLY panes are written before the window ends, so their
   latency is negative;
@@ -27,10 +31,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 __all__ = [
-    "NOISE",
+    "ABOVE_ZERO",
     "NOISE_CI",
+    "NOT_ABOVE_ZERO",
     "NO_CI",
+    "NO_ZERO_TEST",
+    "PER_VALUE",
     "SIGNAL",
+    "flag_text",
     "TIMING_COLORS",
     "answers_columns",
     "backfill_bound_s",
@@ -49,6 +57,7 @@ __all__ = [
     "composition_pairs",
     "counts_columns",
     "current_window",
+    "domain_size",
     "format_ms",
     "format_window",
     "guarantee_rows",
@@ -68,22 +77,29 @@ __all__ = [
     "top_k",
     "value_name",
     "windows_columns",
+    "zero_inside",
 ]
 
 #: Colours of the pane timings (and of panes whose timing is unknown).
 TIMING_COLORS = {"EARLY": "#e69f00", "ON_TIME": "#009e73", "LATE": "#d55e00", "UNKNOWN": "#999999"}
-#: Bar colours of the top-k: a value whose interval excludes 0, a noise-level one, one without interval.
+#: Bar colours of the top-k: a flagged value (above 0 under the rule), one not flagged, one without interval.
 SIGNAL_COLOR = "#1f77b4"
 NOISE_COLOR = "#bbbbbb"
 NO_CI_COLOR = "#7f9fbf"
-#: The top-k's ``noise`` column (also the legend of the top-k plot).
-SIGNAL = "distinguishable from 0"
-#: Noise level by the store's flag (ldp.intervals: the *unbiased* estimate's 95% normal interval contains 0;
-#: the published interval of a post-processed value may exclude 0 while it is set).
-NOISE = "noise level: unbiased 95% CI includes 0"
-#: Noise level by the published interval, for rows without the flag.
-NOISE_CI = "noise level: 95% CI includes 0"
-NO_CI = "no interval in the store"
+#: The top-k's ``noise`` column (also the legend of the top-k plot), followed by the rule in brackets
+#: (:func:`flag_text`): the value's true frequency is shown above 0 over the whole domain, or it is not.
+ABOVE_ZERO = "above 0"
+NOT_ABOVE_ZERO = "not shown above 0"
+#: A top-k row without the unbiased estimate in the store: nothing valid after selection can be drawn.
+NO_CI = "no interval valid after selection in the store"
+#: Query answers (first k by index, not selected by value; numeric figures where 0 lies inside the
+#: attribute's range): the per-answer 95% interval excludes 0 / contains 0.
+SIGNAL = "95% interval excludes 0"
+NOISE_CI = "95% interval includes 0"
+#: The sparse top-k's intervals: the rows' own, per coordinate.
+PER_VALUE = "per-value, not adjusted for the selection"
+#: A numeric figure of an attribute whose range does not hold 0 inside it: no test against 0 is shown.
+NO_ZERO_TEST = "0 not inside the range: not tested"
 
 Row = Mapping[str, Any]
 Columns = dict[str, list[Any]]
@@ -150,27 +166,57 @@ def value_name(item: int, label: str | None, labels: Mapping[int, str] | None = 
     return f"value {item}"
 
 
+def flag_text(flag: bool | None, rule_text: str) -> str:
+    """The ``noise`` column of a top-k value: :data:`ABOVE_ZERO` or :data:`NOT_ABOVE_ZERO` with the rule
+    (``above 0 (Bonferroni over d = 1,024 at 5%)``), :data:`NO_CI` when the store has no unbiased estimate."""
+    if flag is None:
+        return NO_CI
+    return f"{ABOVE_ZERO if flag else NOT_ABOVE_ZERO} ({rule_text})"
+
+
+def _per_value_text(flag: bool | None) -> str:
+    if flag is None:
+        return "no interval in the store"
+    return f"{SIGNAL if flag else NOISE_CI} ({PER_VALUE})"
+
+
 def noise_text(row: Row) -> str:
-    """The ``noise`` column of a row: :data:`NOISE` (the store's flag set), :data:`NOISE_CI` (no flag, the
-    published interval contains 0), :data:`SIGNAL` or :data:`NO_CI`."""
+    """The ``noise`` column of a query answer: :data:`SIGNAL` when its 95% interval excludes 0,
+    :data:`NOISE_CI` when it contains 0, :data:`NO_CI` without an interval."""
     flag = noise_level(row)
     if flag is None:
         return NO_CI
-    if not flag:
-        return SIGNAL
-    return NOISE if row.get("ci_includes_zero") is not None else NOISE_CI
+    return NOISE_CI if flag else SIGNAL
 
 
 def noise_level(row: Row) -> bool | None:
-    """Whether a published number is at noise level: the store's ``ci_includes_zero`` flag when set, else
-    whether ``[ci_low, ci_high]`` contains 0; None when the row has neither (no interval to judge by)."""
-    flag = row.get("ci_includes_zero")
-    if flag is not None:
-        return bool(flag)
+    """Whether a query answer's ``[ci_low, ci_high]`` contains 0; None when it has no interval. (Answers
+    are the task's own queries, first k by index, never selected by their values: the per-answer interval
+    is the one to judge by.)"""
     lo, hi = row.get("ci_low"), row.get("ci_high")
     if lo is None or hi is None:
         return None
     return float(lo) <= 0.0 <= float(hi)
+
+
+def domain_size(task_json: str | None) -> int | None:
+    """The ``domain_size`` of a stored task (None when it has none or cannot be read)."""
+    task = parse_json(task_json)
+    d = task.get("domain_size") if isinstance(task, Mapping) else None
+    return int(d) if isinstance(d, int) and not isinstance(d, bool) and d > 0 else None
+
+
+def zero_inside(task_json: str | None, index: int = 0) -> bool:
+    """Whether 0 lies strictly inside the range ``[low, high]`` of attribute ``index`` of a stored numeric
+    task: only then does "the mean (or a quantile) is not 0" say anything. For an attribute such as a
+    latency in [0, 5000] ms every figure is at least 0 by construction, so no test against 0 is shown
+    (False also when the task cannot be read)."""
+    task = parse_json(task_json)
+    try:
+        low, high = float(task["attributes"][index]["low"]), float(task["attributes"][index]["high"])
+    except (TypeError, KeyError, IndexError, ValueError):
+        return False
+    return low < 0.0 < high
 
 
 def _window_key(row: Row) -> tuple[int, int]:
@@ -207,14 +253,56 @@ def format_window(start: int, end: int) -> str:
     return f"[{s}, {e}) UTC"
 
 
-def top_k(rows: Iterable[Row], k: int, labels: Mapping[int, str] | None = None) -> Columns:
-    """The ``k`` largest published estimates among ``rows`` (one window, group and output), as columns:
-    ``item``, ``name`` (unique display name), ``estimate``, ``ci_low``, ``ci_high`` (NaN without interval),
-    ``noise`` (:func:`noise_text`), ``color``, ``std``, ``method``,
-    ``rank`` (1-based), ``window_start`` / ``window_end`` / ``pane_index`` (of the row: what the page
-    shows)."""
-    ordered = sorted(rows, key=lambda r: (-_num(r.get("estimate")), int(r["item"])))
-    ordered = [r for r in ordered if not math.isnan(_num(r.get("estimate")))][: max(int(k), 0)]
+def _domain_view(rows: Sequence[Row], domain_size: int | None, rule: str) -> tuple[dict[int, Any], str]:
+    """Per item of one window's rows: ``(sim_low, sim_high, flag)`` over the domain (:mod:`ldp.selection`:
+    simultaneous 95% interval of the unbiased estimate, widened to the published one, and the flag under
+    ``rule``), None for an item without a stored unbiased estimate; and the rule's text. ``domain_size``:
+    the task's ``d`` (the store may hold only the largest values); default: the rows' count."""
+    import numpy as np
+
+    from ldp import selection
+
+    d = max(int(domain_size or 0), len(rows), 1)
+    u = np.array([_num(r.get("unbiased")) for r in rows], dtype=np.float64)
+    sd = np.array([_num(r.get("unbiased_std")) for r in rows], dtype=np.float64)
+    pub = np.array([_num(r.get("estimate")) for r in rows], dtype=np.float64)
+    lo, hi = selection.simultaneous_intervals(u, sd, d, published=pub)
+    flag = selection.discoveries(u, sd, d, rule)
+    ok = np.isfinite(u) & np.isfinite(sd)
+    out: dict[int, Any] = {}
+    for i, r in enumerate(rows):
+        out[int(r["item"])] = (float(lo[i]), float(hi[i]), bool(flag[i])) if ok[i] else None
+    return out, selection.rule_text(rule, d)
+
+
+def top_k(
+    rows: Iterable[Row],
+    k: int,
+    labels: Mapping[int, str] | None = None,
+    *,
+    domain_size: int | None = None,
+    rule: str = "bonferroni",
+    simultaneous: bool = True,
+) -> Columns:
+    """The ``k`` largest published estimates among ``rows`` (one window, group and output: every stored
+    value of it), as columns: ``item``, ``name`` (unique display name), ``estimate``, ``ci_low``,
+    ``ci_high`` (the *simultaneous* 95% interval over the domain, valid after the selection; NaN without a
+    stored unbiased estimate: the store's per-value interval is never shown for a selected value),
+    ``above_zero`` (1 flagged under ``rule`` over the domain, 0 not, -1 unknown), ``noise``
+    (:func:`flag_text`), ``color``, ``std``, ``method``, ``rank`` (1-based), ``window_start`` /
+    ``window_end`` / ``pane_index`` (of the row: what the page shows). ``domain_size``: the task's ``d``.
+    ``simultaneous`` False (sparse means, whose rows carry no unbiased estimate): the rows' own per-value
+    intervals, labelled :data:`PER_VALUE` (not adjusted for the selection)."""
+    every = [r for r in rows if not math.isnan(_num(r.get("estimate")))]
+    ordered = sorted(every, key=lambda r: (-_num(r.get("estimate")), int(r["item"])))[: max(int(k), 0)]
+    view: dict[int, Any] = {}
+    rule_name = ""
+    if ordered and simultaneous:
+        view, rule_name = _domain_view(every, domain_size, rule)
+    elif ordered:
+        for r in every:
+            lo, hi = _num(r.get("ci_low")), _num(r.get("ci_high"))
+            view[int(r["item"])] = None if lo != lo or hi != hi else (lo, hi, not lo <= 0.0 <= hi)
     cols: Columns = {
         key: []
         for key in (
@@ -224,6 +312,7 @@ def top_k(rows: Iterable[Row], k: int, labels: Mapping[int, str] | None = None) 
             "estimate",
             "ci_low",
             "ci_high",
+            "above_zero",
             "noise",
             "color",
             "std",
@@ -238,24 +327,34 @@ def top_k(rows: Iterable[Row], k: int, labels: Mapping[int, str] | None = None) 
         item = int(row["item"])
         if names.count(name) > 1:
             name = f"{name} (#{item})"
-        flag = noise_level(row)
+        shown = view.get(item)
+        flag = None if shown is None else shown[2]
         cols["rank"].append(rank)
         cols["item"].append(item)
         cols["name"].append(name)
         cols["estimate"].append(_num(row.get("estimate")))
-        cols["ci_low"].append(_num(row.get("ci_low")))
-        cols["ci_high"].append(_num(row.get("ci_high")))
-        cols["noise"].append(noise_text(row))
-        cols["color"].append(NO_CI_COLOR if flag is None else (NOISE_COLOR if flag else SIGNAL_COLOR))
+        cols["ci_low"].append(NAN if shown is None else shown[0])
+        cols["ci_high"].append(NAN if shown is None else shown[1])
+        cols["above_zero"].append(-1 if flag is None else int(flag))
+        cols["noise"].append(flag_text(flag, rule_name) if simultaneous else _per_value_text(flag))
+        cols["color"].append(NO_CI_COLOR if flag is None else (SIGNAL_COLOR if flag else NOISE_COLOR))
         cols["std"].append(_num(row.get("std")))
         cols["method"].append(str(row.get("method") or ""))
         _row_origin(cols, row)
     return cols
 
 
-def series_columns(rows: Iterable[Row], items: Sequence[int]) -> dict[int, Columns]:
+def series_columns(
+    rows: Iterable[Row], items: Sequence[int], *, domain_size: int | None = None
+) -> dict[int, Columns]:
     """Per chosen item, its rows across windows sorted by window end: ``x`` (window end, ms), ``estimate``,
-    ``lower`` / ``upper`` (the 95% interval; NaN where absent), ``timing``, ``final`` (0/1)."""
+    ``lower`` / ``upper`` (the 95% interval; NaN where absent), ``timing``, ``final`` (0/1). With
+    ``domain_size`` (frequency values, first chosen from the top-k: a selection) the band is the
+    simultaneous one over the domain (:mod:`ldp.selection`) from the row's unbiased estimate and std, NaN
+    without them; else the row's own interval."""
+    from ldp import selection
+
+    z = None if domain_size is None else selection.simultaneous_z(max(int(domain_size), 1))
     wanted = {int(i) for i in items}
     out: dict[int, Columns] = {
         i: {"x": [], "window_start": [], "estimate": [], "lower": [], "upper": [], "timing": [], "final": []}
@@ -268,9 +367,15 @@ def series_columns(rows: Iterable[Row], items: Sequence[int]) -> dict[int, Colum
         cols = out[item]
         cols["x"].append(int(row["window_end"]))
         cols["window_start"].append(int(row["window_start"]))
-        cols["estimate"].append(_num(row.get("estimate")))
-        cols["lower"].append(_num(row.get("ci_low")))
-        cols["upper"].append(_num(row.get("ci_high")))
+        est = _num(row.get("estimate"))
+        cols["estimate"].append(est)
+        if z is None:
+            cols["lower"].append(_num(row.get("ci_low")))
+            cols["upper"].append(_num(row.get("ci_high")))
+        else:  # selection.simultaneous_intervals for one value (nan without an unbiased estimate)
+            u, sd = _num(row.get("unbiased")), _num(row.get("unbiased_std"))
+            cols["lower"].append(min(min(max(u - z * sd, 0.0), 1.0), est) if u == u and sd == sd else NAN)
+            cols["upper"].append(max(max(min(u + z * sd, 1.0), 0.0), est) if u == u and sd == sd else NAN)
         cols["timing"].append(str(row.get("pane_timing") or "UNKNOWN"))
         cols["final"].append(int(bool(row.get("is_final"))))
     return out
@@ -457,21 +562,25 @@ def _row_origin(cols: Columns, row: Row) -> None:
     cols["pane_index"].append(int(row.get("pane_index") or 0))
 
 
-def answers_columns(rows: Iterable[Row], k: int) -> Columns:
-    """The first ``k`` queries (by query index) of one window of a range or batch task, as the columns of
-    :func:`top_k` with ``name`` the query's text (from ``extra_json``) prefixed by its index."""
+def answers_columns(rows: Iterable[Row], k: int, *, test_zero: bool = True) -> Columns:
+    """The first ``k`` queries (by query index) of one window of a range or batch task (or a numeric
+    task's figures), as the columns of :func:`top_k` with ``name`` the query's text (from ``extra_json``)
+    prefixed by its index and the answer's own 95% interval. ``test_zero`` False (a numeric attribute
+    whose range does not hold 0 inside, :func:`zero_inside`): no answer is judged against 0
+    (:data:`NO_ZERO_TEST`)."""
     ordered = sorted(rows, key=lambda r: int(r["item"]))[: max(int(k), 0)]
     cols = top_k([], 0)
     for rank, row in enumerate(ordered, start=1):
         item = int(row["item"])
-        flag = noise_level(row)
+        flag = noise_level(row) if test_zero else None
         cols["rank"].append(rank)
         cols["item"].append(item)
         cols["name"].append(f"#{item}: {query_text(parse_json(row.get('extra_json')), item)}")
         cols["estimate"].append(_num(row.get("estimate")))
         cols["ci_low"].append(_num(row.get("ci_low")))
         cols["ci_high"].append(_num(row.get("ci_high")))
-        cols["noise"].append(noise_text(row))
+        cols["above_zero"].append(-1 if flag is None else int(not flag))
+        cols["noise"].append(noise_text(row) if test_zero else NO_ZERO_TEST)
         cols["color"].append(NO_CI_COLOR if flag is None else (NOISE_COLOR if flag else SIGNAL_COLOR))
         cols["std"].append(_num(row.get("std")))
         cols["method"].append(str(row.get("method") or ""))

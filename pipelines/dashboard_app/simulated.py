@@ -52,7 +52,8 @@ class StoreWriter:
             kind=kind,
             mechanism=mechanism,
             epsilon=epsilon,
-            task_json=json.dumps({"task_id": task_id}),
+            task_json=json.dumps({"task_id": task_id, **({"domain_size": summary["domain_size"]}
+                                                         if "domain_size" in summary else {})}),
             summary=summary,
             updated_ms=written_ms,
         )
@@ -204,6 +205,9 @@ class SimulatedStream:
         std = np.asarray(est.std, dtype=np.float64)  # Eq. 4 at the clipped estimate (ldp.intervals "normal")
         freqs = np.asarray(est.frequencies, dtype=np.float64)
         lo, hi = freqs - 1.96 * std, freqs + 1.96 * std
+        from ldp.selection import discoveries
+
+        found = discoveries(freqs, std, d)  # the rows' flag is the job's: Bonferroni over the domain
         rows = []
         for i in range(d):
             rows.append(
@@ -216,7 +220,7 @@ class SimulatedStream:
                     "ci_high": float(hi[i]),
                     "unbiased": float(freqs[i]),
                     "unbiased_std": float(std[i]),
-                    "ci_includes_zero": int(lo[i] <= 0.0 <= hi[i]),
+                    "ci_includes_zero": int(not found[i]),
                     "method": "base",
                 }
             )
