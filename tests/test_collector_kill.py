@@ -7,7 +7,6 @@ held by idle clients refuses more at its cap and serves again by itself once the
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import signal
 import socket
