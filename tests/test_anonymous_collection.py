@@ -305,4 +305,4 @@ def test_end_to_end_summary_store_and_dashboard_show_both_guarantees(e2e):
     assert dash.budget.visible and "id='privacy-guarantees'" in dash.budget.text
     text = dash.budget.text
     assert f"<td>{smallest:,}</td><td>{w['central_epsilon']:.4f}</td><td>1e-06</td><td>2.0000</td>" in text
-    assert "<td>yes</td><td>yes</td><td>yes</td>" in text
+    assert "<td>yes</td><td>yes</td><td>yes</td><td>3 / 3</td>" in text  # batches verified
