@@ -370,18 +370,14 @@ def check_pubsub_access(flag: str) -> None:
         fail(f"{flag}: {why}")
 
 
-def check_streaming_window(asked: WindowConfig, planned: WindowConfig, streaming: bool) -> None:
+def check_streaming_window(window: WindowConfig, streaming: bool) -> None:
     """A streaming job needs panes that fire: an event-time window size, or early firings of the one
     global window. Without either, Beam refuses the job's grouping while the pipeline is built (a long
-    ``GroupByKey cannot be applied to an unbounded PCollection`` traceback); here it is one line.
-    ``asked``: the window of the task and flags; ``planned``: after the runner's adaptations (the
-    DirectRunner's directory watch drops early firings)."""
-    if not streaming or planned.size_s is not None or planned.early_firing_s is not None:
+    ``GroupByKey cannot be applied to an unbounded PCollection`` traceback); here it is one line (the
+    runner's own limits, e.g. the DirectRunner's watch without early firings, are
+    :func:`transforms.runners.plan_runner`'s)."""
+    if not streaming or window.size_s is not None or window.early_firing_s is not None:
         return
-    if asked.early_firing_s is not None:
-        fail("a streaming job from --input on the DirectRunner has no early firings (transforms.runners), so "
-             "its one global window would never fire: give --window_size SECONDS, or run it on "
-             "--runner=PrismRunner")
     fail("a streaming job needs a window: give --window_size SECONDS (or the task's window.size_s), or "
          "--early_firing SECONDS for repeated panes of one global window")
 
@@ -609,6 +605,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
             check_pubsub_access(f"--{job.output_topic}")
     flink_rest = _check_flink_ticks(ns, options, streaming)
     window = window_from_flags(task.window, ns)
+    check_streaming_window(window, streaming)
     try:
         agg = job.make_aggregator(ns, task)
         # every group's oracle, built now: a task whose accumulator cannot fit (the oracles' size guard,
@@ -624,7 +621,6 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         )  # fmt: skip
     except RunnerLimitation as exc:
         fail(str(exc))
-    check_streaming_window(window, plan.window, streaming)
     window = plan.window
     try:  # --store: a bad URL or --store_max_items fails before anything is created
         check_store_flags(getattr(ns, "store", None), getattr(ns, "store_max_items", 1),

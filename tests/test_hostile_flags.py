@@ -224,3 +224,163 @@ def test_a_job_that_accepts_nothing_fails_naming_the_rejections(job, capsys, tmp
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "error: accepted none of the 25 reports read; rejected: wrong_task 22, invalid_group 3" in last
     assert json.loads((tmp_path / "out" / "counts.json").read_text())["counts"]["accepted"] == 0
+
+
+# ------------------------------------------------------------------ endings: refused before the job starts
+
+
+@pytest.fixture()
+def no_pubsub_access(monkeypatch, tmp_path):
+    """No emulator, no credentials variable, an empty gcloud configuration, not Compute Engine."""
+    import pipelines.pubsub_emulator as pe
+
+    for var in ("PUBSUB_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setattr(pe, "_GCE_PRODUCT_NAME_FILE", str(tmp_path / "no-dmi"))
+    return tmp_path
+
+
+def _pubsub_job(tmp_path, *flags):
+    task = parse_task({"task_id": "flags", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4,
+                       "window": {"size_s": 60}})
+    task.save(tmp_path / "task.json")
+    return ["--task", str(tmp_path / "task.json"), "--streaming", "--output", str(tmp_path / "out"), *flags]
+
+
+@pytest.mark.parametrize("source", [["--input_subscription", "projects/ldp-test/subscriptions/agg"],
+                                    ["--input_topic", "projects/ldp-test/topics/reports"]])
+def test_pubsub_without_emulator_or_credentials_is_refused_before_the_job(no_pubsub_access, source, capsys):
+    """It printed credential tracebacks, ran, reported read=0 and exited 0."""
+    import time
+
+    t0 = time.perf_counter()
+    err = _one_line_exit(_pubsub_job(no_pubsub_access, *source, "--streaming_duration", "5"), capsys)
+    assert time.perf_counter() - t0 < 10  # refused at once: no pipeline, no 3 s metadata-server retries
+    assert f"{source[0]}: Pub/Sub without PUBSUB_EMULATOR_HOST and without Google credentials" in err
+    assert "export PUBSUB_EMULATOR_HOST" in err
+    assert not (no_pubsub_access / "out").exists()
+
+
+def test_an_output_topic_without_pubsub_access_is_refused(job, no_pubsub_access, capsys):
+    err = _one_line_exit([*job, "--output_topic", "projects/ldp-test/topics/estimates"], capsys)
+    assert "--output_topic: Pub/Sub without PUBSUB_EMULATOR_HOST" in err
+    assert not (no_pubsub_access / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PUBSUB_EMULATOR_HOST": ""}, "PUBSUB_EMULATOR_HOST='' is not HOST:PORT"),
+        ({"PUBSUB_EMULATOR_HOST": "localhost"}, "PUBSUB_EMULATOR_HOST='localhost' is not HOST:PORT"),
+        ({"PUBSUB_EMULATOR_HOST": "127.0.0.1:99999"}, "is not HOST:PORT"),
+        ({"PUBSUB_EMULATOR_HOST": "127.0.0.1:8085 --x"}, "is not HOST:PORT"),
+        ({"GOOGLE_APPLICATION_CREDENTIALS": "/no/such/key.json"}, "'/no/such/key.json' is not a readable"),
+    ],
+)
+def test_forged_pubsub_environments_are_refused(no_pubsub_access, monkeypatch, env, message, capsys):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    err = _one_line_exit(_pubsub_job(no_pubsub_access, "--input_subscription",
+                                     "projects/ldp-test/subscriptions/agg", "--streaming_duration", "5"),
+                         capsys)  # fmt: skip
+    assert message in err
+
+
+def test_credentials_a_directory_is_not_a_key_file(no_pubsub_access, monkeypatch):
+    from pipelines.pubsub_emulator import pubsub_access_problem
+
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(no_pubsub_access))
+    assert "is not a readable file" in pubsub_access_problem()
+
+
+def test_credentials_that_exist_pass_the_check(no_pubsub_access, monkeypatch):
+    """The emulator, a key file, gcloud's application-default file or a Compute Engine machine: each
+    passes (the client library then authenticates); nothing is asked over the network."""
+    import pipelines.pubsub_emulator as pe
+
+    assert pe.pubsub_access_problem() is not None
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "[::1]:8085")
+    assert pe.pubsub_access_problem() is None
+    monkeypatch.delenv("PUBSUB_EMULATOR_HOST")
+    key = no_pubsub_access / "key.json"
+    key.write_text("{}")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    assert pe.pubsub_access_problem() is None
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+    (no_pubsub_access / "gcloud").mkdir()
+    (no_pubsub_access / "gcloud" / "application_default_credentials.json").write_text("{}")
+    assert pe.pubsub_access_problem() is None
+    (no_pubsub_access / "gcloud" / "application_default_credentials.json").unlink()
+    (no_pubsub_access / "no-dmi").write_text("Google Compute Engine\n")
+    assert pe.pubsub_access_problem() is None
+
+
+def test_a_streaming_job_without_a_window_is_one_line(tmp_path, capsys, monkeypatch):
+    """It ended in a 97-line GroupByKey traceback."""
+    task = parse_task({"task_id": "flags", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4})
+    task.save(tmp_path / "task.json")
+    base = ["--task", str(tmp_path / "task.json"), "--output", str(tmp_path / "out"), "--streaming"]
+    watch = [*base, "--input", str(tmp_path / "*.avro"), "--streaming_duration", "5"]
+    err = _one_line_exit(watch, capsys)
+    assert "a streaming job needs a window: give --window_size SECONDS" in err
+    err = _one_line_exit([*watch, "--early_firing", "2"], capsys)  # the DirectRunner's watch drops them
+    assert "has no early firings" in err and "--window_size" in err
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")  # refused before anything connects
+    err = _one_line_exit([*base, "--input_subscription", "projects/ldp-test/subscriptions/agg"], capsys)
+    assert "a streaming job needs a window" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("runner", "message"),
+    [
+        ("DirectRuner", "--runner='DirectRuner' is not a Beam runner; did you mean --runner=DirectRunner?"),
+        ("prism", None),
+        ("FlinkRuner", "did you mean --runner=FlinkRunner?"),
+        ("Flonk", "is not a Beam runner"),
+        ("apache_beam.runners.no_such.Runner", "its module cannot be imported"),
+        ("apache_beam.runners.runner.PipelineState", "has no PipelineRunner class 'PipelineState'"),
+    ],
+)
+def test_a_runner_typo_is_one_line(job, runner, message, capsys):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.cli import runner_problem
+
+    if message is None:  # Beam's own spelling rules: any case, with or without "Runner"
+        assert runner_problem(PipelineOptions([f"--runner={runner}"])) is None
+        return
+    err = _one_line_exit([*job, f"--runner={runner}"], capsys)
+    assert message in err
+    for good in ("DirectRunner", "direct", "PrismRunner",
+                 "apache_beam.runners.direct.direct_runner.DirectRunner"):
+        assert runner_problem(PipelineOptions([f"--runner={good}"])) is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--metrics_port", "-1"], "--metrics_port: must be a TCP port 0..65535"),
+        (["--metrics_port", "65536"], "--metrics_port: must be a TCP port 0..65535"),
+        (["--metrics_port", "http"], "--metrics_port: must be a TCP port"),
+        (["--metrics_port", "0", "--metrics_linger", "nan"], "--metrics_linger: must be a finite number"),
+        (["--metrics_linger", "5"], "--metrics_linger needs --metrics_port"),
+    ],
+)
+def test_bad_metrics_flags_are_one_line(job, flags, message, capsys, tmp_path):
+    err = _one_line_exit([*job, *flags], capsys)
+    assert message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_metrics_port_in_use_is_one_line(job, capsys, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        err = _one_line_exit([*job, "--metrics_port", str(port)], capsys)
+    assert f"--metrics_port {port}: cannot listen on 127.0.0.1:{port}" in err
+    assert not (tmp_path / "out").exists()

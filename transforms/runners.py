@@ -275,7 +275,8 @@ def adapt_directory_streaming(
     """Adapts a directory-streaming job to the FnApiRunner (see the module docstring).
 
     Raises:
-        RunnerLimitation: no watch duration, or a Pub/Sub sink (its runner cannot run the watch).
+        RunnerLimitation: no watch duration, a Pub/Sub sink (its runner cannot run the watch), or one
+            global window whose only panes were early firings.
     """
     if streaming_duration_s <= 0:
         raise RunnerLimitation(
@@ -287,6 +288,11 @@ def adapt_directory_streaming(
         raise RunnerLimitation(
             "--output_topic with streaming from --input is not supported on the DirectRunner (its Pub/Sub "
             "sink needs the runner that cannot run the directory watch)"
+        )
+    if window.early_firing_s is not None and window.size_s is None:
+        raise RunnerLimitation(
+            "a streaming job from --input on the DirectRunner has no early firings, so its one global "
+            "window would never fire: give --window_size SECONDS, or run it live on --runner=PrismRunner"
         )
     if window.early_firing_s is not None:
         _LOG.warning(
