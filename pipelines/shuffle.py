@@ -79,6 +79,14 @@ def parser() -> argparse.ArgumentParser:
         "of its writer; a file without a marker is never read)",
     )
     p.add_argument(
+        "--shuffle_key",
+        metavar="FILE",
+        help="REQUIRED: the key file (mode 0600; `python -m ldp.shuffle.provenance new-key FILE` writes one) "
+        "under which each batch is signed (Avro metadata ldp.shuffle.tag); give the aggregation jobs the "
+        "same "
+        "file, they make a central claim only for batches that verify",
+    )
+    p.add_argument(
         "--memory_mb",
         type=int,
         default=DEFAULT_MEMORY_MB,
@@ -197,6 +205,22 @@ def _check_flags(ns: argparse.Namespace, streaming: bool) -> None:
         fail(f"--output {ns.output!r}: the shuffler publishes to a local directory (atomic, fsynced renames)")
 
 
+def load_shuffle_key(ns: argparse.Namespace) -> bytes:
+    """The ``--shuffle_key`` (required): one-line error, exit status 2, when missing or unusable."""
+    from ldp.shuffle.provenance import ProvenanceError, load_key
+
+    if not ns.shuffle_key:
+        fail(
+            "--shuffle_key FILE is required: the shuffler signs every batch so that the aggregation jobs "
+            "can tell its batches from other files (create one with: python -m ldp.shuffle.provenance "
+            "new-key FILE)"
+        )
+    try:
+        return load_key(ns.shuffle_key)
+    except ProvenanceError as exc:
+        fail(f"--shuffle_key: {exc.detail} ({exc.reason})")
+
+
 def _state(task: ParsedTask, settings: AnonymitySettings) -> dict[str, object]:
     return {"task_id": task.task_id, "time_precision_s": int(settings.time_precision_s),
             "min_reports": int(settings.min_reports)}  # fmt: skip
@@ -300,6 +324,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     streaming = bool(options.view_as(StandardOptions).streaming)
     task, settings = load_shuffled_task(ns.task)
     _check_flags(ns, streaming)
+    key = load_shuffle_key(ns)
     lateness = task.window.allowed_lateness_s if ns.allowed_lateness is None else float(ns.allowed_lateness)
     try:
         agg: Aggregator = make_aggregator(task)
@@ -349,7 +374,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     out = reports | "Shuffle" >> Shuffle(
         task.task_id, task.schema_version, settings, ns.output, streaming=streaming,
         allowed_lateness_s=plan.window.allowed_lateness_s, test_seed=ns.test_shuffle_seed,
-        run_id=run_id, memory_bytes=ns.memory_mb << 20, published=published,
+        run_id=run_id, memory_bytes=ns.memory_mb << 20, published=published, key=key,
     )  # fmt: skip
     dead.append(out["dead_letter"])
     counts.append(out["counts"])

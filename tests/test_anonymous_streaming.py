@@ -5,12 +5,14 @@ directory while the shuffler streams over it -> the shuffler's batch files -> th
 over the shuffler's batch directory with ``--store sqlite:///...`` -> the dashboard document built from
 the store. It checks the two accountings (shuffler: read = forwarded + withheld + dead-lettered; job:
 read = accepted + rejected), that every stored window is final and equals the job's last-pane estimate
-files, that the per-window central guarantee's n is the sum of the shuffler's batch n over the window's
-buckets (``OUT/batches.jsonl``) in the job summary and in the store's run summary, and that the
-dashboard's privacy panel shows the central and local epsilon of each window.
+files, that the per-window central guarantee is the one of its smallest batch (``OUT/batches.jsonl``),
+its batches summing to the window's accepted reports, in the job summary and in the store's run summary,
+and that the dashboard's privacy panel shows the central and local epsilon of each window. The shuffler
+and the job share one ``--shuffle_key``.
 
 The shuffler writes no ``.done`` markers: it writes each batch file under a ``.part`` name the glob does
-not match and renames it, so the job watches its batch directory without ``--require_done_marker``.
+not match and links it to its name, so the job watches its batch directory without
+``--require_done_marker``.
 Integration tier: the test's name says ``watched_directory`` (and it carries the marker).
 """
 
@@ -29,6 +31,7 @@ import pytest
 
 from ldp.aggregate import from_iso
 from ldp.shuffle import central_epsilon_report
+from ldp.shuffle.provenance import new_key_file
 from ldp.store import open_store
 from ldp.task import parse_task, shuffle_accounting
 from pipelines import frequency, shuffle, simulate
@@ -98,19 +101,21 @@ def chain(tmp_path_factory):
     base = tmp_path_factory.mktemp("anon-stream")
     (base / "task.json").write_text(json.dumps(TASK))
     (base / "in").mkdir()
+    new_key_file(base / "shuffle.key")
+    key = ["--shuffle_key", str(base / "shuffle.key")]
     task = parse_task(TASK)
     clients = _Clients(task, base, gap_s=0.5)
     clients.write(0, PER_BUCKET, T0, inject_bad=1)  # the first file is there when the watch starts
     clients.start()
     shuffled = shuffle.run(["--task", str(base / "task.json"), *STREAM, "--streaming_duration", "8",
                             "--input", str(base / "in" / "*.avro"),
-                            "--output", str(base / "out")])  # fmt: skip
+                            "--output", str(base / "out"), *key])  # fmt: skip
     clients.join(timeout=30)
     assert clients.error is None, clients.error
     url = f"sqlite:///{base}/estimates.db"
     job = frequency.run(["--task", str(base / "task.json"), *STREAM, "--streaming_duration", "5",
                          "--input", str(base / "out" / "batches" / "*.avro"), "--output", str(base / "est"),
-                         "--store", url])  # fmt: skip
+                         "--store", url, *key])  # fmt: skip
     return {"base": base, "task": task, "shuffled": shuffled, "job": job, "url": url,
             "inputs": len(clients.written)}  # fmt: skip
 
@@ -164,9 +169,10 @@ def test_streaming_watched_directory_chain_clients_shuffler_job_store_dashboard(
         assert [r["std"] for r in cur] == rec["std"]
         assert {(r["is_final"], r["n_reports"]) for r in cur} == {(1, rec["n_reports"])}
 
-    # the central guarantee per window: n = the sum of the shuffler's batch n over the window's buckets
-    def batch_n(start_ms: int, end_ms: int) -> int:
-        return sum(e["n"] for e in manifest if start_ms <= e["bucket_start_ms"] < end_ms)
+    # the central guarantee per window: the worst of its batches, each at its own n (the smallest n);
+    # the window's accepted reports are the sum of its batches' n
+    def batch_ns(start_ms: int, end_ms: int) -> list[int]:
+        return [e["n"] for e in manifest if start_ms <= e["bucket_start_ms"] < end_ms]
 
     accounting, k = shuffle_accounting(task)
     run_id = store.runs(task.task_id)[0]["run_id"]
@@ -176,10 +182,11 @@ def test_streaming_watched_directory_chain_clients_shuffler_job_store_dashboard(
         assert len(acct) == BUCKETS // 2
         for w in acct:
             start, end = from_iso(w["window_start"]), from_iso(w["window_end"])
-            n = batch_n(start, end)
-            assert w["n"] == n == windows[(start, end)]["n_reports"] == w["accepted"]
-            expect = central_epsilon_report(2.0, n, 1e-6, accounting, k)
-            assert w["central_epsilon"] == pytest.approx(expect.epsilon) and w["method"] == expect.method
+            ns = batch_ns(start, end)
+            assert sum(ns) == w["reports_in_batches"] == windows[(start, end)]["n_reports"] == w["accepted"]
+            assert w["n"] == min(ns) and w["batches"] == len(ns) == 2
+            expect = central_epsilon_report(2.0, min(ns), 1e-6, accounting, k)
+            assert w["central_epsilon"] == pytest.approx(expect.epsilon) and expect.method in w["method"]
             assert w["central_epsilon"] < w["local_epsilon"] == 2.0 and w["why_no_central"] is None
             assert all(v is True for v in w["preconditions"].values())
     store.close()

@@ -26,6 +26,7 @@ import pytest
 import schemas
 from ldp.anonymity import AnonymitySettings
 from ldp.reports import Reports
+from ldp.shuffle.provenance import new_key_file, verify_batch
 from ldp.task import parse_task
 from pipelines import frequency, shuffle, simulate
 from transforms.records import ReportValidator, write_report_file
@@ -78,6 +79,7 @@ def run(tmp_path_factory):
         r["client_id"] = rng.bytes(32)
     with open(ided, "wb") as fh:
         write_report_file(fh, recs)
+    new_key_file(base / "shuffle.key")
     summary = shuffle.run(
         [
             "--task",
@@ -86,6 +88,8 @@ def run(tmp_path_factory):
             str(base / "in" / "*.avro"),
             "--output",
             str(base / "out"),
+            "--shuffle_key",
+            str(base / "shuffle.key"),
         ]
     )
     return {"base": base, "task": task, "truth": truth, "summary": summary, "ided": len(recs)}
@@ -189,6 +193,44 @@ def test_dead_letters_hold_no_report_content(run):
     (short,) = [r for r in dead if r["reason"] == "short_bucket"]
     assert f"with {SHORT} report(s), fewer than anonymity.min_reports = {MIN_REPORTS}" in short["detail"]
     assert "[2026-01-01T01:00:00.000Z, 2026-01-01T01:10:00.000Z)" in short["detail"]
+
+
+def test_every_batch_is_signed_and_a_changed_byte_or_key_fails(run):
+    """Each batch verifies under the run's key (the tag covers the body's digest, n, task, bucket and sync
+    marker); the same bytes under another key, or with one record byte changed, do not."""
+    from ldp.shuffle.provenance import load_key
+
+    key = load_key(run["base"] / "shuffle.key")
+    other = bytes(64)
+    manifest = [json.loads(x) for x in (run["base"] / "out" / "batches.jsonl").read_text().splitlines()]
+    assert all(m["signed"] for m in manifest)
+    for f in sorted(glob.glob(str(run["base"] / "out" / "batches" / "*.avro"))):
+        data = open(f, "rb").read()
+        v = verify_batch(data, key, task_id=TASK["task_id"])
+        assert v.verified and v.reason is None and v.n_records == v.declared_n >= MIN_REPORTS, v
+        assert verify_batch(data, other, task_id=TASK["task_id"]).reason == "bad_tag"
+        flipped = bytearray(data)
+        flipped[-40] ^= 1  # inside the last block's records
+        assert verify_batch(bytes(flipped), key, task_id=TASK["task_id"]).reason == "bad_tag"
+
+
+def test_the_key_is_required_and_must_be_private(tmp_path, capsys):
+    (tmp_path / "task.json").write_text(json.dumps({**TASK, "anonymity": ANONYMITY}))
+    simulate.simulate_files(parse_task(TASK), 20, "zipf", tmp_path / "in", seed=1, files=1, start_ms=T0,
+                            duration_s=60.0)  # fmt: skip
+    args = ["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro"),
+            "--output", str(tmp_path / "o")]  # fmt: skip
+    _fails(capsys, args, r"--shuffle_key FILE is required.*new-key FILE")
+    loose = tmp_path / "loose.key"
+    loose.write_text("ab" * 32)
+    os.chmod(loose, 0o644)
+    _fails(capsys, [*args, "--shuffle_key", str(loose)], r"--shuffle_key: .*key_mode.*chmod 600")
+    short = tmp_path / "short.key"
+    short.write_text("abc")
+    os.chmod(short, 0o600)
+    _fails(capsys, [*args, "--shuffle_key", str(short)], r"--shuffle_key: .*key_short")
+    _fails(capsys, [*args, "--shuffle_key", str(tmp_path / "none.key")], r"--shuffle_key: .*key_missing")
+    assert not os.path.exists(tmp_path / "o" / "batches")
 
 
 def _estimates(out):
@@ -316,7 +358,8 @@ def test_streaming_from_a_watched_directory_forwards_the_same_batches(run):
     base = run["base"]
     flags = ["--streaming", "--watch_interval", "1", "--streaming_duration", "4"]
     inp = ["--input", str(base / "in" / "*.avro")]
-    s = shuffle.run(["--task", str(base / "task.json"), *flags, *inp, "--output", str(base / "stream")])
+    key = ["--shuffle_key", str(base / "shuffle.key")]
+    s = shuffle.run(["--task", str(base / "task.json"), *flags, *inp, "--output", str(base / "stream"), *key])
     c = s["counts"]
     assert c["read"] == run["summary"]["counts"]["read"] and s["balanced"] is True
     assert (c["forwarded"], c["withheld_short"], c["withheld_late"]) == (USERS, SHORT, 0)

@@ -29,6 +29,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
+from ldp.shuffle.provenance import new_key_file
 from ldp.task import parse_task
 from pipelines import shuffle, simulate
 from tests.conftest import REPO_ROOT, venv_env
@@ -81,12 +82,14 @@ def _stats(out: Path) -> dict[str, tuple[int, int, str]]:
 def base(tmp_path: Path) -> Path:
     (tmp_path / "task.json").write_text(json.dumps(TASK))
     (tmp_path / "in").mkdir()
+    new_key_file(tmp_path / "shuffle.key")
     return tmp_path
 
 
 def _run(base: Path, *extra: str) -> dict:
     return shuffle.run(["--task", str(base / "task.json"), "--input", str(base / "in" / "*.avro"),
-                        "--output", str(base / "out"), *extra])  # fmt: skip
+                        "--output", str(base / "out"), "--shuffle_key", str(base / "shuffle.key"),
+                        *extra])  # fmt: skip
 
 
 def test_batch_rerun_skips_published_buckets_and_never_rewrites(base: Path):
@@ -144,6 +147,8 @@ def test_overwrite_another_task_and_a_second_shuffler_are_refused(base: Path, ca
         str(base / "in" / "*.avro"),
         "--output",
         str(base / "out"),
+        "--shuffle_key",
+        str(base / "shuffle.key"),
     ]
     _fails(capsys, [*args, "--overwrite"], r"holds 1 published batch\(es\), which are never deleted")
     other = {**TASK, "anonymity": {**TASK["anonymity"], "min_reports": 50}}
@@ -161,7 +166,8 @@ def test_overwrite_another_task_and_a_second_shuffler_are_refused(base: Path, ca
 def _shuffler(base: Path, duration: float) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pipelines.shuffle", "--task", str(base / "task.json"), "--streaming",
            "--input", str(base / "in" / "*.avro"), "--require_done_marker", "--watch_interval", "1",
-           "--streaming_duration", str(duration), "--output", str(base / "out")]  # fmt: skip
+           "--streaming_duration", str(duration), "--output", str(base / "out"),
+           "--shuffle_key", str(base / "shuffle.key")]  # fmt: skip
     log = open(base / f"shuffler-{time.monotonic_ns()}.log", "w")  # noqa: SIM115 - closed by the process' end
     return subprocess.Popen(cmd, cwd=REPO_ROOT, env=venv_env(), stdout=log, stderr=subprocess.STDOUT)
 

@@ -273,10 +273,10 @@ def spill_chunk(directory: str, group: int, reports: Reports, source: str, label
 
 
 def unit_rows(refs: Sequence[ChunkRef], memory_bytes: int) -> int:
-    """Reports per unit under ``memory_bytes``: a unit's columns, their permuted copy and the
-    permutation's keys (16 bytes) and index (8) per report."""
+    """Reports per unit under ``memory_bytes``: a unit's columns and the permutation's keys (16 bytes)
+    and index (8) per report (the unit is encoded block by block, never copied whole in its new order)."""
     row = max((r.row_bytes() for r in refs), default=16)
-    return max(1, int(memory_bytes) // (2 * row + 24))
+    return max(1, int(memory_bytes) // (row + 24))
 
 
 def plan_units(refs: Sequence[ChunkRef], max_rows: int) -> list[tuple[int, int]]:
@@ -662,7 +662,9 @@ class EmitBatchFn(beam.DoFn):
         units = plan_units(refs, unit_rows(refs, self.memory_bytes))
         for u, (k0, k1) in enumerate(units):
             for group, reports in unit_reports(refs, k0, k1).items():
-                yield group, reports.take(self._permutation(len(reports), start_ms, u, group))
+                perm = self._permutation(len(reports), start_ms, u, group)
+                for lo in range(0, len(perm), BLOCK_RECORDS):  # no permuted copy of the whole unit
+                    yield group, reports.take(perm[lo : lo + BLOCK_RECORDS])
 
     def process(self, element: tuple[int, Iterable[ChunkRef]]) -> Iterator[Any]:
         start, chunks = element
