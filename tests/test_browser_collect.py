@@ -177,7 +177,7 @@ def test_demo_page_needs_the_built_client_and_a_frequency_task(tmp_path, range_t
 WINDOW_S = 12
 LATENESS_S = 6
 N_SIMULATED = 3000
-BATCH = 500
+BATCH = 100  # the collector's --max_batch by default
 PICKS = ("green", "blue", "green")
 
 
@@ -440,3 +440,111 @@ def test_reports_encoded_in_the_browser_reach_the_store_and_the_dashboard(tmp_pa
     record_property("demo_started_s", round(started_s, 1))
     record_property("store_final_s", round(stored_s, 1))
     print(f"demo up {started_s:.1f} s; every window final in the store {stored_s:.1f} s after the start")
+
+
+# ---- a page on another origin posts through the TypeScript client (CORS) -----------------------------------
+_CROSS_PAGE = """<!doctype html><meta charset="utf-8"><title>cross-origin</title>
+<script type="module">
+import { Client, postReports } from "/dist/src/index.js";
+window.result = null;
+const task = %(task)s;
+const client = Client.fromTask(task);
+const values = [];
+const posts = [];
+for (let k = 0; k < %(requests)d; k++) {
+  const reports = [];
+  for (let i = 0; i < %(per)d; i++) {
+    const v = (k + i) %% task.domain_size; values.push(v); reports.push(client.encode(v));
+  }
+  posts.push(postReports(%(url)s, reports, { retries: 2 }));
+}
+Promise.all(posts).then((a) => { window.result = { accepted: a.map((x) => x.accepted), values }; },
+                        (e) => { window.result = { error: String(e) }; });
+</script>"""
+
+
+@pytest.mark.browser
+@pytest.mark.integration
+@pytest.mark.node
+def test_a_page_on_another_origin_posts_through_the_typescript_client(tmp_path, frequency_task_file):
+    """The page is served from one port (a static server of the built client), the collector listens on
+    another with ``--allow_origin`` naming the page's origin: the browser's preflight and the posts pass, and
+    the collector's files hold exactly the page's reports. A collector without the origin gets none."""
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from pipelines.dashboard_app.browser import browser_missing, headless_chromium
+
+    _need("chromium", "LDP_REQUIRE_BROWSER", browser_missing())
+    _build_client()
+    task_path = frequency_task_file()
+    task = json.loads(task_path.read_text())
+    site = tmp_path / "site"
+    (site / "dist").mkdir(parents=True)
+    shutil.copytree(PACKAGE / "dist" / "src", site / "dist" / "src")
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            super().__init__(*a, directory=str(site), **kw)
+
+        def log_message(self, *a: Any) -> None:
+            pass
+
+    page_server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=page_server.serve_forever, daemon=True).start()
+    page_origin = f"http://127.0.0.1:{page_server.server_address[1]}"
+    import asyncio
+
+    from pipelines.collector import Collector, RollingAvroWriter, make_checker
+
+    got: dict[str, Any] = {}
+    ready = threading.Event()
+
+    def main(out: Path, origins: list[str], slot: str) -> None:
+        async def go() -> None:
+            got[slot + "stop"] = asyncio.Event()
+            got[slot + "loop"] = asyncio.get_running_loop()
+            coll = Collector(make_checker(load_task(task_path)), RollingAvroWriter(out))
+
+            def on_ready(port: int) -> None:
+                got[slot] = port
+                ready.set()
+
+            stop = got[slot + "stop"]
+            await collect.serve(coll, "127.0.0.1", 0, stop=stop, ready=on_ready, origins=origins)
+
+        asyncio.run(go())
+
+    driver = None
+    threads = []
+    try:
+        results = {}
+        for slot, origins in (("yes", [page_origin]), ("no", ["http://elsewhere.test"])):
+            ready.clear()
+            th = threading.Thread(target=main, args=(tmp_path / slot, origins, slot), daemon=True)
+            th.start()
+            threads.append((slot, th))
+            assert ready.wait(10)
+            url = f"http://127.0.0.1:{got[slot]}/v1/reports"
+            (site / f"{slot}.html").write_text(
+                _CROSS_PAGE % {"task": json.dumps(task), "requests": 5, "per": 40, "url": json.dumps(url)}
+            )
+            if driver is None:
+                driver = headless_chromium()
+            driver.get(f"{page_origin}/{slot}.html")
+            page = driver
+            results[slot] = _wait(lambda p=page: p.execute_script("return window.result"), 60, "the posts")
+        assert results["yes"].get("accepted") == [40] * 5, results["yes"]
+        assert "error" in results["no"], results["no"]  # the browser blocks the post of a foreign page
+    finally:
+        if driver is not None:
+            driver.quit()
+        for slot, th in threads:
+            got[slot + "loop"].call_soon_threadsafe(got[slot + "stop"].set)
+            th.join(30)
+        page_server.shutdown()
+    stored = []
+    for p in sorted((tmp_path / "yes").glob("collect-*.avro")):
+        with open(p, "rb") as fh:
+            stored += [r["value"] for r in fastavro.reader(fh)]
+    assert len(stored) == 200 and not list((tmp_path / "no").glob("collect-*.avro"))

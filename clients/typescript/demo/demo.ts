@@ -7,7 +7,7 @@
  * and refused, reports accepted and refused, and the true values of the accepted reports.
  */
 
-import { Client, CryptoSource, type RandomSource, type ReportJson, uniform } from "../src/index.js";
+import { Client, CollectorError, CryptoSource, type RandomSource, type ReportJson, postReports, uniform } from "../src/index.js";
 
 interface Tally {
   /** requests the collector answered */
@@ -85,31 +85,29 @@ function render(): void {
   byId<HTMLSelectElement>("value").disabled = !state.ready;
 }
 
-/** Posts one batch of reports; returns whether the collector accepted it. */
+/** Posts one batch of reports (idempotency key, retries: postReports); returns whether it was accepted. */
 async function post(reports: ReportJson[], values: number[]): Promise<boolean> {
   const t = state.tally;
-  let response: Response;
   try {
-    response = await fetch(REPORTS_URL, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ reports }),
-    });
+    const answer = await postReports(REPORTS_URL, reports, { retries: 3 });
+    t.requests++;
+    if (answer.accepted === reports.length) {
+      t.requestsAccepted++;
+      t.reportsAccepted += reports.length;
+      for (const v of values) t.truth[v] = (t.truth[v] ?? 0) + 1;
+      return true;
+    }
+    t.errors.push(`200 with ${answer.accepted} of ${reports.length} reports accepted`);
   } catch (err) {
-    t.errors.push(`request failed: ${String(err)}`);
-    return false;
-  }
-  const answer = (await response.json().catch(() => ({}))) as { accepted?: number; error?: string; detail?: string };
-  t.requests++;
-  if (response.status === 200 && answer.accepted === reports.length) {
-    t.requestsAccepted++;
-    t.reportsAccepted += reports.length;
-    for (const v of values) t.truth[v] = (t.truth[v] ?? 0) + 1;
-    return true;
+    if (!(err instanceof CollectorError) || err.status === 0) {
+      t.errors.push(`request failed: ${String(err)}`);
+      return false;
+    }
+    t.requests++;
+    t.errors.push(`${err.status} ${err.error}: ${err.detail}`);
   }
   t.requestsRefused++;
   t.reportsRefused += reports.length;
-  t.errors.push(`${response.status} ${answer.error ?? "?"}: ${answer.detail ?? ""}`);
   return false;
 }
 
@@ -169,7 +167,7 @@ async function start(): Promise<void> {
 
   byId("simulate").addEventListener("click", async () => {
     const n = wholeNumber("n", 1, MAX_SIMULATED);
-    const batch = wholeNumber("batch", 1, 1000);
+    const batch = wholeNumber("batch", 1, 100);
     if (n === null || batch === null) {
       setStatus(`N must be a whole number in [1, ${MAX_SIMULATED}], reports per request in [1, 1000]`, "error");
       return;

@@ -116,17 +116,34 @@ export function specFromTask(task: unknown): OracleSpec {
   };
 }
 
+/**
+ * The event-time precision of a task collected through the shuffler (`anonymity.shuffled`, the default when
+ * the section exists): `anonymity.time_precision_s` (default 3600) in milliseconds; null for other tasks.
+ */
+export function timePrecisionMs(task: unknown): number | null {
+  const t = obj(task, "task");
+  if (t.anonymity === undefined || t.anonymity === null) return null;
+  const a = obj(t.anonymity, "anonymity");
+  if (a.shuffled === false) return null;
+  const p = a.time_precision_s ?? 3600;
+  if (typeof p !== "number" || !Number.isInteger(p) || p < 1) throw new Error("anonymity.time_precision_s must be a positive integer");
+  return p * 1000;
+}
+
 /** Encodes the values of one task. */
 export class Client {
   readonly taskId: string;
   readonly params: WireParams;
+  /** shuffled tasks: event times are rounded down to a multiple of this (ms); null: kept to the millisecond */
+  readonly timePrecisionMs: number | null;
   private crypto: CryptoSource | undefined;
 
   /** `wire`: the task's client parameters ({@link applyWire}), whose thresholds the client then uses. */
-  constructor(taskId: string, spec: OracleSpec, wire?: unknown) {
+  constructor(taskId: string, spec: OracleSpec, wire?: unknown, timePrecision: number | null = null) {
     if (typeof taskId !== "string" || taskId.length === 0) throw new Error("task_id must be a non-empty string");
     this.taskId = taskId;
     this.params = applyWire(wireParams(spec), wire, taskId);
+    this.timePrecisionMs = timePrecision;
   }
 
   /** The client of a task file's JSON (see {@link specFromTask}); `wire`: its client parameters. */
@@ -134,7 +151,7 @@ export class Client {
     const t = obj(task, "task");
     const sv = t.schema_version ?? SCHEMA_VERSION;
     if (sv !== SCHEMA_VERSION) throw new Error(`schema_version ${String(sv)}: this client writes version ${SCHEMA_VERSION}`);
-    return new Client(t.task_id as string, specFromTask(t), options.wire);
+    return new Client(t.task_id as string, specFromTask(t), options.wire, timePrecisionMs(t));
   }
 
   private cryptoSource(): CryptoSource {
@@ -152,6 +169,8 @@ export class Client {
   /** One report of `value` in the JSON form. */
   encode(value: number, options: EncodeOptions = {}): ReportJson {
     const payload = this.payload(value, options.random ?? this.cryptoSource(), options.seed);
-    return reportJson(this.taskId, payload, options.eventTime ?? Date.now(), options.group ?? 0, options.clientId);
+    let eventTime = options.eventTime ?? Date.now();
+    if (this.timePrecisionMs !== null) eventTime -= eventTime % this.timePrecisionMs; // shuffled: no fine times
+    return reportJson(this.taskId, payload, eventTime, options.group ?? 0, options.clientId);
   }
 }

@@ -1,5 +1,6 @@
 export { toBase64 } from "./base64.js";
-export { Client, type EncodeOptions, type ReportJson, SCHEMA_VERSION, reportJson, specFromTask } from "./client.js";
+export { Client, type EncodeOptions, type ReportJson, SCHEMA_VERSION, reportJson, specFromTask, timePrecisionMs } from "./client.js";
+export { CollectorError, type PostAnswer, type PostOptions, newIdempotencyKey, postReports } from "./transport.js";
 export { GOLDEN, gf2Hash, gf2HashBig, seedWord, splitmix64 } from "./hash.js";
 export {
   MAX_DOMAIN,

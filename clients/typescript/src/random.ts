@@ -63,7 +63,7 @@ interface RandomValues {
   getRandomValues<T extends ArrayBufferView>(array: T): T;
 }
 
-function webCrypto(): RandomValues {
+export function webCrypto(): RandomValues {
   const c = (globalThis as { crypto?: RandomValues }).crypto;
   if (c === undefined || typeof c.getRandomValues !== "function") {
     throw new Error("no WebCrypto: globalThis.crypto.getRandomValues is required (Node >= 20, browsers)");
