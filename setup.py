@@ -36,6 +36,7 @@ RUNTIME = [
     "bokeh>=3.6,<3.11",
     # the HTTP collector's web server (pipelines.collect; Bokeh's server runs on it too)
     "tornado>=6.4,<7",
+    "prometheus-client>=0.20,<1",  # Prometheus metrics (the collector's /metrics/prometheus)
     # composition of per-report privacy loss across windows (repeated collection)
     "dp-accounting>=0.4,<0.7",
 ]
