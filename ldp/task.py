@@ -212,9 +212,13 @@ HASH_FAMILY_NAMES: tuple[str, ...] = tuple(_hashing.HASH_FAMILIES)
 DEFAULT_HASH_FAMILY: str = _hashing.DEFAULT_HASH_FAMILY
 #: Report schema versions this code reads. ``ldp`` imports no other package, so this mirrors
 #: ``schemas.SUPPORTED_SCHEMA_VERSIONS`` (a test keeps the two equal). Version 1 reports (the old OLH hash
-#: family, unsorted Subset Selection items) are refused, never mixed with version 2 ones.
-SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (2,)
+#: family, unsorted Subset Selection items) are refused, never mixed with version 2 ones. Version 3 is the
+#: numeric kind's integer grid wire (``docs/wire_format.md``, section 7): a kind narrows the versions it
+#: takes and its default through its ``schema_version`` field (numeric: 3 only; the others: 2).
+SUPPORTED_SCHEMA_VERSIONS: tuple[int, ...] = (2, 3)
 DEFAULT_SCHEMA_VERSION = 2
+#: the versions a kind takes unless its ``fields`` narrow ``schema_version``
+_COMMON_SCHEMA_VERSIONS: tuple[int, ...] = (2,)
 
 _TASK_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _COMMON_KEYS = (
@@ -710,14 +714,18 @@ def _check_description(obj: JsonObject, problems: Problems) -> str:
     return desc
 
 
-def _check_schema_version(obj: JsonObject, problems: Problems) -> int:
-    sv = obj.get("schema_version", DEFAULT_SCHEMA_VERSION)
-    if not _is_int(sv) or sv not in SUPPORTED_SCHEMA_VERSIONS:
-        problems.append(
-            f"schema_version must be one of {SUPPORTED_SCHEMA_VERSIONS}, got {sv!r} "
-            "(version 1 reports used the old OLH hash family: make a new task)"
-        )
-        return DEFAULT_SCHEMA_VERSION
+def _check_schema_version(obj: JsonObject, problems: Problems, task_kind: TaskKind | None = None) -> int:
+    """The task's report schema version: one of the kind's (its ``schema_version`` field's enum and default,
+    else version 2)."""
+    field = task_kind.fields.get("schema_version") if task_kind is not None else None
+    allowed = tuple(field.enum) if field is not None and field.enum else _COMMON_SCHEMA_VERSIONS
+    default = field.default if field is not None and field.default is not None else DEFAULT_SCHEMA_VERSION
+    sv = obj.get("schema_version", default)
+    if not _is_int(sv) or sv not in allowed:
+        why = (field.description if field is not None and field.description
+               else "version 1 reports used the old OLH hash family: make a new task")
+        problems.append(f"schema_version must be one of {allowed}, got {sv!r} ({why})")
+        return int(default)  # type: ignore[arg-type]
     return int(sv)
 
 
@@ -1450,7 +1458,7 @@ COMMON_FIELDS: dict[str, Field] = {
     "epsilon": _f("number", exclusive_minimum=0, maximum=50),
     "kind": _f("string", description="the kind of task; default: the first kind that has the mechanism"),
     "description": _f("string"),
-    "schema_version": _f("integer", enum=SUPPORTED_SCHEMA_VERSIONS, default=DEFAULT_SCHEMA_VERSION),
+    "schema_version": _f("integer", enum=_COMMON_SCHEMA_VERSIONS, default=DEFAULT_SCHEMA_VERSION),
     "n_groups": _f("integer", minimum=1, maximum=_MAX_GROUPS),
     "postprocess": _f("string", enum=POSTPROCESS_METHODS, default="base"),
     "hash": _f(
@@ -1921,7 +1929,7 @@ def parse_task(
         "mechanism": mechanism,
         "epsilon": _check_epsilon(obj, problems, allow_auto=anonymous),
         "description": _check_description(obj, problems),
-        "schema_version": _check_schema_version(obj, problems),
+        "schema_version": _check_schema_version(obj, problems, task_kind),
         "postprocess": _check_postprocess(obj, problems),
         "hash": _check_hash(obj, mechanism, problems),
         "params": _check_params(obj, problems),

@@ -24,6 +24,10 @@ Versions:
   stays possible for old tasks), Subset Selection items sorted. The fields are those of version 1, but a
   version 1 report decoded under version 2 rules would be counted wrongly, so version 1 reports are
   refused (``wrong_schema_version``). Tasks must say ``"schema_version": 2`` or leave it out.
+* 3: the numeric kind's integer grid wire (``docs/wire_format.md``, section 7): ``reals`` carries integer
+  messages drawn by exact samplers, never a computed double. Numeric tasks are version 3 (the default of
+  their kind); a version 2 numeric task (floating-point reals) is refused (``float_reals_retired``), and
+  version 2 reports of a version 3 task are ``wrong_schema_version``. Other kinds stay at version 2.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ __all__ = [
 
 SCHEMA_VERSION = 2
 #: Report schema versions the aggregator accepts (``ldp.task.SUPPORTED_SCHEMA_VERSIONS`` mirrors it).
-SUPPORTED_SCHEMA_VERSIONS = (2,)
+SUPPORTED_SCHEMA_VERSIONS = (2, 3)
 NAMESPACE = f"org.ldpbeam.v{SCHEMA_VERSION}"
 SCHEMA_NAMES = ("report", "estimate", "dead_letter")
 TASK_SCHEMA_FILE = "task.schema.json"

@@ -195,3 +195,44 @@ def test_the_attack_breaks_the_retired_float_wire():
     rng = _rng(4)
     bits, _ = _attack(_old_float_piecewise(-1.0, n, eps, rng), _old_float_piecewise(1.0, n, eps, rng))
     assert bits > 2 * eps, bits
+
+
+# ------------------------------------------------------------------------------------------------
+# schema version 3: the task and its reports
+# ------------------------------------------------------------------------------------------------
+_TASK = {"task_id": "lat-1", "kind": "numeric", "mechanism": "piecewise", "epsilon": 2.0,
+         "attributes": [{"name": "latency_ms", "low": 0, "high": 500}]}
+
+
+def test_numeric_tasks_are_version_3_and_version_2_is_retired():
+    from ldp.task import TaskError, parse_task
+
+    assert parse_task(_TASK).schema_version == 3
+    assert parse_task({**_TASK, "schema_version": 3}).schema_version == 3
+    for mech in ("piecewise", "hybrid", "laplace", "square-wave", "duchi", "auto", "one-bit-mean"):
+        with pytest.raises(TaskError, match="float_reals_retired"):
+            parse_task({**_TASK, "mechanism": mech, "schema_version": 2})
+    freq = {"task_id": "f", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4}
+    assert parse_task(freq).schema_version == 2
+    with pytest.raises(TaskError, match="schema_version"):
+        parse_task({**freq, "schema_version": 3})  # version 3 is the numeric wire only
+
+
+def test_old_float_reports_and_off_grid_values_are_refused_with_reasons():
+    from ldp.aggregate import make_aggregator
+    from ldp.task import parse_task
+    from transforms.records import TaskReportValidator, reports_to_records
+
+    task = parse_task(_TASK)
+    mech = task.make_mechanism()
+    good = mech.encode(np.linspace(0, 500, 6), rng=_rng(5))
+    recs = reports_to_records(task.task_id, good, np.full(6, 1_700_000_000_000), schema_version=3)
+    old = reports_to_records(task.task_id, good, np.full(6, 1_700_000_000_000), schema_version=2)
+    forged = [dict(recs[0], reals=[v]) for v in (0.5, -0.0, float(mech.grid.cells), float("nan"), 1e300)]
+    out = TaskReportValidator(make_aggregator(task)).validate(recs + old + forged)
+    assert out.n_accepted == 6
+    assert out.reason_counts == {"wrong_schema_version": 6, "invalid_payload": 5}
+    details = [d["detail"] for d in out.dead_letters if d["reason"] == "invalid_payload"]
+    # NaN is refused by the generic payload check (not a finite double) before the grid check
+    assert details == ["reals_off_grid", "reals_off_grid", "reals_out_of_range",
+                       "reals must hold one finite double", "reals_out_of_range"]

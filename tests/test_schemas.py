@@ -278,7 +278,9 @@ def test_task_schema_lists_are_the_registries():
     for kind, p in branches.items():
         assert p["postprocess"]["enum"] == list(T.POSTPROCESS_METHODS)
         assert set(p["hash"]["properties"]["family"]["enum"]) - {None} == set(T.HASH_FAMILY_NAMES)
-        assert p["schema_version"]["enum"] == list(schemas.SUPPORTED_SCHEMA_VERSIONS)
+        # each kind's versions (numeric: 3, the integer grid wire; the others 2), all of them supported
+        assert p["schema_version"]["enum"] == ([3] if kind == "numeric" else [2])
+        assert set(p["schema_version"]["enum"]) <= set(schemas.SUPPORTED_SCHEMA_VERSIONS)
         assert set(p) == set(T._COMMON_KEYS) | set(T.TASK_KINDS[kind].keys)
         assert set(p["window"]["properties"]) == {f.name for f in dataclasses.fields(T.WindowConfig)}
     assert branches["frequency"]["mechanism"]["enum"] == list(T.ORACLE_MECHANISMS)
@@ -287,7 +289,7 @@ def test_task_schema_lists_are_the_registries():
 def test_supported_versions_agree_with_the_task_model():
     from ldp import task as T
 
-    assert schemas.SUPPORTED_SCHEMA_VERSIONS == T.SUPPORTED_SCHEMA_VERSIONS == (schemas.SCHEMA_VERSION,)
+    assert schemas.SUPPORTED_SCHEMA_VERSIONS == T.SUPPORTED_SCHEMA_VERSIONS == (schemas.SCHEMA_VERSION, 3)
     assert T.DEFAULT_SCHEMA_VERSION == schemas.SCHEMA_VERSION == 2
 
 

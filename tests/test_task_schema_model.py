@@ -224,7 +224,9 @@ def test_the_generated_schema_names_the_models_keys_and_registries():
         assert then["properties"]["mechanism"]["enum"] == list(kind.mechanisms())
         assert set(T._REQUIRED) <= set(then["required"])
     assert branches["frequency"]["properties"]["postprocess"]["enum"] == list(T.POSTPROCESS_METHODS)
-    assert branches["range"]["properties"]["schema_version"]["enum"] == list(T.SUPPORTED_SCHEMA_VERSIONS)
+    assert branches["range"]["properties"]["schema_version"]["enum"] == list(T._COMMON_SCHEMA_VERSIONS)
+    assert branches["numeric"]["properties"]["schema_version"]["enum"] == [3]  # the integer grid wire
+    assert set(T._COMMON_SCHEMA_VERSIONS) | {3} == set(T.SUPPORTED_SCHEMA_VERSIONS)
     family = branches["frequency"]["properties"]["hash"]["properties"]["family"]["enum"]
     assert family == [*T.HASH_FAMILY_NAMES, None]
     assert branches["batch_queries"]["properties"]["calibration"]["enum"] == list(T.BATCH_CALIBRATIONS)

@@ -327,6 +327,13 @@ _NUMERIC_FIELDS: dict[str, _task.Field] = {
         "ldp.longitudinal.budget.parse_budget; client_ids false)",
     ),
     "epsilon": _f("number", minimum=1e-3, maximum=50),
+    "schema_version": _f(
+        "integer",
+        enum=(3,),
+        default=3,
+        description="3: integer grid messages (docs/wire_format.md, section 7); version 2 sent "
+        "floating-point reals that leak the input (float_reals_retired): make a new task",
+    ),
     "n_groups": _f("integer", enum=(1,)),
     "hash": dataclasses.replace(
         _task.COMMON_FIELDS["hash"],
