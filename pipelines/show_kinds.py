@@ -140,7 +140,7 @@ def _frequency_text(t: dict[str, Any]) -> TableText:
     ]  # fmt: skip
     right = [True, True, *([False] if label else []), True, True, True, True, False]
     what = (
-        f"top {t['shown']} of {t['of']:,} values by estimate; intervals: {t['interval']}, valid for any "
+        f"top {t['shown']} of {t['of']} values by estimate; intervals: {t['interval']}, valid for any "
         f"selection; > 0: the true frequency is above 0 ({t['flag_rule']})"
     )
     return header, cells, right, what
