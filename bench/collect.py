@@ -18,6 +18,11 @@ Reported per mode: requests and reports answered 200, wall seconds, requests/s, 
 median and 99th percentile of the request latency (send to answer, milliseconds, measured by the client).
 The collector's own summary (reports written = reports accepted) is checked at the end. The client
 threads share one interpreter: on a small machine the client is part of what is measured.
+
+``--rounds R`` (default 1) alternates, R times, the collector with a *bare* Tornado server (``--bare``,
+the same process set-up) that only parses each body (``json.loads``; an Avro body's records with
+fastavro) and answers ``{"accepted": n}``: no checks, no file, no fsync. The ratio of the collector's
+reports/s to the bare server's, per mode, is the median over the rounds (``ratio_to_bare``).
 """
 
 from __future__ import annotations
@@ -119,14 +124,55 @@ def _load(port: int, bodies: list[bytes], content_type: str, concurrency: int, d
     return {"seconds": time.perf_counter() - t0, "latencies": lat, "errors": errors}
 
 
+def _bare(port: int) -> None:
+    """The bare server of ``--rounds``: parses the body, answers the count; nothing else."""
+    import asyncio
+    import io
+
+    import fastavro
+    import tornado.web
+
+    class Reports(tornado.web.RequestHandler):
+        def post(self) -> None:
+            body = self.request.body
+            if self.request.headers.get("Content-Type") == "application/avro":
+                n = sum(1 for _ in fastavro.reader(io.BytesIO(body)))
+            else:
+                obj = json.loads(body)
+                n = len(obj["reports"]) if "reports" in obj else 1
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps({"accepted": n}) + "\n")
+
+    class Health(tornado.web.RequestHandler):
+        def get(self) -> None:
+            self.finish("{}")
+
+    async def main() -> None:
+        app = tornado.web.Application([(r"/v1/reports", Reports), (r"/healthz", Health)],
+                                      log_function=lambda h: None)  # fmt: skip
+        app.listen(port, "127.0.0.1")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        print(json.dumps({"bare": True}), flush=True)
+
+    asyncio.run(main())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bare", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=1, help="collector / bare server alternations (0: no bare)")
     ap.add_argument("--requests", type=int, default=2000, help="requests per mode")
     ap.add_argument("--concurrency", type=int, default=8, help="client threads (one connection each)")
     ap.add_argument("--time_limit", type=float, default=120.0, help="seconds for the whole run, at most")
     ap.add_argument("--seed", type=int, default=7, help="seed of the simulated reports")
     ap.add_argument("--json", help="write the results here")
     ns = ap.parse_args(argv)
+    if ns.bare is not None:
+        _bare(ns.bare)
+        return 0
     if ns.requests < 1 or ns.concurrency < 1 or not ns.time_limit > 0:
         ap.error("--requests and --concurrency must be >= 1, --time_limit > 0")
     n = ns.requests
@@ -143,44 +189,71 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="ldp-bench-collect-")
     task_path = Path(tmp) / "task.json"
     task_path.write_text(json.dumps(TASK))
-    port = _free_port()
-    cmd = [sys.executable, "-m", "pipelines.collect", "--task", str(task_path), "--output_dir",
-           str(Path(tmp) / "reports"), "--port", str(port), "--log_level", "WARNING"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # fmt: skip
-    results = []
-    sent_reports = 0
+    deadline = time.monotonic() + ns.time_limit
+    results: list[dict[str, Any]] = []
+    bare_rows: list[dict[str, Any]] = []
+    summary = None
     try:
-        _wait_ready(port, proc)
-        deadline = time.monotonic() + ns.time_limit
-        for name, ctype, bodies, per in modes:
-            r = _load(port, bodies, ctype, ns.concurrency, deadline)
-            lat = np.asarray(r["latencies"]) * 1000
-            ok = len(lat)
-            sent_reports += ok * per
-            row = {
-                "mode": name, "reports_per_request": per, "requests": ok, "reports": ok * per,
-                "seconds": round(r["seconds"], 2), "requests_per_s": round(ok / r["seconds"]),
-                "reports_per_s": round(ok * per / r["seconds"]),
-                "p50_ms": round(float(np.percentile(lat, 50)), 2) if ok else None,
-                "p99_ms": round(float(np.percentile(lat, 99)), 2) if ok else None,
-                "errors": r["errors"], "complete": ok == len(bodies),
-            }  # fmt: skip
-            results.append(row)
-            print(json.dumps(row), flush=True)
+        for rnd in range(max(1, ns.rounds)):
+            for server in ("collector", "bare") if ns.rounds else ("collector",):
+                port = _free_port()
+                if server == "collector":
+                    out_dir = Path(tmp) / f"reports-{rnd}"
+                    cmd = [
+                        sys.executable, "-m", "pipelines.collect", "--task", str(task_path),
+                        "--output_dir", str(out_dir), "--port", str(port), "--log_level", "WARNING",
+                    ]  # fmt: skip
+                else:
+                    cmd = [sys.executable, "-m", "bench.collect", "--bare", str(port)]
+                proc = subprocess.Popen(
+                    cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                    start_new_session=True,
+                )  # fmt: skip
+                sent_reports = 0
+                try:
+                    _wait_ready(port, proc)
+                    for name, ctype, bodies, per in modes:
+                        r = _load(port, bodies, ctype, ns.concurrency, deadline)
+                        lat = np.asarray(r["latencies"]) * 1000
+                        ok = len(lat)
+                        sent_reports += ok * per
+                        row = {
+                            "server": server, "round": rnd, "mode": name, "reports_per_request": per,
+                            "requests": ok, "reports": ok * per, "seconds": round(r["seconds"], 2),
+                            "requests_per_s": round(ok / r["seconds"]),
+                            "reports_per_s": round(ok * per / r["seconds"]),
+                            "p50_ms": round(float(np.percentile(lat, 50)), 2) if ok else None,
+                            "p99_ms": round(float(np.percentile(lat, 99)), 2) if ok else None,
+                            "errors": r["errors"], "complete": ok == len(bodies),
+                        }  # fmt: skip
+                        (results if server == "collector" else bare_rows).append(row)
+                        print(json.dumps(row), flush=True)
+                finally:
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        stdout, stderr = proc.communicate(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        stdout, stderr = proc.communicate()
+                if server == "collector":
+                    summary = json.loads(stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+                    if summary is None or summary["reports_written"] != sent_reports:
+                        print(f"collector exit {proc.returncode}: {stderr.strip()[-2000:]}", file=sys.stderr)
+                        return 1
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            stdout, stderr = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
         shutil.rmtree(tmp, ignore_errors=True)
-    summary = json.loads(stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
-    if summary is None or summary["reports_written"] != sent_reports:
-        print(f"collector exit {proc.returncode}: {stderr.strip()[-2000:]}", file=sys.stderr)
-        return 1
+    ratios = {}
+    for name, _, _, _ in modes:
+        per_round = [
+            c["reports_per_s"] / b["reports_per_s"]
+            for c in results for b in bare_rows
+            if c["mode"] == b["mode"] == name and c["round"] == b["round"] and b["reports_per_s"]
+        ]  # fmt: skip
+        if per_round:
+            ratios[name] = round(float(np.median(per_round)), 3)
+    if ratios:
+        print(json.dumps({"ratio_to_bare": ratios}), flush=True)
     out = {
         "command": "python -m bench.collect " + " ".join(sys.argv[1:] if argv is None else argv),
         "task": TASK,
@@ -188,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "system": platform.system()},
         "collector_summary": summary,
         "modes": results,
+        "bare_modes": bare_rows,
+        "ratio_to_bare": ratios,
     }
     if ns.json:
         Path(ns.json).write_text(json.dumps(out, indent=1) + "\n")
