@@ -90,7 +90,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
         ci = f"[{lo[v]:>9.5f},{hi[v]:>9.5f}]"
         pci = f"[{iv.ci_low[v]:>9.5f},{iv.ci_high[v]:>9.5f}]"
         print(f"{name:>{width + 1}}{truth[v]:>9.5f} {est.frequencies[v]:>9.5f} {ci}  {post[v]:>9.5f} {pci}")
-    print("(* noise level: the unbiased estimate's 95% CI contains 0)")
+    print("(* not shown above 0: Bonferroni over the domain at 5%, ldp.selection)")
     mse_base = float(np.mean((est.frequencies - truth) ** 2))
     mse_post = float(np.mean((post - truth) ** 2))
     theory = float(np.mean(oracle.variance(len(values), truth)))

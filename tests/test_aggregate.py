@@ -113,6 +113,7 @@ def test_shards_merged_in_any_order_equal_one_pass(kind):
 def test_frequency_finalize_equals_the_oracle_per_group():
     from ldp.intervals import frequency_intervals
     from ldp.postprocess import postprocess
+    from ldp.selection import simultaneous_z
 
     rng = np.random.default_rng(SEEDS[1])
     agg = FrequencyAggregator(_freq("oue", d=16, n_groups=2), "norm-sub")
@@ -132,8 +133,9 @@ def test_frequency_finalize_equals_the_oracle_per_group():
         assert row.std == iv.std.tolist() and row.ci_method == "simulated-inversion"
         assert row.ci_low == iv.ci_low.tolist() and row.ci_high == iv.ci_high.tolist()
         assert all(lo <= f <= hi for lo, f, hi in zip(row.ci_low, row.frequencies, row.ci_high))
-        assert row.ci_includes_zero == [bool(abs(u) <= 1.959963984540054 * s) for u, s in
-                                        zip(row.unbiased, row.unbiased_std)]
+        z_d = simultaneous_z(16)  # Bonferroni over the domain: Phi^-1(1 - 0.05 / (2 d))
+        pairs = zip(row.unbiased, row.unbiased_std)
+        assert row.ci_includes_zero == [not (u > 0 and u >= z_d * s) for u, s in pairs]
         assert row.labels is None
         assert (row.window_start, row.window_end, row.pane_timing, row.pane_index, row.is_last_pane) == (
             1000,
