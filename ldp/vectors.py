@@ -22,8 +22,8 @@ The memoized mechanisms (:func:`memo_report_bytes`) derive the permanent respons
 the user's secret exactly as :mod:`ldp.longitudinal.memo` does, then run the instantaneous step on the
 random bytes.
 
-The numeric mechanisms (:func:`numeric_encode_bytes`) mirror :mod:`ldp.numeric.mechanisms` step for
-step, with each ``rng.random()`` a double ``(w >> 11) * 2**-53`` of the next word.
+The numeric mechanisms (:func:`numeric_encode_bytes`, schema version 3) run the mechanisms' own integer
+samplers (:mod:`ldp.numeric.grid`) with ``uniform(m)`` of each report's words as the only randomness.
 
 The sparse-vector mechanisms (:func:`sparse_encode_bytes`) clean the input (clip, drop zeros, sort,
 truncate to ``k`` by a partial Fisher-Yates shuffle from the words), then hash with
@@ -53,7 +53,9 @@ import numpy as np
 
 from ldp.hashing import GOLDEN, splitmix64
 from ldp.longitudinal.memo import LOLOHA, PRF_DOMAIN, RAPPOR, MemoGRR, MemoizedOracle, MemoOLH
+from ldp.numeric.grid import SlidingWindow, TwoPoint
 from ldp.numeric.mechanisms import (
+    LAPLACE_TAIL,
     Duchi,
     Hybrid,
     LaplaceMean,
@@ -589,84 +591,64 @@ NUMERIC_BYTE_MECHANISMS = ("duchi", "piecewise", "hybrid", "laplace", "one-bit-m
 _TWO_M53 = 2.0**-53
 
 
-def numeric_wire_params(mech: NumericMechanism) -> dict[str, Any]:
-    """The doubles and thresholds a client needs to run a numeric mechanism byte for byte (IEEE doubles as
-    :mod:`ldp.numeric.mechanisms` computes them; ``T_*`` are :func:`bernoulli_threshold` integers)."""
-    out: dict[str, Any] = {"mechanism": mech.name, "epsilon": mech.epsilon, "low": mech.low,
-                           "high": mech.high, "moments": mech.moments}
-    if mech.moments == 2:
-        out["T_slot"] = bernoulli_threshold(0.5)
-    if isinstance(mech, (Duchi, Hybrid)):
-        duchi = mech._duchi if isinstance(mech, Hybrid) else mech
-        out.update(duchi_c=duchi.c, duchi_tanh=math.tanh(mech.epsilon / 2.0))
-    if isinstance(mech, (Piecewise, Hybrid)):
-        pm = mech._pm if isinstance(mech, Hybrid) else mech
-        out.update(pm_c=pm.c, T_centre=bernoulli_threshold(1.0 / (1.0 + math.exp(-mech.epsilon / 2.0))))
-    if isinstance(mech, Hybrid):
-        out.update(alpha=mech.alpha, T_alpha=bernoulli_threshold(mech.alpha) if mech.alpha > 0 else None)
-    if isinstance(mech, LaplaceMean):
-        out["scale"] = mech.scale
-    if isinstance(mech, OneBitMean):
-        ee = math.exp(mech.epsilon)
-        out.update(bit_a=1.0 / (ee + 1.0), bit_em=math.expm1(mech.epsilon), bit_den=ee + 1.0)
-    if isinstance(mech, SquareWaveNumeric):
-        out.update(sw_b=mech.sw.b, T_near=bernoulli_threshold(2.0 * mech.sw.b * mech.sw.p))
-    return out
+def _grid_params(g: Any) -> dict[str, Any]:
+    if isinstance(g, SlidingWindow):
+        return {"sampler": "sliding-window", "N": g.n_steps, "s": g.step, "w": g.width, "h": g.high,
+                "l": g.low, "M": g.cells, "S": g.total}
+    if isinstance(g, TwoPoint):
+        return {"sampler": "two-point", "N": g.n_steps, "T0": g.base, "d": g.slope, "S": g.total}
+    return {"sampler": "block-geometric", "N": g.n_steps, "T": g.threshold,
+            "Z_max": g.max_block(LAPLACE_TAIL)}
 
 
 def _unit_double(ws: WordStream, rows: np.ndarray) -> np.ndarray:
-    """``(w >> 11) * 2**-53`` of the next word per row: a double uniform on ``[0, 1)``."""
+    """``(w >> 11) * 2**-53`` of the next word per row: a double uniform on ``[0, 1)`` (sparse vectors)."""
     return (ws.take(rows) >> np.uint64(11)).astype(np.float64) * _TWO_M53
 
 
-def _duchi_bytes(pr: dict[str, Any], t: np.ndarray, ws: WordStream, rows: np.ndarray) -> np.ndarray:
-    prob = 0.5 + 0.5 * t * pr["duchi_tanh"]
-    plus = _unit_double(ws, rows) < prob
-    return np.where(plus, pr["duchi_c"], -pr["duchi_c"])
-
-
-def _pm_bytes(pr: dict[str, Any], t: np.ndarray, ws: WordStream, rows: np.ndarray) -> np.ndarray:
-    c = pr["pm_c"]
-    left = 0.5 * (c + 1.0) * t - 0.5 * (c - 1.0)
-    centre = ws.bernoulli(pr["T_centre"], rows)
-    w = _unit_double(ws, rows)
-    z = w * (c + 1.0)
-    y_tail = np.where(z < left + c, z - c, z - c + (c - 1.0))
-    return np.where(centre, left + w * (c - 1.0), y_tail)
-
-
-def _laplace_bytes(scale: float, t: np.ndarray, ws: WordStream, rows: np.ndarray) -> np.ndarray:
-    u = _unit_double(ws, rows)
-    todo = np.flatnonzero(u == 0.0)
-    while len(todo):  # u = 0 is redrawn (probability 2**-53 per word)
-        u[todo] = _unit_double(ws, rows[todo])
-        todo = todo[u[todo] == 0.0]
-    with np.errstate(divide="ignore"):
-        return np.where(u >= 0.5, t - scale * np.log(2.0 - u - u), t + scale * np.log(u + u))
+def numeric_wire_params(mech: NumericMechanism) -> dict[str, Any]:
+    """The integers a client needs to run a numeric mechanism byte for byte (schema version 3, the grid
+    wire: :mod:`ldp.numeric.grid`): the input grid ``N`` and each sampler's integers; ``messages`` the range
+    of the integer a report carries. Nothing a client computes in floating point decides a message."""
+    out: dict[str, Any] = {"mechanism": mech.name, "epsilon": mech.epsilon, "low": mech.low,
+                           "high": mech.high, "moments": mech.moments, "schema_version": 3,
+                           "messages": list(mech.message_range())}
+    if mech.moments == 2:
+        out["T_slot"] = bernoulli_threshold(0.5)
+    if isinstance(mech, Hybrid):
+        out.update(T_alpha=mech.alpha_threshold, pm=_grid_params(mech._pm.grid),
+                   duchi=_grid_params(mech._duchi.grid))
+    elif isinstance(mech, (Duchi, Piecewise, LaplaceMean, OneBitMean, SquareWaveNumeric)):
+        out["grid"] = _grid_params(mech.grid)
+    else:
+        raise ValueError(f"no byte-driven procedure for {mech!r}; known: {NUMERIC_BYTE_MECHANISMS}")
+    return out
 
 
 def numeric_encode_bytes(
     mech: NumericMechanism, values: Any, random: WordStream | Sequence[bytes] | np.ndarray
 ) -> tuple[Reports, np.ndarray]:
-    """Encodes real ``values`` with a numeric mechanism's wire procedure from explicit random bytes.
+    """Encodes real ``values`` with a numeric mechanism's wire procedure (schema version 3) from explicit
+    random bytes; every draw is ``uniform(m)`` (section 3's masked rejection) of the report's own words.
 
     The value is clipped and mapped exactly as :meth:`NumericMechanism.encode`: ``u = (min(max(x, low),
     high) - low) / (high - low)``, ``t = 2 u - 1``; with ``moments = 2`` first ``slot = bernoulli(T_slot)``
-    and ``t = 2 u u - 1`` for slot 1. Then (``U`` a double ``(w >> 11) * 2**-53`` of the next word):
+    and ``t = 2 u u - 1`` for slot 1. Then:
 
-    * duchi: ``y = C`` if ``U < 0.5 + 0.5 t tanh(eps / 2)`` else ``-C``;
-    * piecewise: ``centre = bernoulli(T_centre)``; ``W = U``; ``l = 0.5 (C + 1) t - 0.5 (C - 1)``;
-      centre: ``y = l + W (C - 1)``; else ``z = W (C + 1)``, ``y = z - C`` if ``z < l + C`` else
-      ``z - C + (C - 1)``;
-    * hybrid: ``pm = bernoulli(T_alpha)`` (nothing read when ``alpha = 0``), then piecewise or duchi;
-    * laplace: ``U`` (redrawn while 0); ``y = t - s log(2 - U - U)`` if ``U >= 0.5`` else
-      ``t + s log(U + U)``, ``s = 2 / eps``;
-    * one-bit-mean: ``bit = U < a + (u' em) / den`` with ``u' = 0.5 (t + 1)``; report ``values = bit``
-      (``2 bit + slot`` with two moments);
-    * square-wave: ``v = clip(0.5 (t + 1), 0, 1)``; ``near = bernoulli(T_near)``; ``U``; ``y = v + (2 U -
-      1) b`` if near, else ``U - b`` if ``U < v`` else ``U + b``.
+    1. grid: ``p = N (t + 1) / 2`` (clipped to ``[0, N]``), ``j = floor(p) + 1[uniform(2^53) 2^-53 < p -
+       floor(p)]``;
+    2. message (integers only):
 
-    Returns ``(reports, consumed bytes per report)``.
+       * sliding window (piecewise, square-wave): ``U = uniform(S)``, ``a = j s l``: ``m = U // l`` if
+         ``U < a``; ``j s + (U - a) // h`` if ``U < a + w h``; else ``j s + w + (U - a - w h) // l``;
+       * two-point (duchi, one-bit-mean): ``m = 1[uniform(S) < T0 + j d]``;
+       * hybrid: ``pm = 1[uniform(2^62) < T_alpha]`` (nothing read when ``T_alpha = 0``), then the
+         two-point message plus ``M`` (``pm.M``) or the sliding-window message;
+       * block geometric (laplace): ``G1`` = the number of ``uniform(2^62) < T`` before the first that is
+         not, then ``G2`` the same, then ``V = uniform(N)``; ``m = j + N (G1 - G2) + V``.
+
+    The report carries ``m`` as an integer-valued double in ``reals`` (one-bit-mean: the bit in
+    ``value``, ``2 bit + slot`` with two moments). Returns ``(reports, consumed bytes per report)``.
     """
     pr = numeric_wire_params(mech)
     u = to_unit(values, mech.low, mech.high)
@@ -680,31 +662,15 @@ def numeric_encode_bytes(
         t = np.where(slot == 1, 2.0 * u * u - 1.0, 2.0 * u - 1.0)
     else:
         t = 2.0 * u - 1.0
-    reals = None
-    values_out = None
-    if isinstance(mech, Hybrid):
-        use_pm = (ws.bernoulli(pr["T_alpha"], rows) if pr["alpha"] > 0 else np.zeros(len(u), dtype=bool))
-        reals = np.empty(len(u))
-        pm, du = np.flatnonzero(use_pm), np.flatnonzero(~use_pm)
-        reals[pm] = _pm_bytes(pr, t[pm], ws, rows[pm])
-        reals[du] = _duchi_bytes(pr, t[du], ws, rows[du])
-    elif isinstance(mech, Duchi):
-        reals = _duchi_bytes(pr, t, ws, rows)
-    elif isinstance(mech, Piecewise):
-        reals = _pm_bytes(pr, t, ws, rows)
-    elif isinstance(mech, LaplaceMean):
-        reals = _laplace_bytes(pr["scale"], t, ws, rows)
-    elif isinstance(mech, OneBitMean):
-        prob = pr["bit_a"] + 0.5 * (t + 1.0) * pr["bit_em"] / pr["bit_den"]
-        values_out = (_unit_double(ws, rows) < prob).astype(np.int64)
-    elif isinstance(mech, SquareWaveNumeric):
-        v = np.clip(0.5 * (t + 1.0), 0.0, 1.0)
-        b = pr["sw_b"]
-        near = ws.bernoulli(pr["T_near"], rows)
-        w = _unit_double(ws, rows)
-        reals = np.where(near, v + (2.0 * w - 1.0) * b, np.where(w < v, w - b, w + b))
+
+    def uniform(m: int, idx: np.ndarray) -> np.ndarray:
+        return ws.uniform(m, rows[np.asarray(idx, dtype=np.int64)])
+
+    m = mech.messages(t, uniform)
+    if isinstance(mech, OneBitMean):
+        reals, values_out = None, m
     else:
-        raise ValueError(f"no byte-driven procedure for {mech!r}; known: {NUMERIC_BYTE_MECHANISMS}")
+        reals, values_out = m.astype(np.float64), None
     if slot is not None:
         values_out = slot if values_out is None else values_out * 2 + slot
     return Reports(reals=reals, values=values_out), ws.consumed_bytes.copy()

@@ -39,6 +39,7 @@ __all__ = [
     "INPUT_GRID",
     "UniformFn",
     "rng_uniform",
+    "restrict",
     "exp_lower",
     "round_to_grid",
     "rounding_variance",
@@ -69,6 +70,13 @@ def rng_uniform(rng: np.random.Generator) -> UniformFn:
         return rng.integers(0, m, size=len(idx), dtype=np.int64)
 
     return draw
+
+
+def restrict(uniform: UniformFn, rows: np.ndarray) -> UniformFn:
+    """``uniform`` seen from a subset: index ``i`` of the subset draws for ``rows[i]`` (a report keeps its
+    own word stream in the conformance vectors)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return lambda m, idx: uniform(m, rows[np.asarray(idx, dtype=np.int64)])
 
 
 def exp_lower(x: float | Fraction) -> Fraction:

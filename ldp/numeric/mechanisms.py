@@ -73,6 +73,7 @@ from ldp.numeric.grid import (
     UniformFn,
     block_geometric_for,
     exp_lower,
+    restrict,
     rng_uniform,
     round_to_grid,
     rounding_variance,
@@ -567,13 +568,15 @@ class Hybrid(NumericMechanism):
         return min(lo, -self._duchi.c), max(hi, self._duchi.c)
 
     def messages(self, t: np.ndarray, uniform: UniformFn) -> np.ndarray:
+        """The coin, then the Duchi message of the reports without Piecewise, then the Piecewise ones."""
         t = np.asarray(t, dtype=np.float64)
-        idx = np.arange(t.size)
-        use_pm = (uniform(1 << 62, idx) < self.alpha_threshold if self.alpha_threshold
+        cells = self._pm.grid.cells
+        use_pm = (uniform(1 << 62, np.arange(t.size)) < self.alpha_threshold if self.alpha_threshold
                   else np.zeros(t.size, bool))
-        out = self._duchi.messages(t, uniform) + self._pm.grid.cells
-        if use_pm.any():
-            out[use_pm] = self._pm.messages(t[use_pm], uniform)
+        pm, du = np.flatnonzero(use_pm), np.flatnonzero(~use_pm)
+        out = np.empty(t.size, dtype=np.int64)
+        out[du] = self._duchi.messages(t[du], restrict(uniform, du)) + cells
+        out[pm] = self._pm.messages(t[pm], restrict(uniform, pm))
         return out
 
     def message_range(self) -> tuple[int, int]:

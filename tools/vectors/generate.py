@@ -17,7 +17,8 @@ Three kinds of file, all deterministic (explicit seeds):
 * ``dead_letters.json``: refused reports -> the dead-letter reason (the JSON-form mapping
   :func:`ldp.vectors.report_from_json`, then ``ReportValidator``).
 * ``encode_numeric_<mechanism>.json``, ``aggregate_numeric_<mechanism>.json``, ``dead_letters_numeric.json``:
-  the numeric mechanisms (:func:`ldp.vectors.numeric_encode_bytes`).
+  the numeric mechanisms' grid wire (report schema version 3, :func:`ldp.vectors.numeric_encode_bytes`):
+  exact integer messages, so the reports are compared exactly; the dead letters include off-grid values.
 * ``encode_sparse_<mechanism>.json``, ``aggregate_sparse_<mechanism>.json``, ``dead_letters_sparse.json``:
   the sparse-vector mechanisms (:func:`ldp.vectors.sparse_encode_bytes`; input entries, public seed and
   the hash of each entry, random bytes -> report; reports -> exact per-item sums and the estimates).
@@ -120,9 +121,8 @@ NUMERIC_CASES: dict[str, list[dict[str, Any]]] = {
     "square-wave": [{"epsilon": 1.0, "low": 0.0, "high": 1.0, "bins": 16},
                     {"epsilon": 3.0, "low": -2.0, "high": 2.0, "bins": 16}],
 }
-#: tolerance of the numeric encode vectors' reals: exact except through ``log`` (Laplace), where
-#: ``|got - want| <= NUMERIC_REAL_TOLERANCE * max(1, |want|)`` (16 ulps of a double at 1)
-NUMERIC_REAL_TOLERANCE = 2.0**-48
+#: random bytes per numeric report (Laplace's geometric runs read about ``2 / eps`` words; the rest at most 5)
+NUMERIC_RANDOM_BYTES = 8 * 256
 
 
 def _numeric_reports(doc_reports: list[dict[str, Any]]) -> Reports:
@@ -144,10 +144,10 @@ def _numeric_encode_case(name: str, index: int, extra: dict[str, Any], rng: np.r
     mech = make_numeric_mechanism(name, **extra)
     n = 12
     x = _numeric_values(mech, n, rng)
-    raw = rng.integers(0, 256, size=(n, 8 * 8), dtype=np.uint8)
+    raw = rng.integers(0, 256, size=(n, NUMERIC_RANDOM_BYTES), dtype=np.uint8)
     reports, used = numeric_encode_bytes(mech, x, raw)
     task_id = f"wire-{name}-{index}"
-    records = reports_to_json(task_id, reports, EVENT_MS + 1000 * np.arange(n))
+    records = reports_to_json(task_id, reports, EVENT_MS + 1000 * np.arange(n), schema_version=3)
     vectors = [{"value": float(x[i]), "random": raw[i, : used[i]].tobytes().hex(),
                 "event_time": EVENT_MS + 1000 * i, "report": records[i]} for i in range(n)]
     return {"mechanism": {"name": name, **extra}, "params": numeric_wire_params(mech), "vectors": vectors}
@@ -157,9 +157,10 @@ def _numeric_aggregate_case(name: str, index: int, extra: dict[str, Any], rng: n
     mech = make_numeric_mechanism(name, **extra)
     n = 40
     x = _numeric_values(mech, n, rng)
-    raw = rng.integers(0, 256, size=(n, 8 * 8), dtype=np.uint8)
+    raw = rng.integers(0, 256, size=(n, NUMERIC_RANDOM_BYTES), dtype=np.uint8)
     reports, _ = numeric_encode_bytes(mech, x, raw)
-    records = reports_to_json(f"wire-{name}-{index}", reports, EVENT_MS + 1000 * np.arange(n))
+    records = reports_to_json(f"wire-{name}-{index}", reports, EVENT_MS + 1000 * np.arange(n),
+                              schema_version=3)
     acc = mech.add(mech.create_accumulator(), _numeric_reports(records))
     est = mech.estimate(acc, distribution=False)
     return {"mechanism": {"name": name, **extra}, "reports": records, "n": int(est.n),
@@ -180,24 +181,40 @@ def _numeric_dead_letter_cases() -> list[dict[str, Any]]:
                     "reals": None if reals is None else [float(r) for r in reals],
                     "values": value, "reason": reasons[0]})
 
+    case("duchi message 1", "duchi", {"epsilon": 1.0}, [1.0], None)
+    case("duchi message 0", "duchi", {"epsilon": 1.0}, [0.0], None)
     c = make_numeric_mechanism("duchi", epsilon=1.0).c
-    case("duchi +C", "duchi", {"epsilon": 1.0}, [c], None)
-    case("duchi not +-C", "duchi", {"epsilon": 1.0}, [0.5], None)
+    case("duchi the retired float form +C", "duchi", {"epsilon": 1.0}, [c], None)
+    case("duchi message 2", "duchi", {"epsilon": 1.0}, [2.0], None)
     case("duchi no reals", "duchi", {"epsilon": 1.0}, None, [0])
-    case("duchi two moments without a slot", "duchi", {"epsilon": 1.0, "moments": 2}, [c], None)
-    case("duchi slot 2", "duchi", {"epsilon": 1.0, "moments": 2}, [c], [2])
-    c = make_numeric_mechanism("piecewise", epsilon=1.0).c
-    case("piecewise inside [-C, C]", "piecewise", {"epsilon": 1.0}, [0.9 * c], None)
-    case("piecewise beyond C", "piecewise", {"epsilon": 1.0}, [1.01 * c], None)
-    case("hybrid beyond C", "hybrid", {"epsilon": 2.0}, [-100.0], None)
-    case("laplace far tail", "laplace", {"epsilon": 1.0}, [1.0 + 61.0 * 2.0], None)
-    case("laplace inside the tail bound", "laplace", {"epsilon": 1.0}, [50.0], None)
+    case("duchi two moments without a slot", "duchi", {"epsilon": 1.0, "moments": 2}, [1.0], None)
+    case("duchi slot 2", "duchi", {"epsilon": 1.0, "moments": 2}, [1.0], [2])
+    pm = make_numeric_mechanism("piecewise", epsilon=1.0)
+    top = float(pm.grid.cells - 1)
+    case("piecewise last cell", "piecewise", {"epsilon": 1.0}, [top], None)
+    case("piecewise one past the last cell", "piecewise", {"epsilon": 1.0}, [top + 1.0], None)
+    case("piecewise off the grid (half a cell)", "piecewise", {"epsilon": 1.0}, [100.5], None)
+    case("piecewise off the grid (one ulp above 1)", "piecewise", {"epsilon": 1.0}, [1.0 + 2.0**-52], None)
+    case("piecewise negative zero", "piecewise", {"epsilon": 1.0}, [-0.0], None)
+    case("piecewise the retired float form 0.9 C", "piecewise", {"epsilon": 1.0}, [0.9 * pm.c], None)
+    case("piecewise infinity", "piecewise", {"epsilon": 1.0}, [float("inf")], None)
+    hy = make_numeric_mechanism("hybrid", epsilon=2.0)
+    case("hybrid Duchi message +C", "hybrid", {"epsilon": 2.0}, [float(hy.message_range()[1])], None)
+    case("hybrid beyond its messages", "hybrid", {"epsilon": 2.0}, [float(hy.message_range()[1] + 1)], None)
+    case("hybrid negative message", "hybrid", {"epsilon": 2.0}, [-1.0], None)
+    lap = make_numeric_mechanism("laplace", epsilon=1.0)
+    lo, hi = lap.message_range()
+    case("laplace negative message inside the tail bound", "laplace", {"epsilon": 1.0}, [-70000.0], None)
+    case("laplace far tail", "laplace", {"epsilon": 1.0}, [float(hi + 1)], None)
+    case("laplace far negative tail", "laplace", {"epsilon": 1.0}, [float(lo - 1)], None)
+    case("laplace off the grid", "laplace", {"epsilon": 1.0}, [0.25], None)
     case("one-bit-mean bit 1", "one-bit-mean", {"epsilon": 1.0}, None, [1])
     case("one-bit-mean value 2", "one-bit-mean", {"epsilon": 1.0}, None, [2])
     case("one-bit-mean two moments value 4", "one-bit-mean", {"epsilon": 1.0, "moments": 2}, None, [4])
-    b = make_numeric_mechanism("square-wave", epsilon=1.0).sw.b
-    case("square-wave at -b", "square-wave", {"epsilon": 1.0}, [-b], None)
-    case("square-wave beyond 1 + b", "square-wave", {"epsilon": 1.0}, [1.0 + b + 0.01], None)
+    sw = make_numeric_mechanism("square-wave", epsilon=1.0)
+    case("square-wave first cell", "square-wave", {"epsilon": 1.0}, [0.0], None)
+    case("square-wave the retired float form -b", "square-wave", {"epsilon": 1.0}, [-sw.sw.b], None)
+    case("square-wave beyond its cells", "square-wave", {"epsilon": 1.0}, [float(sw.grid.cells)], None)
     return out
 
 
@@ -640,15 +657,15 @@ def build_vectors() -> dict[str, Any]:
     for k, (name, cases) in enumerate(NUMERIC_CASES.items()):
         rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(4, k)))
         files[f"encode_numeric_{name}.json"] = {
-            **head, "mechanism": name, "real_tolerance": NUMERIC_REAL_TOLERANCE,
+            **head, "schema_version": 3, "mechanism": name,
             "cases": [_numeric_encode_case(name, i, c, rng) for i, c in enumerate(cases)],
         }
         rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(5, k)))
         files[f"aggregate_numeric_{name}.json"] = {
-            **head, "mechanism": name, "tolerance": TOLERANCE,
+            **head, "schema_version": 3, "mechanism": name, "tolerance": TOLERANCE,
             "cases": [_numeric_aggregate_case(name, i, c, rng) for i, c in enumerate(cases)],
         }
-    files["dead_letters_numeric.json"] = {**head, "cases": _numeric_dead_letter_cases()}
+    files["dead_letters_numeric.json"] = {**head, "schema_version": 3, "cases": _numeric_dead_letter_cases()}
     for k, (name, cases) in enumerate(SPARSE_CASES.items()):
         rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(6, k)))
         files[f"encode_sparse_{name}.json"] = {
