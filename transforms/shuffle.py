@@ -54,9 +54,11 @@ import datetime as _dt
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -113,6 +115,8 @@ __all__ = [
     "write_manifest",
     "compact_utc",
 ]
+
+_LOG = logging.getLogger(__name__)
 
 #: Prefix of the shuffler's keys in the Avro file metadata of a batch.
 META_PREFIX = "ldp.shuffle."
@@ -716,6 +720,7 @@ class EmitBatchFn(beam.DoFn):
                 start_ms=start, end_ms=end, n=n, meta=meta, key=self.key,
             )  # fmt: skip
 
+        t0 = time.perf_counter()
         ledger = {"task_id": self.task_id, "bucket_start_ms": start, "bucket_end_ms": end, "n": n,
                   "sources": sources, "run_id": self.run_id}  # fmt: skip
         if not publish_batch(self.output_dir, name, write, ledger):
@@ -726,6 +731,13 @@ class EmitBatchFn(beam.DoFn):
                 yield TaggedOutput("counts", {"already_published": n})
                 return
             # a retried bundle of this run published it already: the same outcome, not written again
+        _LOG.info(
+            "published %s: %d report(s) from %d input(s) in %.2f s",
+            name,
+            n,
+            len(sources),
+            time.perf_counter() - t0,
+        )
         self.forwarded.inc(n)
         self.batches.inc()
         yield TaggedOutput("counts", {"shuffle_forwarded": n, "shuffle_batches": 1})
