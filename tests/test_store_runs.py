@@ -121,8 +121,8 @@ def test_a_version_1_store_is_migrated_in_place(store_url):  # noqa: F811
 def test_a_store_of_a_newer_version_is_refused(tmp_path):
     url = f"sqlite:///{tmp_path}/e.db"
     with open_store(url, shared=False) as s, s._b.transaction() as cur:
-        cur.execute("UPDATE ldp_meta SET value = '3' WHERE key = 'schema_version'")
-    with pytest.raises(StoreError, match=r"holds schema version '3'; this code writes '2'"):
+        cur.execute("UPDATE ldp_meta SET value = '4' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match=r"holds schema version '4'; this code writes '3'"):
         open_store(url, shared=False)
 
 

@@ -62,6 +62,7 @@ from ldp.store import (
     Store,
     StoreError,
     StoreLost,
+    WindowFinal,
     call_with_retry,
     is_transient,
     now_ms,
@@ -159,11 +160,14 @@ class StoreStatus:
     ``panes``: panes the sink was given; ``panes_written``: those written; ``failed_panes``: the others
     (a write that failed, or one still in progress or being retried when the job ended);
     ``failed_finals`` / ``failed_counts``: windows not marked final, count rows not written;
+    ``panes_after_final``: panes not written because another run had made their window final (a job
+    restarted on the same store re-read its inputs; those windows keep the figures they were final with);
     ``in_flight``: writes begun and neither written nor failed yet; ``gave_up``: writes that failed for
     good (a job can stop early on these); ``error``: the first failure."""
 
     panes: int = 0
     panes_written: int = 0
+    panes_after_final: int = 0
     failed_panes: int = 0
     failed_finals: int = 0
     failed_counts: int = 0
@@ -221,6 +225,8 @@ def read_store_status(directory: str | None) -> StoreStatus:
             out.panes += 1
             out.panes_written += int(ok)
             out.failed_panes += int(not ok)
+        elif kind == "pane_after_final":
+            out.panes_after_final += 1
         elif kind == "final":
             out.failed_finals += int(not ok)
         elif kind == "counts":
@@ -365,6 +371,7 @@ class _WritePanesFn(beam.DoFn):
         self.finals = Metrics.counter(COUNTER_NAMESPACE, "store_final_windows")
         self.write_ms = Metrics.distribution(COUNTER_NAMESPACE, "store_pane_write_ms")
         self.failed = Metrics.counter(COUNTER_NAMESPACE, "store_failed_panes")
+        self.after_final = Metrics.counter(COUNTER_NAMESPACE, "store_panes_after_final")
 
     def display_data(self) -> dict[str, Any]:
         return {
@@ -384,23 +391,23 @@ class _WritePanesFn(beam.DoFn):
     ):
         key, (task_id, info, rows) = element
         t0 = now_ms()
-        n = self.writer.call(
-            "pane",
-            (*key, int(info.pane_index)),
-            f"pane {info.pane_index} of {task_id} {window_label(info.start_ms, info.end_ms)}",
-            lambda store: store.write_pane(
-                task_id,
-                info.start_ms,
-                info.end_ms,
-                info.pane_index,
-                info.pane_timing,
-                rows,
-                max_items=self.max_items,
-                labels=self.labels,
-                run_id=self.writer.run_id,
-            ),
-        )
-        if n is None:
+
+        def write(store: Store) -> int | WindowFinal:
+            try:
+                return store.write_pane(
+                    task_id, info.start_ms, info.end_ms, info.pane_index, info.pane_timing, rows,
+                    max_items=self.max_items, labels=self.labels, run_id=self.writer.run_id,
+                )  # fmt: skip
+            except WindowFinal as closed:  # an earlier run's final window: it keeps its figures
+                return closed
+
+        label = f"pane {info.pane_index} of {task_id} {window_label(info.start_ms, info.end_ms)}"
+        n = self.writer.call("pane", (*key, int(info.pane_index)), label, write)
+        if isinstance(n, WindowFinal):
+            self.after_final.inc()
+            self.writer.status.record("pane_after_final", (*key, int(info.pane_index)), "ok", str(n))
+            _LOG.warning("store: %s", n)
+        elif n is None:
             self.failed.inc()
         else:
             self.write_ms.update(now_ms() - t0)

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 #: ``ldp_meta`` row ``schema_version``.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 _KEY = "task_id TEXT NOT NULL, output TEXT NOT NULL, window_start BIGINT NOT NULL, window_end BIGINT NOT NULL"
 
@@ -97,6 +97,14 @@ def _counts_ddl(name: str) -> str:
     )
 
 
+#: ``ldp_runs`` as schema version 2 made it (version 3 adds ``proc``).
+_RUNS_V2 = (
+    "CREATE TABLE IF NOT EXISTS ldp_runs (run_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, "
+    "status TEXT NOT NULL, started_ms BIGINT NOT NULL, heartbeat_ms BIGINT NOT NULL, "
+    "ended_ms BIGINT NULL, host TEXT NULL, pid BIGINT NULL, streaming SMALLINT NULL, output TEXT NULL, "
+    "panes_written BIGINT NULL, failed_panes BIGINT NULL, error TEXT NULL, summary_json TEXT NULL)"
+)
+
 #: Table name -> CREATE TABLE statement (IF NOT EXISTS: ``create_schema`` is idempotent).
 TABLES: dict[str, str] = {
     "ldp_meta": "CREATE TABLE IF NOT EXISTS ldp_meta (key TEXT PRIMARY KEY, value TEXT)",
@@ -126,12 +134,7 @@ TABLES: dict[str, str] = {
         "PRIMARY KEY (task_id, window_start, window_end))"
     ),
     "ldp_counts": _counts_ddl("ldp_counts"),
-    "ldp_runs": (
-        "CREATE TABLE IF NOT EXISTS ldp_runs (run_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, "
-        "status TEXT NOT NULL, started_ms BIGINT NOT NULL, heartbeat_ms BIGINT NOT NULL, "
-        "ended_ms BIGINT NULL, host TEXT NULL, pid BIGINT NULL, streaming SMALLINT NULL, output TEXT NULL, "
-        "panes_written BIGINT NULL, failed_panes BIGINT NULL, error TEXT NULL, summary_json TEXT NULL)"
-    ),
+    "ldp_runs": _RUNS_V2[:-1] + ", proc TEXT NULL)",
 }
 
 #: Everything ``create_schema`` runs (tables, then the indexes the read API uses).
@@ -156,6 +159,12 @@ MIGRATIONS: dict[str, tuple[str, ...]] = {
         "DROP TABLE ldp_counts",
         "ALTER TABLE ldp_counts_v2 RENAME TO ldp_counts",
         "UPDATE ldp_meta SET value = '2' WHERE key = 'schema_version'",
+    ),
+    # 2 -> 3: ``ldp_runs.proc``, the launching process's identity (a killed run is seen dead at once)
+    "2": (
+        _RUNS_V2,  # a store migrated from version 1 in the same transaction has no ldp_runs yet
+        "ALTER TABLE ldp_runs ADD COLUMN proc TEXT NULL",
+        "UPDATE ldp_meta SET value = '3' WHERE key = 'schema_version'",
     ),
 }
 

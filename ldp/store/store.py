@@ -50,6 +50,7 @@ __all__ = [
     "StoreLost",
     "StoreUnavailable",
     "RunConflict",
+    "WindowFinal",
     "Store",
     "open_store",
     "parse_store_url",
@@ -58,6 +59,8 @@ __all__ = [
     "is_transient",
     "call_with_retry",
     "run_conflict_message",
+    "process_identity",
+    "process_gone",
     "HEARTBEAT_S",
     "STALE_RUN_S",
 ]
@@ -82,6 +85,10 @@ class StoreUnavailable(StoreError):
 class StoreLost(StoreError):
     """The store the job opened is gone: its SQLite file was deleted or replaced, or it no longer holds the
     job's run. Never retried (a new empty file is not the store)."""
+
+
+class WindowFinal(StoreError):
+    """A pane of one run for a window that another run already made final: nothing of it is written."""
 
 
 class RunConflict(StoreError):
@@ -185,6 +192,54 @@ def call_with_retry(
                 )
             sleep(wait)
             delay *= 2
+
+
+def _proc_stat(pid: int) -> tuple[str, int]:
+    """Process ``pid``'s state letter and start time in clock ticks since boot (``/proc/PID/stat`` fields
+    3 and 22)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+        stat = fh.read()
+    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 on, after the command name
+    return fields[0], int(fields[19])
+
+
+def _this_kernel() -> str:
+    """This kernel boot and pid namespace: ``BOOT_ID/PIDNS`` (the scope in which a pid means a process)."""
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+        boot = fh.read().strip()
+    return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+
+
+def process_identity(pid: int | None = None) -> str | None:
+    """``BOOT_ID/PIDNS/PID/START`` naming one process for as long as the machine runs (a pid alone may be
+    reused), or None where ``/proc`` cannot tell (not Linux)."""
+    pid = os.getpid() if pid is None else int(pid)
+    try:
+        return f"{_this_kernel()}/{pid}/{_proc_stat(pid)[1]}"
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_gone(identity: str | None) -> bool:
+    """Whether the process named by :func:`process_identity` has ended: True only when it ran under this
+    kernel boot and pid namespace and no process with its pid and start time runs now (killed, even
+    with SIGKILL; a zombie counts as ended); False when that cannot be told (another machine or
+    container, no ``/proc``)."""
+    if not identity:
+        return False
+    try:
+        scope, pid, start = identity.rsplit("/", 2)
+        if scope != _this_kernel():
+            return False
+    except (OSError, ValueError):
+        return False
+    try:
+        state, started = _proc_stat(int(pid))
+        return state in ("Z", "X") or started != int(start)  # ended, not yet reaped; or the pid reused
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def run_conflict_message(task_id: str, other: Mapping[str, Any], stale_after_s: float = STALE_RUN_S) -> str:
@@ -594,11 +649,19 @@ class Store:
         written_ms: int | None = None,
         run_id: str | None = None,
     ) -> int:
-        """:meth:`write_pane` for rows already flattened (:func:`ldp.store.flatten.flatten_rows`)."""
+        """:meth:`write_pane` for rows already flattened (:func:`ldp.store.flatten.flatten_rows`).
+
+        Across runs (``run_id`` given): a run's panes of a window are stored after every pane the other
+        runs stored for it, at index ``B + pane_index`` where ``B`` is one more than the highest of theirs
+        (the run's own index is kept in the pane's ``extra_json`` as ``run_pane_index``), and its first
+        pane there removes their current rows of the window, every output and group: a restarted job that
+        recomputes a window from its inputs replaces the killed run's figures whole, never adds to them.
+        A window another run made final is closed: :class:`WindowFinal` is raised, nothing is written.
+        """
         if not flat:
             return 0
         ws, we = window_ms(window_start), window_ms(window_end)
-        pane_index = int(pane_index)
+        run_pane = int(pane_index)
         written = now_ms() if written_ms is None else int(written_ms)
         by_output: dict[str, int] = {}
         for fp in flat:
@@ -607,10 +670,31 @@ class Store:
         n = 0
         with self._b.transaction() as cur:
             got = cur.one(
-                "SELECT is_final FROM ldp_windows WHERE task_id = ? AND window_start = ? AND window_end = ?",
+                "SELECT is_final, run_id FROM ldp_windows WHERE task_id = ? AND window_start = ? AND "
+                "window_end = ?",
                 (task_id, ws, we),
             )
             final = int(got[0]) if got is not None else 0
+            base = 0
+            if run_id is not None:
+                if final and got[1] != run_id:
+                    raise WindowFinal(
+                        f"window {ws}..{we} of {task_id} was made final by run {got[1]}; pane {run_pane} of "
+                        f"run {run_id} is not written"
+                    )
+                prior = cur.one(
+                    "SELECT MAX(pane_index) FROM ldp_panes WHERE task_id = ? AND window_start = ? AND "
+                    "window_end = ? AND (run_id IS NULL OR run_id <> ?)",
+                    (task_id, ws, we, run_id),
+                )
+                base = 0 if prior is None or prior[0] is None else int(prior[0]) + 1
+            pane_index = base + run_pane
+            if base:  # the earlier runs' figures of the window: replaced whole, never mixed with this run's
+                cur.execute(
+                    "DELETE FROM ldp_current WHERE task_id = ? AND window_start = ? AND window_end = ? AND "
+                    "pane_index < ?",
+                    (task_id, ws, we, base),
+                )
             for fp in flat:
                 newest = cur.one(
                     "SELECT MAX(pane_index) FROM ldp_panes WHERE task_id = ? AND output = ? AND "
@@ -670,7 +754,10 @@ class Store:
                         written,
                         fp.n_items,
                         len(fp.items),
-                        json.dumps(fp.extra, sort_keys=True, default=str),
+                        json.dumps(
+                            {**fp.extra, "run_pane_index": run_pane} if base else fp.extra,
+                            sort_keys=True, default=str,
+                        ),
                         run_id,
                     ),
                 )
@@ -766,8 +853,10 @@ class Store:
         output: str | None = None,
     ) -> list[dict[str, Any]]:
         """Records a new live run of ``task_id`` (``ldp_runs``), in one transaction with the check that no
-        other run of the task is live: status ``live`` and a heartbeat newer than ``stale_after_s``
-        (older ones are marked ``dead``). Returns the other live runs (empty unless ``allow_concurrent``).
+        other run of the task is live: status ``live`` and a heartbeat newer than ``stale_after_s``, and
+        a launching process that has not ended (``proc``, :func:`process_gone`: a run killed on this
+        machine is dead at once, not after ``stale_after_s``). Runs that are not are marked ``dead``.
+        Returns the other live runs (empty unless ``allow_concurrent``).
 
         Raises:
             RunConflict: another live run of the task, without ``allow_concurrent`` (one line).
@@ -780,33 +869,40 @@ class Store:
                 "AND heartbeat_ms < ?",
                 (task_id, stale),
             )
-            others = [
-                dict(zip(("run_id", "started_ms", "heartbeat_ms", "host", "pid"), r))
-                for r in cur.execute(
-                    "SELECT run_id, started_ms, heartbeat_ms, host, pid FROM ldp_runs WHERE task_id = ? AND "
-                    "status = 'live' AND run_id <> ? ORDER BY started_ms",
-                    (task_id, run_id),
-                ).fetchall()
-            ]
+            others = []
+            for r in cur.execute(
+                "SELECT run_id, started_ms, heartbeat_ms, host, pid, proc FROM ldp_runs WHERE task_id = ? "
+                "AND status = 'live' AND run_id <> ? ORDER BY started_ms",
+                (task_id, run_id),
+            ).fetchall():
+                other = dict(zip(("run_id", "started_ms", "heartbeat_ms", "host", "pid", "proc"), r))
+                if process_gone(other.pop("proc")):
+                    _LOG.warning("store: run %s of %s was live, but its process (host %s, pid %s) has "
+                                 "ended: marked dead", other["run_id"], task_id, other["host"], other["pid"])
+                    cur.execute("UPDATE ldp_runs SET status = 'dead' WHERE run_id = ?", (other["run_id"],))
+                else:
+                    others.append(other)
             if others and not allow_concurrent:
                 raise RunConflict(run_conflict_message(task_id, others[0], stale_after_s))
             cur.execute(
                 "INSERT INTO ldp_runs (run_id, task_id, status, started_ms, heartbeat_ms, host, pid, "
-                "streaming, output) VALUES (?, ?, 'live', ?, ?, ?, ?, ?, ?) "
+                "streaming, output, proc) VALUES (?, ?, 'live', ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (run_id) DO UPDATE SET status = 'live', heartbeat_ms = excluded.heartbeat_ms",
                 (run_id, task_id, now, now, socket.gethostname(), os.getpid(),
-                 None if streaming is None else int(bool(streaming)), output),
+                 None if streaming is None else int(bool(streaming)), output, process_identity()),
             )  # fmt: skip
         return others
 
     def live_runs(self, task_id: str, stale_after_s: float = STALE_RUN_S) -> list[dict[str, Any]]:
-        """The task's runs with status ``live`` and a heartbeat newer than ``stale_after_s`` (read only)."""
+        """The task's runs with status ``live``, a heartbeat newer than ``stale_after_s`` and a launching
+        process that has not ended (read only)."""
         stale = now_ms() - int(stale_after_s * 1000)
-        return self._b.query(
-            "SELECT run_id, started_ms, heartbeat_ms, host, pid FROM ldp_runs WHERE task_id = ? AND "
+        rows = self._b.query(
+            "SELECT run_id, started_ms, heartbeat_ms, host, pid, proc FROM ldp_runs WHERE task_id = ? AND "
             "status = 'live' AND heartbeat_ms >= ? ORDER BY started_ms",
             (task_id, stale),
         )
+        return [{k: v for k, v in r.items() if k != "proc"} for r in rows if not process_gone(r["proc"])]
 
     def heartbeat(self, run_id: str) -> None:
         """The run is alive (``heartbeat_ms`` = now)."""
