@@ -41,7 +41,7 @@ from pathlib import Path
 from ldp.aggregate import Aggregator, make_aggregator
 from ldp.anonymity import AnonymitySettings, window_problems
 from ldp.task import ParsedTask, TaskError, WindowConfig, parse_task
-from pipelines.cli import add_input_flags, fail, job_parser, parse_job_args, prepare_output
+from pipelines.cli import add_input_flags, add_metrics_flags, fail, job_parser, parse_job_args, prepare_output
 from pipelines.job import _check_sources, closed_window_counts, read_reports
 from transforms.records import requires_client_ids
 
@@ -119,6 +119,7 @@ def parser() -> argparse.ArgumentParser:
         "bucket closes; Pub/Sub: the job is cancelled); 0 runs until interrupted",
     )
     p.add_argument("--batch_size", type=int, default=1 << 15, help="records per batch read from files")
+    add_metrics_flags(p)
     p.add_argument(
         "--dead_letter_window", type=float, default=60.0, help="streaming: seconds of dead letters per file"
     )
@@ -387,8 +388,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         all_counts = tuple(counts) | "AllCounts" >> beam.Flatten()
         per_window = all_counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window, task_id=task.task_id)
         per_window | "WriteCounts" >> WriteCounts(ns.output, task_id=task.task_id)
+    endpoint = _start_metrics(ns, task.task_id)
     t0 = time.perf_counter()
     result = p.run()
+    if endpoint is not None:
+        endpoint.watch(result)
     if streaming and ns.streaming_duration > 0 and not ns.input:
         deadline = time.time() + ns.streaming_duration
         while time.time() < deadline:
@@ -453,7 +457,40 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
 
     atomic_write(os.path.join(ns.output, "counts.json"), json.dumps(summary, indent=2).encode("utf-8"))
     lock.close()
+    if endpoint is not None:  # the final counts: those of counts.json
+        endpoint.finish(raw, state=str(result.state).rsplit(".", 1)[-1], result=None if streaming else result)
+        endpoint.linger(ns.metrics_linger)
+        endpoint.stop()
     return summary
+
+
+def _start_metrics(ns: argparse.Namespace, task_id: str):
+    """The shuffler's Prometheus endpoint (``--metrics_port``; None without it): the aggregation jobs'
+    counters plus the shuffler's (``transforms.prometheus.SHUFFLE_COUNTERS``, ``already_published``)."""
+    if ns.metrics_port is None:
+        if ns.metrics_linger:
+            fail("--metrics_linger needs --metrics_port")
+        return None
+    from transforms.prometheus import (
+        JOB_COUNTERS,
+        SHUFFLE_COUNTERS,
+        CounterSpec,
+        job_reasons,
+        start_job_metrics,
+    )
+
+    already = CounterSpec(
+        "ldp_job_reports_already_published", "already_published",
+        "Reports read again for a bucket an earlier run published (restarts).",
+    )  # fmt: skip
+    counters = (*JOB_COUNTERS, *SHUFFLE_COUNTERS, already)
+    try:
+        endpoint = start_job_metrics(ns.metrics_port, pipeline="shuffle", task_id=task_id,
+                                     reasons=job_reasons(), counters=counters)  # fmt: skip
+    except OSError as exc:
+        fail(f"--metrics_port {ns.metrics_port}: cannot listen ({exc.strerror or exc})")
+    print(f"metrics: {endpoint.url}", file=sys.stderr, flush=True)
+    return endpoint
 
 
 if __name__ == "__main__":
