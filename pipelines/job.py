@@ -674,6 +674,8 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         if endpoint is not None:
             endpoint.stop()
         raise
+    if endpoint is not None:  # from here on the job's thread alone reads the result's metrics
+        endpoint.stop_watching()
     if ns.progress_interval > 0:
         progress().maybe_log(force=True)
     _LOG.info("job ended: %s after %.1f s", result.state, seconds)

@@ -349,9 +349,14 @@ class MetricsEndpoint:
         self.metrics.observe(counts, dists, state=None if state is None else str(state))
 
     def watch(self, result: Any, interval_s: float = POLL_INTERVAL_S) -> None:
-        """Polls ``result`` every ``interval_s`` seconds in a daemon thread until :meth:`finish` or
-        :meth:`stop`."""
+        """Polls ``result`` every ``interval_s`` seconds in a daemon thread until :meth:`stop_watching`,
+        :meth:`finish` or :meth:`stop`. A result that has already ended (the FnApiRunner's ``run()``
+        returns once the pipeline has finished) is not polled: its final metrics come with
+        :meth:`finish` (and its ``metrics()`` must not be built from two threads at once)."""
         if self._watcher is not None:
+            return
+        state = str(getattr(result, "state", "")).rsplit(".", 1)[-1]
+        if state in ("DONE", "FAILED", "CANCELLED", "DRAINED", "STOPPED", "UPDATED"):
             return
 
         def loop() -> None:
@@ -362,14 +367,18 @@ class MetricsEndpoint:
         self._watcher = threading.Thread(target=loop, name="ldp-metrics-poll", daemon=True)
         self._watcher.start()
 
+    def stop_watching(self) -> None:
+        """Stops the polls (the job has ended: its result is read by the job's own thread from now on)."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(30)
+
     def finish(self, counts: Mapping[str, int], *, state: str, result: Any = None) -> None:
         """The job ended: stops polling; its counters become ``counts`` (the job's summary counts, those of
         ``OUT/counts.json``: reports read, accepted, rejected and by reason, late, lost) and, for every
         other counter (panes, rows, the store's) and the distributions, ``result``'s final Beam
         metrics."""
-        self._stop.set()
-        if self._watcher is not None:
-            self._watcher.join(10)
+        self.stop_watching()
         dists: dict[str, dict[str, int]] = {}
         merged: dict[str, int] = {}
         if result is not None:
