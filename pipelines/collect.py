@@ -417,6 +417,7 @@ async def serve(
     finally:
         server.stop()
         await server.close_all_connections()
+        await collector.drain()
         stats = collector.close()
         collector.writer.close()
     return stats.to_json()

@@ -37,6 +37,7 @@ import logging
 import os
 import re
 import secrets
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -613,6 +614,8 @@ class _Segment:
         self.generation = 0
         self.opened = time.monotonic()
         self.syncing: Any = None
+        self.lock = threading.Lock()  # one publication at a time (a worker thread, or close())
+        self.published = False
 
     @property
     def reports(self) -> int:
@@ -920,6 +923,14 @@ class RollingAvroWriter:
         """fsync, (permute), rename to the final name, fsync of the directory, ``.done`` marker. On failure
         the segment stays in :attr:`unfinished` (its acknowledged reports are durable in the ``.tmp``
         file) and is tried again at the next roll."""
+        with seg.lock:
+            if seg.published:
+                return str(seg.final)
+            out = self._publish_locked(seg)
+            seg.published = True
+            return out
+
+    def _publish_locked(self, seg: _Segment) -> str:
         n = seg.reports_to(seg.committed)
         try:
             if seg.size > seg.committed:  # never acknowledged: not published either
@@ -1337,6 +1348,7 @@ class Collector:
         self.prom = PrometheusMetrics()
         self.failed: str | None = None  # the last write failure, cleared by the next durable write
         self._pending: dict[bytes, Any] = {}
+        self._roll_task: Any = None
         self._published = 0
         self._written = 0
         self._n = 0
@@ -1524,7 +1536,7 @@ class Collector:
             if work.key is not None:
                 self.keys.add(work.key, work.body, work.count)
             if self.writer.full():
-                asyncio.ensure_future(self.roll_async())
+                self._start_roll()
             return self._accepted(work.count)
         finally:
             if work.key is not None:
@@ -1537,9 +1549,19 @@ class Collector:
         if self.writer.due():
             self.roll()
 
+    def _start_roll(self) -> None:
+        """Starts a roll in the background unless one is running (it publishes every detached file)."""
+        if self._roll_task is None or self._roll_task.done():
+            self._roll_task = asyncio.ensure_future(self.roll_async())
+
     async def tick_async(self) -> None:
         if self.writer.due():
-            await self.roll_async()
+            self._start_roll()
+
+    async def drain(self) -> None:
+        """Waits for a background roll (before :meth:`close`)."""
+        if self._roll_task is not None:
+            await asyncio.wait([self._roll_task])
 
     def roll(self) -> None:
         try:

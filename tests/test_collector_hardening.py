@@ -395,3 +395,27 @@ def test_prometheus_counts_equal_the_collectors_own(tmp_path, olh_task, rng):
     labels = {m for k in metrics for m in re.findall(r'(\w+)="', k)}
     assert labels <= {"status", "reason", "outcome", "kind", "le"}, labels  # nothing of a client or a value
     server.stop()
+
+
+def test_concurrent_requests_past_the_roll_size_publish_each_file_once(tmp_path, olh_task, rng):
+    """Many requests finishing while the open file is full start one background roll, not one each."""
+    import threading
+
+    server = Server(olh_task, tmp_path / "out", roll_reports=30)
+    recs = make_records(olh_task, 800, rng)
+    bodies = [encode_report_container(recs[10 * k : 10 * k + 10]) for k in range(80)]
+    statuses: list[int] = []
+
+    def worker(part: list[bytes]) -> None:
+        for body in part:
+            statuses.append(server.post(body, AVRO_TYPE)[0])
+
+    threads = [threading.Thread(target=worker, args=(bodies[k::8],)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    stats = server.stop()
+    assert statuses == [200] * 80 and stats["write_errors"] == 0
+    assert stats["reports_written"] == stats["reports_accepted"] == 800
+    assert len(read_dir(server.out)) == 800 and not list(server.out.glob(".collect-*.tmp"))
