@@ -1,23 +1,28 @@
 """The HTTP collector's core, without a web framework and without Beam: request bodies -> checked report
-records -> rolling Avro report files in a directory the aggregation jobs read (docs/collector.md).
+records -> durable rolling Avro report files in a directory the aggregation jobs read (docs/collector.md).
 
 :class:`Collector` takes one request body (JSON or Avro) and returns the HTTP status and JSON answer;
 :mod:`pipelines.collect` is the web server around it. The steps:
 
-1. :func:`parse_json_body` / :func:`parse_avro_body`: the body -> report records (the Avro form of
-   ``schemas/report.avsc``), following the JSON form of docs/wire_format.md (``seed`` a decimal string,
-   ``bits`` and ``client_id`` base64). A body that is not JSON, or a batch object of the wrong shape, is a
-   :class:`RequestError` (400); a value that does not convert stays as it was, so the validator refuses
-   it for the reason the wire format names.
+1. :func:`parse_json_body` / :func:`parse_avro_body`: the body -> report records. JSON follows the JSON
+   form of docs/wire_format.md (``seed`` a decimal string, ``bits`` and ``client_id`` base64), its nesting
+   measured before parsing. An Avro body is walked with every declared count and length checked against
+   the bytes left and ``max_batch`` before anything is allocated, then decoded column-wise
+   (:class:`~transforms.avro_fast.ColumnBatch`) or by fastavro from exactly each block's bytes.
 2. :class:`ReportChecker`: the project's validator (:class:`transforms.records.TaskReportValidator`, the
-   same checks as the aggregation jobs) plus the two the Avro decoder makes for files (member names, the
-   type of ``schema_version``). All or nothing: one refused report refuses the request (422), naming the
-   first refused report, its reason and detail; nothing of it is written.
-3. :class:`RollingAvroWriter`: the accepted reports of a request are one Avro block appended to an open
-   hidden temporary file; a file is closed (fsync, rename to ``collect-*.avro``, fsync of the directory,
-   then the ``.done`` marker) after ``roll_reports`` reports or ``roll_seconds`` seconds, and on shutdown.
+   same checks as the aggregation jobs) plus the two the Avro decoder makes for files. All or nothing: one
+   refused report refuses the request (422), naming the first refused report; nothing of it is written.
+3. :class:`RollingAvroWriter`: the request's block is appended to the open hidden ``.tmp`` file and the
+   request is answered 200 only after an ``fsync`` covers it (group commit). Files are published (rename,
+   ``.done`` marker) after ``roll_reports`` reports or ``roll_seconds`` seconds; a shuffled task's file is
+   first rewritten in a CSPRNG-drawn order. At start, :meth:`RollingAvroWriter.adopt` publishes the valid
+   prefix of what a killed process left.
+4. Retries and senders: :class:`IdempotencyKeys` (an ``Idempotency-Key`` repeat is answered without a
+   second write), :class:`SenderAuth` (optional client tokens; distinct senders per file in the metadata
+   key :data:`SENDERS_KEY`), :class:`PrometheusMetrics`.
 
-Nothing of a request other than its report fields is kept: no address, no header, no receive time.
+Nothing of a request other than its report fields is kept: no address, no header, no receive time (an
+idempotency key only as a digest, for its window).
 """
 
 from __future__ import annotations
