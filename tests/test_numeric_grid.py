@@ -236,3 +236,28 @@ def test_old_float_reports_and_off_grid_values_are_refused_with_reasons():
     # NaN is refused by the generic payload check (not a finite double) before the grid check
     assert details == ["reals_off_grid", "reals_off_grid", "reals_out_of_range",
                        "reals must hold one finite double", "reals_out_of_range"]
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("name", ["hybrid", "piecewise", "laplace", "square-wave"])
+def test_multi_attribute_wire_has_no_float_tell(name):
+    # Sample-k-of-m (m = 3, k = 2, eps = 4: each attribute at eps 2). Every message slot of 200,000 reports
+    # per input (all attributes at their low bounds against all at their high bounds): the reports that
+    # carry attribute 1 in the slot (items are sorted, so only attribute 1 appears in both slots), bit
+    # cells and value cells, lower bound at most the share eps / k.
+    from ldp.numeric.multi import MultiNumeric
+
+    bounds = [(0.0, 10.0), (-5.0, 5.0), (100.0, 500.0)]
+    mech = MultiNumeric(name, 4.0, bounds, k=2)
+    n = 200_000
+    rng = _rng(6, ["hybrid", "piecewise", "laplace", "square-wave"].index(name))
+    lows, highs = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
+    ra = mech.encode(np.tile(lows, (n, 1)), rng=rng)
+    rb = mech.encode(np.tile(highs, (n, 1)), rng=rng)
+    assert mech.validate(ra)[0].all() and mech.validate(rb)[0].all()
+    for slot in range(2):
+        a = ra.reals[ra.items[:, slot] == 1, slot]
+        b = rb.reals[rb.items[:, slot] == 1, slot]
+        assert np.all(a == np.floor(a)) and np.all(b == np.floor(b))  # integer messages only
+        bits, values = _attack(a, b)
+        assert bits <= 2.0 and values <= 2.0, (slot, bits, values)
