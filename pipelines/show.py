@@ -392,6 +392,8 @@ def load_counts(out: str) -> dict[str, Any] | None:
         "mechanism": summary.get("mechanism"),
         "window": summary.get("window") if isinstance(summary.get("window"), dict) else None,
         "streaming": summary.get("streaming") if summary else True,
+        # the job ended DONE: its watermark passed every window, so no pane follows the last one written
+        "windows_final": summary.get("windows_final") is True,
     }
 
 
@@ -525,6 +527,10 @@ def collect(
         wrows = by_window[key]
         opts = {"rule": rule} if "rule" in spec.options else {}
         tables = spec.tables(wrows, top, batch, **opts)
+        if counts is not None and counts.get("windows_final"):  # the job ended DONE: latest panes are final
+            for t in tables:
+                if "final" in t:
+                    t["final"] = True
         windows.append({
             "window_start": key[0],
             "window_end": key[1],
