@@ -218,3 +218,24 @@ def test_report_noise_comes_from_the_os_csprng_unless_a_noise_seed_is_given(mech
     if mech == "olh":  # memoized responses also depend on each user's secret, always from the OS CSPRNG
         vc, vd = (np.concatenate([np.asarray(w.reports.values).ravel() for w in ws]) for ws in (c, d))
         assert np.array_equal(vc, vd)
+
+
+def test_post_reports_sends_one_key_per_request_and_raises_on_a_final_refusal(tmp_path, frequency_task_file):
+    from test_collect import Server, make_records
+
+    from pipelines.clients import CollectorRefused, post_reports
+    from transforms.records import encode_report_container
+
+    task = frequency_task_file()
+    server = Server(task, tmp_path / "out")
+    url = f"http://127.0.0.1:{server.port}/v1/reports"
+    body = encode_report_container(make_records(task, 5, np.random.default_rng(1)))
+    assert post_reports(url, body, key="retry-key-0001") == {"accepted": 5}
+    assert post_reports(url, body, key="retry-key-0001") == {"accepted": 5, "duplicate": True}
+    with pytest.raises(CollectorRefused) as refused:
+        post_reports(url, b"not avro", retries=3)
+    assert refused.value.status == 400 and refused.value.answer["error"] == "undecodable"
+    with pytest.raises(ValueError, match="not an http"):
+        post_reports("ftp://x/v1/reports", body)
+    stats = server.stop()
+    assert stats["reports_accepted"] == 5 and stats["duplicates"] == 1 and stats["rejected"] == 1
