@@ -31,6 +31,12 @@ Without a status directory (a remote ``--output``) the failed write raises, fail
 
 Runs. :func:`open_job_store` records the job's run in ``ldp_runs`` (refusing a second live run of the
 task unless asked for) and keeps its heartbeat; :meth:`JobStore.finish` ends it.
+
+Restarts. A job restarted after a kill re-reads its inputs and recomputes each window; the store stores
+its panes after the killed run's and replaces the window's rows whole (:meth:`ldp.store.Store.
+write_flat_pane`), and a pane of a window another run made final is not written
+(:class:`ldp.store.WindowFinal`: counted ``store_panes_after_final``, recorded in the status directory as
+``pane_after_final``, summed into :attr:`StoreStatus.panes_after_final`).
 """
 
 from __future__ import annotations
