@@ -30,6 +30,19 @@ eps = 0.2 is 0.19 with resolution 1 and 0.06 with resolution 4 (0.024 vs 0.005 a
 resolution is ``ceil(256 / c)`` (at least 1). The matrix of a sub-bin averages the density over the
 sub-bin, exactly (uniform input; for ``input_mode="center"`` with resolution 1 the matrix is the exact one
 for the centre).
+
+The wire form (:class:`SquareWaveGrid`, report schema version 3). :class:`SquareWave` and
+:func:`perturb_unit` are the continuous model: a double computed in floating point reveals its input
+through its low bits, so it is never sent. A client sends an **integer message** instead, drawn by the exact
+sliding-window sampler of :mod:`ldp.numeric.grid` (Square Wave's discrete form): the value ``x`` in
+``[0, c)`` becomes one of ``P = c K`` input positions, ``j = x K + k`` (``input_mode="uniform"``: ``k``
+a uniform integer in ``[0, K)``; ``"center"``: ``k = K // 2``), whose point in ``[0, 1]`` is
+``(j + 1/2) / P``; the message ``m`` in ``[0, M)`` is the sliding window's cell, ``P[m | j] = h / S``
+inside the window ``[j s, j s + w)`` (``w ~ 2 b P s``, SW's ``[v - b, v + b]``) and ``l / S`` elsewhere,
+with ``h / l <= exp_lower(eps) <= e^eps``. Every probability is an exact rational, so eps-LDP holds for
+every pair of inputs and every message exactly (the position draw is a mixture of rows). The aggregator
+bins messages into ``output_bins`` contiguous runs of cells and runs EM(S) on the transition matrix of
+that discrete distribution (integer cell counts, one rounding to double).
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -46,9 +60,14 @@ from ldp.csprng import client_rng
 from ldp.payload import PayloadField, PayloadSpec, Refusal, refuse
 from ldp.reports import Reports
 
+if TYPE_CHECKING:  # ldp.numeric imports this module: the grid is imported where it is used
+    from ldp.numeric.grid import SlidingWindow
+
 __all__ = [
     "InputMode",
     "SquareWave",
+    "SquareWaveGrid",
+    "GRID_POSITIONS",
     "SWAccumulator",
     "SWEstimate",
     "sw_closeness",
@@ -543,3 +562,163 @@ class SquareWave:
     def estimate_reports(self, reports: Reports) -> SWEstimate:
         """Shortcut: accumulate one batch and estimate."""
         return self.estimate(self.add(self.create_accumulator(), reports))
+
+
+#: input positions ``P = c K`` of :class:`SquareWaveGrid` at least (``K`` a multiple of ``em_resolution``):
+#: positions far finer than the EM sub-bins, so the uniform placement inside a bin costs nothing measurable
+GRID_POSITIONS = 2048
+
+
+class SquareWaveGrid(SquareWave):
+    """Square Wave's wire form: integer messages from the exact sliding-window sampler (module docstring).
+
+    Same parameters and estimator as :class:`SquareWave`, plus ``positions`` (``K``, input positions per
+    value; default the smallest multiple of ``em_resolution`` with ``c K >= GRID_POSITIONS``). A report
+    carries its message ``m`` as an integer-valued double in ``reals`` (``m < 2^53``: exact); the
+    validator refuses anything else (``reals_off_grid``, ``reals_out_of_range``). The output bins are
+    ``output_bins`` (at most ``M``) runs of cells, bin ``(m * output_bins) // M``, and :meth:`matrix` is
+    ``P(message in output bin | EM sub-bin)`` of the discrete distribution: for ``input_mode="uniform"``
+    (or any mode with ``em_resolution > 1``) the average over the sub-bin's positions, for ``"center"``
+    at resolution 1 the centre position's row.
+    """
+
+    def __init__(
+        self,
+        epsilon: float,
+        domain_size: int,
+        *,
+        input_mode: InputMode | str = InputMode.UNIFORM,
+        em_resolution: int | None = None,
+        output_bins: int | None = None,
+        smoothing: bool = True,
+        tol: float = 1e-8,
+        max_iter: int = 10_000,
+        positions: int | None = None,
+    ) -> None:
+        from ldp.numeric.grid import exp_lower, sliding_window_for
+
+        super().__init__(epsilon, domain_size, input_mode=input_mode, em_resolution=em_resolution,
+                         output_bins=output_bins, smoothing=smoothing, tol=tol, max_iter=max_iter)
+        res = self.em_resolution
+        if positions is None:
+            positions = res * max(1, math.ceil(GRID_POSITIONS / (self.d * res)))
+        if int(positions) != positions or positions < 1 or positions % res:
+            raise ValueError(f"positions must be a positive multiple of em_resolution {res}, got {positions}")
+        self.positions = int(positions)
+        n_pos = self.d * self.positions
+        if n_pos < 2:
+            raise ValueError("Square Wave's grid needs two input positions (domain_size * positions)")
+        self.grid: SlidingWindow = sliding_window_for(
+            exp_lower(self.epsilon), 2.0 * self.b * n_pos / (n_pos - 1), n_steps=n_pos - 1
+        )
+        self.output_bins = min(self.output_bins, self.grid.cells)
+
+    # -- client ---------------------------------------------------------------------------------------
+    def input_positions(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The input grid index ``j = x K + k`` of each integer value (``k`` uniform in ``[0, K)`` by an
+        integer draw, or ``K // 2`` for ``input_mode="center"``)."""
+        values = np.asarray(values)
+        if values.dtype.kind not in "iu":
+            raise ValueError("Square Wave encodes integer values in [0, c)")
+        if values.size and (values.min() < 0 or values.max() >= self.d):
+            raise ValueError(f"values must lie in [0, {self.d})")
+        base = values.astype(np.int64).reshape(-1) * self.positions
+        if self.input_mode is InputMode.CENTER or self.positions == 1:
+            return base + self.positions // 2
+        return base + rng.integers(0, self.positions, size=base.size, dtype=np.int64)
+
+    def messages(self, values: np.ndarray, *, rng: np.random.Generator | int | None = None) -> np.ndarray:
+        """The integer messages (int64) of integer values in ``[0, c)``."""
+        from ldp.numeric.grid import rng_uniform
+
+        rng = client_rng(rng)
+        return self.grid.sample(self.input_positions(values, rng), rng_uniform(rng))
+
+    def encode(self, values: np.ndarray, *, rng: np.random.Generator | int | None = None) -> Reports:
+        """Randomizes integer values in ``[0, c)``: each message as an integer-valued double in ``reals``."""
+        return Reports(reals=self.messages(values, rng=rng).astype(np.float64))
+
+    # -- server ---------------------------------------------------------------------------------------
+    def validate(self, reports: Reports) -> tuple[np.ndarray, np.ndarray]:
+        """A report must carry exactly one integer message in ``[0, M)``: a float array (else
+        ``reals_not_float``), finite, whole and not ``-0.0`` (else ``reals_off_grid``), in range (else
+        ``reals_out_of_range``); dead-letter code ``invalid_payload`` (``missing_field`` without ``reals``).
+
+        Returns:
+            ``(ok_mask, reasons)`` as in the oracle API.
+        """
+        n = len(reports)
+        reasons = np.full(n, None, dtype=object)
+        if reports.reals is None:
+            reasons[:] = Refusal("missing_field", "missing reals")
+            return np.zeros(n, dtype=bool), reasons
+        y = np.asarray(reports.reals)
+        if y.ndim != 1 or y.dtype.kind != "f":
+            reasons[:] = Refusal("invalid_payload", "reals_not_float")
+            return np.zeros(n, dtype=bool), reasons
+        y = y.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            off = ~np.isfinite(y) | (np.floor(y) != y) | ((y == 0.0) & np.signbit(y))
+            outside = ~off & ((y < 0) | (y > self.grid.cells - 1))
+        refuse(reasons, off, "invalid_payload", "reals_off_grid")
+        refuse(reasons, outside, "invalid_payload", "reals_out_of_range")
+        return ~(off | outside), reasons
+
+    @property
+    def payload(self) -> PayloadSpec:
+        """One integer-valued double in ``[0, M - 1]`` per report (:mod:`ldp.payload`)."""
+        return PayloadSpec((PayloadField("reals", "float64", low=0.0, high=float(self.grid.cells - 1),
+                                         outside="invalid_payload"),))
+
+    def bin_index(self, reals: np.ndarray) -> np.ndarray:
+        """Output bin of each message: ``(m * output_bins) // M`` (cells ``[ceil(i M / n), ceil((i + 1) M /
+        n))`` form bin ``i``)."""
+        m = np.asarray(reals, dtype=np.float64).astype(np.int64)
+        return (m * self.output_bins) // self.grid.cells
+
+    def bin_edges(self) -> np.ndarray:
+        """The ``output_bins + 1`` cell edges of the output bins (int64)."""
+        i = np.arange(self.output_bins + 1, dtype=np.int64)
+        return -((-i * self.grid.cells) // self.output_bins)
+
+    def matrix(self) -> np.ndarray:
+        """The exact ``(output_bins, c * em_resolution)`` transition matrix of the discrete distribution
+        (cached): ``P[bin i | position j] = (l |bin i| + (h - l) |bin i ∩ window(j)|) / S``, integer cell
+        counts averaged over the sub-bin's positions, then divided once in floating point."""
+        if self._matrix is None:
+            g = self.grid
+            edges = self.bin_edges()
+            lo, hi = edges[:-1], edges[1:]
+            subs = self.d * self.em_resolution
+            per_sub = self.positions // self.em_resolution
+            centre = self.input_mode is InputMode.CENTER and self.em_resolution == 1
+            mat = np.empty((self.output_bins, subs))
+            size = (hi - lo).astype(np.float64)
+            chunk = max(1, (1 << 22) // max(1, self.output_bins * (1 if centre else per_sub)))
+            for s0 in range(0, subs, chunk):
+                s1 = min(subs, s0 + chunk)
+                if centre:
+                    pos = np.arange(s0, s1, dtype=np.int64) * self.positions + self.positions // 2
+                else:
+                    pos = np.arange(s0 * per_sub, s1 * per_sub, dtype=np.int64)
+                start = pos[:, None] * g.step
+                overlap = np.minimum(hi[None, :], start + g.width) - np.maximum(lo[None, :], start)
+                overlap = np.clip(overlap, 0, None)
+                if not centre:
+                    overlap = overlap.reshape(s1 - s0, per_sub, self.output_bins).sum(axis=1)
+                    mean_overlap = overlap / per_sub
+                else:
+                    mean_overlap = overlap.astype(np.float64)
+                mat[:, s0:s1] = ((g.low * size[None, :] + (g.high - g.low) * mean_overlap) / g.total).T
+            self._matrix = mat
+        return self._matrix
+
+    def describe(self) -> dict:
+        out = super().describe()
+        g = self.grid
+        out.update(positions=self.positions, grid={"n_steps": g.n_steps, "step": g.step, "width": g.width,
+                                                   "high": g.high, "low": g.low, "cells": g.cells})
+        return out
+
+    def config_key(self) -> tuple:
+        return (*super().config_key(), self.positions)

@@ -1259,8 +1259,30 @@ def _check_shuffled_task(task: Task, n: int | None, problems: Problems) -> None:
         )
 
 
+def _range_schema_version(obj: JsonObject, common: dict[str, object], problems: Problems) -> None:
+    """A range task's report schema version is its method's (``ldp.rangequery.registry.schema_version``:
+    msw 3, the integer grid wire; the others 2); absent, it defaults to the method's."""
+    mech = str(common["mechanism"])
+    want = _range_registry.schema_version(mech)
+    if "schema_version" not in obj:
+        common["schema_version"] = want
+        return
+    sv = obj["schema_version"]
+    if sv == want or not _is_int(sv) or sv not in _RANGE_SCHEMA_VERSIONS:
+        return  # equal, or already refused by the field's check
+    if want == 3:
+        problems.append(
+            f"schema_version {sv} is retired for {mech} (float_reals_retired: version 2 sent floating-point "
+            "Square Wave reals that leak the input; version 3 sends integer grid messages): make a new task "
+            "with schema_version 3"
+        )
+    else:
+        problems.append(f"schema_version must be {want} for {mech} (version 3 is msw's integer grid wire)")
+
+
 def _range_task(obj: JsonObject, common: dict[str, object], problems: Problems) -> RangeTask | None:
     mech = str(common["mechanism"])
+    _range_schema_version(obj, common, problems)
     _require(obj, ("attributes", "expected_users"), mech, problems)
     attributes = _check_attributes(obj["attributes"], problems) if "attributes" in obj else ()
     n = obj.get("expected_users")
@@ -1561,7 +1583,15 @@ _FREQUENCY_FIELDS: dict[str, Field] = {
     "epsilon": _EPSILON_OR_AUTO,
     "anonymity": _ANONYMITY,
 }
+#: range tasks take version 2 (categorical reports) or 3 (msw: integer grid messages), the method's own
+_RANGE_SCHEMA_VERSIONS: tuple[int, ...] = (2, 3)
 _RANGE_FIELDS: dict[str, Field] = {
+    "schema_version": _f(
+        "integer",
+        enum=_RANGE_SCHEMA_VERSIONS,
+        description="the method's: 3 for msw (integer grid messages, docs/wire_format.md section 7; its "
+        "version 2 float reals are retired, float_reals_retired), 2 for the others; default the method's",
+    ),
     "attributes": _ATTRIBUTES,
     "expected_users": _f("integer", minimum=1),
     "granularity": _f(
@@ -1617,6 +1647,7 @@ SEMANTIC_CHECKS: tuple[str, ...] = (
     "labels: exactly domain_size of them (domain_size <= 65536); labels_file readable, same rules",
     "the budget against the mechanism (ldp.longitudinal.accounting)",
     "a range method's n_groups, attributes and granularity (powers of two, hdg / tdg only)",
+    "a range task's schema_version is its method's (msw 3, float_reals_retired at 2; the others 2)",
     "a batch_queries domain of at most 4096 cells, its strategy's params, dwork_roth only below epsilon 1",
     "unique attribute names",
     "resolved equal to what this release resolves",
@@ -1822,8 +1853,11 @@ def task_resolution(task: Task) -> dict[str, object] | None:
         oracles = _range_registry.group_oracle_specs(task.make_mechanism())
     else:
         return None
+    # the per-group ``auto`` oracles of range methods choose among the candidates of version 2 whatever
+    # the wire version (msw's version 3 changes its Square Wave messages, not any frequency oracle)
+    cand_version = task.schema_version if isinstance(task, FrequencyTask) else _oracles.AUTO_SCHEMA_VERSION
     out: dict[str, object] = {
-        "auto_candidates": list(_oracles.auto_candidates(task.schema_version)),
+        "auto_candidates": list(_oracles.auto_candidates(cand_version)),
         "oracles": oracles,
     }
     target = None if task.central_target is None else task.central_target.central_epsilon

@@ -7,6 +7,11 @@ query with the product of the lambda 1-D range answers, which assumes the attrib
 accurate on weakly correlated data only. There is no closed-form variance for the EM estimates:
 ``answer_std`` is a parametric bootstrap (:meth:`MSWModel.answer_std`; models saved without the Square Wave
 configuration return None).
+
+Wire. Each report carries Square Wave's integer grid message (:class:`ldp.square_wave.SquareWaveGrid`;
+``docs/wire_format.md`` section 7's exact sliding-window sampler), never a computed double: MSW tasks are
+report schema version 3 (:attr:`MSWMechanism.schema_version`); version 2, which sent floating-point
+reals, is retired (``float_reals_retired``). The EM matrix is that of the discrete distribution.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 
 from ldp.rangequery.base import RangeMechanism, RangeModel, register_model
 from ldp.rangequery.queries import AnswerPostprocessing, RangeQuery, clip_option
-from ldp.square_wave import SquareWave
+from ldp.square_wave import SquareWaveGrid
 
 __all__ = ["MSWMechanism", "MSWModel"]
 
@@ -30,20 +35,22 @@ MSW_STD_REPLICAS = 24
 class MSWMechanism(RangeMechanism):
     """MSW: one Square Wave group per attribute; lambda-D answers are products of 1-D answers.
 
-    Options (passed to :class:`ldp.square_wave.SquareWave` of every attribute): ``input_mode``
+    Options (passed to :class:`ldp.square_wave.SquareWaveGrid` of every attribute): ``input_mode``
     (``"uniform"`` default or ``"center"``), ``em_resolution`` (EM sub-bins per value, default
     ``ceil(256 / c)``), ``output_bins``, ``smoothing`` (EMS, default True), ``tol`` (default 1e-8, on the
     per-report log-likelihood improvement), ``max_iter`` (default 10000).
     """
 
     name = "msw"
+    #: report schema version of MSW tasks: 3, the integer grid wire (version 2's float reals are retired)
+    schema_version = 3
     OPTIONS = frozenset((*_SW_OPTIONS, "clip"))
 
     def __init__(self, epsilon: float, domain_sizes: Sequence[int], n_users: int, **options: Any) -> None:
         super().__init__(epsilon, domain_sizes, n_users, **options)
         self.clip = clip_option(options)
         sw_opts = {k: options[k] for k in _SW_OPTIONS if k in options}
-        self._sw = tuple(SquareWave(self.epsilon, c, **sw_opts) for c in self.domain_sizes)
+        self._sw = tuple(SquareWaveGrid(self.epsilon, c, **sw_opts) for c in self.domain_sizes)
 
     @property
     def n_groups(self) -> int:
@@ -52,7 +59,7 @@ class MSWMechanism(RangeMechanism):
     def group_label(self, group: int) -> str:
         return f"attr{self._check_group(group)}"
 
-    def group_oracle(self, group: int) -> SquareWave:
+    def group_oracle(self, group: int) -> SquareWaveGrid:
         return self._sw[self._check_group(group)]
 
     def project(self, group: int, records: np.ndarray) -> np.ndarray:
@@ -126,12 +133,12 @@ class MSWModel(AnswerPostprocessing, RangeModel):
         if a in self._boot:
             return self._boot[a]
         from ldp.intervals import data_seed
-        from ldp.square_wave import SquareWave, em_estimate_batch
+        from ldp.square_wave import SquareWaveGrid, em_estimate_batch
 
         out = None
         n = None if self.n_per_attribute is None else self.n_per_attribute[a]
         if self.epsilon is not None and n:
-            sw = SquareWave(self.epsilon, self.domain_sizes[a], **self.sw_options)
+            sw = SquareWaveGrid(self.epsilon, self.domain_sizes[a], **self.sw_options)
             mat = sw.matrix()
             sub = np.repeat(self.distributions[a] / sw.em_resolution, sw.em_resolution)
             pi = np.maximum(mat @ sub, 0.0)

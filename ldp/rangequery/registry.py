@@ -34,6 +34,7 @@ __all__ = [
     "make_mechanism",
     "model_from_dict",
     "oracle_spec",
+    "schema_version",
 ]
 
 _METHODS: dict[str, tuple[str, str]] = {
@@ -62,6 +63,16 @@ def load_method(name: str) -> type[RangeMechanism]:
     except ImportError as exc:  # pragma: no cover - only while a module is missing
         raise ValueError(f"range-query method {key!r} is not available ({exc})") from exc
     return getattr(mod, cls)
+
+
+#: report schema version of a method's tasks unless its class sets ``schema_version``: categorical reports
+DEFAULT_SCHEMA_VERSION = 2
+
+
+def schema_version(name: str) -> int:
+    """The report schema version of a method's tasks: 3 for MSW (Square Wave's integer grid messages,
+    ``docs/wire_format.md`` section 7), 2 for the methods that send categorical reports."""
+    return int(getattr(load_method(name), "schema_version", DEFAULT_SCHEMA_VERSION))
 
 
 def make_mechanism(
