@@ -459,6 +459,10 @@ class WatchReportFiles(beam.PTransform):
     and dead-lettered (``changed_after_read``), not read again. Writing elsewhere and renaming into the
     directory remains the safest way to publish.
 
+    Which files were read is Beam state, lost with a killed job: a job started again reads every file of
+    the directory again. With ``--store`` that re-read is idempotent (the new run's panes replace the
+    killed run's windows whole; docs/store.md, "Restarts").
+
     Built from ``PeriodicImpulse`` rather than ``fileio.MatchContinuously``: in apache-beam 2.77 the
     latter is a splittable ``Watch`` DoFn that the Python DirectRunner does not run (the FnApiRunner
     ends the job at once; the streaming BundleBasedDirectRunner rejects it).
