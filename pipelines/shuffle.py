@@ -34,7 +34,6 @@ import logging
 import math
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,7 +41,7 @@ from ldp.aggregate import Aggregator, make_aggregator
 from ldp.anonymity import AnonymitySettings, window_problems
 from ldp.task import ParsedTask, TaskError, WindowConfig, parse_task
 from pipelines.cli import add_input_flags, add_metrics_flags, fail, job_parser, parse_job_args, prepare_output
-from pipelines.job import _check_sources, closed_window_counts, read_reports
+from pipelines.job import _check_sources, _run, closed_window_counts, read_reports
 from transforms.records import requires_client_ids
 
 #: Default of ``--memory_mb`` (the same as ``transforms.shuffle.DEFAULT_MEMORY_MB``; no Beam import here).
@@ -115,8 +114,9 @@ def parser() -> argparse.ArgumentParser:
         "--streaming_duration",
         type=float,
         default=0.0,
-        help="streaming: stop after this many seconds (a watched directory: the watch stops and every "
-        "bucket closes; Pub/Sub: the job is cancelled); 0 runs until interrupted",
+        help="streaming: stop reading after this many seconds; every bucket then closes (published or "
+        "withheld) and the job ends DONE with its counts (a watched directory; Pub/Sub on the "
+        "DirectRunner: the read stops, later messages stay in the subscription); 0 runs until interrupted",
     )
     p.add_argument("--batch_size", type=int, default=1 << 15, help="records per batch read from files")
     add_metrics_flags(p)
@@ -389,18 +389,21 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         per_window = all_counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window, task_id=task.task_id)
         per_window | "WriteCounts" >> WriteCounts(ns.output, task_id=task.task_id)
     endpoint = _start_metrics(ns, task.task_id)
-    t0 = time.perf_counter()
-    result = p.run()
-    if endpoint is not None:
-        endpoint.watch(result)
-    if streaming and ns.streaming_duration > 0 and not ns.input:
-        deadline = time.time() + ns.streaming_duration
-        while time.time() < deadline:
-            time.sleep(0.5)
-        result.cancel()
-    else:
-        result.wait_until_finish()
-    seconds = time.perf_counter() - t0
+    # Pub/Sub with --streaming_duration on the DirectRunner: the read stops at the deadline, every bucket
+    # closes and the job ends DONE by itself (transforms.runners.bound_pubsub_read), as the jobs' do
+    bounded_pubsub = None
+    if streaming and not ns.input and ns.streaming_duration > 0 and plan.name == "direct":
+        bounded_pubsub = ns.input_subscription or ns.input_topic
+    try:
+        result, seconds = _run(p, ns, streaming, bounded_pubsub=bounded_pubsub,
+                               on_start=None if endpoint is None else endpoint.watch)  # fmt: skip
+    except BaseException:
+        if endpoint is not None:
+            endpoint.stop()
+        raise
+    if endpoint is not None:  # from here on this thread alone reads the result's metrics
+        endpoint.stop_watching()
+    _LOG.info("shuffler ended: %s after %.1f s", result.state, seconds)
     # streaming: the closed count windows (the DirectRunner's streaming counters are incomplete)
     raw = closed_window_counts(ns.output) if streaming else job_counts(result)
     clear_spill(ns.output)  # late chunks' leftovers, if any
