@@ -665,7 +665,7 @@ def test_streaming_argument_checks(tmp_path, capsys):
     _write_queries(tmp_path, [RangeQuery.from_mapping({0: (0, 3)})])
     base = ["--task", str(tmp_path / "task.json"), "--queries", str(tmp_path / "q.json")]
     base += ["--output", str(tmp_path / "out")]
-    watch = [*base, "--streaming", "--input", str(tmp_path / "in" / "*.avro")]
+    watch = [*base, "--streaming", "--window_size", "60", "--input", str(tmp_path / "in" / "*.avro")]
     run = range_queries.run
     _fails(capsys, run, watch, "give --streaming_duration")  # the DirectRunner would never emit a window
     _fails(capsys, run, [*watch, "--streaming_duration", "1", "--watch_interval", "0"], "--watch_interval")

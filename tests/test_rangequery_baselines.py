@@ -271,14 +271,56 @@ def test_msw_on_independent_data():
     np.testing.assert_array_equal(again.answer_std(qs), std)
 
 
-def test_msw_reports_are_square_wave_reals():
+def test_msw_reports_are_square_wave_grid_messages():
     mech = MSWMechanism(1.0, [16, 16], 100)
     rec = np.array([[0, 15]] * 50)
     reps = mech.encode(rec, rng=0)
-    b = mech.group_oracle(0).b
+    top = mech.group_oracle(0).grid.cells - 1
     for r in reps.values():
-        assert r.reals is not None and np.all((r.reals >= -b) & (r.reals <= 1 + b))
+        assert r.reals is not None and r.reals.dtype == np.float64
+        assert np.all((r.reals >= 0) & (r.reals <= top) & (r.reals == np.floor(r.reals)))
     assert math.isclose(mech.group_oracle(1).epsilon, 1.0)
+
+
+_MSW_TASK = {"task_id": "r-msw", "kind": "range", "mechanism": "msw", "epsilon": 1.0, "expected_users": 1000,
+             "attributes": [{"name": "a", "domain_size": 16}, {"name": "b", "domain_size": 16}]}
+
+
+def test_msw_tasks_are_version_3_and_version_2_is_retired():
+    from ldp.task import TaskError, parse_task, resolve_task
+
+    assert parse_task(_MSW_TASK).schema_version == 3
+    assert parse_task({**_MSW_TASK, "schema_version": 3}).schema_version == 3
+    with pytest.raises(TaskError, match="float_reals_retired"):
+        parse_task({**_MSW_TASK, "schema_version": 2})
+    for method in ("hdg", "tdg", "calm", "hio", "lhio", "uni", "lsa"):  # categorical reports: version 2
+        task = {**_MSW_TASK, "mechanism": method}
+        assert parse_task(task).schema_version == 2
+        with pytest.raises(TaskError, match="version 3 is msw's integer grid wire"):
+            parse_task({**task, "schema_version": 3})
+    # a resolved MSW task parses again (its groups' oracles are the grid Square Wave)
+    again = parse_task(resolve_task(parse_task(_MSW_TASK)))
+    assert again.schema_version == 3 and again.resolved["oracles"][0]["mechanism"] == "sw"
+
+
+def test_msw_version_2_and_off_grid_reports_are_dead_lettered():
+    from ldp.aggregate import make_aggregator
+    from ldp.task import parse_task
+    from transforms.records import TaskReportValidator, reports_to_records
+
+    task = parse_task(_MSW_TASK)
+    mech = task.make_mechanism()
+    good = mech.group_oracle(0).encode(np.arange(6, dtype=np.int64), rng=5)
+    t = np.full(6, 1_700_000_000_000)
+    recs = reports_to_records(task.task_id, good, t, 0, schema_version=3)
+    old = reports_to_records(task.task_id, good, t, 0, schema_version=2)
+    top = float(mech.group_oracle(0).grid.cells - 1)
+    forged = [dict(recs[0], reals=[v]) for v in (0.5, -0.0, top + 1, -1.0)]
+    out = TaskReportValidator(make_aggregator(task)).validate(recs + old + forged)
+    assert out.n_accepted == 6
+    assert out.reason_counts == {"wrong_schema_version": 6, "invalid_payload": 4}
+    details = [d["detail"] for d in out.dead_letters if d["reason"] == "invalid_payload"]
+    assert details == ["reals_off_grid", "reals_off_grid", "reals_out_of_range", "reals_out_of_range"]
 
 
 @pytest.mark.statistical

@@ -1,16 +1,20 @@
-"""Tests of ldp.square_wave: exact densities, eps-LDP audit, encoder law, accumulator, EM(S) recovery."""
+"""Tests of ldp.square_wave: exact densities, eps-LDP audit, encoder law, accumulator, EM(S) recovery; the
+integer grid wire (SquareWaveGrid): exact eps-LDP in rationals, exact matrix, validator, no float tell."""
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from scipy.stats import beta
 
+from ldp.numeric.grid import exp_lower
 from ldp.reports import Reports
 from ldp.square_wave import (
     SquareWave,
+    SquareWaveGrid,
     em_estimate,
     perturb_unit,
     sw_closeness,
@@ -196,3 +200,112 @@ def test_em_runs_with_one_blas_thread(monkeypatch):
     assert before, "numpy's BLAS is not visible to threadpoolctl"
     assert all(threads == [1] * len(before) for threads in seen)
     assert [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"] == before
+
+
+# ------------------------------------------------------------------------------------------------
+# the wire form: integer grid messages (SquareWaveGrid, report schema version 3)
+# ------------------------------------------------------------------------------------------------
+def _exact_rows(sw: SquareWaveGrid) -> list[list[Fraction]]:
+    """``P[m | x]`` of every value ``x`` and message ``m`` as exact rationals: the average of the sliding
+    window's rows (``SlidingWindow.pmf``) over the value's input positions."""
+    k = sw.positions
+    ks = [k // 2] if sw.input_mode.value == "center" else range(k)
+    rows = []
+    for x in range(sw.d):
+        pmfs = [sw.grid.pmf(x * k + j) for j in ks]
+        rows.append([sum(col, Fraction(0)) / len(pmfs) for col in zip(*pmfs)])
+    return rows
+
+
+@pytest.mark.parametrize("mode", ["uniform", "center"])
+@pytest.mark.parametrize("eps", [0.5, 1.0, 2.0, 5.0])
+def test_grid_is_exactly_eps_ldp_for_every_input_pair_and_message(mode, eps):
+    # A small grid (c = 4 values, 3 positions each), every message, every ordered pair of inputs, in
+    # rationals: P[m | x] <= L P[m | x'] with L = exp_lower(eps) <= e^eps, so the bound is exact.
+    sw = SquareWaveGrid(eps, 4, input_mode=mode, em_resolution=1, positions=3)
+    rows = _exact_rows(sw)
+    assert all(sum(r) == 1 for r in rows)
+    bound = exp_lower(eps)
+    assert float(bound) <= math.exp(eps) * (1 + 1e-15) and sw.grid.ratio() <= bound  # L: e^eps to 2^-64
+    worst = max(a / b for r1 in rows for r2 in rows for a, b in zip(r1, r2))
+    assert worst <= bound
+    # not vacuous: some message is in the window of (one position of) one value and of none of another's, so
+    # the ratio reaches h / l (centre), at least (h / l + 2) / 3 (a mixture of 3 positions)
+    assert worst == sw.grid.ratio() if mode == "center" else worst >= (sw.grid.ratio() + 2) / 3
+
+
+@pytest.mark.parametrize("mode", ["uniform", "center"])
+def test_grid_matrix_is_the_exact_discrete_distribution(mode):
+    # The EM matrix against rationals: P[bin i | x] = sum of P[m | x] over the bin's cells (one rounding).
+    sw = SquareWaveGrid(1.0, 4, input_mode=mode, em_resolution=1, positions=3, output_bins=7)
+    rows = _exact_rows(sw)
+    edges = sw.bin_edges()
+    exact = np.array([[float(sum(rows[x][edges[i]:edges[i + 1]])) for x in range(sw.d)]
+                      for i in range(sw.output_bins)])
+    np.testing.assert_allclose(sw.matrix(), exact, rtol=1e-14, atol=0)
+    m = np.arange(sw.grid.cells)
+    assert np.all((edges[sw.bin_index(m.astype(np.float64))] <= m) & (m < edges[sw.bin_index(m) + 1]))
+    big = SquareWaveGrid(1.0, 64)  # the default configuration: columns sum to 1 up to rounding
+    np.testing.assert_allclose(big.matrix().sum(axis=0), 1.0, rtol=1e-12)
+    assert big.matrix().shape == (big.output_bins, 64 * big.em_resolution)
+
+
+@pytest.mark.parametrize("mode", ["center", "uniform"])
+@pytest.mark.statistical
+def test_grid_encoder_follows_its_matrix(mode):
+    # For a fixed value, output-bin counts ~ Binomial(N, M[j, x]); each bin within 5 standard errors
+    # (over 3 x 20 bins, a false failure has probability below 1e-4).
+    eps, c, n_draw = 1.0, 8, 100_000
+    sw = SquareWaveGrid(eps, c, input_mode=mode, em_resolution=1, output_bins=20)
+    rng = np.random.default_rng(SEEDS[8])
+    for x in (0, 3, 7):
+        rep = sw.encode(np.full(n_draw, x), rng=rng)
+        assert np.array_equal(rep.reals, np.floor(rep.reals))
+        counts = np.bincount(sw.bin_index(rep.reals), minlength=sw.output_bins)
+        p = sw.matrix()[:, x]
+        assert np.all(np.abs(counts - n_draw * p) < 5 * np.sqrt(n_draw * p * (1 - p)))
+
+
+def test_grid_validator_refuses_off_grid_reals_with_reasons():
+    sw = SquareWaveGrid(1.0, 16)
+    top = float(sw.grid.cells - 1)
+    reals = np.array([0.0, top, 12.0, 12.5, -0.0, np.nan, np.inf, -1.0, top + 1, 0.25])
+    ok, reasons = sw.validate(Reports(reals=reals))
+    assert ok.tolist() == [True, True, True] + [False] * 7
+    details = [r.detail for r in reasons[3:]]
+    assert details == ["reals_off_grid"] * 4 + ["reals_out_of_range"] * 2 + ["reals_off_grid"]
+    assert {r.code for r in reasons[3:]} == {"invalid_payload"}
+    ok, reasons = sw.validate(Reports(reals=np.array([3, 4])))  # integers, not the wire's doubles
+    assert not ok.any() and reasons[0].detail == "reals_not_float"
+    assert sw.validate(Reports(values=np.array([1])))[1][0].code == "missing_field"
+    with pytest.raises(ValueError, match="invalid"):
+        sw.add(sw.create_accumulator(), Reports(reals=np.array([0.5])))
+    spec = sw.payload.fields[0]
+    assert (spec.low, spec.high, spec.outside) == (0.0, top, "invalid_payload")
+    with pytest.raises(ValueError, match="positions"):
+        SquareWaveGrid(1.0, 16, positions=3)  # not a multiple of em_resolution (16)
+
+
+def test_grid_messages_carry_no_float_tell():
+    # The attack of issue 27 on the old float reals: the binary exponent and trailing zero bits of each
+    # double. Every message is a whole number below 2^53, so its bits are a function of the integer message
+    # alone; at the ends of the domain the two inputs' (exponent, trailing zeros) cells stay within e^eps.
+    eps, n = 1.0, 100_000
+    sw = SquareWaveGrid(eps, 16)
+    rng = np.random.default_rng(SEEDS[9])
+    a = sw.encode(np.zeros(n, dtype=np.int64), rng=rng).reals
+    b = sw.encode(np.full(n, 15, dtype=np.int64), rng=rng).reals
+
+    def cells(y):
+        m = y.astype(np.int64)
+        low = m & -m
+        tz = np.where(m == 0, 64, np.log2(np.where(low == 0, 1, low)).astype(np.int64))
+        return np.frexp(y)[1] * 100 + tz
+
+    ca, cb = cells(a), cells(b)
+    keys = np.union1d(ca, cb)
+    na = np.array([(ca == k).sum() for k in keys])
+    nb = np.array([(cb == k).sum() for k in keys])
+    big = (na > 2000) & (nb > 2000)  # cells with enough reports for a ratio: standard error under 3%
+    assert big.sum() > 5
+    assert np.all(np.abs(np.log(na[big] / nb[big])) < eps)  # ratio of cells: at most e^eps (+ noise << 0.3)
