@@ -37,6 +37,7 @@ RUNTIME = [
     # the HTTP collector's web server (pipelines.collect; Bokeh's server runs on it too)
     "tornado>=6.4,<7",
     "prometheus-client>=0.20,<1",  # Prometheus metrics (the collector's /metrics/prometheus)
+    "msgspec>=0.18,<0.23",  # the collector's typed JSON decoding of report batches
     # composition of per-report privacy loss across windows (repeated collection)
     "dp-accounting>=0.4,<0.7",
 ]

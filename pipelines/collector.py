@@ -39,6 +39,7 @@ import hmac
 import io
 import json
 import logging
+import operator
 import os
 import re
 import secrets
@@ -46,10 +47,11 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import fastavro
 import fastavro.write
+import msgspec
 import numpy as np
 
 import schemas
@@ -224,6 +226,213 @@ def parse_json_body(body: bytes, max_batch: int) -> list[object]:
     return [_json_record(r) if type(r) is dict else r for r in reports]
 
 
+# ------------------------------------------------------------------------------------------------------------
+# JSON batches as columns (the fast path; the parsing above stays the reference for every refusal)
+# ------------------------------------------------------------------------------------------------------------
+#: A ``seed`` of the JSON form: the decimal string of a signed 64-bit integer, no ``+``, no leading zeros,
+#: no ``-0`` (the range is checked on conversion).
+_JsonSeed = Annotated[str, msgspec.Meta(pattern=r"^(?:0|-?[1-9][0-9]{0,18})\Z")]
+
+
+class _JsonReport(msgspec.Struct, forbid_unknown_fields=True):
+    """One report of the JSON form, typed by ``schemas/report.avsc``: msgspec checks every type in C
+    (``bits`` and ``client_id`` standard padded base64; no unknown member; no ``null`` where the schema has
+    no null branch)."""
+
+    task_id: str
+    schema_version: int
+    event_time: int
+    group: int = 0
+    value: int | None = None
+    seed: _JsonSeed | None = None
+    bits: bytes | None = None
+    items: list[int] | None = None
+    reals: list[float] | None = None
+    client_id: bytes | None = None
+
+
+class _JsonBatch(msgspec.Struct, forbid_unknown_fields=True):
+    reports: list[_JsonReport]
+
+
+_JSON_BATCH = msgspec.json.Decoder(_JsonBatch)
+_JSON_ONE = msgspec.json.Decoder(_JsonReport)
+_JSON_COLUMNS = (
+    "task_id", "schema_version", "event_time", "group", "value", "seed", "bits", "items", "reals", "client_id"
+)  # fmt: skip
+_ROWS = operator.attrgetter(*_JSON_COLUMNS)
+
+
+def _uniform(col: tuple[Any, ...]) -> bool | None:
+    """True: every entry present; False: none; None: some are null (the reference path decides)."""
+    nulls = col.count(None)
+    return True if nulls == 0 else False if nulls == len(col) else None
+
+
+def _ragged_width(col: tuple[Any, ...]) -> int | None:
+    """The common length of the entries (bytes or lists), None when they differ."""
+    widths = set(map(len, col))
+    return widths.pop() if len(widths) == 1 else None
+
+
+def json_columns(body: bytes, task_id: str, decode: dict[str, Any], max_batch: int) -> Any:
+    """A JSON body -> a :class:`~transforms.avro_fast.ColumnBatch` without a dict per report, or None when
+    the body is anything but a well-typed batch of regular reports; None is no verdict: the reference path
+    (:func:`parse_json_body`, the validator on records) then answers, with the refusal's reason code.
+
+    The body is decoded by msgspec into typed structs (:class:`_JsonReport`), transposed into columns in C
+    (``operator.attrgetter`` and ``zip``) and converted to numpy arrays column by column. Declined here:
+    malformed or mistyped JSON, an empty batch or one of more than ``max_batch`` reports, another task id,
+    an integer outside int64, a field null in some reports only, ``bits`` / ``items`` / ``reals`` /
+    ``client_id`` of different lengths within the batch or longer than the task's (``decode``:
+    :func:`transforms.records.decode_params`)."""
+    from transforms.avro_fast import MAX_CLIENT_ID_BYTES, ColumnBatch
+
+    try:
+        try:
+            reports = _JSON_BATCH.decode(body).reports
+        except msgspec.ValidationError:  # one report object (it has no member 'reports')
+            reports = [_JSON_ONE.decode(body)]
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    n = len(reports)
+    if n == 0 or n > max_batch:
+        return None
+    tid, sv, et, grp, value, seed, bits, items, reals, cid = zip(*map(_ROWS, reports))
+    if tid.count(task_id) != n:
+        return None
+    present: dict[str, np.ndarray] = {}
+    payload: dict[str, np.ndarray] = {}
+    lengths: dict[str, np.ndarray] = {}
+    yes, no = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+    try:
+        sv_a, et_a, grp_a = (np.array(c, dtype=np.int64) for c in (sv, et, grp))
+        for name, col in (("value", value), ("seed", seed)):
+            has = _uniform(col)
+            if has is None:
+                return None
+            present[name] = yes if has else no
+            payload[name] = np.array(col, dtype=np.int64) if has else np.zeros(n, dtype=np.int64)
+        for name, col, cap, dtype in (
+            ("bits", bits, decode.get("bits_len"), np.uint8),
+            ("items", items, decode.get("items_len"), np.int64),
+        ):
+            has = _uniform(col)
+            w = _ragged_width(col) if has else 0
+            if has is None or w is None or (has and w > (cap or 0)):
+                return None
+            present[name] = yes if has else no
+            lengths[name] = np.full(n, w if has else 0, dtype=np.int64)
+            if name == "bits":
+                payload[name] = np.frombuffer(b"".join(col), dtype=np.uint8).reshape(n, w) if has else (
+                    np.zeros((n, 0), dtype=np.uint8))  # fmt: skip
+            else:
+                payload[name] = np.array(col, dtype=dtype).reshape(n, w) if has else np.zeros((n, 0), dtype)
+        has = _uniform(reals)
+        w = _ragged_width(reals) if has else 0
+        want = decode.get("reals_len")
+        if has is None or w is None or (has and w != (1 if want is None else want)):
+            return None
+        present["reals"] = yes if has else no
+        lengths["reals"] = np.full(n, w if has else 0, dtype=np.int64)
+        shape = (n,) if want is None else (n, want)
+        payload["reals"] = np.array(reals, dtype=np.float64).reshape(shape) if has else np.zeros(shape)
+        has = _uniform(cid)
+        w = _ragged_width(cid) if has else 0
+        if has is None or w is None or w > MAX_CLIENT_ID_BYTES:
+            return None
+        present["client_id"] = yes if has else no
+        ids = np.zeros((n, 1 + w), dtype=np.uint8)
+        if has:
+            ids[:, 0] = w
+            ids[:, 1:] = np.frombuffer(b"".join(cid), dtype=np.uint8).reshape(n, w)
+        payload["client_id"] = ids
+    except (OverflowError, ValueError):  # an integer outside int64
+        return None
+    return ColumnBatch(task_id, sv_a, et_a, grp_a, present, payload, True, lengths)
+
+
+# ---- the column encoder of a request's block -----------------------------------------------------------
+_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
+_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
+_TEN = np.arange(10)
+
+
+def _varints(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zig-zag varints of an int64 matrix ``(n, m)``: ``(bytes (n, m, 10) uint8, lengths (n, m))``."""
+    u = (x.view(np.uint64) << np.uint64(1)) ^ (x >> 63).view(np.uint64)
+    lens = np.searchsorted(_VARINT_LIMITS, u, side="right") + 1
+    mat = ((u[..., None] >> _SHIFTS) & np.uint64(0x7F)).astype(np.uint8)
+    mat[_TEN < (lens - 1)[..., None]] |= 0x80
+    return mat, lens
+
+
+def _gather(pieces: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """The rows' pieces ``(matrix (n, w), lengths (n,))`` side by side, each cut to its row's length, in row
+    order: one boolean gather over the matrices set side by side (a few numpy calls whatever the batch)."""
+    mats = np.concatenate([m for m, _ in pieces], axis=1)
+    widths = [m.shape[1] for m, _ in pieces]
+    piece = np.repeat(np.arange(len(pieces)), widths)  # the piece of each column of ``mats``
+    offset = np.arange(mats.shape[1]) - np.repeat(np.cumsum(widths) - widths, widths)
+    lens = np.stack([ln for _, ln in pieces], axis=1)
+    return mats[offset < lens[:, piece]].tobytes()
+
+
+def encode_columns(cb: Any, event_ms: np.ndarray, *, client_ids: bool = True) -> bytes:
+    """The Avro binary encoding (``schemas/report.avsc``, one block's data) of every row of a
+    :class:`~transforms.avro_fast.ColumnBatch`, byte-identical to fastavro's of :meth:`ColumnBatch.record`,
+    with ``event_ms`` as the times; ``client_ids=False`` writes every ``client_id`` as null. Per-row
+    lengths of ``bits`` / ``items`` / ``reals`` / ``client_id`` are honoured; rows must all be in the
+    columns (no fastavro fallback rows). Every varint of the batch is computed in one pass."""
+    n = len(cb)
+    if cb.n_fallback:
+        raise ValueError("a ColumnBatch with fastavro fallback rows is not encoded column-wise")
+    pr, pay = cb.present, cb.payload
+    on_ids = pr["client_id"] & client_ids
+    ids = pay["client_id"]
+    ln = {f: np.where(pr[f], cb.lengths[f], 0) for f in ("bits", "items", "reals")}
+    ln["client_id"] = np.where(on_ids, ids[:, 0], 0).astype(np.int64)
+    items = pay["items"].reshape(n, -1)
+    k = items.shape[1]
+    # the varints, by column: header, value, seed, the four lengths, then the items
+    ints = np.empty((n, 9 + k), dtype=np.int64)
+    ints[:, 0], ints[:, 1], ints[:, 2] = cb.schema_version, event_ms, cb.group
+    ints[:, 3], ints[:, 4] = pay["value"], pay["seed"]
+    ints[:, 5], ints[:, 6], ints[:, 7], ints[:, 8] = ln["bits"], ln["items"], ln["reals"], ln["client_id"]
+    ints[:, 9:] = items
+    on = np.ones((n, 9 + k), dtype=bool)
+    on[:, 3], on[:, 4], on[:, 5], on[:, 8] = pr["value"], pr["seed"], pr["bits"], on_ids
+    on[:, 6], on[:, 7] = ln["items"] > 0, ln["reals"] > 0  # an empty array is its end marker alone
+    on[:, 9:] = np.arange(k) < ln["items"][:, None]
+    mat, lens = _varints(ints)
+    lens = np.where(on, lens, 0)
+    tid = cb.task_id.encode("utf-8")
+    head = _avro_long(len(tid)) + tid
+    branch = np.stack([pr["value"], pr["seed"], pr["bits"], pr["items"], pr["reals"], on_ids], axis=1)
+    branch = branch.astype(np.uint8) * 2  # a union's index: 0 null, 1 the value (a one-byte varint)
+    one = np.ones(n, dtype=np.int64)
+
+    def vint(j: int) -> tuple[np.ndarray, np.ndarray]:
+        return mat[:, j], lens[:, j]
+
+    def br(j: int) -> tuple[np.ndarray, np.ndarray]:
+        return branch[:, j : j + 1], one
+
+    def end_of(f: str) -> tuple[np.ndarray, np.ndarray]:  # an array's end marker, after its branch 1
+        return np.zeros((n, 1), dtype=np.uint8), pr[f].astype(np.int64)
+
+    reals = np.ascontiguousarray(pay["reals"].reshape(n, -1), dtype="<f8").view(np.uint8)
+    pieces = [
+        (np.frombuffer(head * n, dtype=np.uint8).reshape(n, len(head)), np.full(n, len(head))),
+        vint(0), vint(1), vint(2),
+        br(0), vint(3), br(1), vint(4),
+        br(2), vint(5), (pay["bits"], ln["bits"]),
+        br(3), vint(6), *(vint(9 + j) for j in range(k)), end_of("items"),
+        br(4), vint(7), (reals, 8 * ln["reals"]), end_of("reals"),
+        br(5), vint(8), (ids[:, 1:], ln["client_id"]),
+    ]  # fmt: skip
+    return _gather(pieces)
+
 #: Deepest JSON nesting a body may have (a batch of reports is 3 deep: object, array, object, array).
 MAX_JSON_DEPTH = 16
 #: The fewest bytes one report record of ``schemas/report.avsc`` takes (an empty task id, three one-byte
@@ -234,20 +443,19 @@ MIN_RECORD_BYTES = 9
 MAX_METADATA_ENTRIES = 16
 MAX_SCHEMA_BYTES = 1 << 16
 _MAGIC = b"Obj\x01"
-_OPEN = np.frombuffer(b"[{", dtype=np.uint8)
-_CLOSE = np.frombuffer(b"]}", dtype=np.uint8)
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+# opening brackets -> +1, closing ones -> -1 (as int8), applied to the brackets alone
+_STEPS = bytes.maketrans(b"[{]}", bytes([1, 1, 255, 255]))
 
 
 def json_depth(body: bytes) -> int:
     """The deepest nesting of arrays and objects in a JSON text, strings ignored. A vectorized bracket count
-    first (an upper bound: brackets inside strings count too); the exact scan runs only when it exceeds
-    :data:`MAX_JSON_DEPTH`."""
-    brackets = body.translate(None, _NOT_BRACKETS)  # C speed: a body holds few brackets
-    a = np.frombuffer(brackets, dtype=np.uint8)
-    step = np.isin(a, _OPEN).astype(np.int32) - np.isin(a, _CLOSE).astype(np.int32)
-    if len(step) == 0 or int(np.cumsum(step).max()) <= MAX_JSON_DEPTH:
-        return int(np.cumsum(step).max()) if len(step) else 0
+    first (an upper bound: brackets inside strings count too; two C passes over the body and a cumulative
+    sum over its brackets); the exact scan runs only when it exceeds :data:`MAX_JSON_DEPTH`."""
+    steps = np.frombuffer(body.translate(_STEPS, _NOT_BRACKETS), dtype=np.int8)
+    bound = int(np.cumsum(steps, dtype=np.int64).max()) if len(steps) else 0
+    if bound <= MAX_JSON_DEPTH:
+        return max(bound, 0)
     depth = deepest = 0
     in_str = escaped = False
     for c in body:
@@ -512,6 +720,13 @@ class ReportChecker:
         if json_form:
             detail += next((hint for field, hint in _JSON_HINTS.items() if detail.startswith(field)), "")
         return RequestError(422, str(dead["reason"]), f"report {lo}: {detail}", lo)
+
+    def passes(self, cb: Any) -> bool:
+        """True when every row of a :class:`~transforms.avro_fast.ColumnBatch` passes the validator (a
+        refusal is named by the reference path, :meth:`check`)."""
+        if self.validator.aggregator.uniform_oracle:
+            return not self.validator._validator(0).validate(cb, "collector").dead_letters
+        return not self.validator.validate(cb, "collector").dead_letters
 
     def check_columns(self, cb: Any) -> None:
         """A :class:`~transforms.avro_fast.ColumnBatch` passes whole, else :class:`RequestError` (422) for
@@ -1432,7 +1647,11 @@ class Collector:
         bd = IdempotencyKeys.digest(body)
         c = self.checker
         if media_type == JSON_TYPE:
-            records = parse_json_body(body, self.max_batch)
+            cb = self._json_columns(body)
+            if cb is not None:  # a well-typed batch that passes whole: written from its columns
+                self._n = len(cb)
+                return _Work(self._encode_cb(cb), len(cb), sender, kd, bd)
+            records = parse_json_body(body, self.max_batch)  # the reference path: it names any refusal
             self._n = len(records)
             accepted = c.check(records, json_form=True)
             data = self._encode_columns(c.last, accepted)
@@ -1445,8 +1664,27 @@ class Collector:
             c.check_columns(parsed.records)
             if parsed.current and not c.shuffled:  # the blocks as posted: already the file's encoding
                 return _Work(parsed.raw, parsed.count, sender, kd, bd)
-            accepted = [parsed.records.record(i) for i in range(parsed.count)]
+            return _Work(self._encode_cb(parsed.records), parsed.count, sender, kd, bd)
         return _Work(self._encode(accepted), len(accepted), sender, kd, bd)
+
+    def _json_columns(self, body: bytes) -> Any:
+        """The body's reports as columns when it is a well-typed batch that passes whole
+        (:func:`json_columns`, then the validator on the columns); None otherwise (the reference path
+        answers)."""
+        c = self.checker
+        if json_depth(body) > MAX_JSON_DEPTH:
+            return None
+        cb = json_columns(body, c.task.task_id, c.decode, self.max_batch)
+        return cb if cb is not None and c.passes(cb) else None
+
+    def _encode_cb(self, cb: Any) -> bytes:
+        """The block of an accepted :class:`~transforms.avro_fast.ColumnBatch` (:func:`encode_columns`); a
+        shuffled task's times rounded down to its precision and its client ids dropped."""
+        c = self.checker
+        event_ms = cb.event_ms
+        if c.shuffled and c.precision_ms:
+            event_ms = event_ms - event_ms % c.precision_ms
+        return encode_columns(cb, event_ms, client_ids=not c.shuffled)
 
     def _encode_columns(self, vb: Any, records: list[dict[str, Any]]) -> bytes | None:
         """The block from the validator's columns (numpy, ``transforms.avro_fast.encode_report_block``), or
