@@ -37,6 +37,7 @@ from pipelines.collector import (
     JSON_TYPE,
     LOCK_NAME,
     Collector,
+    RequestError,
     RollingAvroWriter,
     make_checker,
     report_to_json,
@@ -529,3 +530,204 @@ def test_collector_subprocess_then_frequency_job(tmp_path, olh_task, rng, repo_r
     assert job.returncode == 0, job.stderr
     counts = json.loads((tmp_path / "est" / "counts.json").read_text())["counts"]
     assert (counts["read"], counts["accepted"], counts["rejected"]) == (2000, 2000, 0)
+
+
+# ---- the JSON batch path: typed columns, the reference parser for anything else ---------------------------
+def _reference(collector: Collector, body: bytes) -> bytes | RequestError:
+    """What the reference path (``json.loads``, record dicts, the validator on records, fastavro) makes of
+    a body: the block it writes, or its refusal."""
+    from pipelines.collector import parse_json_body
+
+    try:
+        records = collector.checker.check(parse_json_body(body, collector.max_batch), json_form=True)
+    except RequestError as exc:
+        return exc
+    return collector._encode([dict(r) for r in records])
+
+
+def _fast(collector: Collector, body: bytes) -> bytes | None:
+    cb = collector._json_columns(body)
+    return None if cb is None else collector._encode_cb(cb)
+
+
+def _agree(collector: Collector, body: bytes) -> bytes | None:
+    """The fast path never accepts what the reference path refuses, and writes the same bytes."""
+    fast, ref = _fast(collector, body), _reference(collector, body)
+    if fast is not None:
+        assert not isinstance(ref, RequestError), (body[:300], ref.body())
+        assert fast == ref, body[:300]
+    return fast
+
+
+def _collector(tmp_path: Path, task_path: Path, name: str, **kw: Any) -> Collector:
+    return Collector(make_checker(load_task(task_path)), RollingAvroWriter(tmp_path / name), **kw)
+
+
+def test_column_encoder_is_fastavro_byte_for_byte(rng):
+    """Random column batches (every union null or not per row, ragged bits / items, id lengths 0..5,
+    integers over the whole int64 range, doubles of any exponent): the one-pass encoder writes exactly
+    fastavro's bytes of the same records, with ids kept or dropped and other times."""
+    from pipelines.collector import encode_columns
+    from transforms.avro_fast import ColumnBatch
+
+    schema = fastavro.parse_schema(schemas.report_schema())
+    fields = ("value", "seed", "bits", "items", "reals", "client_id")
+    for trial in range(200):
+        n, bw, k, rw = (int(x) for x in rng.integers(1, [20, 5, 4, 4]))
+        bw, k = bw - 1, k - 1
+        pr = {f: rng.random(n) < 0.5 for f in fields}
+
+        def ints(shape: Any) -> np.ndarray:
+            return rng.integers(-(2**63), 2**63 - 1, shape, dtype=np.int64) >> rng.integers(0, 63, shape)
+
+        lengths = {
+            "bits": np.where(pr["bits"], rng.integers(0, bw + 1, n), 0),
+            "items": np.where(pr["items"], rng.integers(0, k + 1, n), 0),
+            "reals": np.where(pr["reals"], rw, 0),
+        }
+        bits = rng.integers(0, 256, (n, bw)).astype(np.uint8)
+        bits[np.arange(bw) >= lengths["bits"][:, None]] = 0
+        items = ints((n, k))
+        items[np.arange(k) >= lengths["items"][:, None]] = 0
+        reals = rng.normal(size=(n, rw)) * 10.0 ** rng.integers(-300, 300, (n, rw))
+        ids = rng.integers(0, 256, (n, 6)).astype(np.uint8)
+        ids[:, 0] = np.where(pr["client_id"], rng.integers(0, 6, n), 0)
+        ids[:, 1:][np.arange(5) >= ids[:, :1]] = 0
+        payload = {"value": np.where(pr["value"], ints(n), 0), "seed": np.where(pr["seed"], ints(n), 0),
+                   "bits": bits, "items": items, "reals": reals if rw > 1 else reals[:, 0], "client_id": ids}
+        cb = ColumnBatch("tâsk-" + "x" * int(rng.integers(0, 200)), rng.integers(0, 2**31 - 1, n),
+                         rng.integers(0, 2**45, n), rng.integers(0, 2**31 - 1, n), pr, payload, True,
+                         lengths)  # fmt: skip
+        for keep_ids, times in ((True, cb.event_ms), (False, cb.event_ms // 7)):
+            buf = io.BytesIO()
+            for i in range(n):
+                rec = {**cb.record(i), "event_time": int(times[i])}
+                fastavro.schemaless_writer(buf, schema, rec if keep_ids else {**rec, "client_id": None})
+            assert encode_columns(cb, times, client_ids=keep_ids) == buf.getvalue(), trial
+
+
+def test_json_batches_take_the_column_path(tmp_path, frequency_task_file, rng, monkeypatch):
+    """Regular batches of OLH, GRR, OUE (bits), SS (items), with client ids, and of a shuffled task are
+    decoded, checked and written from columns (the reference parser is never called) and the files hold
+    what was posted (a shuffled task: times rounded, ids dropped)."""
+    from pipelines import collector as core
+
+    def no_reference(*a: Any, **k: Any) -> None:
+        raise AssertionError("the reference parser was called for a regular batch")
+
+    monkeypatch.setattr(core, "parse_json_body", no_reference)
+    cases = [("olh", {}, None), ("grr", {}, None), ("oue", {"domain_size": 20}, None),
+             ("ss", {"domain_size": 30}, None), ("olh", {}, [b"id-%d" % (i % 7) for i in range(100)]),
+             ("oue", {"domain_size": 20, "anonymity": {"shuffled": True, "min_reports": 2}},
+              [b"abc"] * 100)]  # fmt: skip
+    for k, (mech, extra, ids) in enumerate(cases):
+        task = frequency_task_file(f"{k}.json", task_id=f"t-{k}", mechanism=mech, **extra)
+        collector = _collector(tmp_path, task, f"out{k}")
+        recs = make_records(task, 100, rng, client_ids=ids)
+        body = json.dumps({"reports": as_json(recs)}).encode()
+        assert collector.handle(JSON_TYPE, body) == (200, {"accepted": 100}), mech
+        assert collector.handle(JSON_TYPE, json.dumps(as_json(recs[:1])[0]).encode())[0] == 200
+        collector.close()
+        stored = read_dir(tmp_path / f"out{k}")
+        sent = as_json(recs + recs[:1])
+        if "anonymity" in extra:
+            hour = 3_600_000
+            sent = [{**r, "client_id": None, "event_time": r["event_time"] // hour * hour} for r in sent]
+            stored, sent = sorted(stored, key=json.dumps), sorted(sent, key=json.dumps)
+        assert stored == sent, mech
+
+
+#: Bodies that probe where a typed decoder and ``json.loads`` + the record checks could differ.
+_PROBES = [
+    b' \n{"reports": [%s, %s]}\t ',  # whitespace around the body
+    b'{"reports": [%s], "reports": [%s]}',  # a repeated member: the last wins in both
+    b'\xef\xbb\xbf{"reports": [%s, %s]}',  # a UTF-8 byte-order mark: not JSON for the reference
+    b'{"reports": [%s, %s, null]}',
+    b'{"reports": [%s, %s]} []',
+    b'{"reports": [%s, %s], "extra": 1}',
+    b'{"reports": {"a": %s, "b": %s}}',
+    b'[%s, %s]',
+]
+_EDITS = [
+    (b'"value": 3', b'"value": 3, "value": 1000000'), (b'"value": 3', b'"value": 1000000, "value": 3'),
+    (b'"value": 3', b'"value": 3.0'), (b'"value": 3', b'"value": -0'), (b'"value": 3', b'"value": 3e0'),
+    (b'"value": 3', b'"value": 18446744073709551616'), (b'"value": 3', b'"value": true'),
+    (b'"value": 3', b'"value": null'), (b'"value": 3, ', b''),
+    (b'"group": 0', b'"group": 0.0'), (b'"group": 0', b'"group": null'), (b'"group": 0, ', b''),
+    (b'"seed": "-6406931151052310911"', b'"seed": "\\u002d6406931151052310911"'),
+    (b'"seed": "-6406931151052310911"', b'"seed": "9223372036854775807"'),
+    (b'"seed": "-6406931151052310911"', b'"seed": "-9223372036854775808"'),
+    (b'"seed": "-6406931151052310911"', b'"seed": "-9223372036854775809"'),
+    (b'"seed": "-6406931151052310911"', b'"seed": "-0"'),
+    (b'"seed": "-6406931151052310911"', b'"seed": "6406931151052310911\\n"'),
+    (b'"seed": "-6406931151052310911"', b'"seed": -6406931151052310911'),
+    (b'"task_id": "test-freq"', b'"t\\u0061sk_id": "test\\u002dfreq"'),
+    (b'"task_id": "test-freq"', b'"task_id": "test-freq\\ud800"'),
+    (b'"task_id": "test-freq"', b'"task_id": "test-freq\x01"'),
+    (b'"task_id": "test-freq"', b'"task_id": "test-fr\xffeq"'),
+    (b'"event_time": 1767225600000', b'"event_time": 1767225600000.0'),
+    (b'"event_time": 1767225600000', b'"event_time": 7258118400000'),
+    (b'"event_time": 1767225600000', b'"event_time": -1'),
+    (b'"client_id": null', b'"client_id": "AB=="'), (b'"client_id": null', b'"client_id": "YQ"'),
+    (b'"client_id": null', b'"client_id": "YQ==\\n"'), (b'"client_id": null', b'"client_id": ""'),
+    (b'"client_id": null', b'"client_id": "-_8="'), (b'"bits": null', b'"bits": "AA=="'),
+    (b'"reals": null', b'"reals": []'), (b'"items": null', b'"items": [1]'),
+    (b'"schema_version": 2', b'"schema_version": 2.0'), (b'"schema_version": 2', b'"schema_version": 3'),
+    (b'}', b', "raw_value": 3}'), (b'{', b'{"nested": ' + b'[' * 900 + b']' * 900 + b', '),
+]
+
+
+def test_json_column_path_accepts_nothing_the_reference_refuses(tmp_path, olh_task, rng):
+    """The attack on the fast path: forged bodies (repeated members, escapes, byte-order marks, lone
+    surrogates, control characters, integers past int64, non-canonical base64, nesting 900 deep, wrong
+    shapes) and 2,000 random byte edits of a valid batch. Wherever the column path accepts, the reference
+    path accepts too and writes the same bytes; wherever the reference refuses, the collector answers its
+    refusal (reason code and index)."""
+    collector = _collector(tmp_path, olh_task, "out", max_batch=5)
+    good = json.dumps(_report(), separators=(", ", ": ")).encode()
+    accepted = 0
+    for probe in _PROBES:
+        accepted += _agree(collector, probe % (good, good)) is not None
+    for old, new in _EDITS:
+        assert old in good, old
+        bad = good.replace(old, new, 1)
+        for body in (bad, b'{"reports": [%s, %s]}' % (good, bad)):
+            accepted += _agree(collector, body) is not None
+            ref = _reference(collector, body)
+            answer = collector.handle(JSON_TYPE, body)
+            if isinstance(ref, bytes):
+                assert answer == (200, {"accepted": 1 if body is bad else 2}), body
+            else:
+                assert answer == (ref.status, ref.body()), body
+    assert accepted >= 5  # the valid probes and edits did take the column path
+    batch = json.dumps({"reports": as_json(make_records(olh_task, 5, rng))}).encode()
+    assert _agree(collector, batch) is not None
+    alphabet = np.frombuffer(b'{}[]",:0123456789-.eE+ \\/u"AaQ=nul', dtype=np.uint8)
+    for _ in range(2000):
+        b = bytearray(batch)
+        for _ in range(int(rng.integers(1, 4))):
+            at = int(rng.integers(0, len(b)))
+            op = int(rng.integers(0, 3))
+            if op == 0:
+                b[at] = int(rng.choice(alphabet))
+            elif op == 1:
+                del b[at]
+            else:
+                b.insert(at, int(rng.choice(alphabet)))
+        _agree(collector, bytes(b))
+
+
+def test_json_depth_bound_is_exact_without_strings(rng):
+    """The two-pass bracket bound equals the exact scan on texts without strings (and 0 for none)."""
+    from pipelines.collector import MAX_JSON_DEPTH, json_depth
+
+    for _ in range(500):
+        n = int(rng.integers(0, 60))
+        text = bytes(rng.choice(np.frombuffer(b"[]{}0,", dtype=np.uint8), n))
+        depth = deepest = 0
+        for c in text:
+            depth += (c in b"[{") - (c in b"]}")
+            deepest = max(deepest, depth)
+        got = json_depth(text)
+        assert got == deepest if deepest <= MAX_JSON_DEPTH else got > MAX_JSON_DEPTH, text
+    assert json_depth(b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[["}') == 1  # brackets inside a string: the exact scan
