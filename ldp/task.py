@@ -1263,6 +1263,8 @@ def _range_schema_version(obj: JsonObject, common: dict[str, object], problems: 
     """A range task's report schema version is its method's (``ldp.rangequery.registry.schema_version``:
     msw 3, the integer grid wire; the others 2); absent, it defaults to the method's."""
     mech = str(common["mechanism"])
+    if mech not in _range_registry.METHODS:
+        return  # not a range method: refused by the mechanism check
     want = _range_registry.schema_version(mech)
     if "schema_version" not in obj:
         common["schema_version"] = want

@@ -278,8 +278,9 @@ def test_task_schema_lists_are_the_registries():
     for kind, p in branches.items():
         assert p["postprocess"]["enum"] == list(T.POSTPROCESS_METHODS)
         assert set(p["hash"]["properties"]["family"]["enum"]) - {None} == set(T.HASH_FAMILY_NAMES)
-        # each kind's versions (numeric: 3, the integer grid wire; the others 2), all of them supported
-        assert p["schema_version"]["enum"] == ([3] if kind == "numeric" else [2])
+        # each kind's versions (numeric: 3, the integer grid wire; range: 2, or 3 for msw; the others 2), all
+        # of them supported
+        assert p["schema_version"]["enum"] == {"numeric": [3], "range": [2, 3]}.get(kind, [2])
         assert set(p["schema_version"]["enum"]) <= set(schemas.SUPPORTED_SCHEMA_VERSIONS)
         assert set(p) == set(T._COMMON_KEYS) | set(T.TASK_KINDS[kind].keys)
         assert set(p["window"]["properties"]) == {f.name for f in dataclasses.fields(T.WindowConfig)}

@@ -44,6 +44,7 @@ SEMANTIC: dict[tuple[str, str], tuple[str, ...]] = {
     ("range", "n_groups"): ("does not match hdg's 3 groups",),
     ("range", "attributes"): ("is repeated", "hdg needs at least two attributes"),
     ("range", "granularity"): ("must be a power of two",),
+    ("range", "schema_version"): ("version 3 is msw's integer grid wire",),  # the example is hdg
     ("batch_queries", "attributes"): ("is repeated",),
     ("numeric", "attributes"): ("low must be below high", "is repeated"),
     ("numeric", "k"): ("k must be at most the number of attributes",),
@@ -224,7 +225,7 @@ def test_the_generated_schema_names_the_models_keys_and_registries():
         assert then["properties"]["mechanism"]["enum"] == list(kind.mechanisms())
         assert set(T._REQUIRED) <= set(then["required"])
     assert branches["frequency"]["properties"]["postprocess"]["enum"] == list(T.POSTPROCESS_METHODS)
-    assert branches["range"]["properties"]["schema_version"]["enum"] == list(T._COMMON_SCHEMA_VERSIONS)
+    assert branches["range"]["properties"]["schema_version"]["enum"] == [2, 3]  # the method's (msw: 3)
     assert branches["numeric"]["properties"]["schema_version"]["enum"] == [3]  # the integer grid wire
     assert set(T._COMMON_SCHEMA_VERSIONS) | {3} == set(T.SUPPORTED_SCHEMA_VERSIONS)
     family = branches["frequency"]["properties"]["hash"]["properties"]["family"]["enum"]
