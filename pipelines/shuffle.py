@@ -306,7 +306,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import StandardOptions
 
-    from transforms.counts import WindowedCounts, job_counts
+    from transforms.counts import WindowedCounts
     from transforms.io import WriteCounts, WriteDeadLetters
     from transforms.records import decode_params
     from transforms.runners import RunnerLimitation, plan_runner
@@ -404,8 +404,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     if endpoint is not None:  # from here on this thread alone reads the result's metrics
         endpoint.stop_watching()
     _LOG.info("shuffler ended: %s after %.1f s", result.state, seconds)
-    # streaming: the closed count windows (the DirectRunner's streaming counters are incomplete)
-    raw = closed_window_counts(ns.output) if streaming else job_counts(result)
+    raw = _final_counts(result, ns.output, streaming, direct=plan.name == "direct")
     clear_spill(ns.output)  # late chunks' leftovers, if any
     entries = batch_manifest(ns.output)
     write_manifest(ns.output, entries)
@@ -465,6 +464,30 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         endpoint.linger(ns.metrics_linger)
         endpoint.stop()
     return summary
+
+
+def _final_counts(result: object, output: str, streaming: bool, *, direct: bool) -> dict[str, int]:
+    """The run's counters. Batch: Beam's. Streaming: the closed count windows, except for a run that
+    ended DONE on the DirectRunner, whose Beam counters are complete (``transforms.runners``:
+    ``fresh_direct_metrics``), while the count windows miss what the buckets closed at the end of the
+    input emitted: their timers fire once the watermark has jumped to the end of time, and the DirectRunner
+    drops those counts as late (the last bucket's batch was missing from them)."""
+    from transforms.counts import format_counts, job_counts
+
+    if not streaming:
+        return job_counts(result)
+    closed = closed_window_counts(output)
+    if not (direct and str(getattr(result, "state", "")).rsplit(".", 1)[-1] == "DONE"):
+        return closed
+    try:
+        beam_counts = job_counts(result)
+    except RecursionError as exc:  # the FnApiRunner's metrics of a very long watch (many bundles)
+        _LOG.warning("Beam counters unavailable (%s); using the count windows", exc)
+        return closed
+    if beam_counts != closed:
+        _LOG.info("count windows: %s; Beam counters (the job's counts below): %s", format_counts(closed),
+                  format_counts(beam_counts))  # fmt: skip
+    return beam_counts
 
 
 def _start_metrics(ns: argparse.Namespace, task_id: str):
