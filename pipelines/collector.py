@@ -787,6 +787,14 @@ TRANSIENT_ERRNOS = frozenset(
 #: file's reports, a zero-padded decimal (docs/collector.md). Absent when no authentication is configured.
 SENDERS_KEY = "ldp.collector.distinct_senders"
 _SENDERS_WIDTH = 12
+#: Avro file metadata key beside :data:`SENDERS_KEY`: the file's senders as sorted keyed digests, each the
+#: first :data:`SENDER_DIGEST_BYTES` bytes of HMAC-SHA256(collector secret, sender) in hex, concatenated. A
+#: shuffler unions them over the files of a bucket (distinct senders per bucket). Absent when the senders
+#: are unknown (no authentication; a file adopted after a kill).
+SENDERS_LIST_KEY = "ldp.collector.senders"
+SENDER_DIGEST_BYTES = 8
+#: The collector's secret for :data:`SENDERS_LIST_KEY` (mode 0600, created once, in the output directory).
+SENDERS_SECRET = ".collect-senders.key"
 #: Records per block of a permuted file.
 _PERMUTED_BLOCK = 4096
 LOCK_NAME = ".collect.lock"
@@ -866,9 +874,44 @@ class Adopted:
     markers: int = 0
 
 
-def _header_bytes(schema: Any, sync: bytes, senders: bool) -> tuple[bytes, int | None]:
+def senders_secret(directory: Path) -> bytes:
+    """The collector's secret for sender digests, ``DIR/.collect-senders.key`` (32 bytes from
+    ``os.urandom``, mode 0600), created when missing. Raises ``ValueError`` for a file others may read or
+    a short one."""
+    path = directory / SENDERS_SECRET
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        if os.stat(path).st_mode & 0o077:
+            raise ValueError(
+                f"{path}: the senders' secret must be readable by its owner only (chmod 600)"
+            ) from None
+        key = path.read_bytes()
+        if len(key) < 32:
+            raise ValueError(f"{path}: the senders' secret must hold at least 32 bytes") from None
+        return key
+    try:
+        _pwrite_all(fd, os.urandom(32), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(directory)
+    return path.read_bytes()
+
+
+def sender_listing(secret: bytes, senders: set[bytes]) -> str:
+    """:data:`SENDERS_LIST_KEY`'s value: the sorted hex digests of ``senders`` (no token, no sender id)."""
+    n = SENDER_DIGEST_BYTES
+    return "".join(sorted(hmac.new(secret, s, hashlib.sha256).digest()[:n].hex() for s in senders))
+
+
+def _header_bytes(
+    schema: Any, sync: bytes, senders: bool, listing: str | None = None
+) -> tuple[bytes, int | None]:
     buf = io.BytesIO()
     meta = {SENDERS_KEY: "0" * _SENDERS_WIDTH} if senders else None
+    if meta is not None and listing is not None:
+        meta[SENDERS_LIST_KEY] = listing
     fastavro.write.Writer(buf, schema, codec="null", sync_marker=sync, metadata=meta)
     head = buf.getvalue()
     if not senders:
@@ -962,6 +1005,7 @@ class RollingAvroWriter:
         self.roll_seconds = float(roll_seconds)
         self.permute = permute
         self.senders = senders
+        self._senders_secret = senders_secret(self.directory) if senders else None
         self.schema = schemas.report_schema()
         self.run_id = secrets.token_hex(4)
         self._seq = 0
@@ -1159,13 +1203,14 @@ class RollingAvroWriter:
             if seg.senders_at is not None:
                 _pwrite_all(seg.fd, b"%0*d" % (_SENDERS_WIDTH, len(seg.senders)), seg.senders_at)
             os.fsync(seg.fd)
-            if self.permute:
+            rewrite = self.permute or seg.senders_at is not None  # the senders' list goes in the header
+            if rewrite:
                 self._permuted_copy(seg)
             else:
                 os.rename(seg.tmp, seg.final)
             _fsync_dir(self.directory)
             _write_marker(seg.final, n)
-            if self.permute:
+            if rewrite:
                 seg.tmp.unlink()
                 _fsync_dir(self.directory)
         except OSError as exc:
@@ -1179,8 +1224,9 @@ class RollingAvroWriter:
         return str(seg.final)
 
     def _permuted_copy(self, seg: _Segment) -> None:
-        """Writes ``seg``'s records in a CSPRNG-drawn order to ``.perm`` beside it, then renames that to
-        the final name (the ``.tmp`` file stays until the marker is written)."""
+        """Writes ``seg``'s records (in a CSPRNG-drawn order when the writer permutes) to ``.perm`` beside
+        it under a header with the senders' list when they are known, then renames that to the final name
+        (the ``.tmp`` file stays until the marker is written)."""
         from ldp.anonymity import secure_permutation
 
         data = os.pread(seg.fd, seg.committed, 0)
@@ -1188,12 +1234,15 @@ class RollingAvroWriter:
         if end != seg.committed:
             raise OSError(errno.EIO, f"the file does not read back whole ({end} of {seg.committed} bytes)")
         sync = os.urandom(16)
-        header, at = _header_bytes(self.schema, sync, senders_at is not None)
+        listing = None  # an adopted file's senders are unknown (seg.senders_at is None): no list
+        if seg.senders_at is not None and self._senders_secret is not None:
+            listing = sender_listing(self._senders_secret, seg.senders)
+        header, at = _header_bytes(self.schema, sync, senders_at is not None, listing)
         if at is not None and senders_at is not None:
             header = (
                 header[:at] + data[senders_at : senders_at + _SENDERS_WIDTH] + header[at + _SENDERS_WIDTH :]
             )
-        order = secure_permutation(total)
+        order = secure_permutation(total) if self.permute else np.arange(total)
         parts = [header]
         for lo in range(0, total, _PERMUTED_BLOCK):
             rows = [data[spans[i][0] : spans[i][1]] for i in order[lo : lo + _PERMUTED_BLOCK]]

@@ -170,13 +170,16 @@ def load_shuffled_task(path: str) -> tuple[ParsedTask, AnonymitySettings]:
 
 
 def accounting(counts: dict[str, int]) -> dict[str, int]:
-    """``read``, ``forwarded``, ``withheld`` (short buckets + late), ``dead_lettered`` (refused inputs)
-    and their parts, from the job's counters or count lines."""
+    """``read``, ``forwarded``, ``withheld`` (short buckets + buckets of too few distinct senders + late),
+    ``dead_lettered`` (refused inputs) and their parts, from the job's counters or count lines."""
+    few = int(counts.get("shuffle_few_senders", 0))
     out = {
         "read": int(counts.get("read", 0)),
         "forwarded": int(counts.get("shuffle_forwarded", 0)),
-        "withheld": int(counts.get("shuffle_withheld", 0)) + int(counts.get("late_dropped", 0)),
+        "withheld": int(counts.get("shuffle_withheld", 0)) + few + int(counts.get("late_dropped", 0)),
         "withheld_short": int(counts.get("shuffle_withheld", 0)),
+        "withheld_few_senders": few,
+        "withheld_few_senders_buckets": int(counts.get("shuffle_few_senders_buckets", 0)),
         "withheld_late": int(counts.get("late_dropped", 0)),
         "withheld_buckets": int(counts.get("shuffle_withheld_buckets", 0)),
         "already_published": int(counts.get("already_published", 0)),
@@ -444,7 +447,8 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     print(
         f"reports read={acct['read']} = forwarded={acct['forwarded']} + already_published="
         f"{acct['already_published']} + withheld={acct['withheld']} "
-        f"(short buckets {acct['withheld_short']} in {acct['withheld_buckets']} bucket(s), late "
+        f"(short buckets {acct['withheld_short']} in {acct['withheld_buckets']} bucket(s), few senders "
+        f"{acct['withheld_few_senders']} in {acct['withheld_few_senders_buckets']} bucket(s), late "
         f"{acct['withheld_late']}) + dead_lettered={acct['dead_lettered']}"
         + ("" if summary["balanced"] else "  [DOES NOT BALANCE]"),
         file=sys.stderr,
@@ -509,7 +513,13 @@ def _start_metrics(ns: argparse.Namespace, task_id: str):
         "ldp_job_reports_already_published", "already_published",
         "Reports read again for a bucket an earlier run published (restarts).",
     )  # fmt: skip
-    counters = (*JOB_COUNTERS, *SHUFFLE_COUNTERS, already)
+    few = (
+        CounterSpec("ldp_job_reports_withheld_few_senders", "shuffle_few_senders",
+                    "Reports withheld in buckets from fewer distinct senders than min_reports."),
+        CounterSpec("ldp_job_few_senders_buckets", "shuffle_few_senders_buckets",
+                    "Buckets withheld for fewer distinct senders than min_reports."),
+    )  # fmt: skip
+    counters = (*JOB_COUNTERS, *SHUFFLE_COUNTERS, already, *few)
     try:
         endpoint = start_job_metrics(ns.metrics_port, pipeline="shuffle", task_id=task_id,
                                      reasons=job_reasons(), counters=counters)  # fmt: skip

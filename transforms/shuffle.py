@@ -93,6 +93,9 @@ __all__ = [
     "BATCH_SUBDIR",
     "STATE_SUBDIR",
     "SHORT_BUCKET_REASON",
+    "FEW_SENDERS_REASON",
+    "SENDERS_LIST_KEY",
+    "input_senders",
     "SPILL_LABELS",
     "DEFAULT_MEMORY_MB",
     "ChunkRef",
@@ -132,6 +135,13 @@ BATCH_SUBDIR = "batches"
 STATE_SUBDIR = "state"
 #: Dead-letter reason of a bucket withheld because it closed with fewer than ``min_reports`` reports.
 SHORT_BUCKET_REASON = "short_bucket"
+#: Dead-letter reason of a bucket withheld because its reports came from fewer than ``min_reports``
+#: distinct authenticated senders (every input file of it lists its senders, :data:`SENDERS_LIST_KEY`).
+FEW_SENDERS_REASON = "few_senders"
+#: The collector's Avro metadata key listing a file's senders as keyed digests (16 hex characters each;
+#: ``pipelines.collector.SENDERS_LIST_KEY``). Read here, never written to a batch.
+SENDERS_LIST_KEY = "ldp.collector.senders"
+SENDER_DIGEST_HEX = 16
 #: Number of spill labels: a bucket is loaded in units of consecutive labels.
 SPILL_LABELS = 4096
 #: Default bound (MiB) on the columns of one unit held in memory while it is permuted and encoded.
@@ -204,13 +214,15 @@ class ScrubDeadLetters(beam.PTransform):
 class ChunkRef:
     """One spill file: ``n`` reports of ``group`` read from ``source``, columns stored one after the other
     (``layout``: name, dtype, row shape, byte offset), rows sorted by their random label (column
-    ``label``)."""
+    ``label``). ``senders``: the source file's senders as the collector listed them
+    (:func:`input_senders`), None when it lists none."""
 
     path: str
     n: int
     group: int
     source: str
     layout: tuple[tuple[str, str, tuple[int, ...], int], ...]
+    senders: str | None = None
 
     def columns(self, lo: int = 0, hi: int | None = None, *, mmap: bool = False) -> dict[str, np.ndarray]:
         """Rows ``[lo, hi)`` of every column (memory-mapped views with ``mmap``, else read)."""
@@ -256,7 +268,9 @@ class ChunkRef:
             pass
 
 
-def spill_chunk(directory: str, group: int, reports: Reports, source: str, labels: np.ndarray) -> ChunkRef:
+def spill_chunk(
+    directory: str, group: int, reports: Reports, source: str, labels: np.ndarray, senders: str | None = None
+) -> ChunkRef:
     """Writes ``reports`` (their rows sorted by ``labels``, stably) to a new file in ``directory``."""
     n = len(reports)
     if len(labels) != n:
@@ -273,7 +287,35 @@ def spill_chunk(directory: str, group: int, reports: Reports, source: str, label
             arr.tofile(fh)
             layout.append((name, arr.dtype.str, tuple(int(s) for s in arr.shape[1:]), offset))
             offset += arr.nbytes
-    return ChunkRef(path, n, int(group), str(source), tuple(layout))
+    return ChunkRef(path, n, int(group), str(source), tuple(layout), senders)
+
+
+def input_senders(source: str) -> str | None:
+    """The senders an input file's collector listed (:data:`SENDERS_LIST_KEY`: sorted digests, 16 hex
+    characters each), or None: not a readable file (Pub/Sub), no list, or a list that is not one."""
+    try:
+        with FileSystems.open(source) as fh:
+            value = fastavro.reader(fh).metadata.get(SENDERS_LIST_KEY)
+    except Exception:  # noqa: BLE001 - not a file, or not Avro: its reports are counted, not its senders
+        return None
+    if value is None:
+        return None
+    if len(value) % SENDER_DIGEST_HEX or re.fullmatch(r"[0-9a-f]*", value) is None:
+        _LOG.warning("%s: %s is not a list of sender digests; its reports are counted instead",
+                     source, SENDERS_LIST_KEY)  # fmt: skip
+        return None
+    return value
+
+
+def distinct_senders(refs: Sequence[ChunkRef]) -> int | None:
+    """Distinct senders of a bucket: the union of its input files' digests; None when any of its chunks
+    comes from an input that lists none (then ``min_reports`` counts reports)."""
+    if not refs or any(r.senders is None for r in refs):
+        return None
+    seen: set[str] = set()
+    for listing in {r.senders for r in refs}:
+        seen.update(listing[i : i + SENDER_DIGEST_HEX] for i in range(0, len(listing), SENDER_DIGEST_HEX))
+    return len(seen)
 
 
 def unit_rows(refs: Sequence[ChunkRef], memory_bytes: int) -> int:
@@ -576,6 +618,15 @@ class SpillFn(beam.DoFn):
         self.already = Metrics.counter(COUNTER_NAMESPACE, "already_published")
         self.late = Metrics.counter(COUNTER_NAMESPACE, "late_dropped")
         self._rng: np.random.Generator | None = None
+        self._senders: dict[str, str | None] = {}
+
+    def senders_of(self, source: str) -> str | None:
+        """:func:`input_senders` of ``source``, read once per bundle-processing instance (a few sources)."""
+        if source not in self._senders:
+            if len(self._senders) >= 64:
+                self._senders.clear()
+            self._senders[source] = input_senders(source)
+        return self._senders[source]
 
     def display_data(self) -> dict[str, Any]:
         return {
@@ -608,7 +659,8 @@ class SpillFn(beam.DoFn):
                 yield from _late(n, "arrived for a bucket published by an earlier run; withheld")
             return
         d = os.path.join(self.spill_dir, str(start))
-        yield (start, spill_chunk(d, gr.group, gr.reports, str(gr.source), self._labels(n)))
+        src = str(gr.source)
+        yield (start, spill_chunk(d, gr.group, gr.reports, src, self._labels(n), self.senders_of(src)))
 
 
 class EmitBatchFn(beam.DoFn):
@@ -644,6 +696,8 @@ class EmitBatchFn(beam.DoFn):
         self.batches = Metrics.counter(COUNTER_NAMESPACE, "shuffle_batches")
         self.withheld = Metrics.counter(COUNTER_NAMESPACE, "shuffle_withheld")
         self.withheld_buckets = Metrics.counter(COUNTER_NAMESPACE, "shuffle_withheld_buckets")
+        self.few = Metrics.counter(COUNTER_NAMESPACE, "shuffle_few_senders")
+        self.few_buckets = Metrics.counter(COUNTER_NAMESPACE, "shuffle_few_senders_buckets")
         self.already = Metrics.counter(COUNTER_NAMESPACE, "already_published")
 
     def display_data(self) -> dict[str, Any]:
@@ -700,6 +754,18 @@ class EmitBatchFn(beam.DoFn):
                 "dead_letter", make_dead_letter(SHORT_BUCKET_REASON, "shuffler", detail=detail)
             )
             return
+        senders = distinct_senders(refs)
+        if senders is not None and senders < self.settings.min_reports:
+            self.few.inc(n)
+            self.few_buckets.inc()
+            yield TaggedOutput("counts", {"shuffle_few_senders": n, "shuffle_few_senders_buckets": 1})
+            detail = (
+                f"bucket [{_iso(start)}, {_iso(end)}) pane 0 closed with {n} report(s) from {senders} "
+                f"distinct sender(s), fewer than anonymity.min_reports = {self.settings.min_reports}"
+                ": withheld"
+            )
+            yield TaggedOutput("dead_letter", make_dead_letter(FEW_SENDERS_REASON, "shuffler", detail=detail))
+            return
         name = batch_name(self.task_id, start, end)
         meta = {
             META_N: str(n),
@@ -722,7 +788,7 @@ class EmitBatchFn(beam.DoFn):
 
         t0 = time.perf_counter()
         ledger = {"task_id": self.task_id, "bucket_start_ms": start, "bucket_end_ms": end, "n": n,
-                  "sources": sources, "run_id": self.run_id}  # fmt: skip
+                  "sources": sources, "run_id": self.run_id, "distinct_senders": senders}  # fmt: skip
         if not publish_batch(self.output_dir, name, write, ledger):
             prior = ledger_entry(self.output_dir, name) or {}
             if prior.get("run_id") != self.run_id or prior.get("sources") != sources:
