@@ -4,9 +4,12 @@ records -> durable rolling Avro report files in a directory the aggregation jobs
 :class:`Collector` takes one request body (JSON or Avro) and returns the HTTP status and JSON answer;
 :mod:`pipelines.collect` is the web server around it. The steps:
 
-1. :func:`parse_json_body` / :func:`parse_avro_body`: the body -> report records. JSON follows the JSON
-   form of docs/wire_format.md (``seed`` a decimal string, ``bits`` and ``client_id`` base64), its nesting
-   measured before parsing. An Avro body is walked with every declared count and length checked against
+1. :func:`json_columns` / :func:`parse_json_body` / :func:`parse_avro_body`: the body -> report columns
+   or records. JSON follows the JSON form of docs/wire_format.md (``seed`` a decimal string, ``bits`` and
+   ``client_id`` base64), its nesting measured before parsing; a well-typed batch is decoded by msgspec
+   straight into a :class:`~transforms.avro_fast.ColumnBatch`, validated on the columns and written with
+   :func:`encode_columns`; any other body goes through :func:`parse_json_body` (the reference, which names
+   the refusal). An Avro body is walked with every declared count and length checked against
    the bytes left and ``max_batch`` before anything is allocated, then decoded column-wise
    (:class:`~transforms.avro_fast.ColumnBatch`) or by fastavro from exactly each block's bytes.
 2. :class:`ReportChecker`: the project's validator (:class:`transforms.records.TaskReportValidator`, the
