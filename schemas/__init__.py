@@ -27,7 +27,8 @@ Versions:
 * 3: the numeric kind's integer grid wire (``docs/wire_format.md``, section 7): ``reals`` carries integer
   messages drawn by exact samplers, never a computed double. Numeric tasks are version 3 (the default of
   their kind); a version 2 numeric task (floating-point reals) is refused (``float_reals_retired``), and
-  version 2 reports of a version 3 task are ``wrong_schema_version``. Other kinds stay at version 2.
+  version 2 reports of a version 3 task are ``wrong_schema_version``. Range tasks of the ``msw`` method
+  are version 3 too (integer Square Wave messages); other range methods and other kinds stay at version 2.
 """
 
 from __future__ import annotations
