@@ -20,6 +20,10 @@
 # Parts (fetched once, cached under .cache/flink/, git-ignored):
 #   * the job-server jar from tools/flink/get_job_server.sh (Beam 2.62.0, runner for Flink 1.19);
 #   * .cache/flink/ldp-flink-ticks.jar: tools/flink/ticks/*.java compiled with javac against that jar;
+#   * .cache/flink/prometheus-1.19.1/: Flink's Prometheus reporter (flink-metrics-prometheus, the newest 1.19
+#     release Maven Central serves here) and tools/flink/prometheus/*.java compiled against it: the same
+#     reporter with its endpoint on 127.0.0.1 (Flink's binds every interface); each JobManager and TaskManager
+#     serves /metrics on its own port, listed in cluster.env as LDP_FLINK_PROMETHEUS (docs/metrics.md);
 #   * the cluster's class path: Flink 1.19.0 (flink-runtime, flink-streaming-java, flink-java, flink-clients,
 #     flink-statebackend-rocksdb, log4j) from Maven Central via tools/flink/cluster-pom.xml, since Flink's
 #     binary distribution (flink-dist) is not served there. The Flink version must match the job server's
@@ -53,6 +57,8 @@ root="$(cd "$here/../.." && pwd)"
 run="${LDP_FLINK_RUN_DIR:-$root/.cache/flink/cluster}"
 flink_version="${LDP_FLINK_VERSION_FULL:-1.19.0}"
 lib="$root/.cache/flink/cluster-$flink_version/lib"
+prom_version="${LDP_FLINK_PROMETHEUS_VERSION:-1.19.1}"
+prom_dir="$root/.cache/flink/prometheus-$prom_version"
 slots="${LDP_FLINK_TASK_SLOTS:-4}"
 checkpoint_ms="${LDP_FLINK_CHECKPOINT_MS:-2000}"
 state_backend="${LDP_FLINK_STATE_BACKEND:-rocksdb}"
@@ -92,6 +98,30 @@ cluster_lib() {
   fi
   ls "$lib"/flink-runtime-"$flink_version".jar >/dev/null 2>&1 || die "no flink-runtime-$flink_version.jar in $lib"
   touch "$lib/.complete"
+}
+
+metrics_jars() {  # Flink's Prometheus reporter jar + the loopback reporter (tools/flink/prometheus) built against it
+  local src="$here/prometheus" out="$prom_dir/ldp-flink-prometheus.jar" upstream
+  upstream="$prom_dir/flink-metrics-prometheus-$prom_version.jar"
+  if [ -f "$out" ] && [ -f "$upstream" ] && [ -z "$(find "$src" -newer "$out" -type f 2>/dev/null)" ]; then
+    return
+  fi
+  mkdir -p "$prom_dir"
+  if [ ! -f "$upstream" ]; then
+    say "fetching org.apache.flink:flink-metrics-prometheus:$prom_version from Maven Central into $prom_dir"
+    mvn -B -q "${mvn_args[@]}" dependency:copy -Dartifact="org.apache.flink:flink-metrics-prometheus:$prom_version" \
+      -DoutputDirectory="$prom_dir" >"$prom_dir/maven.log" 2>&1 \
+      || die "could not fetch flink-metrics-prometheus $prom_version (log: $prom_dir/maven.log)"
+  fi
+  command -v javac >/dev/null 2>&1 && command -v jar >/dev/null 2>&1 \
+    || die "'javac'/'jar' not found (Debian: apt-get install -y openjdk-17-jdk-headless)"
+  local build
+  build="$(mktemp -d)"
+  javac -nowarn --release 11 -cp "$lib/*:$upstream" -d "$build" \
+    "$src"/org/apache/flink/metrics/prometheus/*.java >&2 || { rm -rf "$build"; die "could not compile $src"; }
+  cp -r "$src/META-INF" "$build/"
+  jar cf "$out.tmp" -C "$build" . && mv "$out.tmp" "$out"
+  rm -rf "$build"
 }
 
 ticks_jar() {  # the watch's checkpointed ticks (tools/flink/ticks, Java): built with javac against the job-server jar
@@ -176,6 +206,9 @@ taskmanager.bind-host: 127.0.0.1
 taskmanager.rpc.port: 0
 taskmanager.data.port: 0
 metrics.internal.query-service.port: 0
+# Prometheus scrape endpoints on 127.0.0.1 (tools/flink/prometheus; the port of each process is a -D option)
+metrics.reporter.prom.factory.class: org.apache.flink.metrics.prometheus.LoopbackPrometheusReporterFactory
+metrics.reporter.prom.host: 127.0.0.1
 taskmanager.numberOfTaskSlots: $slots
 taskmanager.memory.process.size: $tm_memory
 taskmanager.memory.jvm-metaspace.size: 320m
@@ -238,8 +271,8 @@ start_jobmanager() {
   dyn="$(sed -n 2p <<< "$params")"
   # shellcheck disable=SC2086
   nohup java $jvm -Dlog.file="$run/logs/jobmanager.log" -Dlog4j.configurationFile="file:$run/conf/log4j.properties" \
-    -cp "$lib/*" org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint \
-    --configDir "$run/conf" $dyn >"$run/logs/jobmanager.out" 2>&1 < /dev/null &
+    -cp "$lib/*:$prom_dir/*" org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint \
+    --configDir "$run/conf" -D metrics.reporter.prom.port="$LDP_FLINK_PROMETHEUS_JM_PORT" $dyn >"$run/logs/jobmanager.out" 2>&1 < /dev/null &
   echo $! > "$run/jobmanager.pid"
 }
 
@@ -252,8 +285,9 @@ start_taskmanager() {
   # shellcheck disable=SC2086
   nohup env PATH="$(dirname "$python"):$PATH" java $jvm -Dlog.file="$run/logs/taskmanager-$i.log" \
     -Dlog4j.configurationFile="file:$run/conf/log4j.properties" \
-    -cp "$lib/*" org.apache.flink.runtime.taskexecutor.TaskManagerRunner --configDir "$run/conf" \
-    -D taskmanager.resource-id="tm-$i" -D io.tmp.dirs="$run/tmp/tm-$i" $dyn \
+    -cp "$lib/*:$prom_dir/*" org.apache.flink.runtime.taskexecutor.TaskManagerRunner --configDir "$run/conf" \
+    -D taskmanager.resource-id="tm-$i" -D io.tmp.dirs="$run/tmp/tm-$i" \
+    -D metrics.reporter.prom.port="$(eval echo "\$LDP_FLINK_PROMETHEUS_TM${i}_PORT")" $dyn \
     >"$run/logs/taskmanager-$i.out" 2>&1 < /dev/null &
   echo $! > "$run/taskmanager-$i.pid"
 }
@@ -268,13 +302,15 @@ cmd_start() {
   local jar
   jar="$(job_server_jar)" || die "no job-server jar (bash tools/flink/get_job_server.sh)"
   cluster_lib
+  metrics_jars
   local ticks
   ticks="$(ticks_jar "$jar")"
   rm -rf "$run"
   mkdir -p "$run"
   local ports
+  local prom_jm prom_tm1 prom_tm2
   read -r rest_port jm_rpc_port blob_port job_port artifact_port expansion_port pool_port ticks_port \
-    <<< "$(free_ports 8)"
+    prom_jm prom_tm1 prom_tm2 <<< "$(free_ports 11)"
   write_config "$jm_rpc_port" "$blob_port"
   cat > "$run/cluster.env" <<EOF
 LDP_FLINK_RUN_DIR=$run
@@ -286,7 +322,12 @@ LDP_FLINK_WORKER_POOL=127.0.0.1:$pool_port
 LDP_FLINK_TICKS_EXPANSION=127.0.0.1:$ticks_port
 LDP_FLINK_TASK_SLOTS=$slots
 LDP_FLINK_CHECKPOINT_MS=$checkpoint_ms
+LDP_FLINK_PROMETHEUS_JM_PORT=$prom_jm
+LDP_FLINK_PROMETHEUS_TM1_PORT=$prom_tm1
+LDP_FLINK_PROMETHEUS_TM2_PORT=$prom_tm2
+LDP_FLINK_PROMETHEUS=127.0.0.1:$prom_jm,127.0.0.1:$prom_tm1,127.0.0.1:$prom_tm2
 EOF
+  load_env
   local t0
   t0=$(date +%s)
   say "starting the JobManager (REST 127.0.0.1:$rest_port, run dir $run)"
@@ -414,6 +455,7 @@ cmd_fetch() {
   local jar
   jar="$(job_server_jar)" || die "no job-server jar (bash tools/flink/get_job_server.sh)"
   cluster_lib
+  metrics_jars
   local ticks
   ticks="$(ticks_jar "$jar")"
   say "parts ready: job server $jar; ticks $ticks; Flink $flink_version class path $lib ($(ls "$lib" | wc -l) jars)"
