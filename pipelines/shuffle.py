@@ -343,6 +343,14 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         )  # fmt: skip
     except RunnerLimitation as exc:
         fail(str(exc))
+    if streaming and ns.input and plan.paced:
+        # The FnApiRunner runs a streaming job stage by stage: a bucket's event-time timer fires with the
+        # bundle of the bucket's first file, long before the bucket's end, so the rest of the bucket
+        # would be withheld as late.
+        fail("the streaming shuffler from a watched directory does not run on the DirectRunner (its "
+             "FnApiRunner fires a bucket's timer before the bucket closes, publishing part of it): run it "
+             "on Prism (--runner=PrismRunner; bash tools/prism/get_prism.sh) or Flink, or shuffle the "
+             "files in batch (without --streaming)")
     try:
         resumed = prepare_shuffle_output(ns, task, settings)
         os.makedirs(os.path.join(ns.output, BATCH_SUBDIR), exist_ok=True)

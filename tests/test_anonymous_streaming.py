@@ -107,8 +107,9 @@ def chain(tmp_path_factory):
     clients = _Clients(task, base, gap_s=0.5)
     clients.write(0, PER_BUCKET, T0, inject_bad=1)  # the first file is there when the watch starts
     clients.start()
+    # the streaming shuffler from a watched directory runs on Prism (refused on the DirectRunner)
     shuffled = shuffle.run(["--task", str(base / "task.json"), *STREAM, "--streaming_duration", "8",
-                            "--input", str(base / "in" / "*.avro"),
+                            "--runner=PrismRunner", "--input", str(base / "in" / "*.avro"),
                             "--output", str(base / "out"), *key])  # fmt: skip
     clients.join(timeout=30)
     assert clients.error is None, clients.error
@@ -121,6 +122,7 @@ def chain(tmp_path_factory):
 
 
 @pytest.mark.integration
+@pytest.mark.prism
 def test_streaming_watched_directory_chain_clients_shuffler_job_store_dashboard(chain):
     from bokeh.document import Document
 

@@ -110,28 +110,12 @@ def _until(deadline: float, pred, step: float = 0.3) -> bool:
     return pred()
 
 
-#: The streaming shuffler on the DirectRunner (FnApiRunner) publishes a bucket when the bundle holding the
-#: bucket's first file is processed (its bucket timer fires before the bucket's end, let alone its end plus
-#: the allowed lateness) and withholds the bucket's later files as late: 5,600 of 8,000 acknowledged
-#: reports withheld in the run of 2026-12-07. On Prism it waits for the bucket to close and the chain holds.
-SHUFFLER_FNAPI = (
-    "the streaming shuffler on the DirectRunner publishes each bucket at its first input file and "
-    "withholds the rest of the bucket as late (transforms/shuffle.py, pipelines/shuffle.py)"
-)
-
-
-@pytest.mark.parametrize(
-    "runner",
-    [
-        pytest.param("direct", marks=pytest.mark.xfail(reason=SHUFFLER_FNAPI, strict=True)),
-        pytest.param("prism", marks=pytest.mark.prism),
-    ],
-)
-def test_chain_survives_kill_9_of_every_component_and_counts_each_acknowledged_report_once(
-    tmp_path: Path, runner: str
-):
+# The chain runs on Prism: the streaming shuffler from a watched directory is refused on the DirectRunner
+# (its FnApiRunner fires a bucket's timer with the bucket's first file; tests/test_shuffler_restart.py).
+@pytest.mark.prism
+def test_chain_survives_kill_9_of_every_component_and_counts_each_acknowledged_report_once(tmp_path: Path):
     base = tmp_path
-    beam_runner = ["--runner=PrismRunner"] if runner == "prism" else []
+    beam_runner = ["--runner=PrismRunner"]
     (base / "task.json").write_text(json.dumps(TASK))
     task = parse_task(TASK)
     key = base / "shuffle.key"
@@ -196,13 +180,9 @@ def test_chain_survives_kill_9_of_every_component_and_counts_each_acknowledged_r
         shuffler_end = post_end + 12
         shuffler.start(shuffler_cmd(max(20.0, shuffler_end - time.monotonic())))
 
-        # 3. the job, once it runs on batches: on Prism once it has written a pane to the store (the
-        # restarted run must replace the killed run's windows, not add to them); on the DirectRunner its
-        # panes come when its watch ends, so nothing of the killed run is in the store
-        if runner == "prism":
-            assert _until(post_end + 30, lambda: _panes(store_url) > 0), f"no pane: {job.log()[-3000:]}"
-        else:
-            time.sleep(max(0.0, t0 + REQUESTS * GAP_S * 0.75 - time.monotonic()))
+        # 3. the job, once it has written a pane to the store (the restarted run must replace the killed
+        # run's windows, not add to them)
+        assert _until(post_end + 30, lambda: _panes(store_url) > 0), f"no pane: {job.log()[-3000:]}"
         events.append(f"{time.monotonic() - t0:.1f} s: {_panes(store_url)} pane(s) in the store")
         job.kill9()
         events.append(f"{time.monotonic() - t0:.1f} s: job killed")

@@ -167,7 +167,7 @@ def _shuffler(base: Path, duration: float) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pipelines.shuffle", "--task", str(base / "task.json"), "--streaming",
            "--input", str(base / "in" / "*.avro"), "--require_done_marker", "--watch_interval", "1",
            "--streaming_duration", str(duration), "--output", str(base / "out"),
-           "--shuffle_key", str(base / "shuffle.key")]  # fmt: skip
+           "--shuffle_key", str(base / "shuffle.key"), "--runner=PrismRunner"]  # fmt: skip
     log = open(base / f"shuffler-{time.monotonic_ns()}.log", "w")  # noqa: SIM115 - closed by the process' end
     return subprocess.Popen(cmd, cwd=REPO_ROOT, env=venv_env(), stdout=log, stderr=subprocess.STDOUT)
 
@@ -177,6 +177,18 @@ def _publish(path: Path, dest: Path) -> None:
     (dest.parent / (dest.name + ".done")).touch()
 
 
+def test_streaming_shuffler_from_a_directory_is_refused_on_the_direct_runner(base: Path, capsys):
+    """The DirectRunner's FnApiRunner fires a bucket's timer with the bundle of the bucket's first file:
+    the streaming shuffler from a watched directory would publish part of a bucket, so it is refused."""
+    argv = ["--task", str(base / "task.json"), "--streaming", "--input", str(base / "in" / "*.avro"),
+            "--streaming_duration", "5", "--output", str(base / "out"),
+            "--shuffle_key", str(base / "shuffle.key")]  # fmt: skip
+    _fails(capsys, argv, r"does not run on the DirectRunner .* run it on Prism")
+    _fails(capsys, [*argv, "--runner=DirectRunner"], r"does not run on the DirectRunner")
+    assert not (base / "out" / "batches").exists()
+
+
+@pytest.mark.prism
 def test_streaming_shuffler_killed_mid_run_resumes_without_rewriting_or_duplicating(base: Path):
     """Six buckets of 300 reports arrive one file at a time (with done markers). The shuffler is killed
     with SIGKILL once at least two batches are out and while files are still arriving; a file also
