@@ -1437,6 +1437,8 @@ AUTO_VARIANCE_TOLERANCE = 0.02
 #: made: its clients and its aggregator encode and decode alike whatever their release.
 AUTO_CANDIDATES: dict[int, tuple[str, ...]] = {
     2: ("grr", "olh", "blh", "oue", "sue", "hr", "ss"),
+    # version 3 changed the numeric and msw wires (integer grid messages), not the frequency oracles
+    3: ("grr", "olh", "blh", "oue", "sue", "hr", "ss"),
 }
 #: The schema version whose candidates ``auto`` uses when none is named (the current one).
 AUTO_SCHEMA_VERSION = 2

@@ -415,6 +415,8 @@ def test_directory_streaming_argument_checks(tmp_path, capsys):
     (tmp_path / "ok.json").write_text('{"task_id": "x", "mechanism": "grr", "epsilon": 1, "domain_size": 4}')
     base = ["--task", str(tmp_path / "ok.json"), "--streaming", "--input", str(tmp_path / "*.avro")]
     base += ["--output", str(tmp_path / "out")]
+    _fails(capsys, base, "a streaming job needs a window")
+    base += ["--window_size", "60"]
     _fails(capsys, base, "give --streaming_duration")  # the DirectRunner would never emit a window
     _fails(
         capsys,
