@@ -13,9 +13,11 @@ Endpoints (docs/collector.md): ``POST /v1/reports`` (``application/json``: one r
 container of report records) -> 200 ``{"accepted": n}`` once the reports are durable (fsync, group
 commit), or a 4xx ``{"error", "detail"[, "index"]}`` naming the first problem, nothing of the request
 written, or 503 with ``Retry-After`` when the disk cannot take them; an ``Idempotency-Key`` header makes a
-repeat an answer without a second write; ``OPTIONS /v1/reports`` (CORS preflight, ``--allow_origin``);
+repeat an answer without a second write (exactly once, across kill -9 and restarts);
+``OPTIONS /v1/reports`` (CORS preflight, ``--allow_origin``);
 ``GET /healthz``; ``GET /metrics`` (the counts as JSON); ``GET /metrics/prometheus`` (Prometheus text).
-At start the collector adopts what a killed predecessor left in ``--output_dir`` (unfinished files).
+At start the collector adopts what a killed predecessor left in ``--output_dir`` (unfinished files: the
+blocks their ledgers record).
 With ``--demo_page DIR`` (the built TypeScript client package, ``clients/typescript``) it also serves the
 browser demo from the same origin: ``GET /`` its ``demo/index.html``, ``GET /dist/....js`` its compiled
 JavaScript (nothing else of DIR), ``GET /v1/task`` the task with its ``resolved`` block.
@@ -505,10 +507,11 @@ def run(argv: Sequence[str] | None = None) -> int:
             ns.output_dir, roll_reports=ns.roll_reports, roll_seconds=ns.roll_seconds,
             permute=checker.shuffled, senders=auth is not None,
         )  # fmt: skip
-        writer.adopt()
         keys = IdempotencyKeys(
             writer.directory / KEYS_JOURNAL, window_s=ns.idempotency_window_s, max_keys=ns.idempotency_keys
         )
+        writer.keys = keys
+        writer.adopt()  # keeps exactly the blocks whose ledger lines are durable; their keys join the journal
     except (ValueError, OSError) as exc:
         fail(str(exc))
     collector = Collector(

@@ -15,14 +15,16 @@ records -> durable rolling Avro report files in a directory the aggregation jobs
 2. :class:`ReportChecker`: the project's validator (:class:`transforms.records.TaskReportValidator`, the
    same checks as the aggregation jobs) plus the two the Avro decoder makes for files. All or nothing: one
    refused report refuses the request (422), naming the first refused report; nothing of it is written.
-3. :class:`RollingAvroWriter`: the request's block is appended to the open hidden ``.tmp`` file and the
-   request is answered 200 only after an ``fsync`` covers it (group commit). Files are published (rename,
-   ``.done`` marker) after ``roll_reports`` reports or ``roll_seconds`` seconds; a shuffled task's file is
-   first rewritten in a CSPRNG-drawn order. At start, :meth:`RollingAvroWriter.adopt` publishes the valid
-   prefix of what a killed process left.
+3. :class:`RollingAvroWriter`: the request's block is appended to the open hidden ``.tmp`` file and its
+   line (byte range, count, key and body digests) to the file's block ledger; the request is answered 200
+   only after an ``fsync`` of both covers it (group commit). Files are published (rename, ``.done``
+   marker) after ``roll_reports`` reports or ``roll_seconds`` seconds; a shuffled task's file is first
+   rewritten in a CSPRNG-drawn order. At start, :meth:`RollingAvroWriter.adopt` publishes the prefix of
+   what a killed process left whose blocks are whole and recorded in the ledger, so a block survives a
+   crash only together with its idempotency key.
 4. Retries and senders: :class:`IdempotencyKeys` (an ``Idempotency-Key`` repeat is answered without a
-   second write), :class:`SenderAuth` (optional client tokens; distinct senders per file in the metadata
-   key :data:`SENDERS_KEY`), :class:`PrometheusMetrics`.
+   second write, exactly once across restarts), :class:`SenderAuth` (optional client tokens; distinct
+   senders per file in the metadata key :data:`SENDERS_KEY`), :class:`PrometheusMetrics`.
 
 Nothing of a request other than its report fields is kept: no address, no header, no receive time (an
 idempotency key only as a digest, for its window).
@@ -834,11 +836,14 @@ class _Segment:
     """One open report file: its descriptor, size, the durable (fsynced) prefix and the reports in it."""
 
     def __init__(self, stem: str, tmp: Path, final: Path, fd: int, sync: bytes, header: int,
-                 senders_at: int | None) -> None:  # fmt: skip
+                 senders_at: int | None, kfd: int | None = None) -> None:  # fmt: skip
         self.stem, self.tmp, self.final, self.fd, self.sync = stem, tmp, final, fd, sync
+        self.ledger = _ledger_path(tmp)
+        self.kfd = kfd  # the block ledger's descriptor (None for an adopted file: nothing is appended)
         self.size = header
         self.committed = 0
         self.marks: list[tuple[int, int]] = [(header, 0)]  # (end offset, reports up to it)
+        self.kmarks: list[tuple[int, int]] = [(header, 0)]  # (end offset, ledger size up to it)
         self.senders: set[bytes] = set()
         self.pending_senders: list[tuple[int, bytes]] = []
         self.senders_at = senders_at
@@ -875,6 +880,56 @@ class Adopted:
     garbage_bytes: int = 0
     removed: int = 0
     markers: int = 0
+    cut_blocks: int = 0  # whole blocks cut because the ledger does not record them (never acknowledged)
+    cut_reports: int = 0
+    keys: int = 0  # idempotency keys of kept blocks, recorded in the key journal
+
+
+LEDGER_SUFFIX = ".keys"
+
+
+def _ledger_path(tmp: Path) -> Path:
+    """The block ledger beside an open report file: ``.collect-<stem>.keys``."""
+    return tmp.with_name(tmp.name[: -len(TMP_SUFFIX)] + LEDGER_SUFFIX)
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgerEntry:
+    """One block of an open report file as its ledger records it: the block's byte range
+    ``[start, end)``, its report count, the receive time and, for a request with an ``Idempotency-Key``,
+    the digests of the key and of the body (None without a key)."""
+
+    start: int
+    end: int
+    count: int
+    time: float
+    key: bytes | None
+    body: bytes | None
+
+    def line(self) -> bytes:
+        k = "-" if self.key is None else self.key.hex()
+        b = "-" if self.body is None else self.body.hex()
+        return f"{self.start} {self.end} {self.count} {self.time:.3f} {k} {b}\n".encode()
+
+
+def read_ledger(path: Path) -> list[LedgerEntry]:
+    """The whole lines of a block ledger (a torn last line, or any malformed one, is skipped)."""
+    try:
+        text = path.read_bytes().decode("ascii", errors="replace")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.split("\n")[:-1]:  # the part after the last newline is torn
+        parts = line.split(" ")
+        if len(parts) != 6:
+            continue
+        try:
+            key = None if parts[4] == "-" else bytes.fromhex(parts[4])
+            body = None if parts[5] == "-" else bytes.fromhex(parts[5])
+            out.append(LedgerEntry(int(parts[0]), int(parts[1]), int(parts[2]), float(parts[3]), key, body))
+        except ValueError:
+            continue
+    return out
 
 
 def senders_secret(directory: Path) -> bytes:
@@ -924,12 +979,16 @@ def _header_bytes(
     return head, at
 
 
-def _walk(data: bytes, parsed: Any) -> tuple[int, int, bytes, list[tuple[int, int]], int | None]:
-    """The valid prefix of a report file: ``(end, reports, sync, record spans, senders offset)``. Every
-    block is decoded record by record; the walk stops at the first block that does not frame or decode."""
+_Walk = tuple[int, int, bytes, list[tuple[int, int]], int | None, list[tuple[int, int, int]]]
+
+
+def _walk(data: bytes, parsed: Any) -> _Walk:
+    """The valid prefix of a report file: ``(end, reports, sync, record spans, senders offset, blocks)``,
+    ``blocks`` as ``(start, end, count)`` byte ranges. Every block is decoded record by record; the walk
+    stops at the first block that does not frame or decode."""
     cur = _Cursor(data)
     if data[:4] != _MAGIC:
-        return 0, 0, b"", [], None
+        return 0, 0, b"", [], None, []
     cur.pos = 4
     try:
         while (n := cur.long("meta")) != 0:
@@ -941,11 +1000,11 @@ def _walk(data: bytes, parsed: Any) -> tuple[int, int, bytes, list[tuple[int, in
                 cur.take(cur.long("value"), "value")
         sync = cur.take(16, "sync")
     except RequestError:
-        return 0, 0, b"", [], None
+        return 0, 0, b"", [], None, []
     key = SENDERS_KEY.encode()
     at = data.find(key, 0, cur.pos)
     senders_at = None if at < 0 else at + len(key) + len(_avro_long(_SENDERS_WIDTH))
-    end, total, spans = cur.pos, 0, []
+    end, total, spans, blocks = cur.pos, 0, [], []
     while cur.left():
         try:
             count, size = cur.long("count"), cur.long("size")
@@ -967,8 +1026,9 @@ def _walk(data: bytes, parsed: Any) -> tuple[int, int, bytes, list[tuple[int, in
             break
         spans.extend(rows)
         total += count
+        blocks.append((end, cur.pos, count))
         end = cur.pos
-    return end, total, sync, spans, senders_at
+    return end, total, sync, spans, senders_at, blocks
 
 
 class RollingAvroWriter:
@@ -991,6 +1051,7 @@ class RollingAvroWriter:
         roll_seconds: float = 60.0,
         permute: bool = False,
         senders: bool = False,
+        keys: IdempotencyKeys | None = None,
     ) -> None:
         if roll_reports < 1:
             raise ValueError(f"roll_reports must be >= 1, got {roll_reports}")
@@ -1008,6 +1069,7 @@ class RollingAvroWriter:
         self.roll_seconds = float(roll_seconds)
         self.permute = permute
         self.senders = senders
+        self.keys = keys  # where a published file's idempotency keys are recorded (the key journal)
         self._senders_secret = senders_secret(self.directory) if senders else None
         self.schema = schemas.report_schema()
         self.run_id = secrets.token_hex(4)
@@ -1032,22 +1094,25 @@ class RollingAvroWriter:
             if not final.exists():
                 break
         tmp = self.directory / f"{TMP_PREFIX}{stem}{TMP_SUFFIX}"
+        ledger = _ledger_path(tmp)
         sync = os.urandom(16)
         header, senders_at = _header_bytes(self.schema, sync, self.senders)
-        fd = -1
-        try:
+        fd = kfd = -1
+        try:  # the ledger first: a .tmp file without one can only come from an older collector
+            kfd = os.open(ledger, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             _pwrite_all(fd, header, 0)
             os.fsync(fd)
-            _fsync_dir(self.directory)  # the file's name is durable before any block is acknowledged
+            _fsync_dir(self.directory)  # the names are durable before any block is acknowledged
         except OSError as exc:
-            if fd >= 0:
-                os.close(fd)
-                tmp.unlink(missing_ok=True)
+            for d, path in ((fd, tmp), (kfd, ledger)):
+                if d >= 0:
+                    os.close(d)
+                    path.unlink(missing_ok=True)
             raise WriteError(
                 f"cannot create a report file: {exc.strerror}", exc.errno in TRANSIENT_ERRNOS
             ) from exc
-        seg = _Segment(stem, tmp, final, fd, sync, len(header), senders_at)
+        seg = _Segment(stem, tmp, final, fd, sync, len(header), senders_at, kfd)
         seg.committed = len(header)
         return seg
 
@@ -1060,10 +1125,12 @@ class RollingAvroWriter:
         return buf.getvalue()
 
     def append(self, records: Sequence[dict[str, Any]] | None = None, data: bytes | None = None,
-               count: int | None = None, sender: bytes | None = None) -> Ticket | None:  # fmt: skip
+               count: int | None = None, sender: bytes | None = None, key: bytes | None = None,
+               body: bytes | None = None) -> Ticket | None:  # fmt: skip
         """Writes one block (``records``, or their encoding ``data`` of ``count`` records) to the open file,
-        opening one when none is. Not durable yet: see :meth:`commit`. Raises :class:`WriteError` (the file
-        is cut back to where the block started)."""
+        opening one when none is, then its ledger line (byte range, count, and the digests ``key`` and
+        ``body`` of a request's ``Idempotency-Key`` and body). Not durable yet: see :meth:`commit`. Raises
+        :class:`WriteError` (the file and its ledger are cut back to where the block started)."""
         if data is None:
             if not records:
                 return None
@@ -1074,13 +1141,18 @@ class RollingAvroWriter:
         seg = self._seg
         blob = _avro_long(count) + _avro_long(len(data)) + data + seg.sync
         start = seg.size
+        line = LedgerEntry(start, start + len(blob), count, time.time(), key, body).line()
+        kstart = seg.kmarks[-1][1]
         try:
             _pwrite_all(seg.fd, blob, start)
+            assert seg.kfd is not None
+            _pwrite_all(seg.kfd, line, kstart)
         except OSError as exc:
             self._cut(seg, start)
             raise WriteError(f"cannot append a block: {exc.strerror}", exc.errno in TRANSIENT_ERRNOS) from exc
         seg.size += len(blob)
         seg.marks.append((seg.size, seg.reports + count))
+        seg.kmarks.append((seg.size, kstart + len(line)))
         if sender is not None and sender not in seg.senders:
             seg.pending_senders.append((seg.size, sender))
         return Ticket(seg, seg.size, count, seg.generation)
@@ -1091,6 +1163,12 @@ class RollingAvroWriter:
             os.ftruncate(seg.fd, size)
         except OSError:
             _LOG.error("cannot cut a report file back to its last durable block")
+        seg.kmarks = [m for m in seg.kmarks if m[0] <= size]
+        if seg.kfd is not None:
+            try:  # a ledger line past the cut would name bytes that are gone (adoption ignores it anyway)
+                os.ftruncate(seg.kfd, seg.kmarks[-1][1])
+            except OSError:
+                _LOG.error("cannot cut a block ledger back to its last durable block")
         seg.size = size
         seg.marks = [m for m in seg.marks if m[0] <= size]
         seg.pending_senders = [p for p in seg.pending_senders if p[0] <= size]
@@ -1104,8 +1182,11 @@ class RollingAvroWriter:
         seg.pending_senders = keep
 
     def _fsync(self, seg: _Segment) -> None:
+        """The file, then its ledger: a block is acknowledged only once both are durable."""
         t0 = time.perf_counter()
         os.fsync(seg.fd)
+        if seg.kfd is not None:
+            os.fsync(seg.kfd)
         self.sync_seconds.append(time.perf_counter() - t0)
 
     def _check(self, t: Ticket) -> bool:
@@ -1206,6 +1287,8 @@ class RollingAvroWriter:
             if seg.senders_at is not None:
                 _pwrite_all(seg.fd, b"%0*d" % (_SENDERS_WIDTH, len(seg.senders)), seg.senders_at)
             os.fsync(seg.fd)
+            if self.keys is not None:  # the keys outlive the ledger: durable in the journal first
+                self.keys.record([e for e in read_ledger(seg.ledger) if e.end <= seg.committed])
             rewrite = self.permute or seg.senders_at is not None  # the senders' list goes in the header
             if rewrite:
                 self._permuted_copy(seg)
@@ -1215,11 +1298,15 @@ class RollingAvroWriter:
             _write_marker(seg.final, n)
             if rewrite:
                 seg.tmp.unlink()
-                _fsync_dir(self.directory)
+            seg.ledger.unlink(missing_ok=True)
+            _fsync_dir(self.directory)
         except OSError as exc:
             raise WriteError(f"cannot publish a report file ({n} reports wait in it): {exc.strerror}",
                              exc.errno in TRANSIENT_ERRNOS) from exc  # fmt: skip
         os.close(seg.fd)
+        if seg.kfd is not None:
+            os.close(seg.kfd)
+            seg.kfd = None
         self.unfinished.remove(seg)
         self.written_reports += n
         self.written_files.append(str(seg.final))
@@ -1233,7 +1320,7 @@ class RollingAvroWriter:
         from ldp.anonymity import secure_permutation
 
         data = os.pread(seg.fd, seg.committed, 0)
-        end, total, _, spans, senders_at = _walk(data, self.schema)
+        end, total, _, spans, senders_at, _ = _walk(data, self.schema)
         if end != seg.committed:
             raise OSError(errno.EIO, f"the file does not read back whole ({end} of {seg.committed} bytes)")
         sync = os.urandom(16)
@@ -1267,16 +1354,22 @@ class RollingAvroWriter:
         return sorted(p.name for p in self.directory.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}") if p not in mine)
 
     def adopt(self) -> Adopted:
-        """Publishes what killed processes left: each ``.tmp`` file's valid prefix (whole blocks that decode)
-        is finished and published like a rolled file, bytes after it are cut and counted; a ``.tmp`` file
-        whose final file exists (killed while publishing a permuted copy) is removed; a final file without
-        its ``.done`` marker gets one. Call before serving (the directory's lock keeps other collectors
-        out)."""
+        """Publishes what killed processes left. Of each ``.tmp`` file, the longest prefix of whole blocks
+        that decode *and* that its ledger records (the same byte range and count) is kept: the keys of those
+        blocks go into :attr:`keys` (the journal, durably) and the file is published like a rolled one.
+        Everything after the prefix is cut and counted: torn bytes, and whole blocks the ledger does not
+        record (never acknowledged: an acknowledgement waits for the ledger's fsync, which covers every
+        earlier line, so no acknowledged block follows an unrecorded one). A ``.tmp`` file without a ledger
+        (an older collector) keeps its whole valid prefix. A ``.tmp`` file whose final file exists (killed
+        while publishing a permuted copy) is removed, as is a ledger whose file is gone (its keys were
+        recorded before the rename); a final file without its ``.done`` marker gets one. Call before
+        serving (the directory's lock keeps other collectors out)."""
         out = Adopted()
         for perm in self.directory.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}.perm"):
             perm.unlink()
         for name in self.leftovers():
             tmp = self.directory / name
+            ledger = _ledger_path(tmp)
             stem = name[len(TMP_PREFIX) : -len(TMP_SUFFIX)]
             final = self.directory / f"{FILE_PREFIX}{stem}.avro"
             if final.exists():
@@ -1284,13 +1377,16 @@ class RollingAvroWriter:
                     _write_marker(final, _walk(final.read_bytes(), self.schema)[1])
                     out.markers += 1
                 tmp.unlink()
+                ledger.unlink(missing_ok=True)
                 out.removed += 1
                 continue
             data = tmp.read_bytes()
-            end, total, sync, _, senders_at = _walk(data, self.schema)
+            valid, _, sync, _, _, blocks = _walk(data, self.schema)
+            end, total = self._recorded_prefix(ledger, blocks, valid, out)
             out.garbage_bytes += len(data) - end
             if total == 0:
                 tmp.unlink()
+                ledger.unlink(missing_ok=True)
                 out.removed += 1
                 continue
             fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
@@ -1299,22 +1395,44 @@ class RollingAvroWriter:
             seg.committed = end
             seg.marks = [(end, total)]
             self.unfinished.append(seg)
-            self._publish(seg)
+            self._publish(seg)  # records the kept blocks' keys before the rename
             out.files += 1
             out.reports += total
+        for ledger in self.directory.glob(f"{TMP_PREFIX}*{LEDGER_SUFFIX}"):
+            if not ledger.with_name(ledger.name[: -len(LEDGER_SUFFIX)] + TMP_SUFFIX).exists():
+                ledger.unlink()
         for final in self.directory.glob(f"{FILE_PREFIX}*.avro"):
             if not final.with_name(final.name + DONE_SUFFIX).exists():
                 _write_marker(final, _walk(final.read_bytes(), self.schema)[1])
                 out.markers += 1
         if out.files or out.removed or out.garbage_bytes or out.markers:
             _LOG.warning(
-                "adopted what an earlier collector left: %d reports published in %d files, %d bytes of torn "
-                "blocks cut, %d leftover files removed, %d markers written", out.reports, out.files,
-                out.garbage_bytes, out.removed, out.markers,
+                "adopted what an earlier collector left: %d reports published in %d files (%d idempotency "
+                "keys kept), %d bytes cut (%d unacknowledged blocks of %d reports among them), %d leftover "
+                "files removed, %d markers written", out.reports, out.files, out.keys, out.garbage_bytes,
+                out.cut_blocks, out.cut_reports, out.removed, out.markers,
             )  # fmt: skip
         self.written_reports = 0
         self.written_files = []
         return out
+
+    def _recorded_prefix(
+        self, ledger: Path, blocks: list[tuple[int, int, int]], valid: int, out: Adopted
+    ) -> tuple[int, int]:
+        """``(end, reports)`` of the blocks to keep of an unfinished file (see :meth:`adopt`)."""
+        if not ledger.exists():
+            return valid, sum(c for _, _, c in blocks)
+        recorded = {e.start: e for e in read_ledger(ledger)}
+        end, total = (blocks[0][0] if blocks else valid), 0
+        for i, (start, stop, count) in enumerate(blocks):
+            e = recorded.get(start)
+            if e is None or e.end != stop or e.count != count:
+                out.cut_blocks += len(blocks) - i
+                out.cut_reports += sum(c for _, _, c in blocks[i:])
+                break
+            end, total = stop, total + count
+            out.keys += e.key is not None
+        return end, total
 
     def close(self) -> None:
         os.close(self._lock)
@@ -1341,9 +1459,13 @@ KEYS_JOURNAL = ".collect-keys.log"
 class IdempotencyKeys:
     """The ``Idempotency-Key`` of every acknowledged request of the last ``window_s`` seconds, at most
     ``max_keys`` of them (the oldest forgotten first): SHA-256 digests of the key and of the body, and the
-    report count, about 150 bytes each in memory. ``journal``: a file in the output directory that every
-    acknowledged key is appended to after its reports are durable (a restarted collector reads it back);
-    rewritten compacted when it holds twice ``max_keys`` lines."""
+    report count, about 150 bytes each in memory.
+
+    Durable records: while a request's block is in an open file, its key is in that file's block ledger
+    (written with the block, fsynced before the answer); when the file is published, :meth:`record` appends
+    the file's keys to ``journal`` and fsyncs it before the ledger goes. A restarted collector reads the
+    journal back (and :meth:`RollingAvroWriter.adopt` adds the keys of the blocks it keeps); the journal is
+    rewritten compacted at start and when it holds twice ``max_keys`` lines."""
 
     def __init__(self, journal: Path | None, *, window_s: float = 86_400.0, max_keys: int = 200_000) -> None:
         self.window_s = float(window_s)
@@ -1352,6 +1474,7 @@ class IdempotencyKeys:
         self.keys: dict[bytes, tuple[float, bytes, int]] = {}
         self.evicted = 0
         self._lines = 0
+        self._lock = threading.Lock()  # record() runs in a publishing worker thread
         if journal is not None and journal.exists():
             now = time.time()
             for line in journal.read_text(encoding="ascii", errors="replace").splitlines():
@@ -1368,7 +1491,10 @@ class IdempotencyKeys:
                 if now - t < self.window_s:
                     self.keys[key] = (t, body, n)
             self._trim(now)
-            self._rewrite()
+            try:
+                self._rewrite()
+            except OSError as exc:
+                _LOG.warning("cannot rewrite the idempotency journal: %s", exc.strerror)
 
     @staticmethod
     def digest(text: str | bytes) -> bytes:
@@ -1382,23 +1508,37 @@ class IdempotencyKeys:
         return hit
 
     def add(self, key: bytes, body: bytes, n: int) -> None:
+        """Remembers an acknowledged request's key in memory (its block ledger holds it durably)."""
+        with self._lock:
+            now = time.time()
+            self.keys[key] = (now, body, n)
+            self._trim(now)
+
+    def record(self, entries: Sequence[LedgerEntry]) -> None:
+        """Makes the keys of ``entries`` (blocks of a file being published) durable in the journal and
+        known in memory. Raises ``OSError`` when the journal cannot be written or fsynced (the file is then
+        not published: its ledger still holds the keys)."""
         now = time.time()
-        self.keys[key] = (now, body, n)
-        self._trim(now)
-        if self.journal is None:
-            return
-        line = f"{now:.3f} {key.hex()} {body.hex()} {n}\n".encode()
-        try:
+        lines = []
+        with self._lock:
+            for e in entries:
+                if e.key is None or e.body is None or now - e.time >= self.window_s:
+                    continue
+                self.keys.setdefault(e.key, (e.time, e.body, e.count))
+                lines.append(f"{e.time:.3f} {e.key.hex()} {e.body.hex()} {e.count}\n")
+            self._trim(now)
+            if self.journal is None or not lines:
+                return
+            text = "".join(lines)
             fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, line)
+                _pwrite_all_append(fd, text.encode())
+                os.fsync(fd)
             finally:
                 os.close(fd)
-            self._lines += 1
+            self._lines += len(lines)
             if self._lines > 2 * self.max_keys:
                 self._rewrite()
-        except OSError as exc:  # the reports are durable; only a retry's duplicate detection is at stake
-            _LOG.warning("cannot append to the idempotency journal: %s", exc.strerror)
 
     def _trim(self, now: float) -> None:
         for k in list(self.keys):
@@ -1409,16 +1549,26 @@ class IdempotencyKeys:
             self.evicted += 1
 
     def _rewrite(self) -> None:
+        """The journal rewritten from memory (fsynced, then renamed over the old one)."""
         if self.journal is None:
             return
         tmp = self.journal.with_name(self.journal.name + ".new")
         text = "".join(f"{t:.3f} {k.hex()} {b.hex()} {n}\n" for k, (t, b, n) in self.keys.items())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            tmp.write_text(text, encoding="ascii")
-            os.replace(tmp, self.journal)
-            self._lines = len(self.keys)
-        except OSError as exc:
-            _LOG.warning("cannot rewrite the idempotency journal: %s", exc.strerror)
+            _pwrite_all(fd, text.encode("ascii"), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.journal)
+        _fsync_dir(self.journal.parent)
+        self._lines = len(self.keys)
+
+
+def _pwrite_all_append(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 class SenderAuth:
@@ -1614,7 +1764,9 @@ class Collector:
         self.max_body_bytes = int(max_body_bytes)
         self.max_batch = int(max_batch)
         self.auth = auth
-        self.keys = keys if keys is not None else IdempotencyKeys(None)
+        self.keys = keys if keys is not None else (writer.keys or IdempotencyKeys(None))
+        if writer.keys is None:
+            writer.keys = self.keys  # a published file's keys go to the journal
         self.retry_after_s = int(retry_after_s)
         self.stats = CollectorStats()
         self.prom = PrometheusMetrics()
@@ -1792,7 +1944,9 @@ class Collector:
         if not isinstance(work, _Work):
             return work
         try:
-            t = self.writer.append(data=work.data, count=work.count, sender=work.sender)
+            t = self.writer.append(
+                data=work.data, count=work.count, sender=work.sender, key=work.key, body=work.body
+            )
             assert t is not None
             self.writer.commit_sync(t)
         except WriteError as exc:
@@ -1820,7 +1974,9 @@ class Collector:
             self._pending[work.key] = done
         try:
             try:
-                t = self.writer.append(data=work.data, count=work.count, sender=work.sender)
+                t = self.writer.append(
+                    data=work.data, count=work.count, sender=work.sender, key=work.key, body=work.body
+                )
                 assert t is not None
             except WriteError as exc:
                 return self._write_failed(exc, work.count, "append")

@@ -16,6 +16,7 @@ import subprocess
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import fastavro
 import pytest
@@ -192,8 +193,7 @@ def test_a_killed_collectors_unfinished_file_is_adopted_and_its_torn_tail_cut(tm
     (tmp,) = out.glob(".collect-*.avro.tmp")
     with open(tmp, "ab") as fh:  # the kill came in the middle of the next block
         fh.write(_long(10) + _long(400) + b"\x07" * 50)
-    os.close(writer._seg.fd)  # the process is gone: nothing of it is closed properly
-    writer.close()
+    _kill(writer)
     writer2 = RollingAvroWriter(out)
     adopted = writer2.adopt()
     assert (adopted.files, adopted.reports, adopted.garbage_bytes) == (
@@ -207,6 +207,125 @@ def test_a_killed_collectors_unfinished_file_is_adopted_and_its_torn_tail_cut(tm
     # a second start finds nothing more to do
     writer2.close()
     assert RollingAvroWriter(out).adopt().files == 0
+
+
+def _kill(writer: RollingAvroWriter) -> None:
+    """The process is gone: nothing of it is closed or published properly."""
+    seg = writer._seg
+    assert seg is not None
+    os.close(seg.fd)
+    if seg.kfd is not None:
+        os.close(seg.kfd)
+    writer.close()
+
+
+def _restart(out: Path, task: Path) -> tuple[Collector, RollingAvroWriter, Any]:
+    keys = IdempotencyKeys(out / KEYS_JOURNAL)
+    writer = RollingAvroWriter(out, keys=keys)
+    adopted = writer.adopt()
+    return Collector(make_checker(load_task(task)), writer, keys=keys), writer, adopted
+
+
+def _body(recs: list[dict]) -> bytes:
+    return json.dumps({"reports": as_json(recs)}).encode()
+
+
+def _seeds(out: Path) -> list[str]:
+    return sorted(r["seed"] for r in read_dir(out))
+
+
+def test_a_block_written_but_not_in_its_ledger_is_cut_at_adoption_and_its_retry_written_once(
+    tmp_path, olh_task, rng
+):
+    """Killed between the block's write and its ledger line: the block was never acknowledged, so adoption
+    cuts it (counted) and the client's retry with the same key is written, once."""
+    out = tmp_path / "out"
+    keys = IdempotencyKeys(out / KEYS_JOURNAL)
+    writer = RollingAvroWriter(out, keys=keys)
+    collector = Collector(make_checker(load_task(olh_task)), writer, keys=keys)
+    recs = make_records(olh_task, 30, rng)
+    for k in range(2):
+        body = _body(recs[10 * k : 10 * k + 10])
+        assert collector.handle(JSON_TYPE, body, key=f"key-00000000{k}")[0] == 200
+    (ledger,) = out.glob(".collect-*.keys")
+    before = ledger.stat().st_size
+    work = collector._prepare(JSON_TYPE, _body(recs[20:]), "key-000000002", None)
+    assert writer.append(data=work.data, count=work.count, key=work.key, body=work.body) is not None
+    os.truncate(ledger, before)  # the kill came after the block's bytes, before its ledger line
+    _kill(writer)
+    again, writer2, adopted = _restart(out, olh_task)
+    assert (adopted.files, adopted.reports, adopted.cut_blocks, adopted.cut_reports, adopted.keys) == (
+        1, 20, 1, 10, 2
+    )  # fmt: skip
+    assert _seeds(out) == sorted(r["seed"] for r in as_json(recs[:20]))
+    # the retries: the cut request is written, the acknowledged ones are duplicates
+    assert again.handle(JSON_TYPE, _body(recs[20:]), key="key-000000002") == (200, {"accepted": 10})
+    assert again.handle(JSON_TYPE, _body(recs[:10]), key="key-000000000") == (
+        200, {"accepted": 10, "duplicate": True}
+    )  # fmt: skip
+    again.close()
+    writer2.close()
+    assert _seeds(out) == sorted(r["seed"] for r in as_json(recs))  # each report exactly once
+    assert not list(out.glob(".collect-*.keys")) and not list(out.glob(".collect-*.tmp"))
+
+
+def test_a_block_recorded_but_unanswered_is_kept_and_its_retry_is_a_duplicate(tmp_path, olh_task, rng):
+    """Killed after the block and its ledger line were written, before the answer: adoption keeps the block
+    with its key, so the retry is answered 200 without a second write. Without a key the retry is written
+    again (at least once), and a ledger line whose block is torn keeps nothing of it."""
+    out = tmp_path / "out"
+    writer = RollingAvroWriter(out)
+    collector = Collector(make_checker(load_task(olh_task)), writer, keys=IdempotencyKeys(out / KEYS_JOURNAL))
+    recs = make_records(olh_task, 40, rng)
+    for lo, key in ((0, "key-unanswered"), (10, None)):
+        work = collector._prepare(JSON_TYPE, _body(recs[lo : lo + 10]), key, None)
+        assert writer.append(data=work.data, count=work.count, key=work.key, body=work.body) is not None
+    (tmp,) = out.glob(".collect-*.avro.tmp")
+    good = tmp.stat().st_size
+    work = collector._prepare(JSON_TYPE, _body(recs[20:30]), "key-torn-block", None)
+    assert writer.append(data=work.data, count=work.count, key=work.key, body=work.body) is not None
+    os.truncate(tmp, good + 40)  # its ledger line is there, most of its bytes are not
+    _kill(writer)
+    again, writer2, adopted = _restart(out, olh_task)
+    assert (adopted.reports, adopted.keys, adopted.cut_blocks, adopted.garbage_bytes) == (20, 1, 0, 40)
+    assert again.handle(JSON_TYPE, _body(recs[:10]), key="key-unanswered") == (
+        200, {"accepted": 10, "duplicate": True}
+    )  # fmt: skip
+    assert again.handle(JSON_TYPE, _body(recs[10:20]))[0] == 200  # no key: written a second time
+    assert again.handle(JSON_TYPE, _body(recs[20:30]), key="key-torn-block") == (200, {"accepted": 10})
+    # a different body under the kept key is still refused after the restart
+    reused = again.handle(JSON_TYPE, _body(recs[30:]), key="key-unanswered")
+    assert reused[1]["error"] == "idempotency_key_reused"
+    again.close()
+    writer2.close()
+    want = [r["seed"] for r in as_json(recs[:10] + recs[10:20] * 2 + recs[20:30])]
+    assert _seeds(out) == sorted(want)
+    # a third start: the keys come from the journal now (the ledgers are gone), the directory is settled
+    third, writer3, adopted = _restart(out, olh_task)
+    assert adopted.files == adopted.removed == 0
+    assert third.handle(JSON_TYPE, _body(recs[20:30]), key="key-torn-block")[1].get("duplicate") is True
+    assert third.handle(JSON_TYPE, _body(recs[:10]), key="key-unanswered")[1].get("duplicate") is True
+    writer3.close()
+
+
+def test_a_stale_ledger_is_removed_and_a_file_without_one_keeps_its_valid_prefix(tmp_path, olh_task, rng):
+    """A ledger left beside no unfinished file (killed after the publication's rename) is removed; an
+    unfinished file without a ledger (an older collector) keeps its whole valid prefix."""
+    out = tmp_path / "out"
+    writer = RollingAvroWriter(out)
+    collector = Collector(make_checker(load_task(olh_task)), writer)
+    recs = make_records(olh_task, 20, rng)
+    assert collector.handle(JSON_TYPE, _body(recs[:10]))[0] == 200
+    assert collector.handle(JSON_TYPE, _body(recs[10:]))[0] == 200
+    (ledger,) = out.glob(".collect-*.keys")
+    ledger.unlink()
+    _kill(writer)
+    stale = out / ".collect-20260101T000000Z-00000000-000000.keys"
+    stale.write_text("0 10 1 0.000 - -\n")
+    _, writer2, adopted = _restart(out, olh_task)
+    assert (adopted.reports, adopted.cut_blocks) == (20, 0) and not stale.exists()
+    assert _seeds(out) == sorted(r["seed"] for r in as_json(recs))
+    writer2.close()
 
 
 def test_one_directory_one_collector(tmp_path):

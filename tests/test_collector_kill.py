@@ -1,7 +1,9 @@
 """The collector as a process, killed and starved (integration tier): four clients post Avro batches
 through the Python client (:func:`pipelines.clients.post_reports`: idempotency key, retries with backoff)
-while the collector is killed with SIGKILL and restarted on the same port and directory; every report
-acknowledged with 200 must be in a published file afterwards. And a collector whose connections are all
+while the collector is killed with SIGKILL and restarted on the same port and directory; afterwards the
+published files hold exactly the acknowledged reports, each once (by OLH seed): a block written but not
+answered when the process died is either kept with its key (the retry is answered as a duplicate) or cut
+at adoption (the retry writes it). And a collector whose connections are all
 held by idle clients refuses more at its cap and serves again by itself once the idle ones time out."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import fastavro
@@ -43,7 +46,7 @@ def _start(task: Path, out: Path, port: int, repo_root: Path, *extra: str, **pop
     while True:
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", "/healthz")
+            conn.request("GET", "/healthz", headers={"Connection": "close"})  # no place held afterwards
             ok = conn.getresponse().status == 200
             conn.close()
             if ok:
@@ -68,7 +71,7 @@ def test_every_acknowledged_report_survives_kill_9_and_restarts(tmp_path, freque
     task = frequency_task_file()
     out, port = tmp_path / "reports", _free_port()
     rng = np.random.default_rng(7)
-    per_client, batch = 2000, 50
+    per_client, batch = 3000, 25
     records = [make_records(task, per_client, rng) for _ in range(4)]
     acked: list[list[int]] = [[] for _ in range(4)]
     errors: list[str] = []
@@ -90,14 +93,18 @@ def test_every_acknowledged_report_survives_kill_9_and_restarts(tmp_path, freque
     threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    kills = 0
+    kills, open_at_kill, logs = 0, 0, []
     try:
-        for _ in range(3):  # killed mid-stream three times, restarted on the same port and directory
-            time.sleep(1.0)
+        # killed mid-stream at random moments while the clients post (at least three times, at most eight),
+        # restarted on the same port and directory
+        while kills < 8 and (kills < 3 or any(t.is_alive() for t in threads)):
+            time.sleep(rng.uniform(0.3, 0.9))
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
             kills += 1
-            time.sleep(0.3)
+            open_at_kill += bool(list(out.glob(".collect-*.avro.tmp")))
+            logs.append(proc.stderr.read() if proc.stderr else "")
+            time.sleep(0.2)
             proc = _start(task, out, port, repo_root, "--roll_reports", "400", "--roll_seconds", "0.5")
         for t in threads:
             t.join(300)
@@ -108,11 +115,20 @@ def test_every_acknowledged_report_survives_kill_9_and_restarts(tmp_path, freque
     assert not errors, errors[:3]
     n_acked = sum(len(a) for a in acked)
     stored = _seeds(out)
-    missing = set().union(*map(set, acked)) - set(stored)
+    all_acked = [s for a in acked for s in a]
+    assert len(set(all_acked)) == n_acked == 4 * per_client  # the seeds identify the reports
+    missing = set(all_acked) - set(stored)
     assert not missing, f"{len(missing)} acknowledged reports are in no published file"
-    assert len(stored) >= n_acked == 4 * per_client
-    assert not list(out.glob(".collect-*.avro.tmp"))  # every unfinished file was adopted
-    print(f"kills={kills} acknowledged={n_acked} in files={len(stored)} duplicates={len(stored) - n_acked}")
+    extra = Counter(stored) - Counter(all_acked)
+    assert not extra, f"{sum(extra.values())} reports in the files beyond the acknowledged ones, each once"
+    assert len(stored) == n_acked
+    assert not list(out.glob(".collect-*.avro.tmp"))  # every unfinished file was adopted...
+    assert not list(out.glob(".collect-*.keys"))  # ...and its block ledger retired
+    adoptions = [line for log in [*logs, stderr] for line in log.splitlines() if "adopted" in line]
+    assert len(adoptions) <= kills  # a kill right after a roll leaves nothing to adopt
+    assert open_at_kill >= 1  # at least one kill found an unfinished file to adopt
+    print(f"kills={kills} (unfinished file at {open_at_kill}) acknowledged={n_acked} in files={len(stored)}",
+          *adoptions, sep="\n")  # fmt: skip
 
 
 def test_idle_connections_at_the_cap_are_refused_then_freed_by_the_idle_timeout(
@@ -127,6 +143,7 @@ def test_idle_connections_at_the_cap_are_refused_then_freed_by_the_idle_timeout(
 
     proc = _start(task, out, port, repo_root, "--max_connections", "20", "--idle_timeout_s", "2",
                   preexec_fn=low_limit)  # fmt: skip
+    time.sleep(0.5)  # the start's health check has left its place (else one idle connection is refused)
     idle = []
     try:
         for _ in range(20):
