@@ -37,7 +37,7 @@ case "${1:-demo}" in
     echo "[run_local] fast tier: pytest -m 'not integration' -n 2" >&2
     "$py" -m pytest -q -m "not integration" -n 2 --dist loadfile tests || status=$?
     echo "[run_local] integration tier: pytest -m integration" >&2
-    "$py" -m pytest -q -m integration tests || status=$?
+    "$py" -m pytest -q -m integration --durations=25 tests || status=$?
     exit "$status"
     ;;
   demo)

@@ -7,7 +7,7 @@ Batch, over Avro report files::
 Streaming, from a watched directory (each new complete file read once) or Pub/Sub::
 
     python -m pipelines.shuffle --task TASK.json --streaming --input 'DIR/*.avro' --watch_interval 5 \
-        --streaming_duration 600 --output OUT [--allowed_lateness 30]
+        --streaming_duration 600 --output OUT --runner=PrismRunner [--allowed_lateness 30]
     python -m pipelines.shuffle --task TASK.json --streaming \
         --input_subscription projects/P/subscriptions/S --output OUT
 

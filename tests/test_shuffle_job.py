@@ -352,11 +352,12 @@ def test_tasks_the_shuffler_refuses(tmp_path, capsys):
 
 
 @pytest.mark.integration
+@pytest.mark.prism
 def test_streaming_from_a_watched_directory_forwards_the_same_batches(run):
-    """The streaming job (DirectRunner: FnApiRunner, paced watch) over the same files: every bucket is
-    emitted once, when the watch ends, with the batch job's reports; the short bucket is withheld."""
+    """The streaming job (on Prism; refused on the DirectRunner) over the same files: every bucket is
+    emitted once, with the batch job's reports; the short bucket is withheld."""
     base = run["base"]
-    flags = ["--streaming", "--watch_interval", "1", "--streaming_duration", "4"]
+    flags = ["--streaming", "--watch_interval", "1", "--streaming_duration", "8", "--runner=PrismRunner"]
     inp = ["--input", str(base / "in" / "*.avro")]
     key = ["--shuffle_key", str(base / "shuffle.key")]
     s = shuffle.run(["--task", str(base / "task.json"), *flags, *inp, "--output", str(base / "stream"), *key])
