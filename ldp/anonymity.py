@@ -247,16 +247,23 @@ def bucket_start_ms(event_ms: int, precision_s: int) -> int:
 def secure_permutation(n: int) -> np.ndarray:
     """A uniformly random permutation of ``range(n)`` (int64) drawn from the operating system's CSPRNG.
 
-    Each index gets a 128-bit key from ``os.urandom`` and the indices are sorted by key. Two keys are
-    equal with probability below ``n**2 / 2**129`` (ties keep input order): the permutation is uniform up
-    to that. No numpy generator state is involved.
+    Each index gets a 64-bit key from ``os.urandom`` and the indices are sorted by key. When all keys
+    differ, the order is uniform: the keys are i.i.d. and "all differ" is symmetric in the indices. When two
+    keys are equal (probability below ``n**2 / 2**65``, 2.4e-7 at n = 3e6), the permutation is drawn again
+    with 128-bit keys, equal with probability below ``n**2 / 2**129`` (ties then keep input order): the
+    permutation is uniform up to that. No numpy generator state is involved.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if n < 2:
         return np.arange(n, dtype=np.int64)
-    keys = np.frombuffer(os.urandom(16 * n), dtype=np.uint64).reshape(n, 2)
-    return np.lexsort((keys[:, 1], keys[:, 0])).astype(np.int64)
+    keys = np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
+    order = np.argsort(keys, kind="stable")
+    ranked = keys[order]
+    if not np.any(ranked[1:] == ranked[:-1]):
+        return order.astype(np.int64, copy=False)
+    wide = np.frombuffer(os.urandom(16 * n), dtype=np.uint64).reshape(n, 2)
+    return np.lexsort((wide[:, 1], wide[:, 0])).astype(np.int64)
 
 
 def seeded_permutation(n: int, seed: int) -> np.ndarray:

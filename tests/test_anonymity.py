@@ -134,7 +134,23 @@ def test_secure_permutation_draws_from_os_urandom(monkeypatch):
 
     monkeypatch.setattr(os, "urandom", recording)
     secure_permutation(10)
-    assert calls == [160]  # a 128-bit key per index
+    assert calls == [80]  # a 64-bit key per index; no tie, so no second draw
+
+
+def test_secure_permutation_draws_wider_keys_after_a_tie(monkeypatch):
+    """Equal 64-bit keys (forced here: the first draw is all zeros) are not left to the sort's order:
+    the permutation is drawn again with 128-bit keys."""
+    calls = []
+    real = os.urandom
+
+    def tied_first(k):
+        calls.append(k)
+        return bytes(k) if len(calls) == 1 else real(k)
+
+    monkeypatch.setattr(os, "urandom", tied_first)
+    p = secure_permutation(1000)
+    assert calls == [8000, 16000]
+    assert np.array_equal(np.sort(p), np.arange(1000)) and not np.array_equal(p, np.arange(1000))
 
 
 @pytest.mark.statistical
