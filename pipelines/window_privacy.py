@@ -199,7 +199,6 @@ def window_privacy(
             window's figure, an upper bound (a batch's figure never grows with ``n``).
         key_given: the job was given a ``--shuffle_key`` (reported in ``provenance``).
     """
-    from ldp.shuffle import ShuffleAccountingError, central_epsilon_report
     from ldp.task import shuffle_accounting
 
     settings = getattr(task, "anonymity", None)
@@ -208,13 +207,49 @@ def window_privacy(
     ids_in_budget = bool(getattr(getattr(task, "budget", None), "client_ids", False))
     own = [b for b in batches if b.get("task_id") == task.task_id]
     foreign = len(batches) - len(own)
+    out = _summary_head(task, batches, plain, own, foreign, local, settings, source, fine_time, key_given)
+    accounting: str | None = None
+    k: int | None = None
+    if shuffled:
+        accounting, k = shuffle_accounting(task)
+        out["accounting"] = accounting
+    precision = None if settings is None else settings.time_precision_s
+    all_shuffled = source == "files" and not plain and not foreign
+    for ws, we in windows:
+        out["windows"].append(_window_row(
+            ws, we, own, accepted, shuffled=shuffled, all_shuffled=all_shuffled, ids_in_budget=ids_in_budget,
+            precision=precision, settings=settings, local=local, source=source, plain=plain, foreign=foreign,
+        ))  # fmt: skip
+    cache: dict[int, tuple[float, str]] = {}
+    deadline = time.monotonic() + budget_s
+    delta = None if settings is None else settings.delta
+    for row in sorted(out["windows"], key=lambda r: str(r["window_start"] or ""), reverse=True):
+        _figure_batches(row, task, settings, accounting, k, cache, deadline, budget_s)
+        _claim_window(row, delta)
+    _finish(task, out)
+    return out
+
+
+def _summary_head(
+    task: Any,
+    batches: Sequence[dict[str, Any]],
+    plain: Sequence[str],
+    own: Sequence[dict[str, Any]],
+    foreign: int,
+    local: dict[str, Any],
+    settings: Any,
+    source: str,
+    fine_time: int,
+    key_given: bool,
+) -> dict[str, Any]:
+    """The entry's job-wide part: input, provenance and settings; ``windows`` still empty."""
     unverified = [b for b in batches if b.get("verified") is not True]
     reasons: dict[str, int] = {}
     for b in unverified:
         code = str(b.get("provenance") or "unverified")
         reasons[code] = reasons.get(code, 0) + 1
-    out: dict[str, Any] = {
-        "shuffled_task": shuffled,
+    return {
+        "shuffled_task": bool(getattr(task, "shuffled", False)),
         "local": local,
         "input": {
             "source": source,
@@ -235,96 +270,127 @@ def window_privacy(
         "accounting": None,
         "windows": [],
     }
-    accounting: str | None = None
-    k: int | None = None
-    if shuffled:
-        accounting, k = shuffle_accounting(task)
-        out["accounting"] = accounting
-    precision = None if settings is None else settings.time_precision_s
-    all_shuffled = source == "files" and not plain and not foreign
-    for ws, we in windows:
-        lo, hi = iso_to_ms(ws), iso_to_ms(we)
-        inside, straddle = [], 0
-        for b in own:
-            s, e = int(b["bucket_start_ms"]), int(b["bucket_end_ms"])
-            if (lo is None or s >= lo) and (hi is None or e <= hi):
-                inside.append(b)
-            elif (lo is None or e > lo) and (hi is None or s < hi):
-                straddle += 1
-        per_batch = [_batch_row(b, shuffled, all_shuffled, ids_in_budget, precision, settings)
-                     for b in inside]  # fmt: skip
-        per_batch.sort(key=lambda r: (r["n"], r["bucket_start_ms"]))  # smallest first: the window's figure
-        total = sum(r["n"] for r in per_batch)
-        acc = None if accepted is None else accepted.get((ws, we))
-        through = all_shuffled and bool(inside) and straddle == 0
-        pre = {
-            "through_shuffler": through,
-            "authenticated": bool(inside) and all(r["verified"] for r in per_batch),
-            "times_rounded": shuffled and all(r["rounded"] for r in per_batch),
-            "no_client_ids": through and not ids_in_budget,
-            "min_reports": bool(inside) and all(r["min_reports"] for r in per_batch),
-            "accepted_within_n": None if acc is None else acc <= total,
-        }
-        row: dict[str, Any] = {
-            "window_start": ws,
-            "window_end": we,
-            "n": per_batch[0]["n"] if per_batch else None,
-            "reports_in_batches": total if per_batch else None,
-            "batches": len(inside),
-            "batches_unverified": sum(not r["verified"] for r in per_batch),
-            "accepted": acc,
-            "local_epsilon": local["epsilon"],
-            "central_epsilon": None,
-            "central_delta": None,
-            "method": None,
-            "preconditions": pre,
-            "why_no_central": _why_not(shuffled, source, plain, foreign, per_batch, straddle, pre),
-            "per_batch": per_batch,
-        }
-        out["windows"].append(row)
-    cache: dict[int, tuple[float, str]] = {}
-    deadline = time.monotonic() + budget_s
+
+
+def _window_row(
+    ws: str | None,
+    we: str | None,
+    own: Sequence[dict[str, Any]],
+    accepted: dict[tuple[Any, Any], int] | None,
+    *,
+    shuffled: bool,
+    all_shuffled: bool,
+    ids_in_budget: bool,
+    precision: int | None,
+    settings: Any,
+    local: dict[str, Any],
+    source: str,
+    plain: Sequence[str],
+    foreign: int,
+) -> dict[str, Any]:
+    """One window's row: its batches (smallest first), preconditions and why it gets no claim; no figures."""
+    lo, hi = iso_to_ms(ws), iso_to_ms(we)
+    inside, straddle = [], 0
+    for b in own:
+        s, e = int(b["bucket_start_ms"]), int(b["bucket_end_ms"])
+        if (lo is None or s >= lo) and (hi is None or e <= hi):
+            inside.append(b)
+        elif (lo is None or e > lo) and (hi is None or s < hi):
+            straddle += 1
+    per_batch = [_batch_row(b, shuffled, all_shuffled, ids_in_budget, precision, settings)
+                 for b in inside]  # fmt: skip
+    per_batch.sort(key=lambda r: (r["n"], r["bucket_start_ms"]))  # smallest first: the window's figure
+    total = sum(r["n"] for r in per_batch)
+    acc = None if accepted is None else accepted.get((ws, we))
+    through = all_shuffled and bool(inside) and straddle == 0
+    pre = {
+        "through_shuffler": through,
+        "authenticated": bool(inside) and all(r["verified"] for r in per_batch),
+        "times_rounded": shuffled and all(r["rounded"] for r in per_batch),
+        "no_client_ids": through and not ids_in_budget,
+        "min_reports": bool(inside) and all(r["min_reports"] for r in per_batch),
+        "accepted_within_n": None if acc is None else acc <= total,
+    }
+    return {
+        "window_start": ws,
+        "window_end": we,
+        "n": per_batch[0]["n"] if per_batch else None,
+        "reports_in_batches": total if per_batch else None,
+        "batches": len(inside),
+        "batches_unverified": sum(not r["verified"] for r in per_batch),
+        "accepted": acc,
+        "local_epsilon": local["epsilon"],
+        "central_epsilon": None,
+        "central_delta": None,
+        "method": None,
+        "preconditions": pre,
+        "why_no_central": _why_not(shuffled, source, plain, foreign, per_batch, straddle, pre),
+        "per_batch": per_batch,
+    }
+
+
+def _figure_batches(
+    row: dict[str, Any],
+    task: Any,
+    settings: Any,
+    accounting: str | None,
+    k: int | None,
+    cache: dict[int, tuple[float, str]],
+    deadline: float,
+    budget_s: float,
+) -> None:
+    """Gives each eligible batch of ``row`` its central figure (``cache``: figures per ``n``, shared by the
+    windows); past ``deadline`` a batch gets the window's smallest batch's figure, or none."""
+    from ldp.shuffle import ShuffleAccountingError, central_epsilon_report
+
     delta = None if settings is None else settings.delta
-    for row in sorted(out["windows"], key=lambda r: str(r["window_start"] or ""), reverse=True):
-        figures: list[tuple[float, str]] = []
-        for b in row["per_batch"]:
-            if b["why_no_central"] is not None or settings is None or accounting is None:
-                continue
-            n = b["n"]
-            if n not in cache and time.monotonic() > deadline:
-                if figures:  # a larger batch than one already figured: that figure bounds it
-                    eps0, how0 = figures[0]
-                    b.update(central_epsilon=eps0, central_delta=delta,
-                             method=f"{how0} at the window's smallest batch n={row['n']}: an upper bound "
-                             "(the summary's accountant time ran out)")  # fmt: skip
-                else:
-                    b["why_no_central"] = (
-                        f"not computed: the summary's {budget_s:g} s for the accountant ran out (newest "
-                        f"windows first); python -m pipelines.privacy --task TASK --users {n} gives it"
-                    )
-                continue
-            try:
-                if n not in cache:
-                    rep = central_epsilon_report(float(task.epsilon), n, settings.delta, accounting, k)
-                    cache[n] = (float(rep.epsilon), str(rep.method))
-                eps, how = cache[n]
-                figures.append((eps, how))
-                b.update(central_epsilon=eps, central_delta=delta, method=how)
-            except (ShuffleAccountingError, ValueError) as exc:
-                b["why_no_central"] = f"the accountant gives no figure: {exc}"
-        if row["why_no_central"] is not None:
+    figures: list[tuple[float, str]] = []
+    for b in row["per_batch"]:
+        if b["why_no_central"] is not None or settings is None or accounting is None:
             continue
-        missing = [b for b in row["per_batch"] if b["central_epsilon"] is None]
-        if missing:
-            row["why_no_central"] = f"batch {missing[0]['bucket_start']}: {missing[0]['why_no_central']}"
+        n = b["n"]
+        if n not in cache and time.monotonic() > deadline:
+            if figures:  # a larger batch than one already figured: that figure bounds it
+                eps0, how0 = figures[0]
+                b.update(central_epsilon=eps0, central_delta=delta,
+                         method=f"{how0} at the window's smallest batch n={row['n']}: an upper bound "
+                         "(the summary's accountant time ran out)")  # fmt: skip
+            else:
+                b["why_no_central"] = (
+                    f"not computed: the summary's {budget_s:g} s for the accountant ran out (newest "
+                    f"windows first); python -m pipelines.privacy --task TASK --users {n} gives it"
+                )
             continue
-        worst = max(row["per_batch"], key=lambda b: b["central_epsilon"])
-        row.update(
-            central_epsilon=worst["central_epsilon"],
-            central_delta=delta,
-            method=f"the worst of the window's {len(row['per_batch'])} batch(es), at n={worst['n']}: "
-            f"{worst['method']}",
-        )
+        try:
+            if n not in cache:
+                rep = central_epsilon_report(float(task.epsilon), n, settings.delta, accounting, k)
+                cache[n] = (float(rep.epsilon), str(rep.method))
+            eps, how = cache[n]
+            figures.append((eps, how))
+            b.update(central_epsilon=eps, central_delta=delta, method=how)
+        except (ShuffleAccountingError, ValueError) as exc:
+            b["why_no_central"] = f"the accountant gives no figure: {exc}"
+
+
+def _claim_window(row: dict[str, Any], delta: float | None) -> None:
+    """Gives ``row`` the worst of its batches' figures, or says which batch has none."""
+    if row["why_no_central"] is not None:
+        return
+    missing = [b for b in row["per_batch"] if b["central_epsilon"] is None]
+    if missing:
+        row["why_no_central"] = f"batch {missing[0]['bucket_start']}: {missing[0]['why_no_central']}"
+        return
+    worst = max(row["per_batch"], key=lambda b: b["central_epsilon"])
+    row.update(
+        central_epsilon=worst["central_epsilon"],
+        central_delta=delta,
+        method=f"the worst of the window's {len(row['per_batch'])} batch(es), at n={worst['n']}: "
+        f"{worst['method']}",
+    )
+
+
+def _finish(task: Any, out: dict[str, Any]) -> None:
+    """Drops the batches' working flags, adds the memo analysis and counts the windows with a claim."""
     for row in out["windows"]:
         for b in row["per_batch"]:
             del b["rounded"], b["min_reports"]
@@ -334,7 +400,6 @@ def window_privacy(
     claimed = [w for w in out["windows"] if w["central_epsilon"] is not None]
     out["windows_with_central"] = len(claimed)
     out["windows_without_central"] = len(out["windows"]) - len(claimed)
-    return out
 
 
 def _batch_row(
