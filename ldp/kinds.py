@@ -22,8 +22,9 @@ A :class:`Kind` names, for one kind of task,
   ``--demo_page``);
 * ``example`` (a small valid task) and ``example_aggregator(task)`` (an aggregator of it, for kinds whose
   aggregator needs a job's inputs such as queries or a workload; tests run every kind through it);
-* ``show``: how ``ldp-beam show`` reads and prints its rows (a ``pipelines.show.ShowSpec``, always a
-  :func:`ref`: ``ldp`` imports nothing of ``pipelines``; the built-in ones are in ``pipelines.show_kinds``);
+* ``show``: how ``ldp-beam show`` reads and prints the rows of a kind registered outside the project (a
+  :func:`ref` to a ``pipelines.show.ShowSpec``); the built-in kinds' pieces live in ``pipelines.show_kinds``
+  (``BUILT_IN``, by kind name), so ``ldp`` names nothing of ``pipelines``;
 * ``central_privacy(task, windows)``: the central-DP figures ``ldp-beam privacy`` prints for a kind without
   ``ldp_reports`` (``central_epsilon``, ``central_delta``, ``central_epsilon_composed``, ``method``).
 
@@ -354,7 +355,6 @@ def _batch_central_privacy(task: Any, windows: int) -> dict[str, Any]:
 
 _FLATTEN = "ldp.store.flatten:"
 _POP = "ldp.populations:"
-_SHOW = "pipelines.show_kinds:"
 
 register(
     Kind(
@@ -377,7 +377,6 @@ register(
         description="frequency estimation (one value in [0, domain_size) per user)",
         shuffle_allowed=True,
         typescript_client=True,
-        show=ref(_SHOW + "FREQUENCY"),
         example={"task_id": "f", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4},
     )
 )
@@ -409,7 +408,6 @@ register(
         bad_template=ref(_POP + "range_template"),
         description="multi-dimensional range queries",
         shuffle_allowed=True,
-        show=ref(_SHOW + "RANGE"),
         example_aggregator=_range_example_aggregator,
         example={
             "task_id": "r",
@@ -441,7 +439,6 @@ register(
         description="batch linear queries (CENTRAL DP: raw records at a trusted aggregator)",
         ldp_reports=False,
         central_privacy=_batch_central_privacy,
-        show=ref(_SHOW + "BATCH_QUERIES"),
         example_aggregator=_batch_example_aggregator,
         example={
             "task_id": "b",
@@ -473,7 +470,6 @@ register(
         users_from_dataset=("csv:",),
         bad_template=ref(_POP + "sparse_template"),
         description="k-sparse vector means",
-        show=ref(_SHOW + "SPARSE"),
         example={"task_id": "s", "mechanism": "svme", "epsilon": 1.0, "domain_size": 1000, "sparsity": 4},
     )
 )

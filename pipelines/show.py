@@ -169,10 +169,16 @@ class ShowSpec:
 
 
 def show_specs() -> dict[str, ShowSpec | None]:
-    """Each registered kind's :class:`ShowSpec` (None: the kind declares none), in registration order."""
+    """Each registered kind's :class:`ShowSpec`, in registration order: the built-in kinds' from
+    :data:`pipelines.show_kinds.BUILT_IN`, another kind's from its registry entry (``Kind.show``, a ref;
+    None: the kind declares none)."""
     from ldp import kinds
+    from pipelines.show_kinds import BUILT_IN
 
-    return {name: None if k.show is None else kinds.resolve_ref(k.show) for name, k in kinds.KINDS.items()}
+    return {
+        name: BUILT_IN[name] if name in BUILT_IN else None if k.show is None else kinds.resolve_ref(k.show)
+        for name, k in kinds.KINDS.items()
+    }
 
 
 def show_spec(kind: str) -> ShowSpec:

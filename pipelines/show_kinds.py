@@ -1,7 +1,7 @@
 """How ``ldp-beam show`` (:mod:`pipelines.show`) reads and prints the result rows of each built-in kind.
 
-Each constant is a :class:`pipelines.show.ShowSpec`, named by its kind's registry entry
-(``Kind.show = ref("pipelines.show_kinds:FREQUENCY")``, :mod:`ldp.kinds`): the fields a row must have,
+Each constant is a :class:`pipelines.show.ShowSpec`, found by its kind's name in :data:`BUILT_IN` (a kind
+registered outside the project names its own in ``ldp.kinds.Kind.show``): the fields a row must have,
 how to recognise a row by its fields, the tables of one window, and the lines of one table. Stdlib only,
 like the command, but for the frequency top-K, whose simultaneous intervals and flags come from
 :mod:`ldp.selection` (numpy, imported when a frequency row is shown).
@@ -319,3 +319,12 @@ BATCH_QUERIES = ShowSpec(
     ),
     text=_batch_text,
 )
+
+#: The built-in kinds' show pieces, by kind name (:func:`pipelines.show.show_specs`).
+BUILT_IN: dict[str, ShowSpec] = {
+    "frequency": FREQUENCY,
+    "range": RANGE,
+    "batch_queries": BATCH_QUERIES,
+    "sparse": SPARSE,
+    "numeric": NUMERIC,
+}

@@ -707,7 +707,7 @@ def numeric_template(task: Any) -> tuple[Any, int, Any]:
 
 def numeric_kind() -> Any:
     """The kind's registry entry (``ldp.kinds`` registers it)."""
-    from ldp.kinds import Kind, RowKind, ref
+    from ldp.kinds import Kind, RowKind
 
     return Kind(
         "numeric",
@@ -722,7 +722,6 @@ def numeric_kind() -> Any:
         users_from_dataset=("csv:",),
         bad_template=numeric_template,
         description="the mean and quantiles of bounded numeric attributes",
-        show=ref("pipelines.show_kinds:NUMERIC"),
         example={
             "task_id": "n",
             "kind": "numeric",
