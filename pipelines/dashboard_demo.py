@@ -157,17 +157,19 @@ def _store_status(url: str, task_id: str) -> dict[str, Any]:
     }
 
 
-def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Runs the demo (see the module docstring); returns the store's status at the end."""
-    ns, _ = parse_job_args(_parser(), argv, beam=False)
+def _check_args(ns: argparse.Namespace) -> None:
+    """Fails on a non-positive --minutes / --rate or a --window_size / --early_firing under one second."""
     for flag in ("minutes", "rate"):
         if not getattr(ns, flag) > 0:
             fail(f"--{flag} must be positive")
     for flag in ("window_size", "early_firing"):
         if getattr(ns, flag) < 1:
             fail(f"--{flag} must be a whole number of seconds >= 1")
-    source = _choose_source(ns.source)
-    work = Path(ns.workdir).resolve()
+
+
+def _prepare_workdir(workdir: str) -> Path:
+    """The demo's directory, emptied (only when an earlier demo made it, or it is empty) and marked."""
+    work = Path(workdir).resolve()
     if work.exists():
         marker = work / ".ldp-dashboard-demo"
         if any(work.iterdir()) and not marker.exists():
@@ -177,7 +179,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         shutil.rmtree(work)
     work.mkdir(parents=True)
     (work / ".ldp-dashboard-demo").write_text("the dashboard demo's directory, replaced on every run\n")
-    store = ns.store or f"sqlite:///{work / 'estimates.db'}"
+    return work
+
+
+def _demo_task(ns: argparse.Namespace, work: Path) -> Any:
+    """The demo's frequency task over :data:`DEMO_LABELS`, saved as ``WORKDIR/task.json``."""
     try:
         task = parse_task(
             {"task_id": "dashboard-demo", "mechanism": ns.mechanism, "epsilon": ns.epsilon,
@@ -187,6 +193,139 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     except TaskError as exc:
         fail(exc.one_line())
     task.save(work / "task.json")
+    return task
+
+
+def _job_command(py: str, ns: argparse.Namespace, work: Path, store: str) -> list[str]:
+    """The streaming frequency job's command line, without its input arguments."""
+    return [
+        py, "-m", "pipelines.frequency", "--task", str(work / "task.json"), "--streaming",
+        "--output", str(work / "out"), "--store", store,
+        "--window_size", str(ns.window_size), "--early_firing", str(ns.early_firing),
+        "--allowed_lateness", str(ns.allowed_lateness), "--accumulating",
+        "--counts_window", str(ns.window_size), "--dead_letter_window", str(ns.window_size),
+        "--progress_interval", "30", "--log_level", ns.log_level,
+    ]  # fmt: skip
+
+
+def _start_pubsub(work: Path, started: list[Any], env: dict[str, str]) -> tuple[str, str]:
+    """Starts the Pub/Sub emulator (appended to ``started``), points ``env`` and this process at it and
+    creates the reports topic and the job's subscription; returns (topic path, subscription path)."""
+    emulator = PubSubEmulator(project=PROJECT, log_path=str(work / "emulator.log")).start()
+    started.append(emulator)
+    env["PUBSUB_EMULATOR_HOST"] = os.environ["PUBSUB_EMULATOR_HOST"] = emulator.host
+    print(f"[dashboard demo] Pub/Sub emulator on {emulator.host} (pid {emulator.proc.pid})",
+          flush=True)  # fmt: skip
+    from google.cloud import pubsub_v1
+
+    pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic = pub.topic_path(PROJECT, "reports")
+    subscription = sub.subscription_path(PROJECT, "aggregator")
+    pub.create_topic(name=topic)
+    sub.create_subscription(name=subscription, topic=topic)
+    return topic, subscription
+
+
+def _start_job(
+    job_cmd: list[str], source: str, work: Path, env: dict[str, str], started: list[Any]
+) -> ChildJob:
+    """Starts the streaming job (appended to ``started``) and waits up to 120 s for its output marker;
+    raises RuntimeError when it exited."""
+    job = ChildJob(job_cmd, work / "job.log", env=env)
+    started.append(job)
+    runner = "Prism" if source == "directory" else "DirectRunner"
+    print(f"[dashboard demo] streaming job on {runner} (pid {job.pid}), log {work / 'job.log'}",
+          flush=True)  # fmt: skip
+    deadline = time.time() + 120
+    marker = work / "out" / ".ldp-beam-output.json"
+    while not marker.exists() and job.running() and time.time() < deadline:
+        time.sleep(0.2)
+    if not job.running():
+        raise RuntimeError(f"the streaming job exited with status {job.proc.returncode}:\n{job.tail()}")
+    return job
+
+
+def _start_dashboard(
+    py: str, ns: argparse.Namespace, store: str, port: int, task_id: str, work: Path, env: dict[str, str],
+    started: list[Any],
+) -> tuple[ChildJob, str]:
+    """Starts the dashboard (appended to ``started``) and waits up to 120 s for it to answer; returns it
+    and its URL; raises RuntimeError when it did not answer."""
+    dash_cmd = [py, "-m", "pipelines.dashboard", "--store", store, "--port", str(port),
+                "--address", ns.address, "--task", task_id, "--log_level", ns.log_level]  # fmt: skip
+    dash = ChildJob(dash_cmd, work / "dashboard.log", env=env)
+    started.append(dash)
+    host = f"[{ns.address}]" if ":" in ns.address else ns.address
+    url = f"http://{host}:{port}/"
+    if not _wait_http(url, dash, 120):
+        raise RuntimeError(f"the dashboard did not answer at {url}:\n{dash.tail()}")
+    return dash, url
+
+
+def _make_feeder(source: str, task: Any, work: Path, topic: str | None, ns: argparse.Namespace) -> Any:
+    """The simulated clients (not started): Avro files into ``WORKDIR/incoming`` or Pub/Sub messages."""
+    seconds = ns.minutes * 60.0
+    if source == "directory":
+        return FileFeeder(task, work / "incoming", rate=ns.rate, duration_s=seconds, dataset=ns.dataset,
+                          seed=ns.seed)  # fmt: skip
+    return PubSubFeeder(task, topic, rate=ns.rate, duration_s=seconds, dataset=ns.dataset,
+                        seed=ns.seed)  # fmt: skip
+
+
+def _watch(
+    ns: argparse.Namespace, job: ChildJob, dash: ChildJob, feeder: Any, store: str, task_id: str, t0: float,
+    t_feed: float,
+) -> None:
+    """Checks once a second that the job, the dashboard and the clients are alive (RuntimeError if not),
+    prints the store's progress every 15 s, and returns at --timeout or, with --exit_when_done, once
+    every window in the store is final and together they hold every report fed."""
+    last_print = 0.0
+    while True:
+        time.sleep(1.0)
+        for child in (job, dash):
+            if not child.running():
+                raise RuntimeError(
+                    f"{child.cmd[2]} exited with status {child.proc.returncode}:\n{child.tail()}"
+                )
+        if feeder.error is not None:
+            raise RuntimeError(f"the simulated clients failed: {feeder.error}")
+        now = time.time()
+        if ns.timeout and now - t0 > ns.timeout:
+            print("[dashboard demo] --timeout reached", flush=True)
+            return
+        feeding = not feeder.reports_done.is_set()
+        if now - last_print >= 15:
+            st = _store_status(store, task_id)
+            print(f"[dashboard demo] {'feeding' if feeding else 'fed'} {int(now - t_feed)} s: "
+                  f"{st['windows']} window(s) in the store, {st['final']} final", flush=True)  # fmt: skip
+            last_print = now
+        if not feeding and ns.exit_when_done:
+            # done: every window in the store is final and together they hold every report fed
+            st = _store_status(store, task_id)
+            if st["windows"] and st["final"] == st["windows"] and st.get("reports") == feeder.sent:
+                print("[dashboard demo] every fed window is final in the store", flush=True)
+                return
+
+
+def _print_summary(st: dict[str, Any], store: str, work: Path) -> None:
+    """Prints the store's windows, reports and window-end-to-pane latency at the end."""
+    lat = st.get("latency_ms") or []
+    summary = (
+        f"{st['windows']} window(s) in the store ({st['final']} final, {st.get('reports', 0):,} reports)"
+        + (f"; window end -> on-time pane in the store: median {statistics.median(lat) / 1000:.2f} s, max "
+           f"{max(lat) / 1000:.2f} s" if lat else "")  # fmt: skip
+    )
+    print(f"[dashboard demo] {summary}; store {store}; logs in {work}/", flush=True)
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Runs the demo (see the module docstring); returns the store's status at the end."""
+    ns, _ = parse_job_args(_parser(), argv, beam=False)
+    _check_args(ns)
+    source = _choose_source(ns.source)
+    work = _prepare_workdir(ns.workdir)
+    store = ns.store or f"sqlite:///{work / 'estimates.db'}"
+    task = _demo_task(ns, work)
     port = _free_port(ns.address, ns.port)
     py = sys.executable
     env = dict(os.environ)
@@ -206,58 +345,18 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     old = signal.signal(signal.SIGTERM, on_signal)
     try:
-        job_cmd = [
-            py, "-m", "pipelines.frequency", "--task", str(work / "task.json"), "--streaming",
-            "--output", str(work / "out"), "--store", store,
-            "--window_size", str(ns.window_size), "--early_firing", str(ns.early_firing),
-            "--allowed_lateness", str(ns.allowed_lateness), "--accumulating",
-            "--counts_window", str(ns.window_size), "--dead_letter_window", str(ns.window_size),
-            "--progress_interval", "30", "--log_level", ns.log_level,
-        ]  # fmt: skip
+        job_cmd = _job_command(py, ns, work, store)
+        topic = None
         if source == "directory":
             (work / "incoming").mkdir()
             job_cmd += ["--input", str(work / "incoming" / "*.avro"), "--watch_interval", "1",
                         "--runner=PrismRunner"]  # fmt: skip
         else:
-            emulator = PubSubEmulator(project=PROJECT, log_path=str(work / "emulator.log")).start()
-            started.append(emulator)
-            env["PUBSUB_EMULATOR_HOST"] = os.environ["PUBSUB_EMULATOR_HOST"] = emulator.host
-            print(f"[dashboard demo] Pub/Sub emulator on {emulator.host} (pid {emulator.proc.pid})",
-                  flush=True)  # fmt: skip
-            from google.cloud import pubsub_v1
-
-            pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-            topic = pub.topic_path(PROJECT, "reports")
-            subscription = sub.subscription_path(PROJECT, "aggregator")
-            pub.create_topic(name=topic)
-            sub.create_subscription(name=subscription, topic=topic)
+            topic, subscription = _start_pubsub(work, started, env)
             job_cmd += ["--input_subscription", subscription, "--timestamp_attribute", "event_time"]
-        job = ChildJob(job_cmd, work / "job.log", env=env)
-        started.append(job)
-        runner = "Prism" if source == "directory" else "DirectRunner"
-        print(f"[dashboard demo] streaming job on {runner} (pid {job.pid}), log {work / 'job.log'}",
-              flush=True)  # fmt: skip
-        deadline = time.time() + 120
-        marker = work / "out" / ".ldp-beam-output.json"
-        while not marker.exists() and job.running() and time.time() < deadline:
-            time.sleep(0.2)
-        if not job.running():
-            raise RuntimeError(f"the streaming job exited with status {job.proc.returncode}:\n{job.tail()}")
-        dash_cmd = [py, "-m", "pipelines.dashboard", "--store", store, "--port", str(port),
-                    "--address", ns.address, "--task", task.task_id, "--log_level", ns.log_level]  # fmt: skip
-        dash = ChildJob(dash_cmd, work / "dashboard.log", env=env)
-        started.append(dash)
-        host = f"[{ns.address}]" if ":" in ns.address else ns.address
-        url = f"http://{host}:{port}/"
-        if not _wait_http(url, dash, 120):
-            raise RuntimeError(f"the dashboard did not answer at {url}:\n{dash.tail()}")
-        seconds = ns.minutes * 60.0
-        if source == "directory":
-            feeder = FileFeeder(task, work / "incoming", rate=ns.rate, duration_s=seconds, dataset=ns.dataset,
-                                seed=ns.seed)  # fmt: skip
-        else:
-            feeder = PubSubFeeder(task, topic, rate=ns.rate, duration_s=seconds, dataset=ns.dataset,
-                                  seed=ns.seed)  # fmt: skip
+        job = _start_job(job_cmd, source, work, env, started)
+        dash, url = _start_dashboard(py, ns, store, port, task.task_id, work, env, started)
+        feeder = _make_feeder(source, task, work, topic, ns)
         feeder.start()
         t_feed = time.time()
         print(f"[dashboard demo] dashboard (pid {dash.pid}): {url}", flush=True)
@@ -265,48 +364,16 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
               "windows, "
               f"early panes every {ns.early_firing} s; the first window closes in about "
               f"{ns.window_size + 5} s. Ctrl-C stops everything.", flush=True)  # fmt: skip
-        last_print = 0.0
-        while True:
-            time.sleep(1.0)
-            for child in (job, dash):
-                if not child.running():
-                    raise RuntimeError(
-                        f"{child.cmd[2]} exited with status {child.proc.returncode}:\n{child.tail()}"
-                    )
-            if feeder.error is not None:
-                raise RuntimeError(f"the simulated clients failed: {feeder.error}")
-            now = time.time()
-            if ns.timeout and now - t0 > ns.timeout:
-                print("[dashboard demo] --timeout reached", flush=True)
-                break
-            feeding = not feeder.reports_done.is_set()
-            if now - last_print >= 15:
-                st = _store_status(store, task.task_id)
-                print(f"[dashboard demo] {'feeding' if feeding else 'fed'} {int(now - t_feed)} s: "
-                      f"{st['windows']} window(s) in the store, {st['final']} final", flush=True)  # fmt: skip
-                last_print = now
-            if not feeding and ns.exit_when_done:
-                # done: every window in the store is final and together they hold every report fed
-                st = _store_status(store, task.task_id)
-                if st["windows"] and st["final"] == st["windows"] and st.get("reports") == feeder.sent:
-                    print("[dashboard demo] every fed window is final in the store", flush=True)
-                    break
+        _watch(ns, job, dash, feeder, store, task.task_id, t0, t_feed)
     except KeyboardInterrupt:
         print("\n[dashboard demo] stopping", flush=True)
     finally:
         signal.signal(signal.SIGTERM, old)
         stop_all()
     st = _store_status(store, task.task_id)
-    lat = st.get("latency_ms") or []
-    summary = (
-        f"{st['windows']} window(s) in the store ({st['final']} final, {st.get('reports', 0):,} reports)"
-        + (f"; window end -> on-time pane in the store: median {statistics.median(lat) / 1000:.2f} s, max "
-           f"{max(lat) / 1000:.2f} s" if lat else "")  # fmt: skip
-    )
-    print(f"[dashboard demo] {summary}; store {store}; logs in {work}/", flush=True)
+    _print_summary(st, store, work)
     fed = feeder.sent if feeder is not None else 0
     return {**st, "store": store, "source": source, "url": f"http://{ns.address}:{port}/", "fed": fed}
-
 
 if __name__ == "__main__":
     run()

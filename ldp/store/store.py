@@ -505,6 +505,127 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def _flat_window_base(
+    cur: Any, task_id: str, ws: int, we: int, run_pane: int, run_id: str | None
+) -> tuple[int, int]:
+    """The window's ``is_final`` flag and the pane-index base of a run's panes in it: 0 without
+    ``run_id``, else one more than the highest pane index the other runs stored for the window (0 when
+    they stored none). Raises :class:`WindowFinal` when another run made the window final."""
+    got = cur.one(
+        "SELECT is_final, run_id FROM ldp_windows WHERE task_id = ? AND window_start = ? AND "
+        "window_end = ?",
+        (task_id, ws, we),
+    )
+    final = int(got[0]) if got is not None else 0
+    base = 0
+    if run_id is not None:
+        if final and got[1] != run_id:
+            raise WindowFinal(
+                f"window {ws}..{we} of {task_id} was made final by run {got[1]}; pane {run_pane} of "
+                f"run {run_id} is not written"
+            )
+        prior = cur.one(
+            "SELECT MAX(pane_index) FROM ldp_panes WHERE task_id = ? AND window_start = ? AND "
+            "window_end = ? AND (run_id IS NULL OR run_id <> ?)",
+            (task_id, ws, we, run_id),
+        )
+        base = 0 if prior is None or prior[0] is None else int(prior[0]) + 1
+    return final, base
+
+
+def _flat_item_rows(
+    task_id: str, ws: int, we: int, fp: FlatPane, pane_index: int, pane_timing: str, final: int, written: int
+) -> list[tuple[Any, ...]]:
+    """The ``ldp_history`` / ``ldp_current`` rows of one output and group of a pane, one per item."""
+    return [
+        (
+            task_id,
+            fp.output,
+            ws,
+            we,
+            fp.grp,
+            it.item,
+            it.label,
+            it.estimate,
+            it.std,
+            it.ci_low,
+            it.ci_high,
+            it.unbiased,
+            it.unbiased_std,
+            it.ci_includes_zero,
+            fp.method,
+            fp.n_reports,
+            pane_index,
+            pane_timing,
+            final,
+            written,
+            it.extra_json,
+        )
+        for it in fp.items
+    ]
+
+
+def _write_flat_output(
+    cur: Any,
+    task_id: str,
+    ws: int,
+    we: int,
+    fp: FlatPane,
+    *,
+    pane_index: int,
+    pane_timing: str,
+    final: int,
+    written: int,
+    run_pane: int,
+    base: int,
+    run_id: str | None,
+) -> int:
+    """Writes one output and group of a pane: its rows to ``ldp_history``, to ``ldp_current`` unless a
+    newer pane is there (removing the current rows of older panes it does not have), and its
+    ``ldp_panes`` row; returns the number of item rows."""
+    newest = cur.one(
+        "SELECT MAX(pane_index) FROM ldp_panes WHERE task_id = ? AND output = ? AND "
+        "window_start = ? AND window_end = ? AND grp = ?",
+        (task_id, fp.output, ws, we, fp.grp),
+    )
+    newest_index = None if newest is None or newest[0] is None else int(newest[0])
+    values = _flat_item_rows(task_id, ws, we, fp, pane_index, pane_timing, final, written)
+    cur.bulk(schema.upsert_history_sql(), values, schema.ROW_TYPES)
+    if newest_index is None or newest_index <= pane_index:
+        cur.bulk(schema.upsert_current_sql(), values, schema.ROW_TYPES)
+        if newest_index is not None and newest_index < pane_index:
+            # numbers an older pane stored that this one does not have (a capped domain's
+            # top items changed) are no longer current
+            cur.execute(
+                "DELETE FROM ldp_current WHERE task_id = ? AND output = ? AND window_start = ? "
+                "AND window_end = ? AND grp = ? AND pane_index < ?",
+                (task_id, fp.output, ws, we, fp.grp, pane_index),
+            )
+    cur.execute(
+        schema.upsert_pane_sql(),
+        (
+            task_id,
+            fp.output,
+            ws,
+            we,
+            fp.grp,
+            pane_index,
+            pane_timing,
+            final,
+            fp.n_reports,
+            written,
+            fp.n_items,
+            len(fp.items),
+            json.dumps(
+                {**fp.extra, "run_pane_index": run_pane} if base else fp.extra,
+                sort_keys=True, default=str,
+            ),
+            run_id,
+        ),
+    )
+    return len(values)
+
+
 class Store:
     """A latest-state store (build it with :func:`open_store`). See the module docstring."""
 
@@ -669,25 +790,7 @@ class Store:
         n_reports = max(by_output.values())
         n = 0
         with self._b.transaction() as cur:
-            got = cur.one(
-                "SELECT is_final, run_id FROM ldp_windows WHERE task_id = ? AND window_start = ? AND "
-                "window_end = ?",
-                (task_id, ws, we),
-            )
-            final = int(got[0]) if got is not None else 0
-            base = 0
-            if run_id is not None:
-                if final and got[1] != run_id:
-                    raise WindowFinal(
-                        f"window {ws}..{we} of {task_id} was made final by run {got[1]}; pane {run_pane} of "
-                        f"run {run_id} is not written"
-                    )
-                prior = cur.one(
-                    "SELECT MAX(pane_index) FROM ldp_panes WHERE task_id = ? AND window_start = ? AND "
-                    "window_end = ? AND (run_id IS NULL OR run_id <> ?)",
-                    (task_id, ws, we, run_id),
-                )
-                base = 0 if prior is None or prior[0] is None else int(prior[0]) + 1
+            final, base = _flat_window_base(cur, task_id, ws, we, run_pane, run_id)
             pane_index = base + run_pane
             if base:  # the earlier runs' figures of the window: replaced whole, never mixed with this run's
                 cur.execute(
@@ -696,72 +799,10 @@ class Store:
                     (task_id, ws, we, base),
                 )
             for fp in flat:
-                newest = cur.one(
-                    "SELECT MAX(pane_index) FROM ldp_panes WHERE task_id = ? AND output = ? AND "
-                    "window_start = ? AND window_end = ? AND grp = ?",
-                    (task_id, fp.output, ws, we, fp.grp),
-                )
-                newest_index = None if newest is None or newest[0] is None else int(newest[0])
-                values = [
-                    (
-                        task_id,
-                        fp.output,
-                        ws,
-                        we,
-                        fp.grp,
-                        it.item,
-                        it.label,
-                        it.estimate,
-                        it.std,
-                        it.ci_low,
-                        it.ci_high,
-                        it.unbiased,
-                        it.unbiased_std,
-                        it.ci_includes_zero,
-                        fp.method,
-                        fp.n_reports,
-                        pane_index,
-                        pane_timing,
-                        final,
-                        written,
-                        it.extra_json,
-                    )
-                    for it in fp.items
-                ]
-                cur.bulk(schema.upsert_history_sql(), values, schema.ROW_TYPES)
-                if newest_index is None or newest_index <= pane_index:
-                    cur.bulk(schema.upsert_current_sql(), values, schema.ROW_TYPES)
-                    if newest_index is not None and newest_index < pane_index:
-                        # numbers an older pane stored that this one does not have (a capped domain's
-                        # top items changed) are no longer current
-                        cur.execute(
-                            "DELETE FROM ldp_current WHERE task_id = ? AND output = ? AND window_start = ? "
-                            "AND window_end = ? AND grp = ? AND pane_index < ?",
-                            (task_id, fp.output, ws, we, fp.grp, pane_index),
-                        )
-                cur.execute(
-                    schema.upsert_pane_sql(),
-                    (
-                        task_id,
-                        fp.output,
-                        ws,
-                        we,
-                        fp.grp,
-                        pane_index,
-                        pane_timing,
-                        final,
-                        fp.n_reports,
-                        written,
-                        fp.n_items,
-                        len(fp.items),
-                        json.dumps(
-                            {**fp.extra, "run_pane_index": run_pane} if base else fp.extra,
-                            sort_keys=True, default=str,
-                        ),
-                        run_id,
-                    ),
-                )
-                n += len(values)
+                n += _write_flat_output(
+                    cur, task_id, ws, we, fp, pane_index=pane_index, pane_timing=pane_timing, final=final,
+                    written=written, run_pane=run_pane, base=base, run_id=run_id,
+                )  # fmt: skip
             cur.execute(
                 schema.upsert_window_sql(),
                 (task_id, ws, we, pane_index, pane_timing, n_reports, written, written, run_id),
