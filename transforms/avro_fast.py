@@ -31,7 +31,7 @@ import dataclasses
 import functools
 import io
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import BinaryIO, NamedTuple
 
 import fastavro.write
@@ -405,6 +405,186 @@ class _Columns:
             self.payload[name] = np.pad(col, ((0, 0), (0, w - col.shape[1])))
 
 
+def _flag(odd: np.ndarray, rows: np.ndarray | slice, bad: np.ndarray | None) -> None:
+    """Marks for fastavro the ``rows`` (indices, or every row as a slice) where ``bad`` is set."""
+    if bad is None:
+        return
+    if isinstance(rows, slice):
+        odd[bad] = True
+    else:
+        odd[rows[bad]] = True
+
+
+_EVERYONE = slice(None)
+
+
+def _chained_starts(
+    b: _Buf, prefix: bytes, n: int, splits: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(start, end) offsets of the ``n`` records, or None when the ``prefix`` occurrences are not them.
+
+    The occurrences must number ``n``, the first at 0, and one must be at every offset of ``splits``.
+    """
+    starts = _record_starts(b, prefix)
+    if len(starts) != n or n == 0 or starts[0] != 0:
+        return None
+    if splits is not None and len(splits) and not np.array_equal(starts[splits[:, 0]], splits[:, 1]):
+        return None
+    ends = np.empty(n, dtype=np.int64)
+    ends[:-1] = starts[1:]
+    ends[-1] = b.size
+    return starts, ends
+
+
+def _read_longs(
+    b: _Buf, p: np.ndarray, odd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The ``schema_version``, ``event_time`` and ``group`` longs at ``p``: (sv, et, grp, new positions)."""
+    sv, p, bad = _varint(b, p)
+    _flag(odd, _EVERYONE, bad)
+    et, p, bad = _varint(b, p)
+    _flag(odd, _EVERYONE, bad)
+    grp, p, bad = _varint(b, p)
+    _flag(odd, _EVERYONE, bad)
+    return sv, et, grp, p
+
+
+def _read_value_seed(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns) -> np.ndarray:
+    """The ``value`` and ``seed`` unions (``["null", "long"]``) into ``cols``; returns the new positions."""
+    for f in ("value", "seed"):
+        has, p, bad = _union(b, p)
+        _flag(odd, _EVERYONE, bad)
+        cols.present[f] = has
+        if has.any():
+            rows = _EVERYONE if has.all() else np.flatnonzero(has)
+            v, pv, bad = _varint(b, p[rows])
+            _flag(odd, rows, bad)
+            cols.payload[f][rows] = v
+            p[rows] = pv
+    return p
+
+
+def _read_bits(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns, cap: int) -> np.ndarray:
+    """The ``bits`` union (``["null", "bytes"]``, at most ``cap`` bytes) into ``cols``; returns the new
+    positions (clamped to the block)."""
+    has, p, bad = _union(b, p)
+    _flag(odd, _EVERYONE, bad)
+    cols.present["bits"] = has
+    rows = np.flatnonzero(has & ~odd)
+    if len(rows):
+        ln, pv, bad = _varint(b, p[rows])
+        wrong = (ln < 0) | (ln > cap) | (pv + ln > b.size)
+        if bad is not None:
+            wrong |= bad
+        _flag(odd, rows, wrong)
+        rows, ln, pv = rows[~wrong], ln[~wrong], pv[~wrong]
+        w = int(ln.max()) if len(ln) else 0
+        if w:
+            cols.widen("bits", w)
+            cols.payload["bits"][rows] = b.at(pv, ln, w)
+        cols.lengths["bits"][rows] = ln
+        p[rows] = pv + ln
+    b.clamp(p, odd)
+    return p
+
+
+def _read_items(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns, cap: int) -> np.ndarray:
+    """The ``items`` union (``["null", array<long>]``) into ``cols``; returns the new positions (clamped).
+
+    The columns read one array block of 1..``cap`` entries then the 0 terminator, or just the 0; a row
+    with another array block is left to fastavro.
+    """
+    has, p, bad = _union(b, p)
+    _flag(odd, _EVERYONE, bad)
+    cols.present["items"] = has
+    rows = np.flatnonzero(has & ~odd)
+    if len(rows):
+        cnt, q, bad = _varint(b, p[rows])
+        wrong = (cnt < 0) | (cnt > cap)
+        if bad is not None:
+            wrong |= bad
+        _flag(odd, rows, wrong)
+        rows, cnt, q = rows[~wrong], cnt[~wrong], q[~wrong]
+        w = int(cnt.max()) if len(cnt) else 0
+        local = np.zeros((len(rows), w), dtype=np.int64)
+        broken = np.zeros(len(rows), dtype=bool)
+        for j in range(w):
+            act = np.flatnonzero(cnt > j)
+            if len(act) == len(rows):
+                v, q, bad = _varint(b, q)
+                local[:, j] = v
+            else:
+                v, qa, bad = _varint(b, q[act])
+                local[act, j] = v
+                q[act] = qa
+            if bad is not None:
+                broken[act[bad]] = True
+            b.clamp(q, broken)
+        nonempty = cnt > 0
+        broken |= nonempty & (b.u8[q] != 0)  # another array block follows: fastavro reads it
+        q = q + nonempty
+        _flag(odd, rows, broken)
+        if w:
+            cols.widen("items", w)
+            cols.payload["items"][rows] = local
+        cols.lengths["items"][rows] = cnt
+        p[rows] = q
+    b.clamp(p, odd)
+    return p
+
+
+def _read_reals(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns, reals_len: int | None) -> np.ndarray:
+    """The ``reals`` union (``["null", array<double>]``) into ``cols``; returns the new positions.
+
+    The columns read one array block of one double (``reals_len`` None) or of ``reals_len`` doubles, then
+    the 0 terminator; any other row is left to fastavro.
+    """
+    has, p, bad = _union(b, p)
+    _flag(odd, _EVERYONE, bad)
+    cols.present["reals"] = has
+    rows = np.flatnonzero(has & ~odd)
+    if len(rows):
+        q = p[rows]
+        if reals_len is None:
+            ok = (b.u8[q] == 2) & (b.u8[q + 9] == 0) & (q + 10 <= b.size)
+            good = rows[ok]
+            cols.payload["reals"][good] = b.u64[q[ok] + 1].view("<f8")
+            cols.lengths["reals"][good] = 1
+            p[good] = q[ok] + 10
+        else:
+            ok, pr, out = _decode_reals(b, q, reals_len)
+            good = rows[ok]
+            cols.payload["reals"][good] = out
+            cols.lengths["reals"][good] = reals_len
+            p[good] = pr
+        _flag(odd, rows, ~ok)
+    return p
+
+
+def _read_client_id(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns) -> np.ndarray:
+    """The ``client_id`` union (``["null", "bytes"]`` of 0..:data:`MAX_CLIENT_ID_BYTES` bytes; the
+    validator judges a length of 0) into ``cols`` as ``(n, 1 + w)`` rows (length, bytes); returns the new
+    positions."""
+    has, p, bad = _union(b, p)
+    _flag(odd, _EVERYONE, bad)
+    cols.present["client_id"] = has
+    rows = np.flatnonzero(has & ~odd)
+    if len(rows):
+        ln, pv, bad = _varint(b, p[rows])
+        wrong = (ln < 0) | (ln > MAX_CLIENT_ID_BYTES) | (pv + ln > b.size)
+        if bad is not None:
+            wrong |= bad
+        _flag(odd, rows, wrong)
+        rows, ln, pv = rows[~wrong], ln[~wrong], pv[~wrong]
+        w = int(ln.max()) if len(ln) else 0
+        out = np.zeros((len(p), 1 + w), dtype=np.uint8)
+        out[rows, 0] = ln
+        out[rows, 1:] = b.at(pv, ln, w)
+        p[rows] = pv + ln
+        cols.payload["client_id"] = out
+    return p
+
+
 def decode_block(
     data: bytes,
     num_records: int,
@@ -441,138 +621,19 @@ def decode_block(
     prefix = zigzag_varint_bytes(len(tid)) + tid
     n = num_records
     b = _Buf(data)
-    starts = _record_starts(b, prefix)
-    if len(starts) != n or n == 0 or starts[0] != 0:
+    chain = _chained_starts(b, prefix, n, splits)
+    if chain is None:
         return None
-    if splits is not None and len(splits) and not np.array_equal(starts[splits[:, 0]], splits[:, 1]):
-        return None
-    ends = np.empty(n, dtype=np.int64)
-    ends[:-1] = starts[1:]
-    ends[-1] = len(data)
+    starts, ends = chain
     odd = np.zeros(n, dtype=bool)  # rows left to fastavro
-
-    def flag(rows: np.ndarray | slice, bad: np.ndarray | None) -> None:
-        if bad is None:
-            return
-        if isinstance(rows, slice):
-            odd[bad] = True
-        else:
-            odd[rows[bad]] = True
-
-    everyone = slice(None)
-    p = starts + len(prefix)
-    sv, p, bad = _varint(b, p)
-    flag(everyone, bad)
-    et, p, bad = _varint(b, p)
-    flag(everyone, bad)
-    grp, p, bad = _varint(b, p)
-    flag(everyone, bad)
+    sv, et, grp, p = _read_longs(b, starts + len(prefix), odd)
     cols = _Columns(n, reals_len)
-    for f in ("value", "seed"):
-        has, p, bad = _union(b, p)
-        flag(everyone, bad)
-        cols.present[f] = has
-        if has.any():
-            rows = everyone if has.all() else np.flatnonzero(has)
-            v, pv, bad = _varint(b, p[rows])
-            flag(rows, bad)
-            cols.payload[f][rows] = v
-            p[rows] = pv
-    # bits: ["null", "bytes"]
-    has, p, bad = _union(b, p)
-    flag(everyone, bad)
-    cols.present["bits"] = has
-    rows = np.flatnonzero(has & ~odd)
-    if len(rows):
-        ln, pv, bad = _varint(b, p[rows])
-        wrong = (ln < 0) | (ln > (bits_len or _UNDECLARED_LEN)) | (pv + ln > b.size)
-        if bad is not None:
-            wrong |= bad
-        flag(rows, wrong)
-        rows, ln, pv = rows[~wrong], ln[~wrong], pv[~wrong]
-        w = int(ln.max()) if len(ln) else 0
-        if w:
-            cols.widen("bits", w)
-            cols.payload["bits"][rows] = b.at(pv, ln, w)
-        cols.lengths["bits"][rows] = ln
-        p[rows] = pv + ln
-    b.clamp(p, odd)
-    # items: ["null", array<long>]: one block of 1..items_len entries then the 0 terminator, or just the 0
-    has, p, bad = _union(b, p)
-    flag(everyone, bad)
-    cols.present["items"] = has
-    rows = np.flatnonzero(has & ~odd)
-    if len(rows):
-        cnt, q, bad = _varint(b, p[rows])
-        wrong = (cnt < 0) | (cnt > (items_len or _UNDECLARED_LEN))
-        if bad is not None:
-            wrong |= bad
-        flag(rows, wrong)
-        rows, cnt, q = rows[~wrong], cnt[~wrong], q[~wrong]
-        w = int(cnt.max()) if len(cnt) else 0
-        local = np.zeros((len(rows), w), dtype=np.int64)
-        broken = np.zeros(len(rows), dtype=bool)
-        for j in range(w):
-            act = np.flatnonzero(cnt > j)
-            if len(act) == len(rows):
-                v, q, bad = _varint(b, q)
-                local[:, j] = v
-            else:
-                v, qa, bad = _varint(b, q[act])
-                local[act, j] = v
-                q[act] = qa
-            if bad is not None:
-                broken[act[bad]] = True
-            b.clamp(q, broken)
-        nonempty = cnt > 0
-        broken |= nonempty & (b.u8[q] != 0)  # another array block follows: fastavro reads it
-        q = q + nonempty
-        flag(rows, broken)
-        if w:
-            cols.widen("items", w)
-            cols.payload["items"][rows] = local
-        cols.lengths["items"][rows] = cnt
-        p[rows] = q
-    b.clamp(p, odd)
-    # reals: ["null", array<double>]: one block of one double (or of reals_len doubles) then the 0
-    has, p, bad = _union(b, p)
-    flag(everyone, bad)
-    cols.present["reals"] = has
-    rows = np.flatnonzero(has & ~odd)
-    if len(rows):
-        q = p[rows]
-        if reals_len is None:
-            ok = (b.u8[q] == 2) & (b.u8[q + 9] == 0) & (q + 10 <= b.size)
-            good = rows[ok]
-            cols.payload["reals"][good] = b.u64[q[ok] + 1].view("<f8")
-            cols.lengths["reals"][good] = 1
-            p[good] = q[ok] + 10
-        else:
-            ok, pr, out = _decode_reals(b, q, reals_len)
-            good = rows[ok]
-            cols.payload["reals"][good] = out
-            cols.lengths["reals"][good] = reals_len
-            p[good] = pr
-        flag(rows, ~ok)
-    # client_id: ["null", "bytes"] of 0..MAX_CLIENT_ID_BYTES bytes (the validator judges a length of 0)
+    p = _read_value_seed(b, p, odd, cols)
+    p = _read_bits(b, p, odd, cols, bits_len or _UNDECLARED_LEN)
+    p = _read_items(b, p, odd, cols, items_len or _UNDECLARED_LEN)
+    p = _read_reals(b, p, odd, cols, reals_len)
     if client_id:
-        has, p, bad = _union(b, p)
-        flag(everyone, bad)
-        cols.present["client_id"] = has
-        rows = np.flatnonzero(has & ~odd)
-        if len(rows):
-            ln, pv, bad = _varint(b, p[rows])
-            wrong = (ln < 0) | (ln > MAX_CLIENT_ID_BYTES) | (pv + ln > b.size)
-            if bad is not None:
-                wrong |= bad
-            flag(rows, wrong)
-            rows, ln, pv = rows[~wrong], ln[~wrong], pv[~wrong]
-            w = int(ln.max()) if len(ln) else 0
-            out = np.zeros((n, 1 + w), dtype=np.uint8)
-            out[rows, 0] = ln
-            out[rows, 1:] = b.at(pv, ln, w)
-            p[rows] = pv + ln
-            cols.payload["client_id"] = out
+        p = _read_client_id(b, p, odd, cols)
     # the chain: each record ends where the next starts, the last at the end of the block
     odd |= p != ends
     fallback = None
@@ -1071,6 +1132,135 @@ def iter_container(
     yield from flush()
 
 
+def _read_block_header(
+    s: _Stream, header: _Header, offset: int
+) -> Generator[Loss, None, tuple[int, int] | bool]:
+    """Reads the (count, size) header of the block at ``offset``, yielding the :class:`Loss` of a bad one.
+
+    Returns (count, size), or True after a bad header skipped to the next sync marker (read on), or False
+    at the end of the input.
+    """
+    try:
+        count = s.read_long()
+        if count is None:
+            if s.pos > offset:
+                yield Loss("truncated", "the input ends inside a block header", offset, s.pos - offset, 1)
+            return False
+        size = s.read_long()
+    except ValueError:
+        size = -1
+        count = 0
+    if size is None:
+        declared = max(count, 0)
+        detail = "the input ends inside a block header"
+        yield Loss("truncated", detail, offset, s.pos - offset, 1, declared)
+        return False
+    if size < 0 or count < 0 or size > MAX_BLOCK_BYTES or (count > 0 and size == 0):
+        found = s.skip_to(header.sync)
+        yield Loss(
+            "bad_block_header",
+            f"block header declares {count} records in {size} bytes; skipped to the next sync marker",
+            offset,
+            s.pos - offset,
+            1,
+        )
+        return found
+    return count, size
+
+
+def _read_block_body(
+    s: _Stream, header: _Header, offset: int, count: int, size: int, min_rec: int
+) -> Generator[Loss, None, bytes | bool]:
+    """Reads the ``size`` bytes of the block at ``offset`` and its sync marker, yielding the :class:`Loss`
+    of a truncated or unsynced block.
+
+    Returns the block's (compressed) bytes, or True after a bad sync marker skipped to the next one (read
+    on), or False at the end of the input.
+    """
+    data = s.read(size)
+    if len(data) < size:
+        yield Loss(
+            "truncated",
+            f"the input ends inside a block ({len(data)} of {size} bytes)",
+            offset,
+            s.pos - offset,
+            1,
+            count,
+        )
+        return False
+    sync = s.read(_SYNC)
+    if sync != header.sync:
+        if len(sync) < _SYNC:
+            yield Loss(
+                "truncated", "the input ends inside a sync marker", offset, s.pos - offset, 1, count
+            )
+            return False
+        if not _next_block_is_framed(s, header.sync):
+            # the size may be wrong too: look for the next marker from the end of this block's header
+            s.unread(data + sync)
+        found = s.skip_to(header.sync)
+        yield Loss(
+            "bad_sync",
+            f"block of {count} records not followed by the sync marker; skipped to the next one",
+            offset,
+            s.pos - offset,
+            1,
+            count if 0 <= count * min_rec <= size else 0,
+        )
+        return found
+    return data
+
+
+def _unpack_block(
+    data: bytes,
+    count: int,
+    offset: int,
+    end: int,
+    header: _Header,
+    decompress: Callable[[bytes], bytes] | None,
+    min_rec: int,
+) -> _Block | Loss | None:
+    """The :class:`_Block` of a well-framed block's bytes ``data`` (at ``offset`` .. ``end`` of the input),
+    or the :class:`Loss` of one that does not decompress or cannot hold its records, or None for an empty
+    block of no bytes."""
+    if count == 0:
+        if data:
+            return Loss("trailing_bytes", f"block of 0 records holds {len(data)} bytes", offset, len(data))
+        return None
+    if decompress is None:
+        return Loss(
+            "unsupported_codec",
+            f"codec {header.codec!r} is not supported ({', '.join(CODECS)})",
+            offset,
+            end - offset,
+            1,
+            count,
+        )
+    try:
+        raw = decompress(data)
+    except Exception as exc:  # noqa: BLE001 - zlib / cramjam / zstandard errors: the block is lost
+        if isinstance(exc, MemoryError):
+            raise
+        return Loss(
+            "corrupt_block",
+            f"{header.codec} block does not decompress ({type(exc).__name__}: {str(exc)[:200]})",
+            offset,
+            end - offset,
+            1,
+            count,
+        )
+    if count * min_rec > len(raw):
+        return Loss(
+            "bad_block_header",
+            f"block declares {count} records in {len(raw)} bytes",
+            offset,
+            end - offset,
+            1,
+            0,
+        )
+    return _Block(raw, count, offset, header)
+
+
 def _container_blocks(fo: BinaryIO) -> Iterator[_Block | Loss]:
     """The blocks of an Avro container, decompressed, and the :class:`Loss` of what is not a block."""
     s = _Stream(fo)
@@ -1085,105 +1275,20 @@ def _container_blocks(fo: BinaryIO) -> Iterator[_Block | Loss]:
     min_rec = _MIN_REPORT_BYTES if header.is_report else 1
     while True:
         offset = s.pos
-        try:
-            count = s.read_long()
-            if count is None:
-                if s.pos > offset:
-                    yield Loss("truncated", "the input ends inside a block header", offset, s.pos - offset, 1)
-                return
-            size = s.read_long()
-        except ValueError:
-            size = -1
-            count = 0
-        if size is None:
-            declared = max(count, 0)
-            detail = "the input ends inside a block header"
-            yield Loss("truncated", detail, offset, s.pos - offset, 1, declared)
+        head = yield from _read_block_header(s, header, offset)
+        if head is False:
             return
-        if size < 0 or count < 0 or size > MAX_BLOCK_BYTES or (count > 0 and size == 0):
-            found = s.skip_to(header.sync)
-            yield Loss(
-                "bad_block_header",
-                f"block header declares {count} records in {size} bytes; skipped to the next sync marker",
-                offset,
-                s.pos - offset,
-                1,
-            )
-            if not found:
-                return
+        if head is True:
             continue
-        data = s.read(size)
-        if len(data) < size:
-            yield Loss(
-                "truncated",
-                f"the input ends inside a block ({len(data)} of {size} bytes)",
-                offset,
-                s.pos - offset,
-                1,
-                count,
-            )
+        count, size = head
+        data = yield from _read_block_body(s, header, offset, count, size, min_rec)
+        if data is False:
             return
-        sync = s.read(_SYNC)
-        if sync != header.sync:
-            if len(sync) < _SYNC:
-                yield Loss(
-                    "truncated", "the input ends inside a sync marker", offset, s.pos - offset, 1, count
-                )
-                return
-            if not _next_block_is_framed(s, header.sync):
-                # the size may be wrong too: look for the next marker from the end of this block's header
-                s.unread(data + sync)
-            found = s.skip_to(header.sync)
-            yield Loss(
-                "bad_sync",
-                f"block of {count} records not followed by the sync marker; skipped to the next one",
-                offset,
-                s.pos - offset,
-                1,
-                count if 0 <= count * min_rec <= size else 0,
-            )
-            if not found:
-                return
+        if data is True:
             continue
-        if count == 0:
-            if size:
-                yield Loss("trailing_bytes", f"block of 0 records holds {size} bytes", offset, size)
-            continue
-        if decompress is None:
-            yield Loss(
-                "unsupported_codec",
-                f"codec {header.codec!r} is not supported ({', '.join(CODECS)})",
-                offset,
-                s.pos - offset,
-                1,
-                count,
-            )
-            continue
-        try:
-            raw = decompress(data)
-        except Exception as exc:  # noqa: BLE001 - zlib / cramjam / zstandard errors: the block is lost
-            if isinstance(exc, MemoryError):
-                raise
-            yield Loss(
-                "corrupt_block",
-                f"{header.codec} block does not decompress ({type(exc).__name__}: {str(exc)[:200]})",
-                offset,
-                s.pos - offset,
-                1,
-                count,
-            )
-            continue
-        if count * min_rec > len(raw):
-            yield Loss(
-                "bad_block_header",
-                f"block declares {count} records in {len(raw)} bytes",
-                offset,
-                s.pos - offset,
-                1,
-                0,
-            )
-            continue
-        yield _Block(raw, count, offset, header)
+        item = _unpack_block(data, count, offset, s.pos, header, decompress, min_rec)
+        if item is not None:
+            yield item
 
 
 def iter_report_batches(
