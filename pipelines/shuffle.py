@@ -36,6 +36,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ldp.aggregate import Aggregator, make_aggregator
 from ldp.anonymity import AnonymitySettings, window_problems
@@ -43,6 +44,14 @@ from ldp.task import ParsedTask, TaskError, WindowConfig, parse_task
 from pipelines.cli import add_input_flags, add_metrics_flags, fail, job_parser, parse_job_args, prepare_output
 from pipelines.job import _check_sources, _run, closed_window_counts, read_reports
 from transforms.records import requires_client_ids
+
+if TYPE_CHECKING:
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.runner import PipelineResult
+
+    from transforms.prometheus import MetricsEndpoint
+    from transforms.runners import RunnerPlan
 
 #: Default of ``--memory_mb`` (the same as ``transforms.shuffle.DEFAULT_MEMORY_MB``; no Beam import here).
 DEFAULT_MEMORY_MB = 256
@@ -309,26 +318,49 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import StandardOptions
 
-    from transforms.counts import WindowedCounts
-    from transforms.io import WriteCounts, WriteDeadLetters
-    from transforms.records import decode_params
-    from transforms.runners import RunnerLimitation, plan_runner
-    from transforms.shuffle import (
-        BATCH_SUBDIR,
-        ScrubDeadLetters,
-        Shuffle,
-        SourcedValidateFn,
-        batch_manifest,
-        clear_spill,
-        ledger_entry,
-        published_buckets,
-        write_manifest,
-    )
-
     streaming = bool(options.view_as(StandardOptions).streaming)
     task, settings = load_shuffled_task(ns.task)
     _check_flags(ns, streaming)
     key = load_shuffle_key(ns)
+    agg, plan, lateness = _plan_job(ns, options, task, settings, streaming)
+    resumed, lock, published = _open_output(ns, task, settings)
+    run_id = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S.%fZ}-{os.getpid()}"
+    _LOG.info(
+        "shuffler: task %s (%s, %d group(s)), precision %d s, min_reports %d, %s, output %s",
+        task.task_id, task.mechanism, task.n_groups, settings.time_precision_s, settings.min_reports,
+        f"streaming (lateness {lateness:g} s)" if streaming else "batch", ns.output,
+    )  # fmt: skip
+    if ns.test_shuffle_seed is not None:
+        _LOG.warning("--test_shuffle_seed: the permutation is reproducible; the output is NOT anonymous")
+    p = beam.Pipeline(runner=plan.runner, options=options)
+    _build_pipeline(p, ns, agg, task, settings, plan, streaming=streaming, run_id=run_id,
+                    published=published, key=key)  # fmt: skip
+    endpoint = _start_metrics(ns, task.task_id)
+    result, seconds = _run_pipeline(p, ns, plan, streaming, endpoint)
+    raw = _final_counts(result, ns.output, streaming, direct=plan.name == "direct")
+    summary = _summarize(ns, task, settings, plan, result, seconds, raw, streaming=streaming,
+                         resumed=resumed, run_id=run_id)  # fmt: skip
+    _write_summary(ns.output, summary)
+    lock.close()
+    if endpoint is not None:  # the final counts: those of counts.json
+        endpoint.finish(raw, state=str(result.state).rsplit(".", 1)[-1], result=None if streaming else result)
+        endpoint.linger(ns.metrics_linger)
+        endpoint.stop()
+    return summary
+
+
+def _plan_job(
+    ns: argparse.Namespace,
+    options: PipelineOptions,
+    task: ParsedTask,
+    settings: AnonymitySettings,
+    streaming: bool,
+) -> tuple[Aggregator, RunnerPlan, float]:
+    """The task's aggregator, the runner's plan for the shuffler's buckets and the allowed lateness (s);
+    a task or runner the shuffler cannot use: one-line error, exit status 2."""
+    from transforms.records import decode_params
+    from transforms.runners import RunnerLimitation, plan_runner
+
     lateness = task.window.allowed_lateness_s if ns.allowed_lateness is None else float(ns.allowed_lateness)
     try:
         agg: Aggregator = make_aggregator(task)
@@ -351,6 +383,16 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
              "FnApiRunner fires a bucket's timer before the bucket closes, publishing part of it): run it "
              "on Prism (--runner=PrismRunner; bash tools/prism/get_prism.sh) or Flink, or shuffle the "
              "files in batch (without --streaming)")
+    return agg, plan, lateness
+
+
+def _open_output(
+    ns: argparse.Namespace, task: ParsedTask, settings: AnonymitySettings
+) -> tuple[bool, object, dict[int, dict[str, int] | None]]:
+    """Prepares ``--output`` for this run and locks it: returns whether the run resumes an earlier one,
+    the held lock and the buckets published earlier (a failure: one-line error, exit status 2)."""
+    from transforms.shuffle import BATCH_SUBDIR, clear_spill, published_buckets
+
     try:
         resumed = prepare_shuffle_output(ns, task, settings)
         os.makedirs(os.path.join(ns.output, BATCH_SUBDIR), exist_ok=True)
@@ -360,21 +402,36 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         published = published_buckets(ns.output, task.task_id)
     except OSError as exc:
         fail(f"--output {ns.output!r} cannot be prepared: {exc.strerror or exc}")
-    run_id = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S.%fZ}-{os.getpid()}"
     if resumed:
         _LOG.info(
             "shuffler: resuming on %s: %d bucket(s) published earlier (never rewritten), %d leftover "
             "spill/temporary file(s) removed, the previous run's counts moved to %s",
             ns.output, len(published), cleared, archived,
         )  # fmt: skip
-    _LOG.info(
-        "shuffler: task %s (%s, %d group(s)), precision %d s, min_reports %d, %s, output %s",
-        task.task_id, task.mechanism, task.n_groups, settings.time_precision_s, settings.min_reports,
-        f"streaming (lateness {lateness:g} s)" if streaming else "batch", ns.output,
-    )  # fmt: skip
-    if ns.test_shuffle_seed is not None:
-        _LOG.warning("--test_shuffle_seed: the permutation is reproducible; the output is NOT anonymous")
-    p = beam.Pipeline(runner=plan.runner, options=options)
+    return resumed, lock, published
+
+
+def _build_pipeline(
+    p: beam.Pipeline,
+    ns: argparse.Namespace,
+    agg: Aggregator,
+    task: ParsedTask,
+    settings: AnonymitySettings,
+    plan: RunnerPlan,
+    *,
+    streaming: bool,
+    run_id: str,
+    published: dict[int, dict[str, int] | None],
+    key: bytes,
+) -> None:
+    """Adds the shuffler's steps to ``p``: read, validate, shuffle and publish per bucket, the dead letters
+    (without report content) and, streaming, the count windows."""
+    import apache_beam as beam
+
+    from transforms.counts import WindowedCounts
+    from transforms.io import WriteCounts, WriteDeadLetters
+    from transforms.shuffle import ScrubDeadLetters, Shuffle, SourcedValidateFn
+
     read = read_reports(p, ns, agg, streaming=streaming, paced=plan.paced)
     validate = SourcedValidateFn(
         agg, settings.precision_ms, rounded_times=False
@@ -399,7 +456,16 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         all_counts = tuple(counts) | "AllCounts" >> beam.Flatten()
         per_window = all_counts | "CountsPerWindow" >> WindowedCounts(ns.counts_window, task_id=task.task_id)
         per_window | "WriteCounts" >> WriteCounts(ns.output, task_id=task.task_id)
-    endpoint = _start_metrics(ns, task.task_id)
+
+
+def _run_pipeline(
+    p: beam.Pipeline,
+    ns: argparse.Namespace,
+    plan: RunnerPlan,
+    streaming: bool,
+    endpoint: MetricsEndpoint | None,
+) -> tuple[PipelineResult, float]:
+    """Runs ``p`` to its end (the metrics endpoint, if any, watches it); returns its result and seconds."""
     # Pub/Sub with --streaming_duration on the DirectRunner: the read stops at the deadline, every bucket
     # closes and the job ends DONE by itself (transforms.runners.bound_pubsub_read), as the jobs' do
     bounded_pubsub = None
@@ -415,16 +481,31 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
     if endpoint is not None:  # from here on this thread alone reads the result's metrics
         endpoint.stop_watching()
     _LOG.info("shuffler ended: %s after %.1f s", result.state, seconds)
-    raw = _final_counts(result, ns.output, streaming, direct=plan.name == "direct")
+    return result, seconds
+
+
+def _summarize(
+    ns: argparse.Namespace,
+    task: ParsedTask,
+    settings: AnonymitySettings,
+    plan: RunnerPlan,
+    result: PipelineResult,
+    seconds: float,
+    raw: dict[str, int],
+    *,
+    streaming: bool,
+    resumed: bool,
+    run_id: str,
+) -> dict[str, object]:
+    """Writes the batch manifest and returns the run's summary (the contents of ``counts.json``); logs an
+    error when the accounting does not balance and prints the accounting to stderr."""
+    from transforms.shuffle import batch_manifest, clear_spill, write_manifest
+
     clear_spill(ns.output)  # late chunks' leftovers, if any
     entries = batch_manifest(ns.output)
     write_manifest(ns.output, entries)
     acct = accounting(raw)
-    mine = [
-        e
-        for e in entries
-        if (ledger_entry(ns.output, os.path.basename(str(e["file"]))) or {}).get("run_id") == run_id
-    ]
+    mine = _batches_of_run(ns.output, entries, run_id)
     in_files = sum(int(e["n"]) for e in mine)
     balanced = acct["read"] == (
         acct["forwarded"] + acct["already_published"] + acct["withheld"] + acct["dead_lettered"]
@@ -452,30 +533,46 @@ def run(argv: Sequence[str] | None = None) -> dict[str, object]:
         "batch_sizes": {"min": min((int(e["n"]) for e in entries), default=0),
                         "max": max((int(e["n"]) for e in entries), default=0)},
     }  # fmt: skip
+    _print_accounting(ns.output, acct, balanced=bool(summary["balanced"]), mine=len(mine), total=len(entries))
+    return summary
+
+
+def _batches_of_run(output: str, entries: list[dict[str, object]], run_id: str) -> list[dict[str, object]]:
+    """The manifest entries of the batches this run (``run_id``) published, by their ledger entries."""
+    from transforms.shuffle import ledger_entry
+
+    return [
+        e
+        for e in entries
+        if (ledger_entry(output, os.path.basename(str(e["file"]))) or {}).get("run_id") == run_id
+    ]
+
+
+def _print_accounting(output: str, acct: dict[str, int], *, balanced: bool, mine: int, total: int) -> None:
+    """Prints the run's accounting (``read = forwarded + ...``), its batches and the output to stderr."""
+    from transforms.shuffle import BATCH_SUBDIR
+
     print(
         f"reports read={acct['read']} = forwarded={acct['forwarded']} + already_published="
         f"{acct['already_published']} + withheld={acct['withheld']} "
         f"(short buckets {acct['withheld_short']} in {acct['withheld_buckets']} bucket(s), few senders "
         f"{acct['withheld_few_senders']} in {acct['withheld_few_senders_buckets']} bucket(s), late "
         f"{acct['withheld_late']}) + dead_lettered={acct['dead_lettered']}"
-        + ("" if summary["balanced"] else "  [DOES NOT BALANCE]"),
+        + ("" if balanced else "  [DOES NOT BALANCE]"),
         file=sys.stderr,
     )
     print(
-        f"batches: {len(mine)} published by this run, {len(entries)} file(s) in "
-        f"{os.path.join(ns.output, BATCH_SUBDIR)}",
+        f"batches: {mine} published by this run, {total} file(s) in {os.path.join(output, BATCH_SUBDIR)}",
         file=sys.stderr,
     )
-    print(f"output: {ns.output}", file=sys.stderr)
+    print(f"output: {output}", file=sys.stderr)
+
+
+def _write_summary(output: str, summary: dict[str, object]) -> None:
+    """Writes the summary to ``OUT/counts.json`` (atomically)."""
     from transforms.shuffle import atomic_write
 
-    atomic_write(os.path.join(ns.output, "counts.json"), json.dumps(summary, indent=2).encode("utf-8"))
-    lock.close()
-    if endpoint is not None:  # the final counts: those of counts.json
-        endpoint.finish(raw, state=str(result.state).rsplit(".", 1)[-1], result=None if streaming else result)
-        endpoint.linger(ns.metrics_linger)
-        endpoint.stop()
-    return summary
+    atomic_write(os.path.join(output, "counts.json"), json.dumps(summary, indent=2).encode("utf-8"))
 
 
 def _final_counts(result: object, output: str, streaming: bool, *, direct: bool) -> dict[str, int]:
