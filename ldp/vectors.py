@@ -896,6 +896,130 @@ def _svme_codes(pr: dict[str, Any], c: np.ndarray, ws: WordStream, rows: np.ndar
     return codes
 
 
+def _sparse_byte_inputs(
+    mech: Any, pr: dict[str, Any], random: WordStream | Sequence[bytes] | np.ndarray, seeds: Any, n: int
+) -> tuple[WordStream, np.ndarray | None]:
+    """The reports' word stream and the public seeds (uint64 ``(n,)``; ``None`` for unseeded mechanisms),
+    checked against ``n`` vectors and against whether ``mech`` takes seeds."""
+    ws = random if isinstance(random, WordStream) else WordStream(random)
+    if len(ws) != n:
+        raise ValueError(f"{len(ws)} random byte strings for {n} vectors")
+    sd = None
+    if isinstance(mech, (SVME, KFold, Sampling)):
+        if seeds is None:
+            raise ValueError(f"{pr['mechanism']} needs the public seeds")
+        sd = np.asarray(seeds, dtype=np.uint64).reshape(-1)
+        if len(sd) != n:
+            raise ValueError(f"{len(sd)} seeds for {n} vectors")
+    elif seeds is not None:
+        raise ValueError(f"{pr['mechanism']} takes no seeds")
+    return ws, sd
+
+
+def _svme_byte_reports(
+    pr: dict[str, Any], ws: WordStream, sd: np.ndarray, items: np.ndarray, vals: np.ndarray, held: np.ndarray,
+    rows: np.ndarray,
+) -> Reports:
+    """SVME: clipped signed bin sums in ascending item order, then one noisy code per bin."""
+    n, k = held.shape
+    b = pr["bins"]
+    h, s = bins_signs(pr["family"], sd, items, b, pr["d"])
+    c = np.zeros((n, b), dtype=np.float64)
+    for i in range(k):  # ascending item order within each report
+        sel = np.flatnonzero(held[:, i])
+        c[sel, h[sel, i]] += s[sel, i] * vals[sel, i]
+    if pr["eta"] is not None:
+        c = np.minimum(np.maximum(c, -pr["eta"]), pr["eta"])
+    return Reports(seeds=sd.copy(), reals=_svme_codes(pr, c, ws, rows).astype(np.float64))
+
+
+def _kfold_sampling_byte_reports(
+    mech: KFold | Sampling, pr: dict[str, Any], ws: WordStream, sd: np.ndarray, items: np.ndarray,
+    vals: np.ndarray, nnz: np.ndarray, held: np.ndarray, rows: np.ndarray,
+) -> Reports:
+    """KFold: entries shuffled into slots, one Duchi bit per slot; Sampling: one sampled entry's Duchi bit."""
+    n, k = held.shape
+    _, s = bins_signs(pr["family"], sd, items, 1, pr["d"])
+    sv = np.where(held, s * vals, 0.0)
+    if isinstance(mech, KFold):
+        slots = np.broadcast_to(np.arange(k), (n, k)).copy()
+        for i in range(k):
+            sel = np.flatnonzero(nnz > i)
+            j = i + _uniform_rows(ws, np.full(len(sel), k - i), sel).astype(np.int64)
+            a, bb = slots[sel, i].copy(), slots[sel, j].copy()
+            slots[sel, i], slots[sel, j] = bb, a
+        t = np.zeros((n, k))
+        np.put_along_axis(t, slots, sv, axis=1)  # padding entries carry 0.0 into the unused slots
+        bits = np.stack([_duchi_bit(ws, t[:, m], pr["duchi_a"], rows) for m in range(k)], axis=1)
+    else:
+        u = ws.uniform(k, rows)
+        t = np.where(u < nnz, sv[rows, np.minimum(u, k - 1)], 0.0)
+        bits = _duchi_bit(ws, t, pr["duchi_a"], rows)[:, None]
+    return Reports(seeds=sd.copy(), reals=bits.astype(np.float64))
+
+
+def _harmony_byte_reports(
+    pr: dict[str, Any], ws: WordStream, items: np.ndarray, vals: np.ndarray, held: np.ndarray,
+    rows: np.ndarray,
+) -> Reports:
+    """Harmony: a uniform coordinate ``j`` and the Duchi bit of its value (0 when not held)."""
+    j = ws.uniform(pr["d"], rows).astype(np.uint64)
+    hit = held & (items == j[:, None])
+    t = np.where(hit, vals, 0.0).sum(axis=1)
+    bit = _duchi_bit(ws, t, pr["duchi_a"], rows)
+    return Reports(values=j.astype(np.int64), reals=bit.astype(np.float64)[:, None])
+
+
+def _pckv_byte_reports(
+    pr: dict[str, Any], ws: WordStream, items: np.ndarray, vals: np.ndarray, nnz: np.ndarray, rows: np.ndarray
+) -> Reports:
+    """PCKV: a sampled (or dummy) key-value pair, its value as a bit, then key-value perturbation."""
+    d, k = pr["d"], pr["k"]
+    u = ws.uniform(k, rows)
+    real = u < nnz
+    uc = np.minimum(u, k - 1)
+    key = np.where(real, items[rows, uc], np.uint64(0)).astype(np.uint64)
+    val = np.where(real, vals[rows, uc], 0.0)
+    dummy = np.flatnonzero(~real)
+    key[dummy] = np.uint64(d) + ws.uniform(k, dummy).astype(np.uint64)
+    bit = np.where(_unit_double(ws, rows) < (1.0 + val) / 2.0, 1, -1).astype(np.int64)
+    keep = ws.bernoulli(pr["T_a"], rows)
+    out_key, out_bit = key.copy(), bit.copy()
+    kept, moved = np.flatnonzero(keep), np.flatnonzero(~keep)
+    same = ws.bernoulli(pr["T_p"], kept)
+    out_bit[kept] = np.where(same, bit[kept], -bit[kept])
+    o = ws.uniform(pr["d_prime"] - 1, moved).astype(np.uint64)
+    out_key[moved] = o + (o >= key[moved]).astype(np.uint64)
+    out_bit[moved] = np.where(ws.bernoulli(pr["T_half"], moved), 1, -1)
+    return Reports(values=out_key.astype(np.int64), reals=out_bit.astype(np.float64)[:, None])
+
+
+def _gaussian_byte_reports(
+    pr: dict[str, Any], ws: WordStream, items: np.ndarray, vals: np.ndarray, held: np.ndarray,
+    rows: np.ndarray,
+) -> Reports:
+    """Gaussian: the dense vector plus ``sigma`` times polar-method normals, rounded to float32."""
+    n, k = held.shape
+    d = pr["d"]
+    dense = np.zeros((n, d))
+    rr = np.repeat(rows[:, None], k, axis=1)
+    dense[rr[held], items[held].astype(np.int64)] = vals[held]
+    z = np.zeros((n, d + 1))
+    for pair in range((d + 1) // 2):
+        x, y = np.zeros(n), np.zeros(n)
+        todo = rows
+        while len(todo):
+            x[todo] = 2.0 * _unit_double(ws, todo) - 1.0
+            y[todo] = 2.0 * _unit_double(ws, todo) - 1.0
+            s2 = x[todo] * x[todo] + y[todo] * y[todo]
+            todo = todo[(s2 >= 1.0) | (s2 == 0.0)]
+        s2 = x * x + y * y
+        f = np.sqrt(-2.0 * np.log(s2) / s2)
+        z[:, 2 * pair], z[:, 2 * pair + 1] = x * f, y * f
+    out = (pr["sigma"] * z[:, :d] + dense).astype(np.float32).astype(np.float64)
+    return Reports(reals=out)
+
+
 def sparse_encode_bytes(
     mech: SVME | KFold | Sampling | Gaussian | Harmony | PCKV,
     vectors: SparseVectors,
@@ -935,97 +1059,25 @@ def sparse_encode_bytes(
     """
     pr = sparse_wire_params(mech)
     d, k = pr["d"], pr["k"]
-    ws = random if isinstance(random, WordStream) else WordStream(random)
     n = vectors.n
-    if len(ws) != n:
-        raise ValueError(f"{len(ws)} random byte strings for {n} vectors")
+    ws, sd = _sparse_byte_inputs(mech, pr, random, seeds, n)
     rows = np.arange(n)
-    seeded = isinstance(mech, (SVME, KFold, Sampling))
-    if seeded:
-        if seeds is None:
-            raise ValueError(f"{pr['mechanism']} needs the public seeds")
-        sd = np.asarray(seeds, dtype=np.uint64).reshape(-1)
-        if len(sd) != n:
-            raise ValueError(f"{len(sd)} seeds for {n} vectors")
-    elif seeds is not None:
-        raise ValueError(f"{pr['mechanism']} takes no seeds")
     items, vals, nnz = _sparse_clean(vectors, d, k, pr["values"], ws)
     col = np.arange(k)[None, :]
     held = col < nnz[:, None]
     if isinstance(mech, SVME):
-        b = pr["bins"]
-        h, s = bins_signs(pr["family"], sd, items, b, d)
-        c = np.zeros((n, b), dtype=np.float64)
-        for i in range(k):  # ascending item order within each report
-            sel = np.flatnonzero(held[:, i])
-            c[sel, h[sel, i]] += s[sel, i] * vals[sel, i]
-        if pr["eta"] is not None:
-            c = np.minimum(np.maximum(c, -pr["eta"]), pr["eta"])
-        return Reports(seeds=sd.copy(), reals=_svme_codes(pr, c, ws, rows).astype(np.float64)), \
-            ws.consumed_bytes.copy()
-    if isinstance(mech, (KFold, Sampling)):
-        _, s = bins_signs(pr["family"], sd, items, 1, d)
-        sv = np.where(held, s * vals, 0.0)
-        if isinstance(mech, KFold):
-            slots = np.broadcast_to(np.arange(k), (n, k)).copy()
-            for i in range(k):
-                sel = np.flatnonzero(nnz > i)
-                j = i + _uniform_rows(ws, np.full(len(sel), k - i), sel).astype(np.int64)
-                a, bb = slots[sel, i].copy(), slots[sel, j].copy()
-                slots[sel, i], slots[sel, j] = bb, a
-            t = np.zeros((n, k))
-            np.put_along_axis(t, slots, sv, axis=1)  # padding entries carry 0.0 into the unused slots
-            bits = np.stack([_duchi_bit(ws, t[:, m], pr["duchi_a"], rows) for m in range(k)], axis=1)
-        else:
-            u = ws.uniform(k, rows)
-            t = np.where(u < nnz, sv[rows, np.minimum(u, k - 1)], 0.0)
-            bits = _duchi_bit(ws, t, pr["duchi_a"], rows)[:, None]
-        return Reports(seeds=sd.copy(), reals=bits.astype(np.float64)), ws.consumed_bytes.copy()
-    if isinstance(mech, Harmony):
-        j = ws.uniform(d, rows).astype(np.uint64)
-        hit = held & (items == j[:, None])
-        t = np.where(hit, vals, 0.0).sum(axis=1)
-        bit = _duchi_bit(ws, t, pr["duchi_a"], rows)
-        reports = Reports(values=j.astype(np.int64), reals=bit.astype(np.float64)[:, None])
-        return reports, ws.consumed_bytes.copy()
-    if isinstance(mech, PCKV):
-        u = ws.uniform(k, rows)
-        real = u < nnz
-        uc = np.minimum(u, k - 1)
-        key = np.where(real, items[rows, uc], np.uint64(0)).astype(np.uint64)
-        val = np.where(real, vals[rows, uc], 0.0)
-        dummy = np.flatnonzero(~real)
-        key[dummy] = np.uint64(d) + ws.uniform(k, dummy).astype(np.uint64)
-        bit = np.where(_unit_double(ws, rows) < (1.0 + val) / 2.0, 1, -1).astype(np.int64)
-        keep = ws.bernoulli(pr["T_a"], rows)
-        out_key, out_bit = key.copy(), bit.copy()
-        kept, moved = np.flatnonzero(keep), np.flatnonzero(~keep)
-        same = ws.bernoulli(pr["T_p"], kept)
-        out_bit[kept] = np.where(same, bit[kept], -bit[kept])
-        o = ws.uniform(pr["d_prime"] - 1, moved).astype(np.uint64)
-        out_key[moved] = o + (o >= key[moved]).astype(np.uint64)
-        out_bit[moved] = np.where(ws.bernoulli(pr["T_half"], moved), 1, -1)
-        return Reports(values=out_key.astype(np.int64), reals=out_bit.astype(np.float64)[:, None]), \
-            ws.consumed_bytes.copy()
-    if isinstance(mech, Gaussian):
-        dense = np.zeros((n, d))
-        rr = np.repeat(rows[:, None], k, axis=1)
-        dense[rr[held], items[held].astype(np.int64)] = vals[held]
-        z = np.zeros((n, d + 1))
-        for pair in range((d + 1) // 2):
-            x, y = np.zeros(n), np.zeros(n)
-            todo = rows
-            while len(todo):
-                x[todo] = 2.0 * _unit_double(ws, todo) - 1.0
-                y[todo] = 2.0 * _unit_double(ws, todo) - 1.0
-                s2 = x[todo] * x[todo] + y[todo] * y[todo]
-                todo = todo[(s2 >= 1.0) | (s2 == 0.0)]
-            s2 = x * x + y * y
-            f = np.sqrt(-2.0 * np.log(s2) / s2)
-            z[:, 2 * pair], z[:, 2 * pair + 1] = x * f, y * f
-        out = (pr["sigma"] * z[:, :d] + dense).astype(np.float32).astype(np.float64)
-        return Reports(reals=out), ws.consumed_bytes.copy()
-    raise ValueError(f"no byte-driven procedure for {mech!r}; known: {SPARSE_BYTE_MECHANISMS}")
+        reports = _svme_byte_reports(pr, ws, sd, items, vals, held, rows)
+    elif isinstance(mech, (KFold, Sampling)):
+        reports = _kfold_sampling_byte_reports(mech, pr, ws, sd, items, vals, nnz, held, rows)
+    elif isinstance(mech, Harmony):
+        reports = _harmony_byte_reports(pr, ws, items, vals, held, rows)
+    elif isinstance(mech, PCKV):
+        reports = _pckv_byte_reports(pr, ws, items, vals, nnz, rows)
+    elif isinstance(mech, Gaussian):
+        reports = _gaussian_byte_reports(pr, ws, items, vals, held, rows)
+    else:
+        raise ValueError(f"no byte-driven procedure for {mech!r}; known: {SPARSE_BYTE_MECHANISMS}")
+    return reports, ws.consumed_bytes.copy()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -352,6 +352,193 @@ def _laplace_trunc(eta_eff: float, scale: float, n: int, b: int) -> float:
     return eta_eff + scale * math.log(2.0 * n * b / TRUNC_BETA)
 
 
+# (b, eta, Delta, sensitivity rule, noise): the choice :func:`choose_params` builds up step by step.
+_Choice = tuple[int, float | None, float, str, str]
+
+
+@dataclasses.dataclass
+class _RuleContext:
+    """The fixed inputs of one :func:`choose_params` call and the notes it collects."""
+
+    eps: float
+    k: int
+    L: int
+    changed: int
+    delta: float
+    n: int
+    fam: str
+    notes: list[str]
+
+    def duchi_ok(self, b_: int, e_: float) -> bool:
+        """Whether per-bin Duchi with ``b_`` bins and clip ``e_`` stays eps-private."""
+        return duchi_loss(self.eps, e_, b_, self.L, self.changed) <= self.eps * (1 + 1e-9)
+
+    def fit_bins(self, x: int) -> int:
+        """``x`` clamped to ``[1, k]``, rounded down to a power of two under gf2-affine (with a note)."""
+        x = max(1, min(int(x), self.k))
+        if self.fam == "gf2-affine" and x & (x - 1):
+            self.notes.append(f"b = {x} rounded down to {_pow2_floor(x)} (gf2-affine needs a power of two)")
+            x = _pow2_floor(x)
+        return x
+
+    def delta_ok(self, b_: int) -> bool:
+        """Whether the (eps, delta) sensitivity rule's condition holds for ``b_`` bins."""
+        return self.delta > 0 and self.L / b_ >= math.log(2 * b_ / self.delta)
+
+    def delta_rule(self, b_: float) -> float:
+        """The (eps, delta) sensitivity ``3 sqrt(b L ln(2b/delta))``."""
+        return 3.0 * math.sqrt(b_ * self.L * math.log(2 * b_ / self.delta))
+
+
+def _pow2_floor(x: int) -> int:
+    """The largest power of two ``<= max(1, x)``."""
+    return 1 << (max(1, int(x)).bit_length() - 1)
+
+
+def _check_choose_args(
+    epsilon: float, domain_size: int, sparsity: int, rule: str, delta: float, expected_users: int, grid: float
+) -> tuple[float, int, int, int]:
+    """Validates :func:`choose_params`' scalar arguments; returns ``(eps, d, k, n)``."""
+    eps = _check_eps(epsilon)
+    d, k = int(domain_size), int(sparsity)
+    if k < 1:
+        raise ValueError(f"sparsity k must be >= 1, got {sparsity}")
+    if d < 1 or d > 1 << 63:
+        raise ValueError(f"domain_size must lie in [1, 2**63], got {domain_size}")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if not 0 <= float(delta) < 1:
+        raise ValueError(f"delta must lie in [0, 1), got {delta}")
+    n = int(expected_users)
+    if n < 2:
+        raise ValueError(f"expected_users must be >= 2, got {expected_users}")
+    if not (grid > 0 and math.isfinite(grid)):
+        raise ValueError(f"grid must be a positive number, got {grid}")
+    return eps, d, k, n
+
+
+def _paper_choice(ctx: _RuleContext) -> _Choice:
+    """The paper rule: bins and clipping by ``L`` against ``sqrt(k)``, then Duchi where it is private."""
+    k, L, eps, notes = ctx.k, ctx.L, ctx.eps, ctx.notes
+    if L < math.sqrt(k):
+        b, eta_, Delta, srule = ctx.fit_bins(k // (L * L)), None, float(L), "L"
+        notes.append("paper rule: L < sqrt(k): b = min(floor(k/L^2), k), no clipping, Delta = L")
+    else:
+        b = 1
+        eta_ = math.sqrt(k * math.log(ctx.n)) / 2.5
+        Delta, srule = (2 * eta_, "clip") if 2 * eta_ < L else (float(L), "L")
+        notes.append("paper rule: L >= sqrt(k): b = 1, eta = sqrt(k ln n)/2.5, Delta = min(2 eta, L)")
+    if ctx.delta_ok(b) and ctx.delta_rule(b) < Delta:
+        Delta, srule = ctx.delta_rule(b), "delta"
+        notes.append("(eps, delta) rule 3 sqrt(b L ln(2b/delta)) is smaller and its condition holds")
+    eta_duchi = eta_ if eta_ is not None else float(k)
+    if Delta / eps >= eta_duchi and ctx.duchi_ok(b, eta_duchi):
+        chosen_noise = "duchi"
+        eta_ = eta_duchi
+    else:
+        if Delta / eps >= eta_duchi:
+            notes.append("paper code: per-bin Duchi here, not L-private with this b; Laplace used")
+        chosen_noise = "laplace"
+    return b, eta_, Delta, srule, chosen_noise
+
+
+def _theory_choice(ctx: _RuleContext) -> _Choice:
+    """The theory rule: regimes A (no clip), B ((eps, delta)) and C (b = 1, clipped), each with Laplace or
+    Duchi; the smallest per-client second moment wins."""
+    k, L, eps, delta = ctx.k, ctx.L, ctx.eps, ctx.delta
+    cands = []
+    bA = ctx.fit_bins(round(k * eps * eps / (L * L)))
+    cands.append(("A", bA, None, float(L), "L"))
+    if delta > 0:
+        bB = 1.0
+        for _ in range(50):
+            bB = eps * math.sqrt(k / (18.0 * L * math.log(2 * max(bB, 1.0) / delta)))
+        bB = ctx.fit_bins(math.floor(max(bB, 1.0)))
+        if ctx.delta_ok(bB):
+            dB = ctx.delta_rule(bB)
+            cands.append(("B", bB, None, min(float(L), dB), "delta" if dB < L else "L"))
+    etaC = math.sqrt(2.0 * k * math.log(2.0 * ctx.n / THEORY_BETA))
+    if etaC < k:
+        cands.append(("C", 1, etaC, min(float(L), 2 * etaC), "clip" if 2 * etaC < L else "L"))
+    best = None
+    for name, b_, e_, D_, r_ in cands:
+        lap = min(k, e_ or k) / b_ + 2 * (D_ / eps) ** 2
+        options = [(lap, "laplace")]
+        if ctx.duchi_ok(b_, e_ or k):
+            options.append(((e_ or k) ** 2 * duchi_c(eps) ** 2, "duchi"))
+        for m2, nz in options:
+            if best is None or m2 < best[0]:
+                best = (m2, name, b_, e_, D_, r_, nz)
+    _, name, b, eta_, Delta, srule, chosen_noise = best
+    if chosen_noise == "duchi" and eta_ is None:
+        eta_ = float(k)
+    ctx.notes.append(f"theory rule: regime {name} has the smallest per-client second moment")
+    return b, eta_, Delta, srule, chosen_noise
+
+
+def _apply_overrides(
+    ctx: _RuleContext, choice: _Choice, bins: int | None, eta: float | None, noise: str | None, values: str
+) -> _Choice:
+    """The rule's choice with the manual ``bins`` / ``eta`` / ``noise`` overrides applied; the sensitivity
+    is the smallest valid one and the noise falls back to Laplace where Duchi is no longer private."""
+    b, eta_, Delta, srule, chosen_noise = choice
+    if bins is not None:
+        b = int(bins)
+    if eta is not None:
+        eta_ = float(eta)
+    valid = [(float(ctx.L), "L")]
+    if eta_ is not None and eta_ < ctx.k:
+        valid.append((2.0 * b * eta_, "clip"))
+    if ctx.delta_ok(b):
+        valid.append((ctx.delta_rule(b), "delta"))
+    Delta, srule = min(valid)
+    if noise is not None:
+        chosen_noise = noise
+    elif chosen_noise == "duchi" and (eta_ is None or not ctx.duchi_ok(b, eta_)):
+        chosen_noise = "laplace"
+    elif chosen_noise != "duchi" and values == "binary":
+        chosen_noise = "laplace"  # re-decided below (discrete Laplace when bins stay integers)
+    return b, eta_, Delta, srule, chosen_noise
+
+
+def _finish_choice(ctx: _RuleContext, choice: _Choice, values: str, hash_family: str | None) -> _Choice:
+    """Drops a clip that cannot bind, switches binary values to discrete Laplace on integer bins, and
+    requires (and sets ``ctx.fam`` to) blake2b under the (eps, delta) sensitivity rule."""
+    b, eta_, Delta, srule, chosen_noise = choice
+    if eta_ is not None and eta_ >= ctx.k and chosen_noise != "duchi":
+        eta_ = None  # cannot bind
+    if values == "binary" and chosen_noise == "laplace" and (eta_ is None or eta_ >= 1):
+        if eta_ is not None:
+            eta_ = float(math.floor(eta_))
+            if srule == "clip":
+                Delta = min(float(ctx.L), 2.0 * b * eta_)
+        chosen_noise = "discrete-laplace"
+        ctx.notes.append("binary values: integer bins, discrete Laplace")
+    if srule == "delta":
+        if hash_family not in (None, "blake2b"):
+            raise ValueError("the (eps, delta) sensitivity rule needs hash_family='blake2b' (a keyed PRF)")
+        ctx.fam = "blake2b"
+    return b, eta_, Delta, srule, chosen_noise
+
+
+def _grid_trunc(ctx: _RuleContext, choice: _Choice, grid: float) -> tuple[float, float | None]:
+    """The discretisation step and truncation bound ``(grid, R)`` of the chosen noise."""
+    b, eta_, Delta, _, chosen_noise = choice
+    k, n, eps = ctx.k, ctx.n, ctx.eps
+    if chosen_noise == "duchi":
+        g, R = 1.0, None
+    elif chosen_noise == "discrete-laplace":
+        p = math.exp(-eps / Delta)
+        g = 1.0
+        R = float(
+            math.ceil((eta_ if eta_ is not None else k) + math.log(2.0 * n * b / TRUNC_BETA) / -math.log(p))
+        )
+    else:
+        g = float(grid)
+        R = _laplace_trunc(min(eta_ if eta_ is not None else k, k), Delta / eps, n, b)
+    return g, R
+
+
 def choose_params(
     epsilon: float,
     domain_size: int,
@@ -384,134 +571,20 @@ def choose_params(
         bins, eta, noise: override the rule's choice (``rule`` becomes ``"manual"``; every
             override is still checked for privacy).
     """
-    eps = _check_eps(epsilon)
-    d, k = int(domain_size), int(sparsity)
-    if k < 1:
-        raise ValueError(f"sparsity k must be >= 1, got {sparsity}")
-    if d < 1 or d > 1 << 63:
-        raise ValueError(f"domain_size must lie in [1, 2**63], got {domain_size}")
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    if not 0 <= float(delta) < 1:
-        raise ValueError(f"delta must lie in [0, 1), got {delta}")
-    n = int(expected_users)
-    if n < 2:
-        raise ValueError(f"expected_users must be >= 2, got {expected_users}")
-    if not (grid > 0 and math.isfinite(grid)):
-        raise ValueError(f"grid must be a positive number, got {grid}")
+    eps, d, k, n = _check_choose_args(epsilon, domain_size, sparsity, rule, delta, expected_users, grid)
     L = cleaned_L(privacy, k, values, d)
-    fam = hash_family or DEFAULT_SPARSE_HASH
     changed = items_changed(privacy, k, values, d)
     notes: list[str] = []
     if L > neighbour_L(privacy, k, values):
         notes.append(f"L = {L}: truncation to k can turn one added item into one added and one evicted")
-    duchi_ok = lambda b_, e_: duchi_loss(eps, e_, b_, L, changed) <= eps * (1 + 1e-9)  # noqa: E731
-
-    def pow2_floor(x: int) -> int:
-        return 1 << (max(1, int(x)).bit_length() - 1)
-
-    def fit_bins(x: int) -> int:
-        x = max(1, min(int(x), k))
-        if fam == "gf2-affine" and x & (x - 1):
-            notes.append(f"b = {x} rounded down to {pow2_floor(x)} (gf2-affine needs a power of two)")
-            x = pow2_floor(x)
-        return x
-
-    delta_ok = lambda b_: delta > 0 and L / b_ >= math.log(2 * b_ / delta)  # noqa: E731
-    delta_rule = lambda b_: 3.0 * math.sqrt(b_ * L * math.log(2 * b_ / delta))  # noqa: E731
-
-    if rule == "paper":
-        if L < math.sqrt(k):
-            b, eta_, Delta, srule = fit_bins(k // (L * L)), None, float(L), "L"
-            notes.append("paper rule: L < sqrt(k): b = min(floor(k/L^2), k), no clipping, Delta = L")
-        else:
-            b = 1
-            eta_ = math.sqrt(k * math.log(n)) / 2.5
-            Delta, srule = (2 * eta_, "clip") if 2 * eta_ < L else (float(L), "L")
-            notes.append("paper rule: L >= sqrt(k): b = 1, eta = sqrt(k ln n)/2.5, Delta = min(2 eta, L)")
-        if delta_ok(b) and delta_rule(b) < Delta:
-            Delta, srule = delta_rule(b), "delta"
-            notes.append("(eps, delta) rule 3 sqrt(b L ln(2b/delta)) is smaller and its condition holds")
-        eta_duchi = eta_ if eta_ is not None else float(k)
-        if Delta / eps >= eta_duchi and duchi_ok(b, eta_duchi):
-            chosen_noise = "duchi"
-            eta_ = eta_duchi
-        else:
-            if Delta / eps >= eta_duchi:
-                notes.append("paper code: per-bin Duchi here, not L-private with this b; Laplace used")
-            chosen_noise = "laplace"
-    else:
-        cands = []
-        bA = fit_bins(round(k * eps * eps / (L * L)))
-        cands.append(("A", bA, None, float(L), "L"))
-        if delta > 0:
-            bB = 1.0
-            for _ in range(50):
-                bB = eps * math.sqrt(k / (18.0 * L * math.log(2 * max(bB, 1.0) / delta)))
-            bB = fit_bins(math.floor(max(bB, 1.0)))
-            if delta_ok(bB):
-                dB = delta_rule(bB)
-                cands.append(("B", bB, None, min(float(L), dB), "delta" if dB < L else "L"))
-        etaC = math.sqrt(2.0 * k * math.log(2.0 * n / THEORY_BETA))
-        if etaC < k:
-            cands.append(("C", 1, etaC, min(float(L), 2 * etaC), "clip" if 2 * etaC < L else "L"))
-        best = None
-        for name, b_, e_, D_, r_ in cands:
-            lap = min(k, e_ or k) / b_ + 2 * (D_ / eps) ** 2
-            options = [(lap, "laplace")]
-            if duchi_ok(b_, e_ or k):
-                options.append(((e_ or k) ** 2 * duchi_c(eps) ** 2, "duchi"))
-            for m2, nz in options:
-                if best is None or m2 < best[0]:
-                    best = (m2, name, b_, e_, D_, r_, nz)
-        _, name, b, eta_, Delta, srule, chosen_noise = best
-        if chosen_noise == "duchi" and eta_ is None:
-            eta_ = float(k)
-        notes.append(f"theory rule: regime {name} has the smallest per-client second moment")
-
-    # overrides
+    ctx = _RuleContext(eps, k, L, changed, delta, n, hash_family or DEFAULT_SPARSE_HASH, notes)
+    choice = _paper_choice(ctx) if rule == "paper" else _theory_choice(ctx)
     if bins is not None or eta is not None or noise is not None:
         rule = "manual"
-        if bins is not None:
-            b = int(bins)
-        if eta is not None:
-            eta_ = float(eta)
-        valid = [(float(L), "L")]
-        if eta_ is not None and eta_ < k:
-            valid.append((2.0 * b * eta_, "clip"))
-        if delta_ok(b):
-            valid.append((delta_rule(b), "delta"))
-        Delta, srule = min(valid)
-        if noise is not None:
-            chosen_noise = noise
-        elif chosen_noise == "duchi" and (eta_ is None or not duchi_ok(b, eta_)):
-            chosen_noise = "laplace"
-        elif chosen_noise != "duchi" and values == "binary":
-            chosen_noise = "laplace"  # re-decided below (discrete Laplace when bins stay integers)
-    if eta_ is not None and eta_ >= k and chosen_noise != "duchi":
-        eta_ = None  # cannot bind
-    if values == "binary" and chosen_noise == "laplace" and (eta_ is None or eta_ >= 1):
-        if eta_ is not None:
-            eta_ = float(math.floor(eta_))
-            if srule == "clip":
-                Delta = min(float(L), 2.0 * b * eta_)
-        chosen_noise = "discrete-laplace"
-        notes.append("binary values: integer bins, discrete Laplace")
-    if srule == "delta":
-        if hash_family not in (None, "blake2b"):
-            raise ValueError("the (eps, delta) sensitivity rule needs hash_family='blake2b' (a keyed PRF)")
-        fam = "blake2b"
-    if chosen_noise == "duchi":
-        g, R = 1.0, None
-    elif chosen_noise == "discrete-laplace":
-        p = math.exp(-eps / Delta)
-        g = 1.0
-        R = float(
-            math.ceil((eta_ if eta_ is not None else k) + math.log(2.0 * n * b / TRUNC_BETA) / -math.log(p))
-        )
-    else:
-        g = float(grid)
-        R = _laplace_trunc(min(eta_ if eta_ is not None else k, k), Delta / eps, n, b)
+        choice = _apply_overrides(ctx, choice, bins, eta, noise, values)
+    choice = _finish_choice(ctx, choice, values, hash_family)
+    b, eta_, Delta, srule, chosen_noise = choice
+    g, R = _grid_trunc(ctx, choice, grid)
     return SparseParams(
         epsilon=eps,
         domain_size=d,
@@ -526,7 +599,7 @@ def choose_params(
         noise=chosen_noise,
         grid=g,
         trunc=R,
-        hash_family=fam,
+        hash_family=ctx.fam,
         delta=float(delta),
         rule=rule,
         expected_users=n,
