@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from ldp.datasets_multi import gaussian_records
+from ldp.datasets.multi import gaussian_records
 from ldp.rangequery import make_mechanism, random_queries, true_answers
 
 TARGETS = {"finalize_s": 2.0, "queries_2d_s": 1.0, "queries_4d_s": 5.0}

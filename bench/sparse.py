@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ldp.datasets_sparse import supersparse
+from ldp.datasets.sparse import supersparse
 from ldp.sparse import SVME, choose_params
 from pipelines.cli import add_population_flags, job_parser, parse_job_args
 

@@ -38,7 +38,7 @@ import numpy as np
 from ldp import intervals as iv
 from ldp.aggregate import WindowInfo
 from ldp.aggregate.range import answer_rows, group_report_counts
-from ldp.datasets_multi import gaussian_records
+from ldp.datasets.multi import gaussian_records
 from ldp.oracles import make_oracle
 from ldp.postprocess import postprocess
 from ldp.rangequery.queries import random_queries, true_answers

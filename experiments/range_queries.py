@@ -4,7 +4,7 @@
         --domain_size 64 --epsilons 0.2,0.6,1.0 --lambda 2 --omega 0.5 --queries 200 \
         --methods hdg,tdg,calm,lhio,hio,msw,uni --trials 3 --json OUT.json [--plot OUT.png]
 
-For every trial: draw a population from the dataset spec (``ldp.datasets_multi``), draw ``--queries`` random
+For every trial: draw a population from the dataset spec (``ldp.datasets.multi``), draw ``--queries`` random
 lambda-D range queries (``ldp.rangequery.queries.random_queries``), and for every method and epsilon run the
 whole mechanism (group assignment, client perturbation, accumulation, finalize) and record the mean
 absolute error (MAE) of its answers against the true answers. Writes a JSON list of records with
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ldp.datasets_multi import sample_records
+from ldp.datasets.multi import sample_records
 from ldp.rangequery.queries import random_queries, true_answers
 from ldp.rangequery.registry import make_mechanism
 

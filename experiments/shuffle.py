@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ldp.datasets import sample_population
-from ldp.datasets_multi import sample_records
+from ldp.datasets.multi import sample_records
 from ldp.rangequery.queries import random_queries, true_answers
 from ldp.rangequery.registry import group_oracle_specs
 from ldp.shuffle import accountant as S

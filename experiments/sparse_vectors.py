@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ldp.datasets_sparse import parse_sparse_dataset, sample_sparse
+from ldp.datasets.sparse import parse_sparse_dataset, sample_sparse
 from ldp.sparse import SVME, choose_params
 from ldp.sparse.baselines import PCKV, Gaussian, Harmony, KFold, Sampling
 from ldp.sparse.hashes import SPARSE_HASHES

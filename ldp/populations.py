@@ -1,6 +1,6 @@
 """Simulated populations of clients, one per built-in kind of task (numpy only, no Beam).
 
-A population makes the users' values (``ldp.datasets``, ``ldp.datasets_multi``, ``ldp.datasets_sparse``)
+A population makes the users' values (``ldp.datasets``, ``ldp.datasets.multi``, ``ldp.datasets.sparse``)
 and their reports (the task's oracle or mechanism ``encode``) and yields them in :class:`Chunk`\\ s of report
 blocks; ``pipelines.simulate`` writes or publishes them. Each kind's registry entry (:mod:`ldp.kinds`)
 names its population factory (``(task, users, dataset, seed_sequence, *, batch_size, assignment)``) and
@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from ldp.datasets import iter_population
-from ldp.datasets_multi import sample_records
+from ldp.datasets.multi import sample_records
 from ldp.reports import Reports
 from ldp.task import FrequencyTask, RangeTask, Task
 
@@ -205,12 +205,12 @@ class _BatchPopulation:
 
 
 class _SparsePopulation:
-    """Clients of a sparse-vector task: one k-sparse vector each (:func:`ldp.datasets_sparse.sample_sparse`;
+    """Clients of a sparse-vector task: one k-sparse vector each (:func:`ldp.datasets.sparse.sample_sparse`;
     ``users`` None for ``csv:`` data: every client of the file), encoded in chunks
     (:func:`ldp.sparse.aggregate.encode_population`, one spawned stream per block)."""
 
     def __init__(self, task: Any, users: int | None, dataset: str, ss: np.random.SeedSequence) -> None:
-        from ldp.datasets_sparse import sample_sparse
+        from ldp.datasets.sparse import sample_sparse
         from ldp.sparse.vectors import SparseVectors
 
         self.task, self.dataset = task, dataset

@@ -41,7 +41,7 @@ use; ``bad-records-other-schema.avro``: wrong payload types, no task id, bad eve
 undecodable ``garbage.avro`` (one undecodable message when publishing), so the dead-letter path can be
 demonstrated; ``truth.json["bad_records"]`` counts them by the reason the aggregator must give.
 
-Generation is vectorized (values from :mod:`ldp.datasets` / :mod:`ldp.datasets_multi`, reports from the
+Generation is vectorized (values from :mod:`ldp.datasets` / :mod:`ldp.datasets.multi`, reports from the
 oracle's or mechanism's ``encode``, Avro blocks encoded with numpy by :mod:`transforms.avro_fast`), with
 one ``numpy.random.SeedSequence`` (``--seed``) spawning independent generators for values, groups,
 reports, event times and bad records: 1,000,000 users in about 1-2 s.

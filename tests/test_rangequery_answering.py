@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ldp.datasets_multi import sample_records
+from ldp.datasets.multi import sample_records
 from ldp.rangequery.queries import RangeQuery, drop_full_domain, random_queries, true_answers
 from ldp.rangequery.registry import METHODS, make_mechanism, model_from_dict
 from ldp.rangequery.weighted_update import lambda_d_answers

@@ -1,9 +1,9 @@
-"""Tests of ldp.datasets_multi: correlated synthetic populations and the csv loader."""
+"""Tests of ldp.datasets.multi: correlated synthetic populations and the csv loader."""
 
 import numpy as np
 import pytest
 
-from ldp.datasets_multi import (
+from ldp.datasets.multi import (
     correlation_matrix,
     gaussian_records,
     laplace_records,

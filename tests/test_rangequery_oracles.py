@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ldp.datasets_multi import sample_records
+from ldp.datasets.multi import sample_records
 from ldp.oracles import make_oracle, olh_buckets
 from ldp.rangequery.grids import group_oracle_for, weighted_sum_variance
 from ldp.rangequery.queries import RangeQuery, random_queries, true_answers

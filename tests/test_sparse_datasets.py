@@ -1,4 +1,4 @@
-"""Sparse-vector populations (ldp.datasets_sparse) and the reproduction / benchmark command lines."""
+"""Sparse-vector populations (ldp.datasets.sparse) and the reproduction / benchmark command lines."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ldp.datasets_sparse import load_sparse_csv, parse_sparse_dataset, sample_sparse, supersparse, zipf_sparse
+from ldp.datasets.sparse import load_sparse_csv, parse_sparse_dataset, sample_sparse, supersparse, zipf_sparse
 
 ROOT = np.random.SeedSequence(20261203)
 _children = iter(ROOT.spawn(32))

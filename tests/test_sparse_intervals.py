@@ -76,7 +76,7 @@ def test_default_rule_intervals_cover_and_are_informative_on_the_project_dataset
     least 0.95 less 5 binomial standard errors over the 1024 coordinates (sqrt(0.05 * 0.95 / 1024) =
     0.0068), and at most 5% of the intervals equal to the whole range [-1, 1]. Measured: coverage 1.000,
     0.000 whole (the shrinkage bound q = 0.648 is conservative); at 10,000 users 0.76 are whole."""
-    from ldp.datasets_sparse import sample_sparse
+    from ldp.datasets.sparse import sample_sparse
 
     n, d, k = 100_000, 1024, 64
     m = make_sparse_mechanism(

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from ldp.datasets_sparse import sample_sparse
+from ldp.datasets.sparse import sample_sparse
 from ldp.sparse import SparseVectors
 from ldp.sparse.mechanisms import make_sparse_mechanism
 

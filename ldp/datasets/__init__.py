@@ -1,4 +1,5 @@
-"""Synthetic and user-supplied 1-D populations for simulations.
+"""Synthetic and user-supplied populations for simulations: 1-D values here, multi-attribute records in
+:mod:`ldp.datasets.multi`, k-sparse vectors in :mod:`ldp.datasets.sparse`.
 
 A dataset spec is a short string:
 
