@@ -1,16 +1,16 @@
 """The TypeScript client (``clients/typescript``): build, conformance vectors, audit of its own output.
 
-Runs ``npm ci && npm run build && node --test`` in the package (the vectors of ``schemas/vectors/v1``
-under ``node --test``), then has the client draw 200,000 reports per input value with WebCrypto
-randomness (``node dist/src/cli.js``) and audits them here: every report accepted by the project's
-validator; the eps-LDP audit of ``tests/test_oracles.py`` at eps 0.5, 1 and 4 (one-sided Clopper-Pearson
-bounds at level 1e-6 per output; fail only when the ratio most favourable to the mechanism exceeds
-e^eps); and a two-sample chi-square test against ``oracle.encode`` of the Python core (fail at p-value
-< 1e-6). The memoized mechanisms (``memo_<mechanism>.json`` under ``node --test``): the instantaneous step
-on two fixed memos audited against e^epsilon_instantaneous, and one report per fresh WebCrypto secret
-audited against e^epsilon_1 (eps 0.5, 1, 4), accepted by the validator and compared with ``oracle.encode``.
-The client reads the task's client parameters (``ldp.vectors.client_params_document``, ``--wire``), so its
-thresholds equal the Python release's exactly.
+Runs ``npm ci && npm test`` in the package (``npm test`` compiles to ``dist/`` and runs every test there,
+among them the vectors of ``schemas/vectors/v1``), then has the client draw 200,000 reports per input value
+with WebCrypto randomness (``node dist/src/cli.js``) and audits them here: every report accepted by the
+project's validator; the eps-LDP audit of ``tests/test_oracles.py`` at eps 0.5, 1 and 4 (one-sided
+Clopper-Pearson bounds at level 1e-6 per output; fail only when the ratio most favourable to the mechanism
+exceeds e^eps); and a two-sample chi-square test against ``oracle.encode`` of the Python core (fail at
+p-value < 1e-6). The memoized mechanisms (``memo_<mechanism>.json`` under ``node --test``): the
+instantaneous step on two fixed memos audited against e^epsilon_instantaneous, and one report per fresh
+WebCrypto secret audited against e^epsilon_1 (eps 0.5, 1, 4), accepted by the validator and compared with
+``oracle.encode``. The client reads the task's client parameters (``ldp.vectors.client_params_document``,
+``--wire``), so its thresholds equal the Python release's exactly.
 
 Skipped, with the reason, when node or npm is missing, unless ``LDP_REQUIRE_NODE=1``.
 """
@@ -21,6 +21,7 @@ import base64
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -73,17 +74,28 @@ def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def built() -> str:
-    """The package installed from its lock file and compiled; returns the node executable."""
+def npm_test() -> tuple[str, str]:
+    """The package installed from its lock file, then ``npm test`` (its ``pretest`` compiles ``dist/``, once);
+    returns the node executable and the test run's output."""
     node, npm = _require_node()
     _run([npm, "ci", "--no-audit", "--no-fund"], timeout=600)
-    _run([npm, "run", "build"], timeout=600)
-    return node
+    proc = _run([npm, "test"], timeout=600)
+    return node, proc.stdout
 
 
-def test_node_conformance_vectors(built):
-    proc = _run([built, "--test"], timeout=600)
-    assert "# fail 0" in proc.stdout and "# pass 0" not in proc.stdout, proc.stdout[-2000:]
+@pytest.fixture(scope="module")
+def built(npm_test) -> str:
+    """The node executable, once the package is compiled (by ``npm test``)."""
+    return npm_test[0]
+
+
+def test_npm_test_builds_and_runs_every_typescript_test(npm_test):
+    out = npm_test[1]
+    declared = sum(len(re.findall(r"^\s*test\(", f.read_text(encoding="utf-8"), re.M))
+                   for f in (PACKAGE / "test").glob("*.test.ts"))
+    ran = re.search(r"^# tests (\d+)$", out, re.M)
+    assert declared and ran and int(ran.group(1)) >= declared, out[-2000:]
+    assert "# fail 0" in out, out[-2000:]
 
 
 def _sample(node: str, task: dict, value: int, out: Path, extra: tuple[str, ...] = (),
