@@ -1,8 +1,9 @@
 """Packaging for ldp-beam: local differential privacy analytics on Apache Beam.
 
-The wheel holds the four top-level packages ``ldp`` (the numpy core), ``transforms`` (Beam transforms),
-``pipelines`` (the runnable jobs and the ``ldp-beam`` command) and ``schemas`` (the Avro schemas and the
-task file's JSON Schema). ``bench``, ``experiments`` and ``tests`` stay in the source tree. Remote Beam
+The wheel holds the top-level packages ``ldp`` (the numpy core), ``transforms`` (Beam transforms),
+``pipelines`` (the runnable jobs and the ``ldp-beam`` command), ``schemas`` (the Avro schemas and the
+task file's JSON Schema), ``store`` (the latest-state SQL store) and ``simulator`` (the Beam-free client
+simulator). ``bench``, ``experiments`` and ``tests`` stay in the source tree. Remote Beam
 workers (Flink, Dataflow) get the same code with ``--setup_file ./setup.py``.
 
 The version lives in one place, ``ldp/__init__.py`` (``ldp.__version__``). Apache Beam is pinned to the
@@ -84,7 +85,8 @@ setup(
     ],
     python_requires=">=3.10",
     packages=find_packages(include=["ldp", "ldp.*", "transforms", "transforms.*", "pipelines",
-                                    "pipelines.*", "schemas", "schemas.*"]),
+                                    "pipelines.*", "schemas", "schemas.*", "store", "store.*",
+                                    "simulator", "simulator.*"]),
     package_data={"schemas": ["*.avsc", "*.json", "vectors/v*/*.json"]},
     include_package_data=False,
     install_requires=RUNTIME,

@@ -1,4 +1,4 @@
-"""Latest-state store benchmark: the time to write one pane (ldp.store.Store.write_pane) on SQLite and
+"""Latest-state store benchmark: the time to write one pane (store.Store.write_pane) on SQLite and
 PostgreSQL, for frequency rows of d = 1024 and d = 65536 values (not a unit test).
 
     nice -n 10 .venv/bin/python -m bench.store --postgres auto --json bench/results/store.json
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ldp.aggregate.frequency import EstimateRow
-from ldp.store import DEFAULT_MAX_ITEMS, open_store
+from store import DEFAULT_MAX_ITEMS, open_store
 
 PG_BIN = os.environ.get("LDP_PG_BIN", "/usr/lib/postgresql/15/bin")
 

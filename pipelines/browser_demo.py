@@ -78,7 +78,7 @@ def store_summary(url: str, task_id: str = TASK_ID) -> dict[str, Any]:
     """What the store holds of the task: its windows (latest first: bounds, ``n_reports``, ``is_final``,
     last pane) and the sums of the latest run's counts (``read``, ``accepted``, ``rejected``, ``lost``,
     ``late_dropped``); empty before the job has created the store."""
-    from ldp.store import open_store
+    from store import open_store
 
     empty: dict[str, Any] = {"windows": [], "counts": {}}
     try:

@@ -127,7 +127,7 @@ def _wait_http(url: str, proc: ChildJob, timeout_s: float) -> bool:
 def _store_status(url: str, task_id: str) -> dict[str, Any]:
     """The fed windows the store has: count, how many are final, their reports, and the latency of each
     window's first pane at or after its end that is not EARLY (written_ms - window_end)."""
-    from ldp.store import open_store
+    from store import open_store
 
     try:
         store = open_store(url, create=False, shared=False)

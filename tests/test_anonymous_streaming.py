@@ -32,9 +32,9 @@ import pytest
 from ldp.aggregate import from_iso
 from ldp.shuffle import central_epsilon_report
 from ldp.shuffle.provenance import new_key_file
-from ldp.store import open_store
 from ldp.task import parse_task, shuffle_accounting
 from pipelines import frequency, shuffle, simulate
+from store import open_store
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 PRECISION_S = 60

@@ -33,12 +33,12 @@ import fastavro
 import numpy as np
 import pytest
 from test_collect import Server
+from transforms.records import ReportValidator
 
 from ldp.reports import Reports
 from ldp.task import load_task, resolve_task
 from pipelines import collect
 from pipelines.browser_demo import BROWSER_LABELS, TASK_ID, collector_metrics, store_summary
-from transforms.records import ReportValidator
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "clients" / "typescript"
@@ -387,7 +387,7 @@ def test_reports_encoded_in_the_browser_reach_the_store_and_the_dashboard(tmp_pa
         counts = summary["counts"]
         assert counts["read"] == counts["accepted"] + counts["rejected"] == n_accepted, counts
         assert (counts["lost"], counts["late_dropped"]) == (0, 0), counts
-        from ldp.store import open_store
+        from store import open_store
 
         store = open_store(store_url, create=False, shared=False)
         try:

@@ -40,8 +40,8 @@ import pytest
 
 from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window, make_aggregator
 from ldp.shuffle.provenance import new_key_file
-from ldp.store import open_store
 from ldp.task import parse_task
+from store import open_store
 from tests.chain_helpers import Clients, Component, python_cmd, wait_healthy
 
 pytestmark = [pytest.mark.integration]

@@ -410,8 +410,8 @@ def test_reader_waits_for_the_file_and_the_tables_then_reads_what_was_written(tm
 
 
 def test_reader_reads_the_project_store_writer(tmp_path: Path):
-    """The dashboard's queries against the tables ``ldp.store`` creates and writes (the job's writer)."""
-    from ldp import store as store_mod
+    """The dashboard's queries against the tables ``store`` creates and writes (the job's writer)."""
+    import store as store_mod
 
     url = f"sqlite:///{tmp_path}/e.db"
     writer = open_writer(url)

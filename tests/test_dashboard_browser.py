@@ -7,7 +7,7 @@ from the dashboard's own server (BokehJS included).
 
 What "the page shows X" means here: the data BokehJS holds in the page's document for the named source (what
 the plot draws), read in the browser, and the rendered text of the top-k table; both are compared with the
-store's own read API (``ldp.store.Store.current``), not with the dashboard's reader.
+store's own read API (``store.Store.current``), not with the dashboard's reader.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _store_top(url: str, task_id: str, window: tuple[int, int], k: int) -> list[dict[str, Any]]:
-    from ldp.store import open_store
+    from store import open_store
 
     store = open_store(url, create=False, shared=False)
     try:
@@ -226,7 +226,6 @@ class _Publisher:
 
     def _run(self) -> None:
         import numpy as np
-
         from transforms.records import encode_report_container, reports_to_records
 
         rng = np.random.default_rng(np.random.SeedSequence(2026_12_01_10))
@@ -394,7 +393,7 @@ def test_streaming_job_on_emulator_store_and_page_live(
                 interval=0.1,
                 message=job_alive,
             )
-            from ldp.store import open_store
+            from store import open_store
 
             store = open_store(store_url, create=False, shared=False)
             try:

@@ -22,8 +22,8 @@ import urllib.request
 
 import pytest
 
-from ldp.store import open_store
 from pipelines.pubsub_emulator import PubSubEmulator
+from store import open_store
 from transforms.runners import find_prism_binary
 
 pytestmark = pytest.mark.integration

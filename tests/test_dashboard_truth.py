@@ -1,6 +1,6 @@
 """A dashboard that tells the truth: the budget of every job, stale data, late panes that
 changed nothing, backfills and partial windows. The Bokeh document over a SQLite store written through the
-project's writers (``ldp.store``; the job's task row through ``transforms.store.register_task``), with a
+project's writers (``store``; the job's task row through ``transforms.store.register_task``), with a
 fixed page clock."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from bokeh.document import Document
 
-from ldp.store import open_store
 from ldp.task import budget_summary, parse_task
 from pipelines.dashboard_app import shape
 from pipelines.dashboard_app.app import Dashboard
 from pipelines.dashboard_app.simulated import SimulatedStream, open_writer
+from store import open_store
 
 NOW_MS = 1_800_000_000_000
 

@@ -201,9 +201,9 @@ def toy():
 
 
 def test_a_toy_kind_runs_through_the_simulator_a_batch_job_and_the_store(toy, tmp_path):
-    from ldp.store import open_store
     from pipelines.job import kind_job, run_job
     from pipelines.simulate import simulate_files
+    from store import open_store
 
     task_file = tmp_path / "toy.json"
     task_file.write_text(json.dumps(TOY_TASK))
@@ -295,7 +295,7 @@ def _example_rows(kind: kinds.Kind, users: int, seed: int) -> list[Any]:
 
 def _assert_stored(kind: kinds.Kind, db: Path) -> None:
     """Each row type the kind declares stored is in the store after one pane; its unstored ones are not."""
-    from ldp.store import open_store
+    from store import open_store
 
     rows = _example_rows(kind, 400, seed=11)
     made = {type(r) for r in rows}

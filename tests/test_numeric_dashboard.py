@@ -1,5 +1,5 @@
 """The dashboard's numeric panel (pipelines.dashboard_app.app): a store holding a numeric task's rows over
-several windows, written by ``ldp.store`` from the aggregator's own rows, read back into the Bokeh document
+several windows, written by ``store`` from the aggregator's own rows, read back into the Bokeh document
 without a browser."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from bokeh.document import Document
 from ldp import task as T
 from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window, make_aggregator
 from ldp.aggregate.numeric import NumericEstimateRow
-from ldp.store import open_store
 from pipelines.dashboard_app import shape
 from pipelines.dashboard_app.app import Dashboard
 from pipelines.dashboard_app.simulated import HOSTILE_TEXTS, SimulatedStream, open_writer
+from store import open_store
 
 WINDOW_MS = 60_000
 

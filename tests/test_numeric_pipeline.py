@@ -35,9 +35,9 @@ def _reports_of(paths: list[Path]) -> Reports:
 
 
 def test_simulate_job_rows_equal_the_core_estimate_and_the_store_holds_them(tmp_path):
-    from ldp.store import open_store
     from pipelines.numeric import run
     from pipelines.simulate import simulate_files
+    from store import open_store
 
     task_file = tmp_path / "task.json"
     task_file.write_text(json.dumps(TASK))

@@ -129,8 +129,8 @@ def test_thirty_windows_of_a_memoized_counter_through_the_job(tmp_path):
     """30 windows from 2000 stateful clients, a batch numeric job with 10 s windows and a store: the
     spent budget the job states is the memo analysis' figure, every ledger agrees, the means are unbiased
     (4 SD of ``mean_variance`` per window, see the module docstring)."""
-    from ldp.store import open_store
     from pipelines.numeric import run
+    from store import open_store
 
     task = _task(total=9.0)  # the 9 grid points: the cap never binds, so every report is accepted
     mech = task.make_mechanism()

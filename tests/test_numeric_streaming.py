@@ -18,7 +18,7 @@ import pytest
 from ldp import task as T
 from ldp.aggregate import from_iso
 from ldp.reports import Reports
-from ldp.store import open_store
+from store import open_store
 
 WINDOW_MS = 2000
 TASK = {
@@ -51,8 +51,9 @@ def _reports(stage: Path) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.integration
 def test_numeric_streaming_watched_directory_writes_every_window_final_to_the_store(tmp_path):
-    from pipelines import numeric, simulate
     from transforms.records import now_ms
+
+    from pipelines import numeric, simulate
 
     task_file = tmp_path / "task.json"
     task_file.write_text(json.dumps(TASK))

@@ -27,8 +27,8 @@ from ldp.aggregate.frequency import (
     top_values,
 )
 from ldp.oracles import SupportAccumulator
-from ldp.store import DEFAULT_MAX_ITEMS, flatten_rows
 from ldp.task import parse_task
+from store import DEFAULT_MAX_ITEMS, flatten_rows
 
 WINDOW = WindowInfo(1_764_000_000_000, 1_764_000_600_000, "ON_TIME", 0, True)
 

@@ -21,7 +21,7 @@ import pytest
 
 import ldp
 
-PACKAGES = ("ldp", "transforms", "pipelines", "schemas")
+PACKAGES = ("ldp", "transforms", "pipelines", "schemas", "store", "simulator")
 LEFT_OUT = ("bench", "experiments", "tests", "tools", "docs")
 
 
@@ -56,14 +56,14 @@ def wheel(tmp_path_factory, repo_root):
 
 
 @pytest.mark.integration
-def test_wheel_ships_the_four_packages_and_schema_files_only(wheel):
+def test_wheel_ships_the_packages_and_schema_files_only(wheel):
     with zipfile.ZipFile(wheel["path"]) as zf:
         names = zf.namelist()
     top = {n.split("/", 1)[0] for n in names}
     info = f"ldp_beam-{ldp.__version__}.dist-info"
     assert top == {*PACKAGES, info}, top
     assert not [n for n in names if n.split("/", 1)[0] in LEFT_OUT]
-    # every module and schema file of the four packages is in it (a missing __init__.py would drop a package)
+    # every module and schema file of the packages is in it (a missing __init__.py would drop a package)
     wanted = {
         f for f in wheel["files"]
         if f.split("/", 1)[0] in PACKAGES and (f.endswith(".py") or f.endswith((".avsc", ".json")))

@@ -1,4 +1,4 @@
-"""The latest-state store (ldp.store): schema, idempotent pane writes, older panes, atomicity, the final flag,
+"""The latest-state store (store): schema, idempotent pane writes, older panes, atomicity, the final flag,
 counts and dead-letter reasons, row flattening of every result-row type, the read API and URLs.
 
 Every test of :class:`TestStore` runs twice: on SQLite (a file in the test's tmp dir) and, marked
@@ -20,7 +20,8 @@ from ldp.aggregate.batch import BatchAnswerRow
 from ldp.aggregate.frequency import EstimateRow
 from ldp.aggregate.range import AnswerRow, ModelRow
 from ldp.sparse.aggregate import SparseEstimateRow
-from ldp.store import (
+from ldp.store.flatten import FlatItem, FlatPane
+from store import (
     DEFAULT_MAX_ITEMS,
     SCHEMA_VERSION,
     Store,
@@ -29,7 +30,6 @@ from ldp.store import (
     open_store,
     parse_store_url,
 )
-from ldp.store.flatten import FlatItem, FlatPane
 
 _DB_SEQ = itertools.count()
 

@@ -1,4 +1,4 @@
-"""The store across a job's restart (ldp.store, transforms.store): what a run killed with SIGKILL leaves
+"""The store across a job's restart (store, transforms.store): what a run killed with SIGKILL leaves
 and what the next run on the same store does with it.
 
 * A killed run is dead at once: a live run whose launching process has ended (same kernel boot and pid
@@ -22,8 +22,8 @@ import os
 import pytest
 from test_store import _est, store_url  # noqa: F401 - the fixture, parametrized over both databases
 
-from ldp.store import RunConflict, WindowFinal, open_store
-from ldp.store.store import _proc_stat, _this_kernel, process_gone, process_identity
+from store import RunConflict, WindowFinal, open_store
+from store.store import _proc_stat, _this_kernel, process_gone, process_identity
 from transforms.store import read_store_status
 
 

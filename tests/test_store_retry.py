@@ -18,8 +18,8 @@ import pytest
 
 from ldp.aggregate import WindowInfo
 from ldp.aggregate.frequency import EstimateRow
-from ldp.store import StoreLost, StoreUnavailable, call_with_retry, is_transient, open_store
 from ldp.task import WindowConfig, parse_task
+from store import StoreLost, StoreUnavailable, call_with_retry, is_transient, open_store
 from transforms.store import StoreStatus, WriteToStore, read_store_status
 
 TASK = parse_task({"task_id": "t-retry", "mechanism": "olh", "epsilon": 1.0, "domain_size": 4})

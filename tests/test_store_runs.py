@@ -13,8 +13,8 @@ from test_pipeline_frequency import _fails  # one-line CLI errors, exit status 2
 from test_store import store_url  # noqa: F401 - the SQLite / PostgreSQL fixture
 from test_store_sink import _args, _frequency_setup
 
-from ldp.store import SCHEMA_VERSION, RunConflict, StoreError, StoreLost, now_ms, open_store
 from pipelines import frequency
+from store import SCHEMA_VERSION, RunConflict, StoreError, StoreLost, now_ms, open_store
 
 
 @pytest.fixture

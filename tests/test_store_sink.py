@@ -17,17 +17,17 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 from test_pipeline_frequency import _fails  # one-line CLI errors, exit status 2
+from transforms.records import encode_report_container, reports_to_records
 
 from ldp.aggregate import WindowInfo, from_iso
 from ldp.aggregate.frequency import FrequencyAggregator
 from ldp.reports import Reports
-from ldp.store import open_store
 from ldp.task import WindowConfig, parse_task
 from pipelines import frequency, simulate
+from store import open_store
 from transforms.aggregate import Aggregate
 from transforms.counts import WindowedCounts
 from transforms.io import DecodeReportMessages
-from transforms.records import encode_report_container, reports_to_records
 from transforms.store import WriteToStore
 
 SEEDS = np.random.SeedSequence(2026_12_01_10)

@@ -1,4 +1,4 @@
-"""The Beam sink of the latest-state store (:mod:`ldp.store`): every pane, the final flag and the counts.
+"""The Beam sink of the latest-state store (:mod:`store`): every pane, the final flag and the counts.
 
 :class:`WriteToStore` takes ``{"panes": ..., "counts": ...}``:
 
@@ -13,7 +13,7 @@ Panes go through a stateful DoFn in the global window keyed by ``(task, window)`
 (idempotent: a retried bundle changes nothing; an older pane never replaces a newer one) and sets an
 event-time timer at the window's end plus the allowed lateness (the window's garbage-collection time, the
 moment no pane can follow). When the watermark passes it the window is marked final
-(:meth:`ldp.store.Store.mark_final`) -- the trustworthy final flag, never guessed from pane flags. A
+(:meth:`store.Store.mark_final`) -- the trustworthy final flag, never guessed from pane flags. A
 bounded (batch) job's final watermark fires every timer, so its windows end final; the global window is
 final only when the job's input ends. The store is opened lazily at the first write (one connection per
 worker process and URL), never pickled.
@@ -26,16 +26,16 @@ every pane it is given (``start``), written (``ok``) or not (``failed``, with th
 directory of the job (:func:`store_status_dir`, in ``--output``), which the job reads when it ends
 (:func:`read_store_status`; Beam counters are not reliable on every runner) and fails with one line; once
 a write failed, the DoFn records its later panes as failed without waiting again. A store that is gone
-(:class:`ldp.store.StoreLost`: the SQLite file deleted or replaced, the run missing) fails at once.
+(:class:`store.StoreLost`: the SQLite file deleted or replaced, the run missing) fails at once.
 Without a status directory (a remote ``--output``) the failed write raises, failing the bundle.
 
 Runs. :func:`open_job_store` records the job's run in ``ldp_runs`` (refusing a second live run of the
 task unless asked for) and keeps its heartbeat; :meth:`JobStore.finish` ends it.
 
 Restarts. A job restarted after a kill re-reads its inputs and recomputes each window; the store stores
-its panes after the killed run's and replaces the window's rows whole (:meth:`ldp.store.Store.
+its panes after the killed run's and replaces the window's rows whole (:meth:`store.Store.
 write_flat_pane`), and a pane of a window another run made final is not written
-(:class:`ldp.store.WindowFinal`: counted ``store_panes_after_final``, recorded in the status directory as
+(:class:`store.WindowFinal`: counted ``store_panes_after_final``, recorded in the status directory as
 ``pane_after_final``, summed into :attr:`StoreStatus.panes_after_final`).
 """
 
@@ -61,7 +61,8 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ldp.aggregate import ResultRow, WindowInfo
-from ldp.store import (
+from ldp.task import Task, WindowConfig
+from store import (
     DEFAULT_MAX_ITEMS,
     HEARTBEAT_S,
     RunConflict,
@@ -78,7 +79,6 @@ from ldp.store import (
     run_conflict_message,
     window_ms,
 )
-from ldp.task import Task, WindowConfig
 from transforms.counts import COUNTER_NAMESPACE, SumCounts
 from transforms.display import item, task_display, task_id_display, window_display
 from transforms.progress import window_label
@@ -248,7 +248,7 @@ def read_store_status(directory: str | None) -> StoreStatus:
 
 class _Writer:
     """The store writes of one DoFn: lazily opened (never a new empty SQLite file), each call retried for
-    ``retry_s`` seconds (:func:`ldp.store.call_with_retry`), every write's fate recorded
+    ``retry_s`` seconds (:func:`store.call_with_retry`), every write's fate recorded
     (:class:`_StatusLog`); after one failure the later writes are recorded as failed at once."""
 
     def __init__(self, url: str, run_id: str | None, retry_s: float, status_dir: str | None) -> None:
@@ -470,7 +470,7 @@ class WriteToStore(beam.PTransform):
     """``{"panes": PaneRows, "counts": count dicts}`` -> the store at ``url`` (see the module docstring).
 
     Args:
-        url: the store (``ldp.store.open_store``; checked by the job before the pipeline is built).
+        url: the store (``store.open_store``; checked by the job before the pipeline is built).
         task: the job's task (its id names the counts; its labels name values the rows do not label).
         window: the job's effective window config (its allowed lateness times the final flag).
         streaming: the counts are per-window dicts (streaming) or per-batch dicts to sum (batch).
@@ -584,7 +584,7 @@ def check_live_runs(url: str | None, task_id: str, allow_concurrent: bool) -> No
 
 
 class _Heartbeat(threading.Thread):
-    """Updates the run's ``heartbeat_ms`` every :data:`ldp.store.HEARTBEAT_S` seconds on a private
+    """Updates the run's ``heartbeat_ms`` every :data:`store.HEARTBEAT_S` seconds on a private
     connection (a slow store never blocks the job's writes); failures are logged, never raised."""
 
     def __init__(self, url: str, run_id: str, every_s: float = HEARTBEAT_S) -> None:
@@ -692,7 +692,7 @@ def open_job_store(
 
     Raises:
         StoreError: the file cannot be created, the server is unreachable, another schema version;
-            :class:`ldp.store.RunConflict`: another live run.
+            :class:`store.RunConflict`: another live run.
     """
     if url is None:
         return None

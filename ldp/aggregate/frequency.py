@@ -79,7 +79,7 @@ PER_VALUE_FIELDS = (
 )  # fmt: skip
 
 #: Values per estimate row in JSON Lines unless told otherwise (``--jsonl_max_values``; the store's
-#: default cap, ``ldp.store.DEFAULT_MAX_ITEMS``, is the same number).
+#: default cap, ``ldp.store.flatten.DEFAULT_MAX_ITEMS``, is the same number).
 DEFAULT_JSONL_MAX_VALUES = 4096
 
 

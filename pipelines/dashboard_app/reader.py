@@ -41,11 +41,11 @@ class StoreURL:
 
 
 def parse_store_url(url: str) -> StoreURL:
-    """The store's own URL rules (``ldp.store.parse_store_url``): ``sqlite:///PATH`` (the rest after the three
+    """The store's own URL rules (``store.parse_store_url``): ``sqlite:///PATH`` (the rest after the three
     slashes: ``sqlite:///out/e.db`` relative, ``sqlite:////abs/e.db`` absolute), a plain file path (SQLite),
     or ``postgresql://...`` / ``postgres://...``; anything else is a :class:`StoreError` naming the forms."""
-    from ldp.store import StoreError as _LdpStoreError
-    from ldp.store import parse_store_url as _parse
+    from store import StoreError as _LdpStoreError
+    from store import parse_store_url as _parse
 
     try:
         kind, target = _parse(url)
@@ -298,6 +298,6 @@ def _file_id(path: str) -> tuple[int, int] | None:
 
 def _redact(url: str) -> str:
     """A store URL without its password (``postgresql://user:***@host/db``)."""
-    from ldp.store import redact_url
+    from store import redact_url
 
     return redact_url(url)

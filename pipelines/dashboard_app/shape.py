@@ -857,7 +857,7 @@ def _age_text(seconds: float) -> str:
     return f"{seconds / 86_400:.1f} days"
 
 
-#: A live run whose heartbeat is older than this is presumed dead (the store's own rule, ldp.store).
+#: A live run whose heartbeat is older than this is presumed dead (``store.STALE_RUN_S``).
 RUN_STALE_S = 90.0
 
 

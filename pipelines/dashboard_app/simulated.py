@@ -3,7 +3,7 @@
 Each window's estimates are computed by the numpy core (``ldp.oracles``: a population drawn from a Zipf
 law, its reports encoded and estimated), published unpost-processed (method ``base``) so the 95% interval
 ``estimate +- 1.96 std`` describes the published number; panes (EARLY, ON_TIME, LATE), final flags, counts
-and dead-letter reasons are written through the store's own write API (``ldp.store``, one transaction per
+and dead-letter reasons are written through the store's own write API (package ``store``, one transaction per
 pane), as the job's sink writes them.
 
 This is test and demo tooling; the real writer is ``--store`` on the aggregation jobs.
@@ -22,15 +22,15 @@ __all__ = ["HOSTILE_TEXTS", "SimulatedStream", "StoreWriter", "open_writer", "wr
 
 
 def open_writer(url: str) -> Any:
-    """A writer for ``url`` over the project's store (``ldp.store.open_store``, the job's own writer),
+    """A writer for ``url`` over the project's store (``store.open_store``, the job's own writer),
     taking the keyword calls :class:`SimulatedStream` makes."""
-    from ldp.store import open_store
+    from store import open_store
 
     return StoreWriter(open_store(url, shared=False))
 
 
 class StoreWriter:
-    """Window-tuple keyword calls on an ``ldp.store.Store``."""
+    """Window-tuple keyword calls on a ``store.Store``."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -72,7 +72,7 @@ class StoreWriter:
         written_ms: int,
         method: str = "base",
     ) -> None:
-        from ldp.store import FlatItem, FlatPane
+        from store import FlatItem, FlatPane
 
         flat = [FlatItem(**{f: it.get(f) for f in FlatItem._fields}) for it in items]
         pane = FlatPane(

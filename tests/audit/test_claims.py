@@ -51,9 +51,9 @@ SIX = (1000, 1070, 1130, 1190, 1240, 1300)
 
 def _client_file(path: Path, task, start_ms: int, n: int, seed: int, metadata: dict | None = None) -> None:
     import fastavro
+    from transforms.records import reports_to_records
 
     import schemas
-    from transforms.records import reports_to_records
 
     rng = np.random.default_rng(seed)
     reps = task.make_oracle().encode(rng.integers(0, 2, n), rng=rng)
@@ -227,7 +227,7 @@ def test_honest_batches_alone_claim_at_least_the_smallest_batch(run):
 
 
 def test_store_run_summary_never_claims_below_the_reference(run):
-    from ldp.store import open_store
+    from store import open_store
 
     store = open_store(f"sqlite:///{run['db']}", create=False)
     (meta,) = store.runs(TASK["task_id"])
@@ -236,8 +236,8 @@ def test_store_run_summary_never_claims_below_the_reference(run):
 
 
 def test_dashboard_privacy_table_never_claims_below_the_reference(run):
-    from ldp.store import open_store
     from pipelines.dashboard_app.shape import guarantee_rows
+    from store import open_store
 
     store = open_store(f"sqlite:///{run['db']}", create=False)
     (meta,) = store.runs(TASK["task_id"])

@@ -42,8 +42,8 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ldp.store import schema
 from ldp.store.flatten import DEFAULT_MAX_ITEMS, FlatPane, flatten_rows, window_ms
+from store import schema
 
 __all__ = [
     "StoreError",
