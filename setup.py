@@ -2,9 +2,10 @@
 
 The wheel holds the top-level packages ``ldp`` (the numpy core), ``transforms`` (Beam transforms),
 ``pipelines`` (the runnable jobs and the ``ldp-beam`` command), ``schemas`` (the Avro schemas and the
-task file's JSON Schema), ``store`` (the latest-state SQL store) and ``simulator`` (the Beam-free client
-simulator). ``bench``, ``experiments`` and ``tests`` stay in the source tree. Remote Beam
-workers (Flink, Dataflow) get the same code with ``--setup_file ./setup.py``.
+task file's JSON Schema), ``store`` (the latest-state SQL store), ``wire`` (the Beam-free report codec,
+validator and client encoders) and ``simulator`` (the Beam-free client simulator). ``bench``,
+``experiments`` and ``tests`` stay in the source tree. Remote Beam workers (Flink, Dataflow) get the same
+code with ``--setup_file ./setup.py``.
 
 The version lives in one place, ``ldp/__init__.py`` (``ldp.__version__``). Apache Beam is pinned to the
 range the test suite ran on; ``constraints.txt`` holds the exact versions of the tested environment
@@ -86,7 +87,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["ldp", "ldp.*", "transforms", "transforms.*", "pipelines",
                                     "pipelines.*", "schemas", "schemas.*", "store", "store.*",
-                                    "simulator", "simulator.*"]),
+                                    "simulator", "simulator.*", "wire", "wire.*"]),
     package_data={"schemas": ["*.avsc", "*.json", "vectors/v*/*.json"]},
     include_package_data=False,
     install_requires=RUNTIME,

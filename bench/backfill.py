@@ -189,8 +189,8 @@ def run_job(data: Path, out: Path, beam_args: list[str]) -> dict[str, Any]:
 
 def core_estimate(data: Path) -> tuple[Any, int, float, list[tuple[float, int]]]:
     """The core's estimate over the same files, one decoded batch at a time (this process's RSS too)."""
-    from transforms.avro_fast import iter_report_batches
-    from transforms.records import ReportValidator, fast_decode_params
+    from wire.decode import iter_report_batches
+    from wire.validate import ReportValidator, fast_decode_params
 
     task = _task()
     oracle = task.make_oracle()

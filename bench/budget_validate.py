@@ -2,7 +2,7 @@
 
 Decodes an in-memory Avro container of ``--n`` OLH reports (``d = 1024``, eps = 1, written with the numpy
 encoder) column-wise and validates it against the task, batch by batch, as the pipeline's ``Validate``
-does (``transforms.records.TaskReportValidator``), for:
+does (``wire.validate.TaskReportValidator``), for:
 
 * ``plain``: reports without ``client_id``, a task without a budget;
 * ``ids``: every report with a 32-byte ``client_id`` (``--clients`` distinct clients), a task whose
@@ -29,8 +29,9 @@ import numpy as np
 import schemas
 from ldp.aggregate.frequency import FrequencyAggregator
 from ldp.task import parse_task
-from transforms.avro_fast import iter_report_batches, write_reports
-from transforms.records import TaskReportValidator, decode_params
+from wire.decode import iter_report_batches
+from wire.encode import write_reports
+from wire.validate import TaskReportValidator, decode_params
 
 
 def _container(task, n: int, clients: int | None, seed: int) -> bytes:
@@ -61,8 +62,8 @@ def _run(task, data: bytes, budget: bool) -> float:
         tb = v.validate(batch, "bench", granule_ms=60_000, at_ms=0)
         n += tb.n_read
         if budget:
-            from transforms.avro_fast import client_id_keys
             from transforms.budget import check_batch, shard_of
+            from wire.decode import client_id_keys
 
             limit = int(task.budget.reports_per_period)
             period_ms = int(task.budget.period_s * 1000)

@@ -47,7 +47,7 @@ import numpy as np
 
 from ldp.task import parse_task
 from pipelines.collector import report_to_json
-from transforms.records import encode_report_container, reports_to_records
+from wire.records import encode_report_container, reports_to_records
 
 REPO = Path(__file__).resolve().parent.parent
 TASK = {"task_id": "bench-collect", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024}

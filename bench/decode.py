@@ -9,11 +9,11 @@ For each data set (a frequency task, ``--mechanism`` default ``auto``, d = ``--d
 measures, best of ``--repeat`` (files in the page cache):
 
 * ``read_floor_reports_per_s``: reading the files' bytes (``open().read()``), nothing else;
-* ``decode_reports_per_s``: :func:`transforms.avro_fast.iter_report_batches` with the job's decode
-  parameters (:func:`transforms.records.decode_params`), the rows decoded column-wise
+* ``decode_reports_per_s``: :func:`wire.decode.iter_report_batches` with the job's decode
+  parameters (:func:`wire.validate.decode_params`), the rows decoded column-wise
   (``column_rows``) and those decoded one by one by fastavro (``one_by_one_rows``: whole blocks the
   column decoder declined, plus rows it left to fastavro);
-* ``decode_validate_reports_per_s``: the same plus :class:`transforms.records.TaskReportValidator`;
+* ``decode_validate_reports_per_s``: the same plus :class:`wire.validate.TaskReportValidator`;
 * ``fastavro_reports_per_s``: ``fastavro.reader`` over the same files, record by record;
 * ``job_s`` / ``job_reports_per_s`` (``--job``): the job end to end on the DirectRunner
   (``pipelines.frequency.run`` / ``pipelines.range_queries.run`` in this process, imports excluded), and
@@ -83,8 +83,8 @@ def measure(kind: str, n: int, args: argparse.Namespace, workdir: Path) -> dict[
 
     from ldp.aggregate import make_aggregator
     from pipelines import simulate
-    from transforms.avro_fast import ColumnBatch, iter_report_batches
-    from transforms.records import TaskReportValidator, decode_params
+    from wire.decode import ColumnBatch, iter_report_batches
+    from wire.validate import TaskReportValidator, decode_params
 
     task = _task(kind, n, args)
     here = workdir / f"{kind}-{n}"

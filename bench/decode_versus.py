@@ -1,6 +1,6 @@
 """Decoder against an earlier version of itself: the same files, the same process, alternated rounds.
 
-Not part of the test suite. The earlier decoder is one file, ``transforms/avro_fast.py`` of a git revision,
+Not part of the test suite. The earlier decoder is one file, ``wire/decode.py`` of a git revision,
 loaded under another module name beside the current one::
 
     .venv/bin/python -m bench.decode_versus --rev c7bc85b --users 1000000 --rounds 5 \\
@@ -38,10 +38,10 @@ __all__ = ["load_revision", "main"]
 
 
 def load_revision(rev: str, workdir: Path) -> ModuleType:
-    """``transforms/avro_fast.py`` of git revision ``rev`` as module ``avro_fast_<rev>``."""
+    """``wire/decode.py`` of git revision ``rev`` as module ``avro_fast_<rev>``."""
     try:
         text = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{rev}:transforms/avro_fast.py"],
+            ["git", "-C", str(REPO), "show", f"{rev}:wire/decode.py"],
             check=True, capture_output=True, text=True,
         ).stdout  # fmt: skip
     except subprocess.CalledProcessError as exc:
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from ldp.aggregate import make_aggregator
     from ldp.task import parse_task
     from pipelines import simulate
-    from transforms import avro_fast
-    from transforms.records import decode_params
+    from wire import decode as avro_fast
+    from wire.validate import decode_params
 
     command = "python -m bench.decode_versus " + " ".join(argv if argv is not None else sys.argv[1:])
     records: list[dict[str, Any]] = []

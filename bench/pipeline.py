@@ -64,8 +64,8 @@ def measure_batch(
     from ldp.reports import Reports
     from ldp.task import parse_task
     from pipelines import frequency, simulate
-    from transforms.avro_fast import iter_report_batches
-    from transforms.records import ReportValidator, fast_decode_params
+    from wire.decode import iter_report_batches
+    from wire.validate import ReportValidator, fast_decode_params
 
     task = parse_task({"task_id": "bench", "mechanism": mechanism, "epsilon": epsilon, "domain_size": d})
     task.save(workdir / "task.json")
@@ -162,7 +162,7 @@ def measure_streaming_latency(
 
     from ldp.task import parse_task
     from pipelines.pubsub_emulator import PubSubEmulator
-    from transforms.records import encode_report_container, reports_to_records
+    from wire.records import encode_report_container, reports_to_records
 
     task = parse_task({"task_id": "latency", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024})
     task.save(workdir / "latency-task.json")

@@ -120,7 +120,7 @@ class Feeder(threading.Thread):
         self.behind_s = 0.0  # how far the feeder fell behind its schedule, at most
 
     def run(self) -> None:
-        from transforms.records import reports_to_records, write_report_file
+        from wire.records import reports_to_records, write_report_file
 
         t0 = time.time()
         k = 0

@@ -4,8 +4,8 @@ Every oracle the report validator sees (:class:`ldp.aggregate.ValidationOracle`)
 
 * ``payload``: a :class:`PayloadSpec`, one :class:`PayloadField` per report field it uses: the field's
   wire type, its length, the bounds of its entries and the reason code of each kind of violation. The
-  validator (``transforms.records.ReportValidator``) checks presence, type and length from it; the
-  simulator's bad reports (``pipelines.simulate``) and ``tests/test_payload_seam.py`` derive their
+  report validator of the wire layer checks presence, type and length from it; the
+  simulator's bad reports and ``tests/test_payload_seam.py`` derive their
   violations (:meth:`PayloadSpec.violations`) from it.
 * ``validate(reports) -> (ok, reasons)``: the domain checks on the numpy batch; ``reasons`` holds a
   :class:`Refusal` per refused report (None where accepted).

@@ -66,8 +66,8 @@ from ldp.longitudinal.memo import MemoizedOracle
 from ldp.reports import CLIENT_ID_BYTES, Reports, client_pseudonym
 from ldp.task import Task, TaskError, load_task
 from pipelines.cli import check_pubsub_path, fail, job_parser, parse_job_args
-from transforms.avro_fast import write_reports
-from transforms.records import encode_report_container, reports_to_records
+from wire.encode import write_reports
+from wire.records import encode_report_container, reports_to_records
 
 __all__ = [
     "WindowBatch", "ClientPopulation", "CollectorRefused", "post_reports", "post_window", "write_window",

@@ -7,12 +7,12 @@ records -> durable rolling Avro report files in a directory the aggregation jobs
 1. :func:`json_columns` / :func:`parse_json_body` / :func:`parse_avro_body`: the body -> report columns
    or records. JSON follows the JSON form of docs/wire_format.md (``seed`` a decimal string, ``bits`` and
    ``client_id`` base64), its nesting measured before parsing; a well-typed batch is decoded by msgspec
-   straight into a :class:`~transforms.avro_fast.ColumnBatch`, validated on the columns and written with
+   straight into a :class:`~wire.decode.ColumnBatch`, validated on the columns and written with
    :func:`encode_columns`; any other body goes through :func:`parse_json_body` (the reference, which names
    the refusal). An Avro body is walked with every declared count and length checked against
    the bytes left and ``max_batch`` before anything is allocated, then decoded column-wise
-   (:class:`~transforms.avro_fast.ColumnBatch`) or by fastavro from exactly each block's bytes.
-2. :class:`ReportChecker`: the project's validator (:class:`transforms.records.TaskReportValidator`, the
+   (:class:`~wire.decode.ColumnBatch`) or by fastavro from exactly each block's bytes.
+2. :class:`ReportChecker`: the project's validator (:class:`wire.validate.TaskReportValidator`, the
    same checks as the aggregation jobs) plus the two the Avro decoder makes for files. All or nothing: one
    refused report refuses the request (422), naming the first refused report; nothing of it is written.
 3. :class:`RollingAvroWriter`: the request's block is appended to the open hidden ``.tmp`` file and its
@@ -61,7 +61,8 @@ import numpy as np
 
 import schemas
 from ldp.task import Task
-from transforms.records import REPORT_FIELDS, TaskReportValidator
+from wire.records import REPORT_FIELDS
+from wire.validate import TaskReportValidator
 
 #: The marker a finished file gets, ``transforms.io.DONE_SUFFIX`` (that module imports Beam, which the
 #: collector never needs; tests/test_fast_commands.py keeps the two equal).
@@ -100,7 +101,7 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 class RequestError(Exception):
     """A refused request: HTTP ``status``, a machine-readable ``error`` (a dead-letter reason of
-    :data:`transforms.records.REASONS` for a refused report, else a request-level code), a one-line
+    :data:`wire.records.REASONS` for a refused report, else a request-level code), a one-line
     ``detail`` and, for a refused report, its ``index`` in the request."""
 
     def __init__(self, status: int, error: str, detail: str, index: int | None = None) -> None:
@@ -281,7 +282,7 @@ def _ragged_width(col: tuple[Any, ...]) -> int | None:
 
 
 def json_columns(body: bytes, task_id: str, decode: dict[str, Any], max_batch: int) -> Any:
-    """A JSON body -> a :class:`~transforms.avro_fast.ColumnBatch` without a dict per report, or None when
+    """A JSON body -> a :class:`~wire.decode.ColumnBatch` without a dict per report, or None when
     the body is anything but a well-typed batch of regular reports; None is no verdict: the reference path
     (:func:`parse_json_body`, the validator on records) then answers, with the refusal's reason code.
 
@@ -290,8 +291,8 @@ def json_columns(body: bytes, task_id: str, decode: dict[str, Any], max_batch: i
     malformed or mistyped JSON, an empty batch or one of more than ``max_batch`` reports, another task id,
     an integer outside int64, a field null in some reports only, ``bits`` / ``items`` / ``reals`` /
     ``client_id`` of different lengths within the batch or longer than the task's (``decode``:
-    :func:`transforms.records.decode_params`)."""
-    from transforms.avro_fast import MAX_CLIENT_ID_BYTES, ColumnBatch
+    :func:`wire.validate.decode_params`)."""
+    from wire.decode import MAX_CLIENT_ID_BYTES, ColumnBatch
 
     try:
         try:
@@ -385,7 +386,7 @@ def _gather(pieces: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
 
 def encode_columns(cb: Any, event_ms: np.ndarray, *, client_ids: bool = True) -> bytes:
     """The Avro binary encoding (``schemas/report.avsc``, one block's data) of every row of a
-    :class:`~transforms.avro_fast.ColumnBatch`, byte-identical to fastavro's of :meth:`ColumnBatch.record`,
+    :class:`~wire.decode.ColumnBatch`, byte-identical to fastavro's of :meth:`ColumnBatch.record`,
     with ``event_ms`` as the times; ``client_ids=False`` writes every ``client_id`` as null. Per-row
     lengths of ``bits`` / ``items`` / ``reals`` / ``client_id`` are honoured; rows must all be in the
     columns (no fastavro fallback rows). Every varint of the batch is computed in one pass."""
@@ -520,7 +521,7 @@ def _undecodable(detail: str) -> RequestError:
 
 @dataclasses.dataclass
 class AvroBody:
-    """An Avro body, walked and decoded: ``records`` (a :class:`~transforms.avro_fast.ColumnBatch` when
+    """An Avro body, walked and decoded: ``records`` (a :class:`~wire.decode.ColumnBatch` when
     every block decodes column-wise, else record dicts), the report count, and the blocks' raw bytes
     (``raw``: the concatenated block data, re-usable as is when the writer schema is the current report
     schema, ``current``)."""
@@ -549,13 +550,13 @@ def parse_avro_body(
     Work is bounded by the body, never by what it declares: the header's metadata count and lengths, each
     block's record count (against ``max_batch`` and against its byte size, :data:`MIN_RECORD_BYTES` per
     record) and byte size are checked before anything is read or allocated; blocks are then decoded
-    column-wise (:func:`transforms.avro_fast.decode_block`, ``task_id`` and ``decode``: the task's
+    column-wise (:func:`wire.decode.decode_block`, ``task_id`` and ``decode``: the task's
     lengths) or, when that declines, by fastavro from exactly the block's bytes.
 
     Raises :class:`RequestError`: not a container, another codec, a count or length past the bytes
     (400 ``undecodable``), more than ``max_batch`` reports (413 ``too_many_reports``), a writer schema
     other than the report schema (422 ``invalid_payload``), no report (400 ``bad_batch``)."""
-    from transforms.avro_fast import ColumnBatch, decode_block, report_layout
+    from wire.decode import ColumnBatch, decode_block, report_layout
 
     if body[:4] != _MAGIC:
         raise _undecodable("no 'Obj\\x01' magic")
@@ -699,7 +700,7 @@ class ReportChecker:
         self.drop_client_ids = drop_client_ids
         self.precision_ms = precision_ms
         self.last: Any = None  # the last checked batch's columns (a uniform task's ValidatedBatch)
-        from transforms.records import decode_params
+        from wire.validate import decode_params
 
         self.decode = decode_params(validator.aggregator)
 
@@ -727,14 +728,14 @@ class ReportChecker:
         return RequestError(422, str(dead["reason"]), f"report {lo}: {detail}", lo)
 
     def passes(self, cb: Any) -> bool:
-        """True when every row of a :class:`~transforms.avro_fast.ColumnBatch` passes the validator (a
+        """True when every row of a :class:`~wire.decode.ColumnBatch` passes the validator (a
         refusal is named by the reference path, :meth:`check`)."""
         if self.validator.aggregator.uniform_oracle:
             return not self.validator._validator(0).validate(cb, "collector").dead_letters
         return not self.validator.validate(cb, "collector").dead_letters
 
     def check_columns(self, cb: Any) -> None:
-        """A :class:`~transforms.avro_fast.ColumnBatch` passes whole, else :class:`RequestError` (422) for
+        """A :class:`~wire.decode.ColumnBatch` passes whole, else :class:`RequestError` (422) for
         its first refused report (found from the rows as records, refusals only)."""
         if self.validator.validate(cb, "collector").dead_letters:
             self.check([cb.record(i) for i in range(len(cb))])
@@ -1644,7 +1645,7 @@ class PrometheusMetrics:
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-        from transforms.records import REASONS
+        from wire.records import REASONS
 
         r = self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -1882,7 +1883,7 @@ class Collector:
         return cb if cb is not None and c.passes(cb) else None
 
     def _encode_cb(self, cb: Any) -> bytes:
-        """The block of an accepted :class:`~transforms.avro_fast.ColumnBatch` (:func:`encode_columns`); a
+        """The block of an accepted :class:`~wire.decode.ColumnBatch` (:func:`encode_columns`); a
         shuffled task's times rounded down to its precision and its client ids dropped."""
         c = self.checker
         event_ms = cb.event_ms
@@ -1891,9 +1892,9 @@ class Collector:
         return encode_columns(cb, event_ms, client_ids=not c.shuffled)
 
     def _encode_columns(self, vb: Any, records: list[dict[str, Any]]) -> bytes | None:
-        """The block from the validator's columns (numpy, ``transforms.avro_fast.encode_report_block``), or
+        """The block from the validator's columns (numpy, ``wire.encode.encode_report_block``), or
         None when the columns do not carry everything to write (client ids, ``bits`` / ``items``)."""
-        from transforms.avro_fast import encode_report_block
+        from wire.encode import encode_report_block
 
         c = self.checker
         if vb is None or len(vb.event_ms) != len(records) or vb.client_ids is not None:

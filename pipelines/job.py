@@ -585,7 +585,6 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     from transforms.counts import job_distribution
     from transforms.progress import configure as configure_progress
     from transforms.progress import progress
-    from transforms.records import decode_params
     from transforms.runners import RunnerLimitation, plan_runner, runner_label
     from transforms.store import (
         DEFAULT_RETRY_S,
@@ -595,6 +594,7 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         open_job_store,
         read_store_status,
     )
+    from wire.validate import decode_params
 
     streaming = bool(options.view_as(StandardOptions).streaming)
     task = load_task_or_exit(ns.task, job.kind)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ldp.task import Task
 from pipelines.simulate import make_population, parse_iso8601_ms, publish
-from transforms.records import encode_report_container, reports_to_records, write_report_file
+from wire.records import encode_report_container, reports_to_records, write_report_file
 
 __all__ = ["FileFeeder", "PubSubFeeder", "ChildJob", "PaneWatcher", "Pane", "latency_summary"]
 

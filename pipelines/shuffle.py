@@ -43,7 +43,7 @@ from ldp.anonymity import AnonymitySettings, window_problems
 from ldp.task import ParsedTask, TaskError, WindowConfig, parse_task
 from pipelines.cli import add_input_flags, add_metrics_flags, fail, job_parser, parse_job_args, prepare_output
 from pipelines.job import _check_sources, _run, closed_window_counts, read_reports
-from transforms.records import requires_client_ids
+from wire.records import requires_client_ids
 
 if TYPE_CHECKING:
     import apache_beam as beam
@@ -358,8 +358,8 @@ def _plan_job(
 ) -> tuple[Aggregator, RunnerPlan, float]:
     """The task's aggregator, the runner's plan for the shuffler's buckets and the allowed lateness (s);
     a task or runner the shuffler cannot use: one-line error, exit status 2."""
-    from transforms.records import decode_params
     from transforms.runners import RunnerLimitation, plan_runner
+    from wire.validate import decode_params
 
     lateness = task.window.allowed_lateness_s if ns.allowed_lateness is None else float(ns.allowed_lateness)
     try:

@@ -163,7 +163,7 @@ class Clients:
 
     def _run(self, i: int) -> None:
         from pipelines.clients import CollectorRefused, post_reports
-        from transforms.records import encode_report_container, reports_to_records
+        from wire.records import encode_report_container, reports_to_records
 
         rng = np.random.default_rng(self.seeds[i])
         oracle = self.task.make_oracle()

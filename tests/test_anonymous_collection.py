@@ -28,7 +28,8 @@ from ldp.shuffle import central_epsilon_report
 from ldp.task import parse_task, shuffle_accounting
 from pipelines import simulate
 from pipelines.window_privacy import ONE_REPORT_PER_WINDOW, window_privacy
-from transforms.records import REASONS, ReportValidator, TaskReportValidator, reports_to_records
+from wire.records import REASONS, reports_to_records
+from wire.validate import ReportValidator, TaskReportValidator
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 PRECISION_S = 600
@@ -48,8 +49,9 @@ def _records(task, event_ms: np.ndarray, seed: int = 0) -> list[dict]:
 
 # -- fine_time --------------------------------------------------------------------------------------------
 def test_fine_time_is_a_reason_and_refuses_unrounded_times_on_both_decode_paths():
-    from transforms.avro_fast import iter_report_batches
-    from transforms.records import fast_decode_params, write_report_file
+    from wire.decode import iter_report_batches
+    from wire.records import write_report_file
+    from wire.validate import fast_decode_params
 
     assert "fine_time" in REASONS
     task = _task()
@@ -61,7 +63,7 @@ def test_fine_time_is_a_reason_and_refuses_unrounded_times_on_both_decode_paths(
     write_report_file(buf, recs)
     batches = list(iter_report_batches(io.BytesIO(buf.getvalue()), 1 << 20, task_id=task.task_id,
                                        **fast_decode_params(task.make_oracle())))  # fmt: skip
-    from transforms.avro_fast import ColumnBatch
+    from wire.decode import ColumnBatch
 
     assert all(isinstance(b, ColumnBatch) for b in batches)
     fast = [v.validate(b, "s", at_ms=0) for b in batches]
@@ -207,7 +209,7 @@ def e2e(tmp_path_factory):
     """Simulated clients of a shuffled task (one file's with client ids and fine times) -> the shuffler
     -> the frequency job (with a store); and the same job over the clients' files unshuffled."""
     from pipelines import frequency, shuffle
-    from transforms.records import write_report_file
+    from wire.records import write_report_file
 
     base = tmp_path_factory.mktemp("anon")
     task_obj = {**BASE, "anonymity": ANON, "window": {"size_s": 1800}}

@@ -1,4 +1,4 @@
-"""The column-wise report decoder (:mod:`transforms.avro_fast`) against fastavro, row by row.
+"""The column-wise report decoder (:mod:`wire.decode`) against fastavro, row by row.
 
 Every block here is decoded both ways: ``decode_block`` (columns, with the rows it cannot read decoded by
 fastavro one by one) and ``fastavro.schemaless_reader`` record by record; every row must come back equal,
@@ -15,14 +15,9 @@ import pytest
 
 import schemas
 from ldp.task import parse_task
-from transforms.avro_fast import (
-    ColumnBatch,
-    _fallback_schema,
-    decode_block,
-    iter_report_batches,
-    zigzag_varint_bytes,
-)
-from transforms.records import ReportValidator, reports_to_records
+from wire.decode import ColumnBatch, _fallback_schema, decode_block, iter_report_batches, zigzag_varint_bytes
+from wire.records import reports_to_records
+from wire.validate import ReportValidator
 
 TID = "avro-fast"
 SCHEMA = fastavro.parse_schema(schemas.report_schema())

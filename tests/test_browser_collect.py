@@ -33,12 +33,12 @@ import fastavro
 import numpy as np
 import pytest
 from test_collect import Server
-from transforms.records import ReportValidator
 
 from ldp.reports import Reports
 from ldp.task import load_task, resolve_task
 from pipelines import collect
 from pipelines.browser_demo import BROWSER_LABELS, TASK_ID, collector_metrics, store_summary
+from wire.validate import ReportValidator
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "clients" / "typescript"

@@ -18,21 +18,10 @@ import pytest
 import schemas
 from ldp.reports import Reports
 from ldp.task import parse_task
-from transforms.avro_fast import (
-    MAX_CLIENT_ID_BYTES,
-    ColumnBatch,
-    client_id_keys,
-    encode_report_block,
-    iter_report_batches,
-    report_layout,
-    write_reports,
-)
-from transforms.records import (
-    ReportValidator,
-    encode_report_container,
-    fast_decode_params,
-    reports_to_records,
-)
+from wire.decode import MAX_CLIENT_ID_BYTES, ColumnBatch, client_id_keys, iter_report_batches, report_layout
+from wire.encode import encode_report_block, write_reports
+from wire.records import encode_report_container, reports_to_records
+from wire.validate import ReportValidator, fast_decode_params
 
 SEEDS = np.random.SeedSequence(20261201)
 
@@ -251,7 +240,7 @@ def test_check_batch_equals_a_per_report_count():
         pick = rng.integers(0, len(pool), n)
         batches.append(([pool[i] for i in pick], rng.integers(0, 1000, n)))
     expected = _brute_force(batches, limit)
-    from transforms.records import client_id_column
+    from wire.records import client_id_column
 
     keys = np.zeros(0, dtype=f"V{1 + MAX_CLIENT_ID_BYTES}")
     counts = np.zeros(0, dtype=np.int64)
@@ -268,7 +257,7 @@ def test_check_batch_equals_a_per_report_count():
 
 def test_shards_spread_similar_ids():
     from transforms.budget import shard_of
-    from transforms.records import client_id_column
+    from wire.records import client_id_column
 
     ids = [f"user-{i}".encode() for i in range(3200)]
     col, _, _ = client_id_column(ids)
@@ -327,7 +316,7 @@ def test_over_budget_reports_are_dead_lettered_and_counted():
     from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
     from ldp.aggregate.frequency import FrequencyAggregator
     from transforms.aggregate import Aggregate
-    from transforms.records import RecordBatch
+    from wire.validate import RecordBatch
 
     task = _id_task()
     agg = FrequencyAggregator(task)
@@ -393,7 +382,7 @@ def test_a_late_report_of_a_closed_budget_period_is_dead_lettered():
 
     from ldp.aggregate.frequency import FrequencyAggregator
     from transforms.aggregate import Aggregate
-    from transforms.records import RecordBatch
+    from wire.validate import RecordBatch
 
     task = _id_task(limit=1, period_s=10.0)
     agg = FrequencyAggregator(task)
@@ -482,7 +471,7 @@ def test_streaming_budget_end_to_end_watched_directory(tmp_path):
 
     from pipelines import frequency
     from pipelines.clients import ClientPopulation, iter_windows, write_window
-    from transforms.records import now_ms
+    from wire.records import now_ms
 
     period_ms, window_ms = 6000, 2000
     task = parse_task(

@@ -18,8 +18,8 @@ import pytest
 
 from ldp.task import parse_task
 from pipelines.clients import ClientPopulation, iter_windows, publish_window, run, write_window
-from transforms.avro_fast import ColumnBatch, iter_report_batches
 from transforms.io import DONE_SUFFIX
+from wire.decode import ColumnBatch, iter_report_batches
 
 WINDOW_MS = 10_000
 
@@ -224,7 +224,7 @@ def test_post_reports_sends_one_key_per_request_and_raises_on_a_final_refusal(tm
     from test_collect import Server, make_records
 
     from pipelines.clients import CollectorRefused, post_reports
-    from transforms.records import encode_report_container
+    from wire.records import encode_report_container
 
     task = frequency_task_file()
     server = Server(task, tmp_path / "out")

@@ -42,7 +42,7 @@ from pipelines.collector import (
     make_checker,
     report_to_json,
 )
-from transforms.records import encode_report_container, reports_to_records
+from wire.records import encode_report_container, reports_to_records
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -272,7 +272,7 @@ def _report(**changes: Any) -> dict[str, Any]:
 
 _DROP = object()
 
-#: (case, body, status, error): every refused report names a dead-letter reason of transforms.records.
+#: (case, body, status, error): every refused report names a dead-letter reason of wire.records.
 JSON_CASES = [
     ("not json", b"{not json", 400, "bad_json"),
     ("not utf-8", b'{"task_id": "\xff"}', 400, "bad_json"),
@@ -568,7 +568,7 @@ def test_column_encoder_is_fastavro_byte_for_byte(rng):
     integers over the whole int64 range, doubles of any exponent): the one-pass encoder writes exactly
     fastavro's bytes of the same records, with ids kept or dropped and other times."""
     from pipelines.collector import encode_columns
-    from transforms.avro_fast import ColumnBatch
+    from wire.decode import ColumnBatch
 
     schema = fastavro.parse_schema(schemas.report_schema())
     fields = ("value", "seed", "bits", "items", "reals", "client_id")

@@ -39,7 +39,7 @@ from pipelines.collector import (
     make_checker,
     parse_avro_body,
 )
-from transforms.records import encode_report_container
+from wire.records import encode_report_container
 
 pytestmark = []
 

@@ -26,7 +26,7 @@ from conftest import venv_env
 from test_collect import make_records
 
 from pipelines.clients import CollectorRefused, post_reports
-from transforms.records import encode_report_container
+from wire.records import encode_report_container
 
 pytestmark = [pytest.mark.integration]
 

@@ -226,7 +226,8 @@ class _Publisher:
 
     def _run(self) -> None:
         import numpy as np
-        from transforms.records import encode_report_container, reports_to_records
+
+        from wire.records import encode_report_container, reports_to_records
 
         rng = np.random.default_rng(np.random.SeedSequence(2026_12_01_10))
         probs = 0.6 ** np.arange(16)

@@ -24,7 +24,7 @@ from ldp.task import WindowConfig, parse_task
 from transforms.aggregate import Aggregate
 from transforms.io import DecodeReportMessages, WriteDeadLetters
 from transforms.lateness import LATE_REASON
-from transforms.records import encode_report_container, make_dead_letter, reports_to_records
+from wire.records import encode_report_container, make_dead_letter, reports_to_records
 
 SEEDS = np.random.SeedSequence(2026_12_01_13)
 TASK = parse_task({"task_id": "t-dead", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4})

@@ -29,7 +29,7 @@ from ldp.task import parse_task
 from pipelines.live import FileFeeder
 from pipelines.pubsub_emulator import PubSubEmulator
 from tests.test_metrics_job import ScrapedJob, assert_metrics_equal_counts, one, scrape
-from transforms.records import encode_report_container, reports_to_records
+from wire.records import encode_report_container, reports_to_records
 
 pytestmark = [pytest.mark.integration]
 

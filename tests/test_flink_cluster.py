@@ -47,7 +47,7 @@ beam = pytest.importorskip("apache_beam")
 
 from ldp.rangequery.queries import RangeQuery, random_queries  # noqa: E402
 from pipelines import frequency, range_queries, simulate, simulate_range  # noqa: E402
-from transforms.records import now_ms  # noqa: E402
+from wire.records import now_ms  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flink_helpers import dead_letter_reasons, hang_guard, olh_task  # noqa: E402

@@ -32,7 +32,7 @@ import pytest
 beam = pytest.importorskip("apache_beam")
 
 from pipelines import frequency, simulate  # noqa: E402
-from transforms.records import now_ms  # noqa: E402
+from wire.records import now_ms  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flink_helpers import dead_letter_reasons, hang_guard, olh_task  # noqa: E402

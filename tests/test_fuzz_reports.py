@@ -27,8 +27,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 import schemas  # noqa: E402
 from ldp.task import parse_task  # noqa: E402
-from transforms.avro_fast import LOSS_REASONS, Loss, iter_report_batches, zigzag_varint_bytes  # noqa: E402
-from transforms.records import ReportValidator, fast_decode_params, reports_to_records  # noqa: E402
+from wire.decode import LOSS_REASONS, Loss, iter_report_batches, zigzag_varint_bytes  # noqa: E402
+from wire.records import reports_to_records  # noqa: E402
+from wire.validate import ReportValidator, fast_decode_params  # noqa: E402
 
 TASK = parse_task({"task_id": "fuzz", "mechanism": "olh", "epsilon": 1.0, "domain_size": 32})
 MARKER = "ZZ-SECRET-CLIENT-FIELD-ZZ"

@@ -25,17 +25,11 @@ from apache_beam.testing.util import assert_that, equal_to
 import schemas
 from ldp.aggregate.frequency import FrequencyAggregator
 from ldp.task import parse_task
-from transforms.avro_fast import LOSS_REASONS, Loss, iter_report_batches, write_reports
 from transforms.io import ReadReportFiles, loss_counts
-from transforms.records import (
-    DEAD_LETTER_LIMITS,
-    REASONS,
-    REPORT_FIELDS,
-    ReportValidator,
-    fast_decode_params,
-    make_dead_letter,
-    reports_to_records,
-)
+from wire.decode import LOSS_REASONS, Loss, iter_report_batches
+from wire.encode import write_reports
+from wire.records import DEAD_LETTER_LIMITS, REASONS, REPORT_FIELDS, make_dead_letter, reports_to_records
+from wire.validate import ReportValidator, fast_decode_params
 
 SEEDS = np.random.SeedSequence(20261201)
 #: 1 ms after 9999-12-31T23:59:59.999Z: fastavro's timestamp-millis conversion overflows on it
@@ -196,7 +190,7 @@ def test_crafted_block_counts_are_accounted(clean):
 
 
 def fastavro_varint(x: int) -> bytes:
-    from transforms.avro_fast import zigzag_varint_bytes
+    from wire.decode import zigzag_varint_bytes
 
     return zigzag_varint_bytes(x)
 

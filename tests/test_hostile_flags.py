@@ -12,7 +12,7 @@ import pytest
 
 from ldp.task import parse_task
 from pipelines import frequency
-from transforms.records import reports_to_records, write_report_file
+from wire.records import reports_to_records, write_report_file
 
 
 @pytest.fixture()

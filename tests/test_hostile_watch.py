@@ -17,7 +17,8 @@ from apache_beam.pvalue import TaggedOutput
 from ldp.aggregate.frequency import FrequencyAggregator
 from ldp.task import parse_task
 from transforms.io import DONE_SUFFIX, _ReadCompleteFiles
-from transforms.records import RecordBatch, reports_to_records, write_report_file
+from wire.records import reports_to_records, write_report_file
+from wire.validate import RecordBatch
 
 TASK = parse_task({"task_id": "watch", "mechanism": "grr", "epsilon": 1.0, "domain_size": 8})
 
@@ -181,7 +182,7 @@ def test_watched_directory_with_require_done_marker_reads_a_pausing_writer_whole
     import threading
 
     from pipelines import frequency
-    from transforms.records import now_ms
+    from wire.records import now_ms
 
     task = parse_task({"task_id": "watch", "mechanism": "grr", "epsilon": 1.0, "domain_size": 8,
                        "window": {"size_s": 3600}})

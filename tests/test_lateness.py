@@ -20,7 +20,7 @@ from transforms.aggregate import Aggregate
 from transforms.counts import SumCounts
 from transforms.io import DecodeReportMessages
 from transforms.lateness import LATE_REASON, drops_late_data, last_window
-from transforms.records import encode_report_container, reports_to_records
+from wire.records import encode_report_container, reports_to_records
 
 SEEDS = np.random.SeedSequence(2026_12_01_12)
 TASK = parse_task({"task_id": "t-late", "mechanism": "grr", "epsilon": 1.0, "domain_size": 8})

@@ -31,7 +31,6 @@ from pipelines.cli import setup_logging
 from pipelines.live import ChildJob, FileFeeder, Pane, PaneWatcher, latency_summary
 from pipelines.simulate import parse_iso8601_ms
 from transforms import progress as progress_mod
-from transforms.records import ReportValidator
 from transforms.runners import (
     PRISM_ENV,
     DirectRunnerWithoutPrism,
@@ -41,6 +40,7 @@ from transforms.runners import (
     find_prism_binary,
     plan_runner,
 )
+from wire.validate import ReportValidator
 
 WINDOW = WindowConfig(size_s=10.0, allowed_lateness_s=0.0, early_firing_s=2.0)
 

@@ -37,7 +37,7 @@ from transforms.prometheus import (
     job_reasons,
     start_job_metrics,
 )
-from transforms.records import REASONS, reports_to_records, write_report_file
+from wire.records import REASONS, reports_to_records, write_report_file
 
 REPO = Path(__file__).resolve().parents[1]
 #: The labels a series may carry (none holds a client, an address or a reported value).

@@ -221,7 +221,8 @@ def test_numeric_tasks_are_version_3_and_version_2_is_retired():
 def test_old_float_reports_and_off_grid_values_are_refused_with_reasons():
     from ldp.aggregate import make_aggregator
     from ldp.task import parse_task
-    from transforms.records import TaskReportValidator, reports_to_records
+    from wire.records import reports_to_records
+    from wire.validate import TaskReportValidator
 
     task = parse_task(_TASK)
     mech = task.make_mechanism()

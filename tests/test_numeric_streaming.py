@@ -51,9 +51,8 @@ def _reports(stage: Path) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.integration
 def test_numeric_streaming_watched_directory_writes_every_window_final_to_the_store(tmp_path):
-    from transforms.records import now_ms
-
     from pipelines import numeric, simulate
+    from wire.records import now_ms
 
     task_file = tmp_path / "task.json"
     task_file.write_text(json.dumps(TASK))

@@ -16,15 +16,9 @@ from ldp.aggregate import make_aggregator
 from ldp.payload import ORACLE_REASONS, PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
 from ldp.task import parse_task
-from transforms.avro_fast import iter_report_batches
-from transforms.records import (
-    REASONS,
-    ReportValidator,
-    declared_payload,
-    fast_decode_params,
-    reports_to_records,
-    write_report_file,
-)
+from wire.decode import iter_report_batches
+from wire.records import REASONS, reports_to_records, write_report_file
+from wire.validate import ReportValidator, declared_payload, fast_decode_params
 
 T0 = 1_764_000_000_000  # event time of every test report (ms)
 

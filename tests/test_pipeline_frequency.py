@@ -29,8 +29,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ldp.reports import Reports
 from ldp.task import parse_task
 from pipelines import frequency, job, simulate
-from transforms.records import ReportValidator
 from transforms.runners import runs_on_fnapi_runner
+from wire.validate import ReportValidator
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -366,7 +366,7 @@ def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     """
     import threading
 
-    from transforms.records import now_ms
+    from wire.records import now_ms
 
     task = parse_task(
         {"task_id": "dir-stream", "mechanism": "olh", "epsilon": 1.0, "domain_size": 64, "n_groups": 2}

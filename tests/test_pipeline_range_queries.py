@@ -31,8 +31,8 @@ from ldp.reports import Reports
 from ldp.task import parse_task
 from pipelines import range_queries, simulate_range
 from transforms.aggregate import GroupReports, TaskCombineFn
-from transforms.avro_fast import encode_report_block
-from transforms.records import PAYLOAD_FIELDS
+from wire.encode import encode_report_block
+from wire.records import PAYLOAD_FIELDS
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SEEDS = np.random.SeedSequence(20261130).spawn(4)
@@ -411,7 +411,7 @@ def _literal_setup(mech_name="hdg", n=600, seed=3):
 
 def _literal_message(task, agg, rng, n, event_s):
     """An Avro container of ``n`` users' reports (all groups) at ``event_s``; and ``{group: Reports}``."""
-    from transforms.records import encode_report_container, reports_to_records
+    from wire.records import encode_report_container, reports_to_records
 
     mech = agg.mechanism
     records = rng.integers(0, 8, size=(n, 3))
@@ -533,7 +533,7 @@ def test_vectorized_avro_blocks_equal_fastavro():
     import io
 
     import schemas
-    from transforms.records import reports_to_records
+    from wire.records import reports_to_records
 
     rng = np.random.default_rng(SEEDS[2])
     n = 500
@@ -572,7 +572,7 @@ def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     import threading
     import time
 
-    from transforms.records import now_ms
+    from wire.records import now_ms
 
     task = _task(tmp_path, "hdg", 20_000, task_id="rq-stream")
     stage, watched = tmp_path / "stage", tmp_path / "in"

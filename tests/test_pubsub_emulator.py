@@ -29,7 +29,7 @@ import pytest
 from ldp.reports import Reports
 from ldp.task import parse_task
 from pipelines.pubsub_emulator import PubSubEmulator
-from transforms.records import encode_report_container, reports_to_records
+from wire.records import encode_report_container, reports_to_records
 
 pytestmark = [
     pytest.mark.integration,

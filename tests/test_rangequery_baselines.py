@@ -306,7 +306,8 @@ def test_msw_tasks_are_version_3_and_version_2_is_retired():
 def test_msw_version_2_and_off_grid_reports_are_dead_lettered():
     from ldp.aggregate import make_aggregator
     from ldp.task import parse_task
-    from transforms.records import TaskReportValidator, reports_to_records
+    from wire.records import reports_to_records
+    from wire.validate import TaskReportValidator
 
     task = parse_task(_MSW_TASK)
     mech = task.make_mechanism()

@@ -29,7 +29,6 @@ from ldp.reports import Reports
 from ldp.shuffle.provenance import new_key_file, verify_batch
 from ldp.task import parse_task
 from pipelines import frequency, shuffle, simulate
-from transforms.records import ReportValidator, write_report_file
 from transforms.shuffle import (
     META_N,
     SPILL_LABELS,
@@ -39,6 +38,8 @@ from transforms.shuffle import (
     scrub_dead_letter,
     spill_chunk,
 )
+from wire.records import write_report_file
+from wire.validate import ReportValidator
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 PRECISION_S = 600

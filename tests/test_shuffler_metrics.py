@@ -22,7 +22,7 @@ from ldp.shuffle.provenance import new_key_file
 from ldp.task import parse_task
 from tests.test_metrics_job import ScrapedJob, assert_labels_safe, by_name, one, scrape
 from transforms.prometheus import job_reasons
-from transforms.records import reports_to_records, write_report_file
+from wire.records import reports_to_records, write_report_file
 
 pytestmark = [pytest.mark.integration]
 

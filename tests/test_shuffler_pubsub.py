@@ -26,7 +26,7 @@ from ldp.task import parse_task
 from pipelines.pubsub_emulator import PubSubEmulator
 from tests.test_metrics_job import ScrapedJob
 from tests.test_shuffler_metrics import assert_shuffler_metrics_equal_counts
-from transforms.records import encode_report_container, reports_to_records
+from wire.records import encode_report_container, reports_to_records
 
 pytestmark = [
     pytest.mark.integration,

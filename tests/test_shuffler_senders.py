@@ -24,7 +24,7 @@ from ldp.shuffle.provenance import new_key_file
 from ldp.task import parse_task
 from pipelines import shuffle
 from pipelines.collector import SENDERS_KEY, SENDERS_LIST_KEY, SENDERS_SECRET, RollingAvroWriter
-from transforms.records import reports_to_records
+from wire.records import reports_to_records
 
 pytestmark = [pytest.mark.integration]  # a whole shuffler run: seconds
 

@@ -29,14 +29,11 @@ from ldp.sparse.aggregate import SparseAggregator, to_reports
 from ldp.task import parse_task
 from pipelines import simulate, sparse_mean
 from transforms.aggregate import Aggregate
-from transforms.avro_fast import encode_report_block, iter_report_batches, write_reports
 from transforms.io import DecodeReportMessages
-from transforms.records import (
-    TaskReportValidator,
-    decode_params,
-    encode_report_container,
-    reports_to_records,
-)
+from wire.decode import iter_report_batches
+from wire.encode import encode_report_block, write_reports
+from wire.records import encode_report_container, reports_to_records
+from wire.validate import TaskReportValidator, decode_params
 
 ROOT = np.random.SeedSequence(20261208)
 _children = iter(ROOT.spawn(64))
@@ -267,7 +264,7 @@ def test_wrong_kind_and_whole_vector_refusals(tmp_path, capsys):
 def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     """--streaming over a watched directory: files dropped in while the job runs are read once; each
     window's most complete pane equals the core over that window's reports."""
-    from transforms.records import now_ms
+    from wire.records import now_ms
 
     task = _task("svme", d=1024, k=8)
     (tmp_path / "task.json").write_text(task.to_json())

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import pytest
 from conftest import POSTGRES_BIN_DEFAULT, REPO_ROOT, venv_env
-from transforms.records import now_ms
 
 from ldp.aggregate import from_iso
 from ldp.task import parse_task
 from pipelines import simulate
 from store import open_store
+from wire.records import now_ms
 
 pytestmark = pytest.mark.integration  # every test runs a job in a subprocess
 

@@ -17,7 +17,6 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 from test_pipeline_frequency import _fails  # one-line CLI errors, exit status 2
-from transforms.records import encode_report_container, reports_to_records
 
 from ldp.aggregate import WindowInfo, from_iso
 from ldp.aggregate.frequency import FrequencyAggregator
@@ -29,6 +28,7 @@ from transforms.aggregate import Aggregate
 from transforms.counts import WindowedCounts
 from transforms.io import DecodeReportMessages
 from transforms.store import WriteToStore
+from wire.records import encode_report_container, reports_to_records
 
 SEEDS = np.random.SeedSequence(2026_12_01_10)
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -27,15 +27,15 @@ from ldp.task import WindowConfig, parse_task
 from pipelines.simulate import bad_records, bad_records_other_schema
 from transforms.aggregate import Aggregate, GroupReports, TaskCombineFn, WindowReports
 from transforms.io import DecodeReportMessages
-from transforms.records import (
+from wire.records import (
     REASONS,
-    ReportValidator,
     decode_container,
     encode_report_container,
     reports_to_records,
     split_by_group_and_granule,
     window_granule_ms,
 )
+from wire.validate import ReportValidator
 
 SEEDS = np.random.SeedSequence(20261130)
 MECHS = ("grr", "olh", "blh", "oue", "sue", "hr", "ss")
@@ -305,8 +305,8 @@ def schemas_report():
 
 
 def _both_paths(task, data):
-    from transforms.avro_fast import iter_report_batches
-    from transforms.records import fast_decode_params
+    from wire.decode import iter_report_batches
+    from wire.validate import fast_decode_params
 
     v = ReportValidator(task)
     fast = list(
@@ -330,7 +330,7 @@ def test_fast_decoder_equals_fastavro(mech):
     bad.pop("wrong_task")
     recs += [r for rs in bad.values() for r in rs]
     fast_vb, slow_vb, fast_batches = _both_paths(task, _container(recs, sync_interval=4000))
-    from transforms.avro_fast import ColumnBatch
+    from wire.decode import ColumnBatch
 
     used = set(oracle.report_fields)
     # every block stays column-wise; only rows with a bits / items payload longer than the mechanism
@@ -360,7 +360,7 @@ def test_fast_decoder_equals_fastavro(mech):
 
 
 def test_fast_decoder_declines_foreign_blocks():
-    from transforms.avro_fast import ColumnBatch, decode_block, zigzag_varint_bytes
+    from wire.decode import ColumnBatch, decode_block, zigzag_varint_bytes
 
     task = _task("olh", d=16)
     oracle = task.make_oracle()

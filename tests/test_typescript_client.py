@@ -9,7 +9,7 @@ exceeds e^eps); and a two-sample chi-square test against ``oracle.encode`` of th
 p-value < 1e-6). The memoized mechanisms (``memo_<mechanism>.json`` under ``node --test``): the
 instantaneous step on two fixed memos audited against e^epsilon_instantaneous, and one report per fresh
 WebCrypto secret audited against e^epsilon_1 (eps 0.5, 1, 4), accepted by the validator and compared with
-``oracle.encode``. The client reads the task's client parameters (``ldp.vectors.client_params_document``,
+``oracle.encode``. The client reads the task's client parameters (``wire.client.client_params_document``,
 ``--wire``), so its thresholds equal the Python release's exactly.
 
 Skipped, with the reason, when node or npm is missing, unless ``LDP_REQUIRE_NODE=1``.
@@ -33,17 +33,12 @@ from scipy import stats
 from ldp.oracles import OLH
 from ldp.reports import Reports
 from ldp.task import parse_task
-from ldp.vectors import (
-    BYTE_MECHANISMS,
-    MEMO_BYTE_MECHANISMS,
-    client_params_document,
-    memo_wire_params,
-    report_from_json,
-    wire_params,
-)
 from tests.test_oracles import _worst_ratio
 from tests.test_wire_vectors import _wire_keys
-from transforms.records import ReportValidator
+from wire.client import client_params_document
+from wire.json_form import report_from_json
+from wire.validate import ReportValidator
+from wire.vectors import BYTE_MECHANISMS, MEMO_BYTE_MECHANISMS, memo_wire_params, wire_params
 
 #: every test drives node in a subprocess (a minute in all)
 pytestmark = [pytest.mark.integration, pytest.mark.node]
@@ -101,7 +96,7 @@ def test_npm_test_builds_and_runs_every_typescript_test(npm_test):
 def _sample(node: str, task: dict, value: int, out: Path, extra: tuple[str, ...] = (),
             count: int = N_PER_VALUE) -> dict:
     """``count`` reports of ``value`` drawn by the client, which reads the task's client parameters
-    (``python -m ldp.vectors``: the thresholds as integers)."""
+    (``python -m wire.client``: the thresholds as integers)."""
     task_file = out.with_suffix(".task.json")
     task_file.write_text(json.dumps(task), encoding="utf-8")
     wire_file = out.with_suffix(".wire.json")

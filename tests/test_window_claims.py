@@ -172,7 +172,7 @@ def _batch_bytes(task, start_ms: int, n: int, *, key: bytes | None, seed: int, t
 
     import schemas
     from ldp.shuffle import provenance as pv
-    from transforms.records import reports_to_records
+    from wire.records import reports_to_records
 
     rng = np.random.default_rng(seed)
     reps = task.make_oracle().encode(rng.integers(0, 4, n), rng=rng)

@@ -32,16 +32,20 @@ from ldp.sparse import SparseVectors
 from ldp.sparse.aggregate import to_reports
 from ldp.sparse.hashes import SPARSE_HASHES, bins_signs, item_bits
 from ldp.task import parse_task
-from ldp.vectors import (
+from tests.test_oracles import _worst_ratio
+from wire.client import client_params_document
+from wire.client import main as vectors_main
+from wire.json_form import REPORT_JSON_FIELDS, report_from_json, report_to_json, reports_to_json
+from wire.records import REASONS, reports_to_records
+from wire.validate import ReportValidator
+from wire.vectors import (
     BYTE_MECHANISMS,
     MEMO_BYTE_MECHANISMS,
     NUMERIC_BYTE_MECHANISMS,
-    REPORT_JSON_FIELDS,
     SPARSE_BYTE_MECHANISMS,
     WordStream,
     bernoulli_threshold,
     bytes_needed,
-    client_params_document,
     encode_bytes,
     gf2_hash_one,
     memo_prf_words,
@@ -49,18 +53,12 @@ from ldp.vectors import (
     memo_wire_params,
     numeric_encode_bytes,
     numeric_wire_params,
-    report_from_json,
-    report_to_json,
-    reports_to_json,
     sparse_encode_bytes,
     sparse_hash_one,
     sparse_item_bits,
     sparse_wire_params,
     wire_params,
 )
-from ldp.vectors import main as vectors_main
-from tests.test_oracles import _worst_ratio
-from transforms.records import REASONS, ReportValidator, reports_to_records
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "schemas" / "vectors" / "v1"

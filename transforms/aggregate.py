@@ -50,8 +50,9 @@ from transforms.counts import COUNTER_NAMESPACE
 from transforms.display import item, task_display, task_id_display, window_display
 from transforms.lateness import DropLateReports, drops_late_data
 from transforms.progress import window_label
-from transforms.records import REASONS, RecordBatch, TaskReportValidator, window_granule_ms
 from transforms.runners import effective_window, whole_seconds
+from wire.records import REASONS, window_granule_ms
+from wire.validate import RecordBatch, TaskReportValidator
 
 __all__ = [
     "GroupReports",

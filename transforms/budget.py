@@ -49,10 +49,10 @@ from apache_beam.utils.timestamp import Timestamp
 
 from ldp.aggregate import Aggregator
 from ldp.reports import Reports
-from transforms.avro_fast import MAX_CLIENT_ID_BYTES, client_id_keys
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.display import item, task_display
-from transforms.records import make_dead_letter, now_ms, reports_to_records, requires_client_ids
+from wire.decode import MAX_CLIENT_ID_BYTES, client_id_keys
+from wire.records import make_dead_letter, now_ms, reports_to_records, requires_client_ids
 
 __all__ = [
     "DEFAULT_SHARDS",
@@ -76,7 +76,7 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 class BudgetPart(NamedTuple):
     """Accepted reports of one group, shard and budget period with their client keys (the element of the
-    keyed step). ``keys``: ``numpy.void`` keys of :func:`transforms.avro_fast.client_id_keys`."""
+    keyed step). ``keys``: ``numpy.void`` keys of :func:`wire.decode.client_id_keys`."""
 
     group: int
     reports: Reports

@@ -4,7 +4,7 @@ Counter names (namespace ``ldp``): ``reports_read``, ``reports_accepted``, ``rep
 ``rejected_<reason>`` (the validate step and the sources), ``<output>_rows`` per kind of result row,
 ``finalized_panes`` / ``empty_panes`` and the distribution ``finalize_ms`` (the finalize step),
 ``lost_bytes`` / ``lost_blocks`` / ``lost_records``: what the parts of inputs that are not records cost
-(the sources; see :data:`transforms.avro_fast.LOSS_REASONS`), and ``late_dropped`` / ``late_batches``:
+(the sources; see :data:`wire.decode.LOSS_REASONS`), and ``late_dropped`` / ``late_batches``:
 accepted reports that arrived after their window closed (:mod:`transforms.lateness`; they stay in
 ``accepted``: ``read = accepted + rejected`` and ``accepted = reports in estimates + late_dropped``), and
 the distribution ``pane_latency_ms`` (streaming: from a window's end to its on-time or late pane,

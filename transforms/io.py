@@ -1,13 +1,13 @@
 """Sources and sinks: Avro report files, Pub/Sub messages; result rows, dead letters and counts.
 
-Reports travel as *record batches* (:class:`~transforms.records.RecordBatch`): ``(source, records)``,
-where ``records`` is a column-wise :class:`~transforms.avro_fast.ColumnBatch` or a list of the dicts
+Reports travel as *record batches* (:class:`~wire.validate.RecordBatch`): ``(source, records)``,
+where ``records`` is a column-wise :class:`~wire.decode.ColumnBatch` or a list of the dicts
 ``fastavro`` decodes from ``schemas/report.avsc``. A file yields one batch per group of Avro blocks
 (about ``batch_size`` records); a Pub/Sub message body is one Avro object container (one or many
 reports) and yields one batch. Files come from a glob matched once (:class:`ReadReportFiles`, batch) or
 from a directory watched for new, complete files (:class:`WatchReportFiles`, streaming). Every part of an
 input that is not records (a non-Avro file, a truncated or corrupt block, a bad sync marker, an oversized
-message, ...: :data:`transforms.avro_fast.LOSS_REASONS`) becomes one dead letter with its reason and
+message, ...: :data:`wire.decode.LOSS_REASONS`) becomes one dead letter with its reason and
 counts as one read, one rejected input, plus the ``lost_bytes`` / ``lost_blocks`` / ``lost_records`` it
 cost. Dead letters never hold input bytes (docs/pipelines.md, the dead-letter privacy contract).
 
@@ -47,13 +47,14 @@ import schemas
 from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
 from ldp.aggregate.frequency import DEFAULT_JSONL_MAX_VALUES
 from ldp.aggregate.range import read_model_records  # re-exported: model files are read without Beam
-from transforms.avro_fast import Loss, iter_report_batches
 from transforms.counts import COUNTER_NAMESPACE, FILE_WRITE_SLACK_S, AtProcessingTime
 from transforms.display import item, task_display, task_id_display
 from transforms.flink_ticks import FlinkTicks
 from transforms.progress import progress
-from transforms.records import RecordBatch, decode_params, make_dead_letter
 from transforms.runners import LaggedTicks, default_watermark_lag, pane_file_naming
+from wire.decode import Loss, iter_report_batches
+from wire.records import make_dead_letter
+from wire.validate import RecordBatch, decode_params
 
 __all__ = [
     "COUNTER_NAMESPACE",
@@ -142,7 +143,7 @@ def _identity(size: int, digest: str) -> str:
 class _ReadAvroBatches(_ReportSourceFn):
     """ReadableFile -> (path, batch) pairs; parts that are not records -> counted losses and dead letters.
 
-    A batch is a :class:`~transforms.avro_fast.ColumnBatch` (blocks decoded column-wise) or a list of
+    A batch is a :class:`~wire.decode.ColumnBatch` (blocks decoded column-wise) or a list of
     record dicts (blocks ``fastavro`` decoded); the validator takes either. Errors of the file system
     (``OSError``) are not data: they fail the bundle and the runner retries it.
     """

@@ -74,7 +74,7 @@ from apache_beam.utils.timestamp import Timestamp
 from ldp.task import WindowConfig
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.display import item, task_id_display, window_display
-from transforms.records import make_dead_letter
+from wire.records import make_dead_letter
 
 __all__ = [
     "LATE_REASON",

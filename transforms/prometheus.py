@@ -128,10 +128,10 @@ PIPELINE_STATES = ("STARTING", "RUNNING", "DONE", "FAILED", "CANCELLED", "CANCEL
 
 def job_reasons(extra: Iterable[str] = ()) -> tuple[str, ...]:
     """Every reason code an aggregation job can count a rejection under: the validator's and the
-    sources' (``transforms.records.REASONS``, which holds ``transforms.avro_fast.LOSS_REASONS`` and the
+    sources' (``wire.records.REASONS``, which holds ``wire.decode.LOSS_REASONS`` and the
     budget's), plus ``extra``."""
-    from transforms.avro_fast import LOSS_REASONS
-    from transforms.records import REASONS
+    from wire.decode import LOSS_REASONS
+    from wire.records import REASONS
 
     return tuple(dict.fromkeys((*REASONS, *LOSS_REASONS, *extra)))
 

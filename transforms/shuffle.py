@@ -23,7 +23,7 @@ jobs' :class:`transforms.aggregate.ValidateFn` that also names each batch's sour
 **The permutation, in bounded memory.** The labels split a bucket into *units* of consecutive labels,
 each at most ``memory_bytes`` of columns (:func:`plan_units`); a unit is loaded from the spill files
 (the rows of its labels are contiguous in each file), permuted with :func:`ldp.anonymity.secure_permutation`
-and encoded with the column encoder (:func:`transforms.avro_fast.encode_report_block`); units are written
+and encoded with the column encoder (:func:`wire.encode.encode_report_block`); units are written
 in label order. This is a uniform permutation of the bucket: the labels are i.i.d. and independent of
 the input order, so given the unit sizes every assignment of the reports to units with those sizes is
 equally likely, and each unit's order is uniform and independent, so each of the ``n!`` orders has
@@ -80,10 +80,11 @@ import schemas
 from ldp.anonymity import AnonymitySettings, secure_permutation, seeded_permutation
 from ldp.reports import Reports
 from transforms.aggregate import GroupReports, ValidateFn
-from transforms.avro_fast import encode_report_block, zigzag_varint_bytes
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.display import item, task_id_display
-from transforms.records import make_dead_letter, reports_to_records
+from wire.decode import zigzag_varint_bytes
+from wire.encode import encode_report_block
+from wire.records import make_dead_letter, reports_to_records
 
 __all__ = [
     "META_PREFIX",

@@ -22,7 +22,7 @@ with integer thresholds:
    1`` (floating point is harmless there) has ``E[y | t] = t``: the estimates are unbiased.
 
 ``uniform(m, idx)`` is the only source of randomness: an exact uniform integer on ``[0, m)`` for each
-index of ``idx`` (``Generator.integers`` in a client, :meth:`ldp.vectors.WordStream.uniform` in the
+index of ``idx`` (``Generator.integers`` in a client, a word stream's masked rejection in the
 conformance vectors).
 """
 

@@ -51,9 +51,9 @@ SIX = (1000, 1070, 1130, 1190, 1240, 1300)
 
 def _client_file(path: Path, task, start_ms: int, n: int, seed: int, metadata: dict | None = None) -> None:
     import fastavro
-    from transforms.records import reports_to_records
 
     import schemas
+    from wire.records import reports_to_records
 
     rng = np.random.default_rng(seed)
     reps = task.make_oracle().encode(rng.integers(0, 2, n), rng=rng)

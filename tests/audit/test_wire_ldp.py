@@ -34,7 +34,7 @@ import pytest
 import ldp.kinds
 from ldp.audit import float_bit_cells
 from ldp.reports import Reports
-from ldp.vectors import report_from_json, reports_to_json
+from wire.json_form import report_from_json, reports_to_json
 
 from .cells import audit
 from .clients import ADAPTERS, Segment

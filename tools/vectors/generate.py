@@ -7,20 +7,20 @@ Three kinds of file, all deterministic (explicit seeds):
 
 * ``encode_<mechanism>.json``: per parameter set, the task, the client parameters (``wire_params``) and
   vectors ``(value, seed_u64, random bytes hex) -> report`` (JSON form; ``hash`` is ``h(value)`` for OLH,
-  BLH) from :func:`ldp.vectors.encode_bytes`;
+  BLH) from :func:`wire.vectors.encode_bytes`;
   ``random`` holds exactly the bytes the report consumes.
 * ``aggregate_<mechanism>.json``: a list of JSON reports -> the accepted count, support counts and
-  estimates of the project's oracle (``transforms.records.ReportValidator``, ``oracle.add``, ``estimate``).
+  estimates of the project's oracle (``wire.validate.ReportValidator``, ``oracle.add``, ``estimate``).
 * ``memo_<mechanism>.json`` (memoized mechanisms): per parameter set, the task, ``memo_wire_params`` and
   vectors ``(secret hex, value, instantaneous random bytes hex) -> report`` with the memoization key and
-  permanent response (:func:`ldp.vectors.memo_report_bytes`).
+  permanent response (:func:`wire.vectors.memo_report_bytes`).
 * ``dead_letters.json``: refused reports -> the dead-letter reason (the JSON-form mapping
-  :func:`ldp.vectors.report_from_json`, then ``ReportValidator``).
+  :func:`wire.json_form.report_from_json`, then ``ReportValidator``).
 * ``encode_numeric_<mechanism>.json``, ``aggregate_numeric_<mechanism>.json``, ``dead_letters_numeric.json``:
-  the numeric mechanisms' grid wire (report schema version 3, :func:`ldp.vectors.numeric_encode_bytes`):
+  the numeric mechanisms' grid wire (report schema version 3, :func:`wire.vectors.numeric_encode_bytes`):
   exact integer messages, so the reports are compared exactly; the dead letters include off-grid values.
 * ``encode_sparse_<mechanism>.json``, ``aggregate_sparse_<mechanism>.json``, ``dead_letters_sparse.json``:
-  the sparse-vector mechanisms (:func:`ldp.vectors.sparse_encode_bytes`; input entries, public seed and
+  the sparse-vector mechanisms (:func:`wire.vectors.sparse_encode_bytes`; input entries, public seed and
   the hash of each entry, random bytes -> report; reports -> exact per-item sums and the estimates).
 """
 
@@ -46,24 +46,22 @@ from ldp.sparse.accumulate import TableAccumulator, table_sums  # noqa: E402
 from ldp.sparse.aggregate import SparseAggregator  # noqa: E402
 from ldp.sparse.vectors import SparseVectors  # noqa: E402
 from ldp.task import parse_task  # noqa: E402
-from ldp.vectors import (  # noqa: E402
+from wire.json_form import WireFormatError, report_from_json, reports_to_json  # noqa: E402
+from wire.validate import ReportValidator  # noqa: E402
+from wire.vectors import (  # noqa: E402
     MEMO_BYTE_MECHANISMS,
     WIRE_VECTORS_VERSION,
-    WireFormatError,
     bytes_needed,
     encode_bytes,
     memo_report_bytes,
     memo_wire_params,
     numeric_encode_bytes,
     numeric_wire_params,
-    report_from_json,
-    reports_to_json,
     sparse_encode_bytes,
     sparse_hash_one,
     sparse_wire_params,
     wire_params,
 )
-from transforms.records import ReportValidator  # noqa: E402
 
 OUT_DIR = ROOT / "schemas" / "vectors" / f"v{WIRE_VECTORS_VERSION}"
 EVENT_MS = 1767225600000  # 2026-01-01T00:00:00Z

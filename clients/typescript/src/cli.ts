@@ -13,7 +13,7 @@
  * report: the one-report distribution of fresh users), or `--memo M` (the instantaneous step alone on the
  * memo `M`: an integer, or rappor's bits as a 0/1 string).
  *
- * `--wire FILE`: the task's client parameters (`python -m ldp.vectors TASK.json`), whose thresholds the
+ * `--wire FILE`: the task's client parameters (`python -m wire.client TASK.json`), whose thresholds the
  * client then uses.
  */
 

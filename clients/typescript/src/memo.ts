@@ -3,7 +3,7 @@
  * memo-grr, rappor, memo-olh, loloha. A permanent response per (user, task, memoization key), derived from
  * HMAC-SHA256 of the user's secret (so it is recomputed, never stored), then a fresh instantaneous
  * randomization per report from the random source. The same secret and bytes give the same report as
- * ldp.vectors.memo_report_bytes.
+ * wire.vectors.memo_report_bytes.
  */
 
 import { type ReportJson, reportJson } from "./client.js";

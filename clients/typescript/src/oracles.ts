@@ -198,7 +198,7 @@ function parity32(x: number): number {
 
 /**
  * Encodes one value from the random source (and, for OLH / BLH, the public seed).
- * The procedure of docs/wire_format.md, section 3; the same bytes give the same report as ldp.vectors.
+ * The procedure of docs/wire_format.md, section 3; the same bytes give the same report as wire.vectors.
  */
 export function encodePayload(params: WireParams, value: number, src: RandomSource, seed?: bigint): Payload {
   const d = params.d;

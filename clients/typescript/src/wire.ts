@@ -1,5 +1,5 @@
 /**
- * The client parameters of a task (`python -m ldp.vectors TASK.json`, docs/wire_format.md section 5): the
+ * The client parameters of a task (`python -m wire.client TASK.json`, docs/wire_format.md section 5): the
  * Python release's parameters of the byte procedure, whose `T_*` thresholds a client reads instead of
  * recomputing them through its own `Math.exp` / `Math.log` (not correctly rounded in V8, so a recomputed
  * threshold can be one off).

@@ -1,4 +1,4 @@
-"""Byte-driven reference encoders of the wire format (``docs/wire_format.md``) and the report JSON form.
+"""Byte-driven reference encoders of the wire format (``docs/wire_format.md``): the conformance procedure.
 
 Every client implementation of the frequency oracles (the TypeScript client in ``clients/typescript``,
 any later one) turns the same random bytes into the same report: this module is the Python reference of
@@ -30,22 +30,15 @@ truncate to ``k`` by a partial Fisher-Yates shuffle from the words), then hash w
 :func:`ldp.sparse.hashes.bins_signs` (pure-integer reference :func:`sparse_hash_one`) and draw each
 bin's noise or bit from the words in order; they match :mod:`ldp.sparse`'s encoders in distribution.
 
-:func:`client_wire_params` gives a task's parameters (the thresholds as integers) for clients to read:
-``python -m ldp.vectors TASK.json``.
-
-The JSON form (:func:`report_to_json`, :func:`report_from_json`) renders an Avro report record as JSON:
-``seed`` as the decimal string of its signed 64-bit reading, ``bits`` and ``client_id`` in padded
-standard base64.
+A task's client parameters (the thresholds as integers) come from :mod:`wire.client`
+(``python -m wire.client TASK.json``); the JSON form of a report is :mod:`wire.json_form`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,17 +78,12 @@ from ldp.sparse.vectors import SparseVectors
 __all__ = [
     "WIRE_VECTORS_VERSION",
     "BYTE_MECHANISMS",
-    "REPORT_JSON_FIELDS",
-    "WireFormatError",
     "WordStream",
     "bernoulli_threshold",
     "wire_params",
     "encode_bytes",
     "bytes_needed",
     "gf2_hash_one",
-    "report_to_json",
-    "report_from_json",
-    "reports_to_json",
     "MEMO_BYTE_MECHANISMS",
     "memo_wire_params",
     "memo_prf_words",
@@ -108,32 +96,13 @@ __all__ = [
     "sparse_hash_one",
     "sparse_wire_params",
     "sparse_encode_bytes",
-    "client_wire_params",
-    "client_params_document",
 ]
 
 #: Version of the conformance vectors (``schemas/vectors/v<N>/``) and of the byte-level procedure.
 WIRE_VECTORS_VERSION = 1
 #: Mechanisms with a byte-driven client procedure.
 BYTE_MECHANISMS = ("grr", "olh", "blh", "oue", "sue", "hr", "ss")
-#: Members of a report in the JSON form: the fields of ``schemas/report.avsc``, in schema order.
-REPORT_JSON_FIELDS = (
-    "task_id", "schema_version", "event_time", "group", "value", "seed", "bits", "items", "reals", "client_id"
-)
-_PAYLOAD = {"values": "value", "seeds": "seed", "bits": "bits", "items": "items", "reals": "reals"}
 _TWO53 = 1 << 53
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_SEED_RE = re.compile(r"-?(0|[1-9][0-9]{0,18})")
-_B64_RE = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
-
-
-class WireFormatError(ValueError):
-    """A JSON report that does not map to an Avro report record; ``reason`` is its dead-letter reason."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 def bernoulli_threshold(p: float) -> int:
@@ -476,111 +445,6 @@ def memo_report_bytes(
     else:
         reports = Reports(seeds=np.array([seed], dtype=np.uint64), values=y)
     return reports, int(ws.consumed_bytes[0]), info
-
-
-# ------------------------------------------------------------------------------------------------
-# JSON form
-# ------------------------------------------------------------------------------------------------
-def _b64(data: bytes) -> str:
-    return base64.b64encode(bytes(data)).decode("ascii")
-
-
-def report_to_json(record: dict[str, Any]) -> dict[str, Any]:
-    """An Avro report record (``transforms.records.reports_to_records``) in the JSON form: every member,
-    ``seed`` as a decimal string of the signed long, ``bits`` / ``client_id`` in base64."""
-    out: dict[str, Any] = {}
-    for name in REPORT_JSON_FIELDS:
-        v = record.get(name, 0 if name == "group" else None)
-        if v is not None and name == "seed":
-            v = str(int(v) - (1 << 64) if int(v) > _INT64_MAX else int(v))
-        elif v is not None and name in ("bits", "client_id"):
-            v = _b64(v)
-        out[name] = v
-    return out
-
-
-def reports_to_json(
-    task_id: str, reports: Reports, event_ms: Any, groups: Any = 0, *, schema_version: int = 2
-) -> list[dict[str, Any]]:
-    """A batch of :class:`~ldp.reports.Reports` as JSON-form reports."""
-    n = len(reports)
-    et = np.broadcast_to(np.asarray(event_ms, dtype=np.int64), (n,)).tolist()
-    grp = np.broadcast_to(np.asarray(groups, dtype=np.int64), (n,)).tolist()
-    cols: dict[str, list[Any]] = {}
-    for name, member in _PAYLOAD.items():
-        arr = getattr(reports, name)
-        if arr is None:
-            continue
-        if name == "seeds":
-            cols[member] = [str(s) for s in np.asarray(arr, dtype=np.uint64).view(np.int64).tolist()]
-        elif name == "bits":
-            cols[member] = [_b64(row.tobytes()) for row in np.ascontiguousarray(arr, dtype=np.uint8)]
-        elif name == "reals":
-            a = np.asarray(arr, dtype=np.float64)
-            cols[member] = a.tolist() if a.ndim == 2 else [[x] for x in a.tolist()]
-        else:
-            cols[member] = np.asarray(arr, dtype=np.int64).tolist()
-    out = []
-    for i in range(n):
-        rec: dict[str, Any] = dict.fromkeys(REPORT_JSON_FIELDS)
-        rec.update(task_id=task_id, schema_version=schema_version, event_time=et[i], group=grp[i])
-        for member, col in cols.items():
-            rec[member] = col[i]
-        out.append(rec)
-    return out
-
-
-def _from_b64(text: object, what: str, reason: str) -> bytes:
-    if not isinstance(text, str) or not _B64_RE.fullmatch(text):
-        raise WireFormatError(reason, f"{what} must be padded standard base64")
-    try:
-        return base64.b64decode(text, validate=True)
-    except binascii.Error:
-        raise WireFormatError(reason, f"{what} must be padded standard base64") from None
-
-
-def _as_double(x: object) -> object:
-    """A JSON integer in ``reals`` as the double it spells (``1`` is ``1.0``); anything else unchanged."""
-    if type(x) is int:
-        try:
-            return float(x)
-        except OverflowError:
-            return x
-    return x
-
-
-def report_from_json(obj: object) -> dict[str, Any]:
-    """The Avro report record a JSON-form report stands for (the validator then checks it as any record).
-
-    Raises:
-        WireFormatError: ``not_a_record`` (not an object), ``invalid_payload`` (a member the schema does
-            not have, ``bits`` not base64), ``invalid_seed`` (``seed`` not a canonical decimal string of a
-            signed 64-bit integer), ``invalid_client_id`` (``client_id`` not base64).
-    """
-    if not isinstance(obj, dict):
-        raise WireFormatError("not_a_record", "a report must be a JSON object")
-    extra = sorted(set(obj) - set(REPORT_JSON_FIELDS))
-    if extra:
-        raise WireFormatError("invalid_payload", f"unknown member(s) {', '.join(map(str, extra))[:200]}")
-    rec = {name: obj.get(name) for name in REPORT_JSON_FIELDS if name in obj}
-    seed = rec.get("seed")
-    if seed is not None:
-        if not isinstance(seed, str) or not _SEED_RE.fullmatch(seed) or seed == "-0":
-            raise WireFormatError(
-                "invalid_seed", "seed must be the decimal string of a signed 64-bit integer"
-            )
-        s = int(seed)
-        if not _INT64_MIN <= s <= _INT64_MAX:
-            raise WireFormatError("invalid_seed", "seed outside the signed 64-bit range")
-        rec["seed"] = s
-    if rec.get("bits") is not None:
-        rec["bits"] = _from_b64(rec["bits"], "bits", "invalid_payload")
-    if rec.get("client_id") is not None:
-        rec["client_id"] = _from_b64(rec["client_id"], "client_id", "invalid_client_id")
-    reals = rec.get("reals")
-    if isinstance(reals, list):
-        rec["reals"] = [_as_double(x) for x in reals]
-    return rec
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1078,66 +942,3 @@ def sparse_encode_bytes(
     else:
         raise ValueError(f"no byte-driven procedure for {mech!r}; known: {SPARSE_BYTE_MECHANISMS}")
     return reports, ws.consumed_bytes.copy()
-
-
-# ------------------------------------------------------------------------------------------------
-# The client parameters of a task (docs/wire_format.md, section 5)
-# ------------------------------------------------------------------------------------------------
-def client_wire_params(task: Any) -> dict[str, Any]:
-    """The parameters a client of ``task`` runs the byte procedure with: :func:`wire_params` (frequency
-    oracles), :func:`memo_wire_params` (memoized), :func:`numeric_wire_params` or
-    :func:`sparse_wire_params`. Its ``T_*`` integers are the thresholds, exactly; a client reads them
-    rather than recomputing them through its own ``exp`` and ``log``.
-
-    Raises:
-        ValueError: a kind of task without a byte procedure (range queries, batch queries).
-    """
-    kind = getattr(task, "kind", None)
-    if kind == "sparse":
-        return sparse_wire_params(task.make_mechanism())
-    if kind == "numeric":
-        if getattr(task, "is_multi", False):
-            raise ValueError(f"task {task.task_id!r}: numeric tasks of several attributes have no client "
-                             "byte procedure yet (docs/wire_format.md, section 7)")
-        return numeric_wire_params(task.make_mechanism())
-    if kind != "frequency":
-        raise ValueError(f"task {task.task_id!r}: {kind} tasks have no client byte procedure")
-    oracle = task.make_oracle()
-    return memo_wire_params(oracle) if isinstance(oracle, MemoizedOracle) else wire_params(oracle)
-
-
-def client_params_document(task: Any) -> dict[str, Any]:
-    """``{"task_id", "vectors_version", "params"}``: what ``python -m ldp.vectors TASK.json`` writes, to be
-    served with the task file (the TypeScript client's ``{wire}`` option)."""
-    params = client_wire_params(task)
-    return {"task_id": task.task_id, "vectors_version": WIRE_VECTORS_VERSION, "params": params}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ldp.vectors TASK.json [--out FILE]``: the task's client parameters as JSON."""
-    import argparse
-    import json
-    import sys
-
-    from ldp.task import TaskError, load_task
-
-    ap = argparse.ArgumentParser(prog="python -m ldp.vectors", description=main.__doc__)
-    ap.add_argument("task", help="the task file")
-    ap.add_argument("--out", help="write here instead of standard output")
-    args = ap.parse_args(argv)
-    try:
-        doc = client_params_document(load_task(args.task))
-    except (OSError, TaskError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
