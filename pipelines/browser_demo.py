@@ -136,10 +136,9 @@ def _status_line(base: str, store: str) -> str:
     return f"{col}; store: {len(windows)} window(s), {final} final, {reports} report(s)"
 
 
-def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Runs the demo (see the module docstring); returns the collector's final counts and the store's
-    summary."""
-    ns, _ = parse_job_args(_parser(), argv, beam=False)
+def _check_args(ns: argparse.Namespace) -> Path:
+    """Refuses a bad flag, a missing Prism binary or an unbuilt client in one line (exit 2); returns the
+    client's directory."""
     for flag in ("window_size", "early_firing"):
         if getattr(ns, flag) < 1:
             fail(f"--{flag} must be a whole number of seconds >= 1")
@@ -154,14 +153,23 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     client = Path(ns.client_dir).resolve()
     if not (client / "dist" / "demo" / "demo.js").is_file():
         fail(f"the TypeScript client is not built: cd {client} && npm ci && npm run build")
-    work = Path(ns.workdir).resolve()
+    return client
+
+
+def _prepare_workdir(workdir: str) -> Path:
+    """The demo's directory, emptied (only when it is an earlier browser demo's), with ``incoming/``."""
+    work = Path(workdir).resolve()
     if work.exists():
         if any(work.iterdir()) and not (work / _MARKER).exists():
             fail(f"--workdir {work} is not empty and not an earlier browser demo's: choose another")
         shutil.rmtree(work)
     (work / "incoming").mkdir(parents=True)
     (work / _MARKER).write_text("the browser demo's directory, replaced on every run\n")
-    store = ns.store or f"sqlite:///{work / 'estimates.db'}"
+    return work
+
+
+def _save_task(ns: argparse.Namespace, work: Path) -> Path:
+    """The demo's frequency task over :data:`BROWSER_LABELS`, saved as ``WORKDIR/task.json``."""
     try:
         task = parse_task(
             {"task_id": TASK_ID, "mechanism": ns.mechanism, "epsilon": ns.epsilon,
@@ -173,78 +181,124 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         fail(exc.one_line())
     task_path = work / "task.json"
     task.save(task_path)
-    py = sys.executable
+    return task_path
+
+
+def _start_job(ns: argparse.Namespace, work: Path, task_path: Path, store: str) -> ChildJob:
+    """The streaming job on Prism over ``WORKDIR/incoming/``; waits up to 120 s for its output marker."""
+    window = str(ns.window_size)
+    job = ChildJob([
+        sys.executable, "-m", "pipelines.frequency", "--task", str(task_path), "--streaming",
+        "--input", str(work / "incoming" / "*.avro"), "--require_done_marker", "--watch_interval", "1",
+        "--output", str(work / "out"), "--store", store, "--window_size", window,
+        "--early_firing", str(ns.early_firing), "--allowed_lateness", str(ns.allowed_lateness),
+        "--accumulating", "--counts_window", window, "--dead_letter_window", window,
+        "--progress_interval", "30", "--runner=PrismRunner", "--log_level", ns.log_level,
+    ], work / "job.log")  # fmt: skip
+    print(f"[browser demo] streaming job on Prism (pid {job.pid}), log {work / 'job.log'}", flush=True)
+    deadline, output_marker = time.time() + 120, work / "out" / ".ldp-beam-output.json"
+    while not output_marker.exists() and job.running() and time.time() < deadline:
+        time.sleep(0.2)
+    if not job.running():
+        raise RuntimeError(f"the streaming job exited with status {job.proc.returncode}:\n{job.tail()}")
+    return job
+
+
+def _start_collector(work: Path, task_path: Path, port: int, client: Path) -> ChildJob:
+    """The collector writing ``WORKDIR/incoming/`` (a file a second) and serving the demo page."""
+    collector = ChildJob([
+        sys.executable, "-m", "pipelines.collect", "--task", str(task_path),
+        "--output_dir", str(work / "incoming"), "--host", "127.0.0.1", "--port", str(port),
+        "--roll_seconds", "1", "--demo_page", str(client), "--log_level", "INFO",
+    ], work / "collector.log")  # fmt: skip
+    return collector
+
+
+def _start_dashboard(ns: argparse.Namespace, work: Path, store: str) -> ChildJob:
+    """The dashboard on ``--dashboard_port``, showing the demo task."""
+    dash = ChildJob([
+        sys.executable, "-m", "pipelines.dashboard", "--store", store, "--port", str(ns.dashboard_port),
+        "--address", "127.0.0.1", "--task", TASK_ID, "--refresh", "1", "--log_level", ns.log_level,
+    ], work / "dashboard.log")  # fmt: skip
+    return dash
+
+
+def _watch(ns: argparse.Namespace, started: Sequence[ChildJob], base: str, store: str) -> None:
+    """Until ``--timeout`` (or Ctrl-C): checks every second that every child runs, prints the collector's
+    and the store's figures every 15 s. A child that exited is a RuntimeError."""
+    t0 = last_print = time.time()
+    while True:
+        time.sleep(1.0)
+        for child in started:
+            if not child.running():
+                raise RuntimeError(f"{child.cmd[2]} exited with status {child.proc.returncode}:\n"
+                                   f"{child.tail()}")  # fmt: skip
+        now = time.time()
+        if ns.timeout and now - t0 > ns.timeout:
+            print("[browser demo] --timeout reached", flush=True)
+            return
+        if now - last_print >= 15:
+            print(f"[browser demo] {_status_line(base, store)}", flush=True)
+            last_print = now
+
+
+def _start_all(
+    ns: argparse.Namespace, work: Path, task_path: Path, store: str, client: Path, started: list[ChildJob]
+) -> str:
+    """Starts the job, the collector and the dashboard (each appended to ``started`` as it starts, so a
+    failure stops those already running) and prints their URLs; returns the page's base URL."""
+    started.append(_start_job(ns, work, task_path, store))
+    collector = _start_collector(work, task_path, ns.port, client)
+    started.append(collector)
+    base = _wait_for_line(collector, r"browser demo: (http://\S+)", 60).group(1)
+    print(f"[browser demo] collector (pid {collector.pid}) writing {work / 'incoming'}", flush=True)
+    dash = _start_dashboard(ns, work, store)
+    started.append(dash)
+    dash_url = _wait_for_line(dash, r"dashboard: (http://\S+)", 120).group(1)
+    print(f"[browser demo] dashboard (pid {dash.pid}): {dash_url}", flush=True)
+    print(f"[browser demo] page: {base} (pick a colour, or send N simulated browser clients)",
+          flush=True)  # fmt: skip
+    print(f"[browser demo] collector metrics: {base}metrics; {ns.window_size} s windows: early panes "
+          f"every {ns.early_firing} s, the on-time pane about 3 s after a window ends, final "
+          f"{ns.allowed_lateness} s later. Ctrl-C stops everything.", flush=True)  # fmt: skip
+    return base
+
+
+def _final_counts(started: Sequence[ChildJob]) -> dict[str, Any]:
+    """The collector's last JSON line (its final counts, printed when it stops); {} when it did not
+    start or printed none."""
+    collector = next((c for c in started if "pipelines.collect" in c.cmd), None)
+    if collector is None:
+        return {}
+    log = collector.log_path.read_text(errors="replace").splitlines()
+    lines = [ln for ln in log if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Runs the demo (see the module docstring); returns the collector's final counts and the store's
+    summary."""
+    ns, _ = parse_job_args(_parser(), argv, beam=False)
+    client = _check_args(ns)
+    work = _prepare_workdir(ns.workdir)
+    store = ns.store or f"sqlite:///{work / 'estimates.db'}"
+    task_path = _save_task(ns, work)
     started: list[ChildJob] = []  # stopped in reverse order
-    collector: ChildJob | None = None
-    base = ""
 
     def on_signal(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, on_signal)
-    t0 = time.time()
     try:
-        window = str(ns.window_size)
-        job = ChildJob([
-            py, "-m", "pipelines.frequency", "--task", str(task_path), "--streaming",
-            "--input", str(work / "incoming" / "*.avro"), "--require_done_marker", "--watch_interval", "1",
-            "--output", str(work / "out"), "--store", store, "--window_size", window,
-            "--early_firing", str(ns.early_firing), "--allowed_lateness", str(ns.allowed_lateness),
-            "--accumulating", "--counts_window", window, "--dead_letter_window", window,
-            "--progress_interval", "30", "--runner=PrismRunner", "--log_level", ns.log_level,
-        ], work / "job.log")  # fmt: skip
-        started.append(job)
-        print(f"[browser demo] streaming job on Prism (pid {job.pid}), log {work / 'job.log'}", flush=True)
-        deadline, output_marker = time.time() + 120, work / "out" / ".ldp-beam-output.json"
-        while not output_marker.exists() and job.running() and time.time() < deadline:
-            time.sleep(0.2)
-        if not job.running():
-            raise RuntimeError(f"the streaming job exited with status {job.proc.returncode}:\n{job.tail()}")
-        collector = ChildJob([
-            py, "-m", "pipelines.collect", "--task", str(task_path), "--output_dir", str(work / "incoming"),
-            "--host", "127.0.0.1", "--port", str(ns.port), "--roll_seconds", "1", "--demo_page", str(client),
-            "--log_level", "INFO",
-        ], work / "collector.log")  # fmt: skip
-        started.append(collector)
-        base = _wait_for_line(collector, r"browser demo: (http://\S+)", 60).group(1)
-        print(f"[browser demo] collector (pid {collector.pid}) writing {work / 'incoming'}", flush=True)
-        dash = ChildJob([
-            py, "-m", "pipelines.dashboard", "--store", store, "--port", str(ns.dashboard_port),
-            "--address", "127.0.0.1", "--task", TASK_ID, "--refresh", "1", "--log_level", ns.log_level,
-        ], work / "dashboard.log")  # fmt: skip
-        started.append(dash)
-        dash_url = _wait_for_line(dash, r"dashboard: (http://\S+)", 120).group(1)
-        print(f"[browser demo] dashboard (pid {dash.pid}): {dash_url}", flush=True)
-        print(f"[browser demo] page: {base} (pick a colour, or send N simulated browser clients)",
-              flush=True)  # fmt: skip
-        print(f"[browser demo] collector metrics: {base}metrics; {ns.window_size} s windows: early panes "
-              f"every {ns.early_firing} s, the on-time pane about 3 s after a window ends, final "
-              f"{ns.allowed_lateness} s later. Ctrl-C stops everything.", flush=True)  # fmt: skip
-        last_print = time.time()
-        while True:
-            time.sleep(1.0)
-            for child in started:
-                if not child.running():
-                    raise RuntimeError(f"{child.cmd[2]} exited with status {child.proc.returncode}:\n"
-                                       f"{child.tail()}")  # fmt: skip
-            now = time.time()
-            if ns.timeout and now - t0 > ns.timeout:
-                print("[browser demo] --timeout reached", flush=True)
-                break
-            if now - last_print >= 15:
-                print(f"[browser demo] {_status_line(base, store)}", flush=True)
-                last_print = now
+        base = _start_all(ns, work, task_path, store, client, started)
+        _watch(ns, started, base, store)
     except KeyboardInterrupt:
         print("\n[browser demo] stopping", flush=True)
     finally:
         signal.signal(signal.SIGTERM, old)
         for child in reversed(started):
             child.stop()
-    final: dict[str, Any] = {}
-    if collector is not None:
-        log = collector.log_path.read_text(errors="replace").splitlines()
-        lines = [ln for ln in log if ln.startswith("{")]
-        final = json.loads(lines[-1]) if lines else {}
+    final = _final_counts(started)
     summary = store_summary(store)
     print(f"[browser demo] collector's final counts: {json.dumps(final)}", flush=True)
     print(f"[browser demo] store {store}: {json.dumps(summary)}; logs in {work}/", flush=True)

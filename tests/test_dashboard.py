@@ -465,7 +465,7 @@ def test_document_waits_then_shows_the_current_window_and_follows_new_windows(st
     )
     dash.poll()
     assert "5 reports read, 5 rejected so far" in dash.status.text
-    assert dash.counts_source.data["rejected"] == [5] and dash.reasons_source.data["count"] == [5, 5]
+    assert dash.counts_source.data["rejected"] == [5] and dash.reasons["count"] == [5, 5]
     stream.write_window(writer, 0)
     refreshes = []
     real_refresh = dash._refresh
@@ -503,7 +503,7 @@ def test_document_waits_then_shows_the_current_window_and_follows_new_windows(st
     assert sorted(dash.latency_source.data["latency_s"]) == [-30.0, -30.0, 1.5, 1.9, 12.0]
     assert "median 1.90 s" in dash.latency_summary.text and "max 12.00 s" in dash.latency_summary.text
     assert dash.counts_source.data["accepted"] == [0, 2000, 2040]
-    assert "value_out_of_domain" in dash.reasons_source.data["reason"]
+    assert "value_out_of_domain" in dash.reasons["reason"]
     assert not dash.budget.visible  # this summary has no budget figures
 
     # the user's choices are kept: k and the series values
@@ -558,8 +558,8 @@ def test_document_shows_range_answers_and_budget_figures(store_url: str):
     assert dash.series_whiskers[0].visible  # answers over time get error bars
     assert dash.series_sources[0].data["x"] == [60_000, 120_000, 180_000]
     assert dash.budget.visible and "id='budget-spent'" in dash.budget.text
-    assert "<td>30.0000</td><td>11.5000</td>" in dash.budget.text  # basic next to tight
-    assert "budget.windows" in dash.budget.text
+    assert "<td>11.5000</td><td>30.0000</td></tr>" in dash.budget.text  # tight next to basic
+    assert "data-key='budget.windows'" in dash.budget.text and "budget · reports" in dash.budget.text
     assert dash.latency_summary.text.count("median 0.80 s") == 1
     writer.close()
 

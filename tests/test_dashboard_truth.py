@@ -74,14 +74,25 @@ def test_budget_of_an_ended_job_is_read_from_its_run_summary_with_the_worst_case
     assert "(from the job&#x27;s summary)" in text
     per = figures["per_period"]
     # the per-period figure (memoized: a constant value) and beside it the worst case over any history
+    # the guaranteed (worst-case) figures lead, under a human label; the summary's key stays in data-key
     row = (
-        f"<td class='name'>run.budget.per_period</td><td>4</td><td>{per['basic']:.4f}</td>"
-        f"<td>{per['tight']:.4f}</td><td class='worst'>{per['any_history']['basic']:.4f}</td>"
+        f"<tr data-key='run.budget.per_period'><td class='name'>budget · per period</td><td>4</td>"
         f"<td class='worst'>{per['any_history']['tight']:.4f}</td>"
+        f"<td class='worst'>{per['any_history']['basic']:.4f}</td>"
+        f"<td>{per['tight']:.4f}</td><td>{per['basic']:.4f}</td></tr>"
     )
     assert row in text, text
     assert per["any_history"]["tight"] > per["tight"] + 1  # the two differ for this mechanism
-    assert "run.budget.per_period.any_history</td>" not in text.split("</table>")[0]  # beside, not again
+    spent = text.split("id='budget-spent'")[1].split("</table>")[0]
+    assert "data-key='run.budget.per_period.any_history'" not in spent  # beside, not again
+    assert "run.budget" not in spent.replace("data-key='run.budget", "")  # no raw key is shown
+    assert "if the value changes at every report" in spent and "changing_values" not in spent.replace(
+        "data-key='run.budget.per_period.changing_values'", ""
+    )
+    # the headline leads with the guaranteed figure, then the best case
+    headline = text.split("id='budget-headline'>")[1].split("</p>")[0]
+    worst, best = f"{per['any_history']['tight']:.4f}", f"{per['tight']:.4f}"
+    assert headline.index(worst) < headline.index(best) and "guaranteed" in headline, headline
 
 
 def test_budget_of_a_running_job_is_the_tasks_policy_figures(tmp_path: Path):
@@ -100,7 +111,7 @@ def test_budget_of_a_running_job_is_the_tasks_policy_figures(tmp_path: Path):
     assert "computed from the task&#x27;s budget policy" in dash.budget.text
     per = budget_summary(task)["per_period"]
     assert f"<td class='worst'>{per['any_history']['tight']:.4f}</td>" in dash.budget.text
-    assert "budget.per_period</td><td>4</td>" in dash.budget.text
+    assert "<td class='name'>budget · per period</td><td>4</td>" in dash.budget.text
 
 
 def test_spent_rows_put_the_figure_sets_first_and_the_worst_case_beside():

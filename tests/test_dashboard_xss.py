@@ -30,7 +30,7 @@ from pipelines.dashboard_app.app import Dashboard
 from pipelines.dashboard_app.simulated import HOSTILE_TEXTS, open_writer, write_hostile_tasks
 
 #: The only elements the dashboard's own markup uses.
-OWN_TAGS = {"style", "h2", "span", "code", "table", "tr", "th", "td", "b", "details", "summary", "br"}
+OWN_TAGS = {"style", "h2", "span", "code", "table", "tr", "th", "td", "b", "details", "summary", "br", "div", "p"}
 
 
 class _Markup(HTMLParser):
@@ -121,7 +121,8 @@ def test_every_text_path_of_the_document_shows_hostile_store_texts_as_text(hosti
     shown = [ids["frequency"], *(f"{t} #{i}" for i, t in enumerate(HOSTILE_TEXTS)), HOSTILE_TEXTS[1]]
     shown.append(f"run {HOSTILE_TEXTS[3]} live")  # the run id, in the freshness line
     _check_document(doc, shown)  # task id, labels (table, series box), method, budget, run id
-    assert set(dash.reasons_source.data["reason"]) == set(HOSTILE_TEXTS)  # DataTable cells: text nodes
+    assert set(dash.reasons["reason"]) == set(HOSTILE_TEXTS)
+    assert all(shape.html_text(t) in dash.reasons_table.text for t in HOSTILE_TEXTS)  # escaped cells
 
     dash.task_select.value = ids["range"]  # the range task: hostile attribute names in the query texts
     assert dash.topk_source.data["item"] == [0, 1, 2, 3]
@@ -138,7 +139,7 @@ def test_status_and_error_texts_are_escaped(tmp_path: Path):
 
 def test_stored_numbers_that_are_text_are_escaped():
     """A store the project did not write may hold text where a figure belongs: it is shown escaped."""
-    from pipelines.dashboard_app.app import _fmt
+    from pipelines.dashboard_app.markup import fmt as _fmt
 
     assert _fmt("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
     assert _fmt(0.5) == "0.5000" and _fmt(12345, spec=",") == "12,345" and _fmt(None) == "-"

@@ -85,7 +85,8 @@ def test_numeric_panel_holds_the_stored_mean_and_quantiles_of_every_window(tmp_p
         assert list(q["lower"]) == [r.quantiles[i]["ci_low"] for r in rows]
         assert list(q["upper"]) == [r.quantiles[i]["ci_high"] for r in rows]
         legend = dash.numeric_legend_items[1 + i]
-        assert legend.visible and legend.label.value == f"q{rows[0].quantiles[i]['q']:g}"
+        assert legend.visible and legend.label.value == f"latency_ms: q{rows[0].quantiles[i]['q']:g}"
+    assert dash.numeric_legend_items[0].label.value == "latency_ms: mean"
     assert all(not src.data["x"] for src in dash.numeric_quantile_sources[3:])
     assert not any(item.visible for item in dash.numeric_legend_items[4:])
     # the table: the newest window's figures, exactly as stored (4 decimals), marked partial
@@ -95,9 +96,14 @@ def test_numeric_panel_holds_the_stored_mean_and_quantiles_of_every_window(tmp_p
     assert f"<td class='estimate'>{newest.mean:.4f}</td>" in table
     assert f"<td>{newest.mean_ci_low:.4f}</td><td>{newest.mean_ci_high:.4f}</td>" in table
     for i, q in enumerate(newest.quantiles):
-        assert f"<tr data-item='{1 + i}'><td class='name'>q{q['q']:g}</td>" in table
+        assert f"<tr data-item='{1 + i}'><td class='name'>latency_ms: q{q['q']:g}</td>" in table
         assert f"<td class='estimate'>{q['value']:.4f}</td>" in table
     assert dash.numeric_plot.title.text.startswith("PARTIAL (EARLY pane")
+    # the figures are named by attribute and statistic everywhere: top-k panel, its table, the series box
+    names = ["latency_ms: mean", *(f"latency_ms: q{q['q']:g}" for q in newest.quantiles)]
+    assert dash.topk_source.data["name"] == names
+    assert [label for _, label in dash.series_items.options] == names
+    assert "query" not in dash.topk_table.text and "<th class='name'>figure</th>" in dash.topk_table.text
     assert "data-partial='1'" in dash.status.text
 
 

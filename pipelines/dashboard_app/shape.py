@@ -56,6 +56,10 @@ __all__ = [
     "budget_items",
     "composition_pairs",
     "counts_columns",
+    "counts_vs_windows",
+    "figure_label",
+    "numeric_name",
+    "trust_model",
     "current_window",
     "domain_size",
     "format_ms",
@@ -562,12 +566,14 @@ def _row_origin(cols: Columns, row: Row) -> None:
     cols["pane_index"].append(int(row.get("pane_index") or 0))
 
 
-def answers_columns(rows: Iterable[Row], k: int, *, test_zero: bool = True) -> Columns:
+def answers_columns(
+    rows: Iterable[Row], k: int, *, test_zero: bool = True, names: Mapping[int, str] | None = None
+) -> Columns:
     """The first ``k`` queries (by query index) of one window of a range or batch task (or a numeric
     task's figures), as the columns of :func:`top_k` with ``name`` the query's text (from ``extra_json``)
-    prefixed by its index and the answer's own 95% interval. ``test_zero`` False (a numeric attribute
-    whose range does not hold 0 inside, :func:`zero_inside`): no answer is judged against 0
-    (:data:`NO_ZERO_TEST`)."""
+    prefixed by its index, or ``names[item]`` when given (a numeric task's ``delay: mean``), and the
+    answer's own 95% interval. ``test_zero`` False (a numeric attribute whose range does not hold 0
+    inside, :func:`zero_inside`): no answer is judged against 0 (:data:`NO_ZERO_TEST`)."""
     ordered = sorted(rows, key=lambda r: int(r["item"]))[: max(int(k), 0)]
     cols = top_k([], 0)
     for rank, row in enumerate(ordered, start=1):
@@ -575,7 +581,8 @@ def answers_columns(rows: Iterable[Row], k: int, *, test_zero: bool = True) -> C
         flag = noise_level(row) if test_zero else None
         cols["rank"].append(rank)
         cols["item"].append(item)
-        cols["name"].append(f"#{item}: {query_text(parse_json(row.get('extra_json')), item)}")
+        name = (names or {}).get(item)
+        cols["name"].append(name or f"#{item}: {query_text(parse_json(row.get('extra_json')), item)}")
         cols["estimate"].append(_num(row.get("estimate")))
         cols["ci_low"].append(_num(row.get("ci_low")))
         cols["ci_high"].append(_num(row.get("ci_high")))
@@ -1024,3 +1031,105 @@ def numeric_attribute(task_json: str | None, index: int = 0) -> str:
     except (TypeError, KeyError, IndexError):
         return "value"
     return str(name)
+
+
+def numeric_name(attribute: str, item: int, label: str | None) -> str:
+    """The name of a numeric task's stored figure: ``attribute: statistic`` (``delay: mean``,
+    ``delay: q0.9``), from the row's label (the job's ``mean`` / ``q0.9``); ``quantile N`` for an
+    unlabelled item other than 0."""
+    stat = str(label) if label else ("mean" if int(item) == 0 else f"quantile {int(item)}")
+    return f"{attribute}: {stat}"
+
+
+#: Human names of the keys of a budget summary (``ldp.task.budget_summary``; the job's run summary).
+FIGURE_WORDS = {
+    "budget": "budget",
+    "accounting": "accounting",
+    "per_period": "per period",
+    "after_windows": "after the windows so far",
+    "lifetime": "lifetime",
+    "constant_value": "if the value never changes",
+    "changing_values": "if the value changes at every report",
+    "any_history": "any history (worst case)",
+    "fresh_equivalent": "as if every report were fresh",
+    "reports_allowed": "reports allowed",
+    "epsilon_per_report": "epsilon per report",
+    "reports_per_period": "reports per period",
+    "period_s": "period (s)",
+    "total_epsilon": "total epsilon",
+    "enforced_by": "enforced by",
+    "client_ids": "client ids",
+    "max_memo_keys": "memoized keys at most",
+    "epsilon_1": "epsilon of one report",
+    "epsilon_inf": "epsilon of a memoized value",
+    "epsilon_inf_any_changes": "epsilon over any changes",
+    "epsilon_instantaneous": "epsilon of one instantaneous report",
+    "basic": "basic composition",
+    "tight": "tight (accountant)",
+    "windows": "reports",
+}
+
+
+def figure_label(path: str) -> str:
+    """A budget figure's key path as a label: ``run.budget.per_period.changing_values`` ->
+    ``budget · per period · if the value changes at every report``. The run summary's ``run.`` prefix is
+    dropped; keys without a name of their own have their underscores replaced."""
+    parts = [p for p in str(path).split(".") if p]
+    if len(parts) > 1 and parts[0] == "run":
+        parts = parts[1:]
+    return " · ".join(FIGURE_WORDS.get(p, p.replace("_", " ")) for p in parts)
+
+
+def trust_model(rows: Sequence[Mapping[str, Any]]) -> tuple[str, bool]:
+    """One sentence stating the trust model of the windows of :func:`guarantee_rows`, and whether the
+    windows differ (then the table keeps a column with each window's method or reason)."""
+    central = [r for r in rows if r.get("central_epsilon") is not None]
+    whys = {str(r.get("why") or "") for r in rows if r.get("central_epsilon") is None}
+    methods = {str(r.get("method") or "") for r in central}
+    if not central and len(whys) == 1:
+        why = next(iter(whys))
+        return "local differential privacy only, no central guarantee" + (f": {why}" if why else ""), False
+    if len(central) == len(rows) and len(methods) == 1:
+        method = next(iter(methods))
+        return (
+            "shuffled: each window has a central guarantee, resting on its smallest batch"
+            + (f" ({method})" if method else ""),
+            False,
+        )
+    return (
+        f"mixed: {len(central)} window(s) with a central guarantee (shuffled), {len(rows) - len(central)} "
+        "without; the last column says why",
+        True,
+    )
+
+
+def counts_vs_windows(counts: Mapping[str, list[Any]], windows: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """How the counts panel (:func:`counts_columns`, cut by arrival time) relates to the windows
+    (:func:`windows_columns`, by event time): ``counts_windows`` (how many), ``counts_size_s`` /
+    ``windows_size_s`` (the most common length), ``same_bounds`` (same length and alignment, so a counts
+    window and an estimate window with the same start cover the same span of clock time),
+    ``accepted_by_window`` (the counts' accepted for each estimate window with the same bounds), and
+    ``accepted`` / ``n_reports`` summed over the ``shared`` windows both hold (with other bounds: over
+    every shown window of each)."""
+    c_keys = [(int(s), int(e)) for s, e in zip(counts["window_start"], counts["window_end"], strict=True)]
+    w_keys = [(int(s), int(e)) for s, e in zip(windows["window_start"], windows["window_end"], strict=True)]
+
+    def size_ms(keys: list[tuple[int, int]]) -> int:
+        sizes = [e - s for s, e in keys if e > s]
+        return max(set(sizes), key=sizes.count) if sizes else 0
+
+    c_size, w_size = size_ms(c_keys), size_ms(w_keys)
+    same = bool(c_size) and c_size == w_size and len({s % c_size for s, _ in c_keys + w_keys}) == 1
+    accepted = dict(zip(c_keys, (int(a) for a in counts["accepted"]), strict=True))
+    n_reports = dict(zip(w_keys, (int(n) for n in windows["n_reports"]), strict=True))
+    shared = [k for k in w_keys if k in accepted] if same else []
+    return {
+        "counts_windows": len(c_keys),
+        "same_bounds": same,
+        "counts_size_s": c_size / 1000.0,
+        "windows_size_s": w_size / 1000.0,
+        "accepted_by_window": {k: accepted[k] for k in shared},
+        "shared": len(shared) if same else len(c_keys),
+        "accepted": sum(accepted[k] for k in shared) if same else sum(accepted.values()),
+        "n_reports": sum(n_reports[k] for k in shared) if same else sum(n_reports.values()),
+    }
