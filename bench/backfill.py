@@ -54,7 +54,7 @@ def _task():
 
 def generate(data: Path, users: int, chunks: int, seed: int) -> dict[str, Any]:
     """Writes ``chunks`` chunk directories of ``users / chunks`` reports each (skips complete ones)."""
-    from pipelines import simulate
+    import simulator
 
     if users % chunks:
         raise SystemExit(f"--users ({users}) must be a multiple of --chunks ({chunks})")
@@ -71,7 +71,7 @@ def generate(data: Path, users: int, chunks: int, seed: int) -> dict[str, Any]:
         if truth_file.is_file() and json.loads(truth_file.read_text()).get("n_users") == m:
             truth = json.loads(truth_file.read_text())
         else:
-            truth = simulate.simulate_files(
+            truth = simulator.simulate_files(
                 task, m, "zipf", out, seed=int(seeds[k].generate_state(1)[0]), files=1,
                 start_ms=START_MS + int(round(k * HOUR_S / chunks * 1000)), duration_s=HOUR_S / chunks,
             )  # fmt: skip

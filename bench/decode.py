@@ -82,7 +82,7 @@ def measure(kind: str, n: int, args: argparse.Namespace, workdir: Path) -> dict[
     import fastavro
 
     from ldp.aggregate import make_aggregator
-    from pipelines import simulate
+    import simulator
     from wire.decode import ColumnBatch, iter_report_batches
     from wire.validate import TaskReportValidator, decode_params
 
@@ -92,7 +92,7 @@ def measure(kind: str, n: int, args: argparse.Namespace, workdir: Path) -> dict[
     task.save(here / "task.json")
     dataset = "zipf" if kind == "frequency" else "gaussian:0.5"
     t_sim, _ = _best(
-        lambda: simulate.simulate_files(task, n, dataset, here / "in", seed=args.seed, files=4), 1
+        lambda: simulator.simulate_files(task, n, dataset, here / "in", seed=args.seed, files=4), 1
     )
     paths = sorted(glob.glob(str(here / "in" / "reports-*.avro")))
     agg = make_aggregator(task)

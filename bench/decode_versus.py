@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from ldp.aggregate import make_aggregator
     from ldp.task import parse_task
-    from pipelines import simulate
+    import simulator
     from wire import decode as avro_fast
     from wire.validate import decode_params
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             task = parse_task({"task_id": "decode-versus", "mechanism": mechanism, "epsilon": 1.0,
                                "domain_size": args.domain_size})  # fmt: skip
             here = Path(tmp) / mechanism
-            simulate.simulate_files(task, args.users, "zipf", here, seed=args.seed, files=4)
+            simulator.simulate_files(task, args.users, "zipf", here, seed=args.seed, files=4)
             blobs = [Path(f).read_bytes() for f in sorted(glob.glob(str(here / "reports-*.avro")))]
             params = decode_params(make_aggregator(task))
             equal = _same(_columns(avro_fast, blobs, params), _columns(old, blobs, params))

@@ -63,14 +63,15 @@ def measure_batch(
 
     from ldp.reports import Reports
     from ldp.task import parse_task
-    from pipelines import frequency, simulate
+    import simulator
+    from pipelines import frequency
     from wire.decode import iter_report_batches
     from wire.validate import ReportValidator, fast_decode_params
 
     task = parse_task({"task_id": "bench", "mechanism": mechanism, "epsilon": epsilon, "domain_size": d})
     task.save(workdir / "task.json")
     oracle = task.make_oracle()
-    t_sim, _ = _time(simulate.simulate_files, task, n, "zipf", workdir / "in", seed=seed, files=files)
+    t_sim, _ = _time(simulator.simulate_files, task, n, "zipf", workdir / "in", seed=seed, files=files)
     paths = sorted(glob.glob(str(workdir / "in" / "reports-*.avro")))
     size = sum(os.path.getsize(p) for p in paths)
 

@@ -191,7 +191,7 @@ def bench_pipeline(
 
     from ldp.task import parse_task
     from pipelines import sparse_mean
-    from pipelines.simulate import make_population, simulate_files
+    from simulator import make_population, simulate_files
 
     task = parse_task(
         {

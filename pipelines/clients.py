@@ -631,7 +631,7 @@ def parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Runs the clients; returns (and writes to ``OUT/clients-truth.json``) the summary."""
     ns, _ = parse_job_args(parser(), argv, beam=False)
-    from pipelines.simulate import parse_iso8601_ms  # (the simulator's populations: not for --help)
+    from simulator import parse_iso8601_ms  # (the simulator's populations: not for --help)
 
     try:
         task = load_task(ns.task)

@@ -92,7 +92,8 @@ def _read_estimates(out: Path) -> list[dict[str, Any]]:
 
 
 def run_batch(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
-    from pipelines import frequency, simulate
+    import simulator
+    from pipelines import frequency
 
     work = Path(ns.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -104,7 +105,7 @@ def run_batch(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
     )
     t0 = time.perf_counter()
     try:
-        truth = simulate.simulate_files(
+        truth = simulator.simulate_files(
             task, ns.users, ns.dataset, _fresh(work / "reports"), seed=ns.seed, files=ns.files,
             inject_bad=ns.inject_bad,
         )  # fmt: skip

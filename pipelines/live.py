@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from ldp.task import Task
-from pipelines.simulate import make_population, parse_iso8601_ms, publish
+from pipelines.simulate import publish
+from simulator import make_population, parse_iso8601_ms
 from wire.records import encode_report_container, reports_to_records, write_report_file
 
 __all__ = ["FileFeeder", "PubSubFeeder", "ChildJob", "PaneWatcher", "Pane", "latency_summary"]

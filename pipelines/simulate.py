@@ -20,7 +20,7 @@ reads it): the empirical value distribution of a frequency task, the group sizes
 Follow (``--output DIR --follow``): a live stream into a watched directory, ``--rate`` reports per second,
 ``--file_reports`` per file (default: one file a second), event times = wall clock, each file complete
 before its ``PATH.done`` marker; it ends after ``--duration`` seconds, after ``--users`` reports, or on
-Ctrl-C / SIGTERM (after the file being written), with a one-line summary (:mod:`simulator.follow`)::
+Ctrl-C / SIGTERM (after the file being written), with a one-line summary (:mod:`simulator.stream`)::
 
     ldp-beam simulate --task TASK.json --output incoming/ --follow --rate 2000 --duration 60
 
@@ -52,6 +52,7 @@ reports, event times and bad records: 1,000,000 users in about 1-2 s.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -200,23 +201,23 @@ def _parser() -> argparse.ArgumentParser:
         "--duration, --users or Ctrl-C / SIGTERM",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an earlier simulation in --output")
-    p.add_argument("--files", type=int, help="number of Avro files (default 4)")
-    p.add_argument("--start", help=f"first event time, ISO-8601 (default {DEFAULT_START})")
+    p.add_argument("--files", type=int, help="number of Avro files (default: 4)")
+    p.add_argument("--start", help=f"first event time, ISO-8601 (default: {DEFAULT_START})")
     p.add_argument(
         "--duration",
         type=float,
-        help="files: event times spread over this many seconds (default 3600); --follow: stop after this "
+        help="files: event times spread over this many seconds (default: 3600); --follow: stop after this "
         "many seconds (default: until interrupted)",
     )
     p.add_argument("--assignment", choices=ASSIGNMENTS, default="random", help="range tasks: user groups")
     p.add_argument("--codec", default="null", choices=["null", "deflate"], help="Avro block codec")
     p.add_argument("--batch_size", type=int, default=1 << 18, help="frequency tasks: users per numpy batch")
     p.add_argument("--inject_bad", type=int, help="add K bad records of every kind (dead letters)")
-    p.add_argument("--rate", type=float, help="--output_topic, --follow: reports per second (default 1000)")
+    p.add_argument("--rate", type=float, help="--output_topic, --follow: reports per second (default: 1000)")
     p.add_argument(
         "--file_reports", type=int, help="--follow: reports per file (default: --rate, one file a second)"
     )
-    p.add_argument("--message_size", type=int, help="--output_topic: max reports per message (default 500)")
+    p.add_argument("--message_size", type=int, help="--output_topic: max reports per message (default: 500)")
     return p
 
 
@@ -303,8 +304,7 @@ def _run_follow(ns: argparse.Namespace, task: Task) -> dict[str, Any]:
             codec=ns.codec, stop=stop,
         )  # fmt: skip
     print(summary.line(task), file=sys.stderr)
-    return {"task_id": task.task_id, "kind": task.kind, "files": summary.files, "reports": summary.reports,
-            "seconds": summary.seconds, "reason": summary.reason, "output": summary.output}
+    return {"task_id": task.task_id, "kind": task.kind, **dataclasses.asdict(summary)}
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import pytest
 from ldp.longitudinal.client import Client, ShuffledCollection, WindowReportRefused
 from ldp.shuffle import central_epsilon_report
 from ldp.task import parse_task, shuffle_accounting
-from pipelines import simulate
+import simulator
 from pipelines.window_privacy import ONE_REPORT_PER_WINDOW, window_privacy
 from wire.records import REASONS, reports_to_records
 from wire.validate import ReportValidator, TaskReportValidator
@@ -140,13 +140,13 @@ def test_simulated_clients_of_a_shuffled_task_round_and_send_no_id(tmp_path: Pat
 
 def test_simulator_rounds_a_shuffled_tasks_times(tmp_path: Path):
     task = _task()
-    simulate.simulate_files(task, 500, "zipf", tmp_path, seed=1, files=1, start_ms=T0 + 123, duration_s=1800)
+    simulator.simulate_files(task, 500, "zipf", tmp_path, seed=1, files=1, start_ms=T0 + 123, duration_s=1800)
     with open(tmp_path / "reports-00000-of-00001.avro", "rb") as fh:
         times = np.array([r["event_time"] for r in fastavro.reader(fh, return_record_name=False)])
     ms = np.array([t if isinstance(t, int) else round(t.timestamp() * 1000) for t in times])
     buckets = set(np.unique(ms).tolist())  # 1800 s from T0 + 0.123 s: three buckets, a fourth rarely
     assert {T0, T0 + 600_000, T0 + 1_200_000} <= buckets <= {T0, T0 + 600_000, T0 + 1_200_000, T0 + 1_800_000}
-    plain = simulate.client_times(parse_task(BASE), np.array([T0 + 5]))
+    plain = simulator.client_times(parse_task(BASE), np.array([T0 + 5]))
     assert plain.tolist() == [T0 + 5]
 
 
@@ -215,8 +215,8 @@ def e2e(tmp_path_factory):
     task_obj = {**BASE, "anonymity": ANON, "window": {"size_s": 1800}}
     (base / "task.json").write_text(json.dumps(task_obj))
     task = parse_task(task_obj)
-    simulate.simulate_files(task, USERS, "zipf", base / "in", seed=21, files=2, start_ms=T0, duration_s=1800)
-    simulate.simulate_files(task, SHORT, "zipf", base / "short", seed=22, files=1, start_ms=T0 + 3_600_000,
+    simulator.simulate_files(task, USERS, "zipf", base / "in", seed=21, files=2, start_ms=T0, duration_s=1800)
+    simulator.simulate_files(task, SHORT, "zipf", base / "short", seed=22, files=1, start_ms=T0 + 3_600_000,
                             duration_s=60.0)  # fmt: skip
     os.rename(base / "short" / "reports-00000-of-00001.avro", base / "in" / "short.avro")
     legacy = base / "in" / "reports-00000-of-00002.avro"  # clients that send ids and fine times anyway

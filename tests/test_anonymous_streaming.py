@@ -33,7 +33,8 @@ from ldp.aggregate import from_iso
 from ldp.shuffle import central_epsilon_report
 from ldp.shuffle.provenance import new_key_file
 from ldp.task import parse_task, shuffle_accounting
-from pipelines import frequency, shuffle, simulate
+import simulator
+from pipelines import frequency, shuffle
 from store import open_store
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -74,7 +75,7 @@ class _Clients(threading.Thread):
 
     def write(self, k: int, users: int, start_ms: int, inject_bad: int = 0) -> None:
         stage = self.base / "stage" / str(k)
-        simulate.simulate_files(self.task, users, "zipf", stage, seed=100 + k, files=1, start_ms=start_ms,
+        simulator.simulate_files(self.task, users, "zipf", stage, seed=100 + k, files=1, start_ms=start_ms,
                                 duration_s=float(PRECISION_S), inject_bad=inject_bad)  # fmt: skip
         for name in sorted(os.listdir(stage)):
             if name.endswith(".avro"):

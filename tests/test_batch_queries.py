@@ -35,7 +35,8 @@ from ldp.matrix.strategies import make_strategy
 from ldp.matrix.workloads import allrange, range_set_matrix
 from ldp.reports import Reports
 from ldp.task import BATCH_CALIBRATIONS, TaskError, parse_task
-from pipelines import batch_queries, simulate
+import simulator
+from pipelines import batch_queries
 
 SEEDS = np.random.SeedSequence(20261201).spawn(6)
 Z = 5.0
@@ -380,7 +381,7 @@ def allrange_run(tmp_path_factory):
     (tmp / "task.json").write_text(json.dumps(obj))
     (tmp / "w.json").write_text(json.dumps({"type": "allrange", "shape": [64]}))
     task = parse_task(obj)
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         task, 50_000, "gaussian", tmp / "in", seed=int(SEEDS[3].generate_state(1)[0]), files=3, inject_bad=2
     )
     argv = ["--task", str(tmp / "task.json"), "--input", str(tmp / "in" / "*.avro"), "--workload",
@@ -528,7 +529,7 @@ def test_windowed_job_draws_noise_per_window(tmp_path):
     (tmp_path / "task.json").write_text(json.dumps(obj))
     (tmp_path / "w.json").write_text(json.dumps({"type": "prefix"}))
     task = parse_task(obj)
-    simulate.simulate_files(
+    simulator.simulate_files(
         task, 4000, "uniform", tmp_path / "in", seed=9, files=2, start_ms=t0, duration_s=7200
     )
     argv = ["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro"), "--workload",
@@ -566,7 +567,7 @@ def test_product_domain_job_with_opt_and_explicit_ranges(tmp_path):
     ranges += [{"a": [i, i], "b": [j, j]} for i in range(6) for j in range(5)]  # every cell covered
     (tmp_path / "w.json").write_text(json.dumps({"type": "ranges", "ranges": ranges}))
     task = parse_task(obj)
-    truth = simulate.simulate_files(task, 3000, "gaussian", tmp_path / "in", seed=4, files=2, inject_bad=1)
+    truth = simulator.simulate_files(task, 3000, "gaussian", tmp_path / "in", seed=4, files=2, inject_bad=1)
     argv = ["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro"), "--workload",
             str(tmp_path / "w.json"), "--output", str(tmp_path / "out"), "--noise_seed", "3"]  # fmt: skip
     summary = batch_queries.run(argv)
@@ -598,7 +599,7 @@ def test_rerun_republishes_the_same_release(tmp_path):
     task_path.write_text(json.dumps(obj))
     (tmp_path / "w.json").write_text(json.dumps({"type": "prefix"}))
     task = parse_task(obj)
-    truth = simulate.simulate_files(task, 2000, "uniform", tmp_path / "in", seed=21, files=2)
+    truth = simulator.simulate_files(task, 2000, "uniform", tmp_path / "in", seed=21, files=2)
 
     def run(inputs: str, out: str) -> list[float]:
         w = str(tmp_path / "w.json")

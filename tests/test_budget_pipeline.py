@@ -84,7 +84,7 @@ def test_old_version_2_files_are_read_exactly(mech):
     """A file written with the version 2 schema before client_id (the legacy layout) is decoded on the fast
     path and gives the same reports and the same dead letters as the fastavro path; its reports have no
     client id (the dead letters' raw_record does not invent one)."""
-    from pipelines.simulate import bad_records
+    from simulator import bad_records
 
     task = _task(mech, d=20)
     oracle = task.make_oracle()

@@ -201,7 +201,7 @@ def test_bits_items_and_client_ids_round_trip(serve, frequency_task_file, rng):
 
 def test_range_task_reports_of_every_group(serve, range_task_file, tmp_path):
     """A range task's groups validate with their own oracles; the first refused report is still named."""
-    from pipelines.simulate import simulate_files
+    from simulator import simulate_files
 
     task = range_task_file(expected_users=600)
     simulate_files(load_task(task), 600, None, tmp_path / "sim", seed=5, files=1)

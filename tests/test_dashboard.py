@@ -608,7 +608,7 @@ def test_readme_apps_example_top20_on_the_page_flags_no_zero_and_covers(tmp_path
     from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
     from ldp.aggregate.frequency import FrequencyAggregator
     from ldp.task import parse_task
-    from pipelines.simulate import make_population
+    from simulator import make_population
 
     task = parse_task({"task_id": "apps-2026-12", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024,
                        "postprocess": "norm-sub"})  # fmt: skip

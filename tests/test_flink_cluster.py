@@ -46,7 +46,8 @@ import pytest
 beam = pytest.importorskip("apache_beam")
 
 from ldp.rangequery.queries import RangeQuery, random_queries  # noqa: E402
-from pipelines import frequency, range_queries, simulate, simulate_range  # noqa: E402
+import simulator
+from pipelines import frequency, range_queries  # noqa: E402
 from wire.records import now_ms  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -268,7 +269,7 @@ def test_frequency_batch_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> N
     """20,000 OLH reports in 4 files plus every kind of bad record, at parallelism 4."""
     task = olh_task("cluster-batch")
     (tmp_path / "task.json").write_text(task.to_json())
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         task, 20_000, "zipf", tmp_path / "in", seed=_seed(0), files=4, start_ms=1_767_225_600_000,
         duration_s=600.0, inject_bad=1,
     )  # fmt: skip
@@ -294,7 +295,7 @@ def test_frequency_batch_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> N
 def test_range_batch_on_flink_cluster(cluster: Cluster, tmp_path: Path) -> None:
     """HDG over 3 attributes (20,000 users, bad records): every answer and std equals the core's."""
     task = _range_task(tmp_path, "hdg", 20_000, task_id="cluster-range")
-    truth = simulate_range.simulate_range_files(
+    truth = simulator.simulate_files(
         task, 20_000, "gaussian:0.5", tmp_path / "in", seed=_seed(1), files=4, start_ms=1_767_225_600_000,
         duration_s=600.0, inject_bad=1,
     )  # fmt: skip
@@ -373,7 +374,7 @@ def test_frequency_directory_streaming_on_flink_cluster(cluster: Cluster, tmp_pa
     (tmp_path / "task.json").write_text(task.to_json())
     stage, watched, out = tmp_path / "stage", tmp_path / "in", tmp_path / "out"
     watched.mkdir()
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         task, 12_000, "zipf", stage, seed=_seed(3), files=3, start_ms=(now_ms() // 2000) * 2000,
         duration_s=6.0, inject_bad=1,
     )  # fmt: skip
@@ -428,7 +429,7 @@ def test_range_directory_streaming_on_flink_cluster(cluster: Cluster, tmp_path: 
     task = _range_task(tmp_path, "hdg", 10_000, task_id="cluster-range-stream")
     stage, watched, out = tmp_path / "stage", tmp_path / "in", tmp_path / "out"
     watched.mkdir()
-    simulate_range.simulate_range_files(
+    simulator.simulate_files(
         task, 10_000, "gaussian:0.5", stage, seed=_seed(4), files=2, start_ms=(now_ms() // 2000) * 2000,
         duration_s=6.0,
     )  # fmt: skip
@@ -502,7 +503,7 @@ def test_failover_taskmanager_killed_mid_stream(cluster: Cluster, tmp_path: Path
     stage, watched, out = tmp_path / "stage", tmp_path / "in", tmp_path / "out"
     watched.mkdir()
     n = 24_000
-    simulate.simulate_files(
+    simulator.simulate_files(
         task, n, "zipf", stage, seed=_seed(6), files=12, start_ms=(now_ms() // 4000) * 4000, duration_s=24.0
     )  # fmt: skip
     staged = sorted(glob.glob(str(stage / "reports-*.avro")))

@@ -31,7 +31,8 @@ import pytest
 
 beam = pytest.importorskip("apache_beam")
 
-from pipelines import frequency, simulate  # noqa: E402
+import simulator
+from pipelines import frequency  # noqa: E402
 from wire.records import now_ms  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,7 +94,7 @@ def test_frequency_batch_pipeline_on_flink(job_server_jar: str, tmp_path: Path) 
     """20,000 OLH reports in 2 Avro files plus every kind of bad record (and an undecodable file)."""
     task = olh_task("flink-batch")
     (tmp_path / "task.json").write_text(task.to_json())
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         task, 20_000, "zipf", tmp_path / "in", seed=5, files=2, start_ms=1_767_225_600_000,
         duration_s=600.0, inject_bad=1,
     )  # fmt: skip
@@ -139,7 +140,7 @@ def test_frequency_directory_streaming_on_flink(job_server_jar: str, tmp_path: P
     (tmp_path / "task.json").write_text(task.to_json())
     stage, watched, out = tmp_path / "stage", tmp_path / "in", tmp_path / "out"
     watched.mkdir()
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         task, 20_000, "zipf", stage, seed=6, files=3, start_ms=(now_ms() // 2000) * 2000, duration_s=6.0,
         inject_bad=1,
     )  # fmt: skip
@@ -147,7 +148,7 @@ def test_frequency_directory_streaming_on_flink(job_server_jar: str, tmp_path: P
     ahead_ms = (now_ms() // 2000) * 2000 + 60_000
     # 2,000 more reports with event times a minute ahead: their windows stay open while the job runs,
     # so early panes fire for them (every second of processing time) before the on-time pane at the end.
-    simulate.simulate_files(
+    simulator.simulate_files(
         task, 2_000, "uniform", tmp_path / "ahead", seed=7, files=1, start_ms=ahead_ms, duration_s=2.0,
     )  # fmt: skip
     (ahead,) = glob.glob(str(tmp_path / "ahead" / "reports-*.avro"))

@@ -202,7 +202,7 @@ def toy():
 
 def test_a_toy_kind_runs_through_the_simulator_a_batch_job_and_the_store(toy, tmp_path):
     from pipelines.job import kind_job, run_job
-    from pipelines.simulate import simulate_files
+    from simulator import simulate_files
     from store import open_store
 
     task_file = tmp_path / "toy.json"
@@ -261,7 +261,7 @@ def test_registration_refuses_rows_the_store_cannot_flatten():
 
 def test_every_kind_has_one_entry_read_by_the_task_model_the_aggregator_and_the_simulator():
     from ldp.aggregate import make_aggregator
-    from pipelines.simulate import make_population
+    from simulator import make_population
 
     assert list(T.TASK_KINDS) == list(kinds.KINDS)
     for name, k in kinds.KINDS.items():
@@ -280,7 +280,7 @@ def test_every_kind_has_one_entry_read_by_the_task_model_the_aggregator_and_the_
 def _example_rows(kind: kinds.Kind, users: int, seed: int) -> list[Any]:
     """The rows of one global window over a simulated population of the kind's example task."""
     from ldp.aggregate import GroupAccumulators, accumulate, finalize_window
-    from pipelines.simulate import make_population
+    from simulator import make_population
 
     task = T.parse_task(kind.example)
     agg = kind.make_example_aggregator(task)

@@ -29,7 +29,7 @@ from ldp.reports import Reports
 from ldp.task import WindowConfig, parse_task
 from pipelines.cli import setup_logging
 from pipelines.live import ChildJob, FileFeeder, Pane, PaneWatcher, latency_summary
-from pipelines.simulate import parse_iso8601_ms
+from simulator import parse_iso8601_ms
 from transforms import progress as progress_mod
 from transforms.runners import (
     PRISM_ENV,

@@ -201,7 +201,7 @@ def _reports_of(paths: list[Path]) -> Reports:
 def test_a_batch_job_on_three_attributes_stores_one_series_each_and_dead_letters_bad_reports(tmp_path):
     from pipelines import show
     from pipelines.numeric import run
-    from pipelines.simulate import simulate_files
+    from simulator import simulate_files
     from store import open_store
 
     task_file = tmp_path / "task.json"

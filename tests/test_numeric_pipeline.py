@@ -36,7 +36,7 @@ def _reports_of(paths: list[Path]) -> Reports:
 
 def test_simulate_job_rows_equal_the_core_estimate_and_the_store_holds_them(tmp_path):
     from pipelines.numeric import run
-    from pipelines.simulate import simulate_files
+    from simulator import simulate_files
     from store import open_store
 
     task_file = tmp_path / "task.json"
@@ -131,7 +131,7 @@ def test_datasets(tmp_path, rng):
 
 
 def test_csv_data_defines_its_users_in_the_simulator(tmp_path):
-    from pipelines.simulate import make_population
+    from simulator import make_population
 
     csv = tmp_path / "v.csv"
     csv.write_text("latency\n" + "\n".join(str(x) for x in range(40)) + "\n")

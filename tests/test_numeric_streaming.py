@@ -51,7 +51,8 @@ def _reports(stage: Path) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.integration
 def test_numeric_streaming_watched_directory_writes_every_window_final_to_the_store(tmp_path):
-    from pipelines import numeric, simulate
+    import simulator
+    from pipelines import numeric
     from wire.records import now_ms
 
     task_file = tmp_path / "task.json"
@@ -60,7 +61,7 @@ def test_numeric_streaming_watched_directory_writes_every_window_final_to_the_st
     stage, watched, out = tmp_path / "stage", tmp_path / "in", tmp_path / "out"
     watched.mkdir()
     start = (now_ms() // WINDOW_MS) * WINDOW_MS
-    simulate.simulate_files(
+    simulator.simulate_files(
         task, 6000, "lognormal:4:0.8", stage, seed=20261201, files=2, start_ms=start, duration_s=4.0
     )
     files = sorted(glob.glob(str(stage / "reports-*.avro")))

@@ -103,7 +103,7 @@ def test_validator_accepts_own_reports_and_refuses_each_declared_violation(kind,
 
 @pytest.mark.parametrize(("kind", "mechanism"), CASES)
 def test_simulated_bad_records_get_the_reason_they_are_filed_under(kind, mechanism):
-    from pipelines.simulate import bad_records
+    from simulator import bad_records
 
     task = _task(kind, mechanism)
     oracle, _, _ = kinds.kind_of(task).bad_template(task)

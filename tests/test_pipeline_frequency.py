@@ -28,7 +28,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from ldp.reports import Reports
 from ldp.task import parse_task
-from pipelines import frequency, job, simulate
+import simulator
+from pipelines import frequency, job
 from transforms.runners import runs_on_fnapi_runner
 from wire.validate import ReportValidator
 
@@ -38,7 +39,7 @@ T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 def _setup(tmp_path, users=20_000, d=64, mech="olh", inject_bad=2, seed=3, duration=600.0):
     task = parse_task({"task_id": f"e2e-{mech}", "mechanism": mech, "epsilon": 1.0, "domain_size": d})
     (tmp_path / "task.json").write_text(task.to_json())
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         task,
         users,
         "zipf",
@@ -375,7 +376,7 @@ def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     stage, watched = tmp_path / "stage", tmp_path / "in"
     watched.mkdir()
     start = (now_ms() // 2000) * 2000
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         task, 20_000, "zipf", stage, seed=11, files=3, start_ms=start, duration_s=6.0, inject_bad=1
     )
     staged = sorted(glob.glob(str(stage / "reports-*.avro")))

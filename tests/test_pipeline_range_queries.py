@@ -29,6 +29,7 @@ from ldp.aggregate.range import RangeAggregator
 from ldp.rangequery.queries import RangeQuery, parse_queries, random_queries, true_answers
 from ldp.reports import Reports
 from ldp.task import parse_task
+import simulator
 from pipelines import range_queries, simulate_range
 from transforms.aggregate import GroupReports, TaskCombineFn
 from wire.encode import encode_report_block
@@ -146,7 +147,7 @@ def hdg_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("hdg")
     users = 200_000
     task = _task(tmp_path, "hdg", users)
-    truth = simulate_range.simulate_range_files(
+    truth = simulator.simulate_files(
         task,
         users,
         "gaussian:0.5",
@@ -235,7 +236,7 @@ def test_hdg_accuracy_within_predicted_error(hdg_run):
     of 0.1-0.5, i.e. 5-20 sigma."""
     queries, n_al = hdg_run["queries"], hdg_run["n_aligned"]
     rows = _jsonl(hdg_run["tmp"] / "out" / "answers-*.jsonl")
-    _, records = simulate_range.load_truth_records(hdg_run["tmp"] / "in")
+    _, records = simulator.load_truth_records(hdg_run["tmp"] / "in")
     assert records.shape == (200_000, 3)
     truth = true_answers(records, queries)
     ans = np.array([r["answer"] for r in rows])
@@ -301,7 +302,7 @@ def test_bad_queries_stop_before_the_job(tmp_path, capsys, bad, pattern):
 def test_windowed_tdg_equals_core_per_window(tmp_path):
     """Two event-time windows: each window's answers equal finalize over that window's reports."""
     task = _task(tmp_path, "tdg", 20_000)
-    simulate_range.simulate_range_files(
+    simulator.simulate_files(
         task,
         20_000,
         "laplace:0.6",
@@ -513,7 +514,7 @@ def test_other_payloads_equal_core(tmp_path, mech, options):
     """Square Wave reals (MSW), LHIO's many groups, unary-encoding bits of per-group lengths and Uni's empty
     payload: validated per group, combined and finalized exactly as in memory; bad records dead-lettered."""
     task = _task(tmp_path, mech, 6000, options=options)
-    truth = simulate_range.simulate_range_files(
+    truth = simulator.simulate_files(
         task, 6000, "gaussian:0.3", tmp_path / "in", seed=11, files=2, start_ms=T0, inject_bad=1
     )
     queries = random_queries(task.domain_sizes, 6, 2, 0.5, rng=np.random.default_rng(5))
@@ -578,7 +579,7 @@ def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     stage, watched = tmp_path / "stage", tmp_path / "in"
     watched.mkdir()
     start = (now_ms() // 2000) * 2000
-    truth = simulate_range.simulate_range_files(
+    truth = simulator.simulate_files(
         task, 20_000, "gaussian:0.5", stage, seed=17, files=2, start_ms=start, duration_s=6.0, inject_bad=1
     )
     queries = random_queries(task.domain_sizes, 8, 2, 0.5, rng=np.random.default_rng(SEEDS[0]))

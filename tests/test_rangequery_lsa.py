@@ -19,7 +19,8 @@ from ldp.rangequery.queries import RangeQuery, random_queries, true_answers
 from ldp.rangequery.registry import METHODS, make_mechanism, model_from_dict
 from ldp.reports import Reports
 from ldp.task import TaskError, parse_task
-from pipelines import range_queries, simulate
+import simulator
+from pipelines import range_queries
 
 SEEDS = np.random.SeedSequence(20261202).spawn(6)
 Z = 5.0
@@ -146,7 +147,7 @@ def test_through_the_range_pipeline_unchanged(tmp_path):
     }
     (tmp_path / "task.json").write_text(json.dumps(obj))
     task = parse_task(obj)
-    simulate.simulate_files(task, 30_000, "gaussian", tmp_path / "in", seed=5, files=2, inject_bad=1)
+    simulator.simulate_files(task, 30_000, "gaussian", tmp_path / "in", seed=5, files=2, inject_bad=1)
     queries = random_queries([32, 16], 25, 2, 0.5, rng=np.random.default_rng(SEEDS[2]))
     (tmp_path / "q.json").write_text(json.dumps([q.to_json(task.attribute_names) for q in queries]))
     argv = ["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro"),

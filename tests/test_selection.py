@@ -25,7 +25,7 @@ APPS = {"task_id": "apps-2026-12", "mechanism": "olh", "epsilon": 1.0, "domain_s
 def _apps(seed: int):
     """The README's apps example: ``ldp-beam simulate --users 200000 --dataset zipf:1.5 --seed SEED``'s
     reports, aggregated. Returns (oracle, estimate, truth)."""
-    from pipelines.simulate import make_population
+    from simulator import make_population
 
     task = parse_task(APPS)
     pop = make_population(task, 200_000, "zipf:1.5", seed=seed)

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from ldp.task import parse_task
+import simulator
 from pipelines import batch_queries, frequency, numeric, range_queries, show, simulate, sparse_mean
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -42,7 +43,7 @@ def _job(tmp: Path, name: str, obj: dict, run, extra: list[str], *, dataset: str
     """Simulates 5,000 users of task ``obj`` and runs the job ``run`` over them; returns its output."""
     task = parse_task(obj)
     (tmp / f"{name}.json").write_text(json.dumps(obj))
-    simulate.simulate_files(task, 5000, dataset, tmp / f"{name}-in", seed=_seed(len(name) % 4), files=2,
+    simulator.simulate_files(task, 5000, dataset, tmp / f"{name}-in", seed=_seed(len(name) % 4), files=2,
                             start_ms=T0, duration_s=duration_s, inject_bad=inject_bad)  # fmt: skip
     out = tmp / f"{name}-out"
     run(["--task", str(tmp / f"{name}.json"), "--input", str(tmp / f"{name}-in" / "*.avro"),
@@ -466,7 +467,7 @@ def _apps_row(seed: int) -> tuple[dict, np.ndarray]:
 
     task = parse_task({"task_id": "apps-2026-12", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024,
                        "postprocess": "norm-sub"})  # fmt: skip
-    pop = simulate.make_population(task, 200_000, "zipf:1.5", seed=seed)
+    pop = simulator.make_population(task, 200_000, "zipf:1.5", seed=seed)
     agg = FrequencyAggregator(task)
     accs = GroupAccumulators()
     for _, chunk in pop.chunks(np.array([0, 200_000])):

@@ -28,7 +28,8 @@ from ldp.anonymity import AnonymitySettings
 from ldp.reports import Reports
 from ldp.shuffle.provenance import new_key_file, verify_batch
 from ldp.task import parse_task
-from pipelines import frequency, shuffle, simulate
+import simulator
+from pipelines import frequency, shuffle
 from transforms.shuffle import (
     META_N,
     SPILL_LABELS,
@@ -67,10 +68,10 @@ def run(tmp_path_factory):
     task = parse_task(TASK)
     (base / "plain.json").write_text(task.to_json())
     (base / "task.json").write_text(json.dumps({**TASK, "anonymity": ANONYMITY}))
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         task, USERS, "zipf", base / "in", seed=11, files=3, start_ms=T0, duration_s=1800.0, inject_bad=1
     )
-    simulate.simulate_files(task, SHORT, "zipf", base / "short", seed=12, files=1, start_ms=T0 + 3_600_000,
+    simulator.simulate_files(task, SHORT, "zipf", base / "short", seed=12, files=1, start_ms=T0 + 3_600_000,
                             duration_s=60.0)  # fmt: skip
     os.rename(base / "short" / "reports-00000-of-00001.avro", base / "in" / "short.avro")
     ided = base / "in" / "reports-00000-of-00003.avro"  # its reports get pseudonymous client ids
@@ -217,7 +218,7 @@ def test_every_batch_is_signed_and_a_changed_byte_or_key_fails(run):
 
 def test_the_key_is_required_and_must_be_private(tmp_path, capsys):
     (tmp_path / "task.json").write_text(json.dumps({**TASK, "anonymity": ANONYMITY}))
-    simulate.simulate_files(parse_task(TASK), 20, "zipf", tmp_path / "in", seed=1, files=1, start_ms=T0,
+    simulator.simulate_files(parse_task(TASK), 20, "zipf", tmp_path / "in", seed=1, files=1, start_ms=T0,
                             duration_s=60.0)  # fmt: skip
     args = ["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "in" / "*.avro"),
             "--output", str(tmp_path / "o")]  # fmt: skip

@@ -31,7 +31,8 @@ import pytest
 
 from ldp.shuffle.provenance import new_key_file
 from ldp.task import parse_task
-from pipelines import shuffle, simulate
+import simulator
+from pipelines import shuffle
 from tests.conftest import REPO_ROOT, venv_env
 
 pytestmark = [pytest.mark.integration]
@@ -51,7 +52,7 @@ TASK = {
 def _bucket_file(base: Path, k: int, users: int, seed: int, name: str | None = None) -> Path:
     """``users`` simulated reports inside bucket ``k``, written to ``base/stage`` (not watched)."""
     stage = base / "stage" / f"{k}-{seed}"
-    simulate.simulate_files(parse_task(TASK), users, "zipf", stage, seed=seed, files=1,
+    simulator.simulate_files(parse_task(TASK), users, "zipf", stage, seed=seed, files=1,
                             start_ms=T0 + k * PRECISION_S * 1000, duration_s=float(PRECISION_S))  # fmt: skip
     src = stage / "reports-00000-of-00001.avro"
     return src if name is None else src.rename(stage / name)

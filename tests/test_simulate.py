@@ -10,10 +10,11 @@ import fastavro
 import numpy as np
 import pytest
 
+import simulator
 from ldp import datasets as D
 from ldp.rangequery.registry import METHODS as RANGE_METHODS
 from ldp.task import parse_task
-from pipelines import simulate, simulate_range
+from pipelines import simulate
 
 SEEDS = np.random.SeedSequence(7_2026)
 
@@ -29,7 +30,7 @@ def _read(path):
 
 def test_simulate_files_layout_truth_and_reproducibility(tmp_path):
     t0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         _task(n_groups=3),
         5000,
         "zipf:1.3",
@@ -53,7 +54,7 @@ def test_simulate_files_layout_truth_and_reproducibility(tmp_path):
     assert all(
         r["task_id"] == "sim" and r["value"] is not None and r["bits"] is None for rs in recs for r in rs
     )
-    again = simulate.simulate_files(
+    again = simulator.simulate_files(
         _task(n_groups=3),
         5000,
         "zipf:1.3",
@@ -147,7 +148,7 @@ def test_range_task_files_truth_records_and_reproducibility(tmp_path):
     task = _range_task()
     t0 = 1_767_225_600_000
     kw = dict(seed=5, files=3, start_ms=t0, duration_s=60.0, assignment="balanced")
-    truth = simulate.simulate_files(task, 6000, "gaussian:0.5", tmp_path / "a", **kw)
+    truth = simulator.simulate_files(task, 6000, "gaussian:0.5", tmp_path / "a", **kw)
     assert truth["kind"] == "range" and truth["n_users"] == 6000 and truth["dataset"] == "gaussian:0.5"
     sizes = truth["group_sizes"]
     assert len(sizes) == task.n_groups and sum(sizes) == 6000 and max(sizes) - min(sizes) <= 1  # balanced
@@ -161,12 +162,12 @@ def test_range_task_files_truth_records_and_reproducibility(tmp_path):
     # each file is one time slice: file k's times all precede file k+1's
     per_file = [np.array([int(r["event_time"].timestamp() * 1000) for r in rs]) for rs in recs]
     assert all(a.max() <= b.min() for a, b in zip(per_file, per_file[1:]))
-    truth2, records = simulate.load_truth_records(tmp_path / "a")
+    truth2, records = simulator.load_truth_records(tmp_path / "a")
     assert truth2 == truth and records.shape == (6000, 3) and records.max() < 8
-    again = simulate_range.simulate_range_files(task, 6000, "gaussian:0.5", tmp_path / "b", **kw)  # the alias
+    again = simulator.simulate_files(task, 6000, "gaussian:0.5", tmp_path / "b", **kw)  # the alias
     assert again == truth
     assert [_read(f) for f in sorted(glob.glob(str(tmp_path / "b" / "reports-*.avro")))] == recs
-    assert np.array_equal(simulate.load_truth_records(tmp_path / "b")[1], records)
+    assert np.array_equal(simulator.load_truth_records(tmp_path / "b")[1], records)
 
 
 def test_range_task_through_the_one_cli(tmp_path, range_task_file):
@@ -280,7 +281,7 @@ def test_publish_any_task_kind_in_paced_messages(monkeypatch, kind):
         inject_bad=1,
     )  # fmt: skip
     msgs = _FakePublisher.messages
-    report_msgs = msgs[: len(msgs) - len(simulate.bad_records(task, 1, 0)) - 1]  # then the bad ones
+    report_msgs = msgs[: len(msgs) - len(simulator.bad_records(task, 1, 0)) - 1]  # then the bad ones
     decoded = [list(fastavro.reader(io.BytesIO(data))) for _, data, _ in report_msgs]
     assert [len(m) for m in decoded] == [400] * 6 + [100]  # messages of at most --message_size reports
     assert all(r["task_id"] == task.task_id for m in decoded for r in m)
@@ -297,8 +298,8 @@ def test_publish_any_task_kind_in_paced_messages(monkeypatch, kind):
 @pytest.mark.parametrize("mech", sorted(RANGE_METHODS))
 def test_every_range_method_simulates_with_bad_records(tmp_path, mech):
     task = _range_task(mechanism=mech, attributes=[{"name": n, "domain_size": 8} for n in ("a", "b")])
-    truth = simulate.simulate_files(task, 500, "uniform", tmp_path, seed=1, files=2, inject_bad=1)
+    truth = simulator.simulate_files(task, 500, "uniform", tmp_path, seed=1, files=2, inject_bad=1)
     assert sum(truth["group_sizes"]) == 500 and truth["bad_records"]["undecodable"] == 1
     assert sum(len(_read(f)) for f in glob.glob(str(tmp_path / "reports-*.avro"))) == 500
-    expected = sum(len(rs) for rs in simulate.bad_records(task, 1, 0).values())
+    expected = sum(len(rs) for rs in simulator.bad_records(task, 1, 0).values())
     assert len(_read(tmp_path / "bad-records.avro")) == expected

@@ -27,6 +27,7 @@ from ldp.reports import Reports
 from ldp.sparse import SparseVectors
 from ldp.sparse.aggregate import SparseAggregator, to_reports
 from ldp.task import parse_task
+import simulator
 from pipelines import simulate, sparse_mean
 from transforms.aggregate import Aggregate
 from transforms.io import DecodeReportMessages
@@ -178,7 +179,7 @@ def test_simulate_then_sparse_mean_equals_core_per_window(tmp_path):
     task = _task("svme", d=4096, k=16, expected_users=6000)
     (tmp_path / "task.json").write_text(task.to_json())
     sim = tmp_path / "sim"
-    truth = simulate.simulate_files(
+    truth = simulator.simulate_files(
         task, 6000, "supersparse", sim, seed=seed(), files=2, start_ms=T0, duration_s=120.0, inject_bad=2
     )
     assert len(truth["mean"]) == 4096 and truth["encode_stats"]["users"] == 6000
@@ -217,7 +218,7 @@ def test_query_set_from_items_file_and_bad_item_files(tmp_path, capsys):
     task = _task("kfold", d=2048, k=8, privacy=4)
     (tmp_path / "task.json").write_text(task.to_json())
     sim = tmp_path / "sim"
-    simulate.simulate_files(task, 3000, "zipf-sparse", sim, seed=seed(), files=1)
+    simulator.simulate_files(task, 3000, "zipf-sparse", sim, seed=seed(), files=1)
     items = [17, 3, 2047, 0]
     (tmp_path / "items.json").write_text(json.dumps({"items": items}))
     out = tmp_path / "out"
@@ -271,7 +272,7 @@ def test_streaming_from_a_watched_directory_equals_core(tmp_path):
     stage, watched = tmp_path / "stage", tmp_path / "in"
     watched.mkdir()
     start = (now_ms() // 2000) * 2000
-    simulate.simulate_files(
+    simulator.simulate_files(
         task, 4000, "supersparse", stage, seed=seed(), files=2, start_ms=start, duration_s=4.0
     )
     files = sorted(glob.glob(str(stage / "reports-*.avro")))
@@ -329,7 +330,7 @@ def test_pipeline_std_and_closed_form_describe_its_error(tmp_path, privacy):
     )  # fmt: skip
     (tmp_path / "task.json").write_text(task.to_json())
     s = seed()
-    truth = simulate.simulate_files(task, n, "supersparse", tmp_path / "sim", seed=s, files=2)
+    truth = simulator.simulate_files(task, n, "supersparse", tmp_path / "sim", seed=s, files=2)
     sparse_mean.run(
         ["--task", str(tmp_path / "task.json"), "--input", str(tmp_path / "sim" / "reports-*.avro"),
          "--output", str(tmp_path / "out")]
@@ -338,7 +339,7 @@ def test_pipeline_std_and_closed_form_describe_its_error(tmp_path, privacy):
     err = np.asarray(row["mean"]) - np.asarray(truth["mean"])
     mse = float(np.mean(err**2))
     std2 = float(np.mean(np.asarray(row["std"]) ** 2))
-    pop = simulate.make_population(task, n, "supersparse", seed=s)
+    pop = simulator.make_population(task, n, "supersparse", seed=s)
     closed = float(np.mean(pop.mech.variance(pop.vectors, np.arange(d, dtype=np.uint64))))
     tol = 5 * math.sqrt(2 / d)
     assert abs(mse / std2 - 1) <= tol, (mse, std2)

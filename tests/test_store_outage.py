@@ -32,7 +32,7 @@ from conftest import POSTGRES_BIN_DEFAULT, REPO_ROOT, venv_env
 
 from ldp.aggregate import from_iso
 from ldp.task import parse_task
-from pipelines import simulate
+import simulator
 from store import open_store
 from wire.records import now_ms
 
@@ -142,7 +142,7 @@ def _inputs(tmp_path: Path, *, now: bool) -> None:
     task = parse_task({"task_id": TASK_ID, "mechanism": "olh", "epsilon": 1.0, "domain_size": 32})
     (tmp_path / "task.json").write_text(task.to_json())
     start = (now_ms() // 2000) * 2000 if now else 1_767_225_600_000
-    simulate.simulate_files(task, 6_000, "zipf", tmp_path / "in", seed=7, files=3, start_ms=start,
+    simulator.simulate_files(task, 6_000, "zipf", tmp_path / "in", seed=7, files=3, start_ms=start,
                             duration_s=6.0 if now else 600.0)  # fmt: skip
 
 

@@ -22,7 +22,8 @@ from ldp.aggregate import WindowInfo, from_iso
 from ldp.aggregate.frequency import FrequencyAggregator
 from ldp.reports import Reports
 from ldp.task import WindowConfig, parse_task
-from pipelines import frequency, simulate
+import simulator
+from pipelines import frequency
 from store import open_store
 from transforms.aggregate import Aggregate
 from transforms.counts import WindowedCounts
@@ -130,7 +131,7 @@ def _frequency_setup(tmp_path, users=6_000, d=64, postprocess="base"):
         }
     )
     (tmp_path / "task.json").write_text(task.to_json())
-    simulate.simulate_files(
+    simulator.simulate_files(
         task, users, "zipf", tmp_path / "in", seed=4, files=3, start_ms=T0, duration_s=600.0, inject_bad=2
     )
     return task
@@ -199,14 +200,15 @@ def test_batch_job_store_caps_a_large_domain(tmp_path):
 
 def test_batch_range_job_stores_one_row_per_query(tmp_path):
     from ldp.rangequery.queries import random_queries
-    from pipelines import range_queries, simulate_range
+    import simulator
+    from pipelines import range_queries
 
     names = ("age", "income", "score")
     obj = {"task_id": "store-range", "mechanism": "hdg", "epsilon": 1.0, "expected_users": 4_000,
            "attributes": [{"name": n, "domain_size": 16} for n in names]}  # fmt: skip
     (tmp_path / "task.json").write_text(json.dumps(obj))
     task = parse_task(obj)
-    simulate_range.simulate_range_files(
+    simulator.simulate_files(
         task, 4_000, "gaussian:0.5", tmp_path / "in", seed=5, files=2, start_ms=T0, duration_s=600.0
     )
     queries = random_queries([16] * 3, 5, 2, 0.3, rng=_rng(1))

@@ -24,7 +24,7 @@ from ldp.aggregate import GroupAccumulators, WindowInfo, json_record
 from ldp.aggregate.frequency import EstimateRow, FrequencyAggregator
 from ldp.reports import Reports
 from ldp.task import WindowConfig, parse_task
-from pipelines.simulate import bad_records, bad_records_other_schema
+from simulator import bad_records, bad_records_other_schema
 from transforms.aggregate import Aggregate, GroupReports, TaskCombineFn, WindowReports
 from transforms.io import DecodeReportMessages
 from wire.records import (

@@ -313,13 +313,14 @@ def test_range_job_accounting_counts_each_report_once(tmp_path):
     import json
 
     from ldp.rangequery.queries import random_queries
-    from pipelines import range_queries, simulate_range
+    import simulator
+    from pipelines import range_queries
 
     obj = {"task_id": "rq", "mechanism": "hdg", "epsilon": 1.0, "expected_users": 3000,
            "attributes": [{"name": "a", "domain_size": 16}, {"name": "b", "domain_size": 16}]}  # fmt: skip
     (tmp_path / "task.json").write_text(json.dumps(obj))
     task = parse_task(obj)
-    simulate_range.simulate_range_files(task, 3000, "uniform", tmp_path / "in", seed=3, files=2,
+    simulator.simulate_files(task, 3000, "uniform", tmp_path / "in", seed=3, files=2,
                                         start_ms=T0, duration_s=3600.0)  # fmt: skip
     qs = random_queries([16, 16], 7, 2, 0.3, rng=np.random.default_rng(0))
     (tmp_path / "q.json").write_text(json.dumps([q.to_json(("a", "b")) for q in qs]))

@@ -1,0 +1,305 @@
+"""A live stream of report files for a watched directory, at a given rate (``ldp-beam simulate --follow``).
+
+Simulated clients of any kind report at ``rate`` reports per second; every ``file_reports`` reports make
+one Avro file, written when its last report is due (file ``j`` at ``start + (reports up to j) / rate``,
+monotonic clock; a writer that falls behind writes the late files at once), with event times spread evenly
+over the wall-clock span since the previous file (a shuffled task's rounded down, as its clients send
+them). Each file is written under a hidden temporary name, synced, linked into place under a name no
+other file has (``reports-<run>-<seq>.avro``, ``<run>`` the UTC start time) and only then given its
+``PATH.done`` marker: a job reading the directory with ``--require_done_marker`` (or without it) never sees
+half a file.
+
+The stream ends when ``duration_s`` seconds have passed (no file due later is written), when ``users``
+reports were written, or when :class:`Stop` is requested (a signal, :func:`stop_on_signals`): a file
+being written is finished with its marker first, a file not yet due is not written. Users are drawn in
+segments of about :data:`SEGMENT_REPORTS` (each segment a fresh population from the run's seed
+sequence), so memory stays bounded however long the stream runs. No ``truth.json``: a stream has no end
+at which the truth is known.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import math
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import fastavro
+import numpy as np
+
+import schemas
+from ldp.reports import Reports
+from ldp.task import Task
+from simulator.population import client_times, dataset_defines_users, make_population
+from wire.encode import write_reports
+
+__all__ = [
+    "DONE_SUFFIX",
+    "SEGMENT_REPORTS",
+    "Clock",
+    "FileBatch",
+    "FollowPlan",
+    "FollowSummary",
+    "Stop",
+    "file_batches",
+    "follow",
+    "spread_ms",
+    "stop_on_signals",
+    "write_done_file",
+]
+
+#: The marker written next to a finished report file (``f.avro`` -> ``f.avro.done``); the watched-directory
+#: source (``transforms.io.DONE_SUFFIX``) reads the same convention.
+DONE_SUFFIX = ".done"
+#: Users drawn per population segment (rounded up to whole files).
+SEGMENT_REPORTS = 1 << 16
+_STOP_POLL_S = 0.05
+
+
+class Clock(Protocol):
+    """What the stream reads of time: ``time.time``, ``time.monotonic`` and ``time.sleep``."""
+
+    def time(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class Stop:
+    """A request to stop the stream. :meth:`request` only assigns an attribute, so a signal handler may
+    call it at any point of the main thread; :meth:`wait` sleeps in short slices and wakes on a request."""
+
+    def __init__(self, clock: Clock = time) -> None:
+        self.reason: str | None = None
+        self._clock = clock
+
+    def request(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def is_set(self) -> bool:
+        return self.reason is not None
+
+    def wait(self, seconds: float) -> bool:
+        """Sleeps up to ``seconds``; True as soon as a stop is requested (also when already requested)."""
+        deadline = self._clock.monotonic() + max(0.0, seconds)
+        while not self.is_set():
+            left = deadline - self._clock.monotonic()
+            if left <= 0:
+                break
+            self._clock.sleep(min(_STOP_POLL_S, left))
+        return self.is_set()
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: Stop) -> Iterator[Stop]:
+    """Within the block, SIGINT (Ctrl-C) and SIGTERM request ``stop`` instead of ending the process; the
+    previous handlers are restored afterwards (main thread only, as Python's signal module requires)."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        stop.request(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@dataclass(frozen=True)
+class FollowPlan:
+    """The pace of a stream: ``rate`` reports per second, ``file_reports`` per file, ending after
+    ``duration_s`` seconds and/or ``users`` reports (None: no such bound)."""
+
+    rate: float
+    file_reports: int
+    duration_s: float | None = None
+    users: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rate) and self.rate > 0):
+            raise ValueError(f"rate must be a positive number of reports per second, got {self.rate}")
+        if self.file_reports < 1:
+            raise ValueError(f"file_reports must be >= 1, got {self.file_reports}")
+        if self.users is not None and self.users < 1:
+            raise ValueError(f"users must be >= 1, got {self.users}")
+        if self.duration_s is not None:
+            if not (math.isfinite(self.duration_s) and self.duration_s > 0):
+                raise ValueError(f"duration must be > 0 seconds, got {self.duration_s}")
+            if self.duration_s < self.file_seconds:
+                raise ValueError(
+                    f"duration {self.duration_s:g} s is shorter than one file's span "
+                    f"({self.file_seconds:g} s: {self.file_reports} reports per file at {self.rate:g} "
+                    "reports/s); no file would be written"
+                )
+
+    @property
+    def file_seconds(self) -> float:
+        """The span of one full file."""
+        return self.file_reports / self.rate
+
+    def due_s(self, reports: int) -> float:
+        """Seconds after the start at which the file ending with report number ``reports`` is due."""
+        return reports / self.rate
+
+    def in_time(self, reports: int) -> bool:
+        """Whether a file ending with report number ``reports`` falls within the duration."""
+        return self.duration_s is None or self.due_s(reports) <= self.duration_s + 1e-9
+
+
+@dataclass
+class FileBatch:
+    """The reports of one file: ``n`` reports in ``(reports, groups, positions)`` chunks, ``positions``
+    indexing the file's ``n`` event times."""
+
+    n: int = 0
+    chunks: list[tuple[Reports, int | np.ndarray, np.ndarray]] = field(default_factory=list)
+
+
+def _positions(users: slice | np.ndarray, base: int) -> np.ndarray:
+    if isinstance(users, slice):
+        return np.arange(users.start - base, users.stop - base, dtype=np.int64)
+    return np.asarray(users, dtype=np.int64) - base
+
+
+def file_batches(
+    task: Task,
+    plan: FollowPlan,
+    dataset: str | None,
+    seed: int | None,
+    *,
+    assignment: str = "random",
+    batch_size: int = 1 << 18,
+) -> Iterator[FileBatch]:
+    """The stream's files, in order: populations of about :data:`SEGMENT_REPORTS` users (fresh seeds from
+    ``seed``'s sequence) cut into files of ``plan.file_reports``; ends after ``plan.users`` reports, or
+    after the dataset's own users when it defines them (sparse ``csv:`` data), else never."""
+    root = np.random.SeedSequence(seed)
+    segment = plan.file_reports * max(1, math.ceil(SEGMENT_REPORTS / plan.file_reports))
+    own_users = plan.users is None and dataset_defines_users(task, dataset)
+    left = plan.users
+    while left is None or left > 0:
+        size = None if own_users else (segment if left is None else min(segment, left))
+        pop = make_population(
+            task, size, dataset, seed=root.spawn(1)[0], batch_size=batch_size, assignment=assignment
+        )
+        bounds = np.append(np.arange(0, pop.n_users, plan.file_reports, dtype=np.int64), pop.n_users)
+        batch, current = FileBatch(), 0
+        for k, chunk in pop.chunks(bounds):
+            if k != current:
+                yield batch
+                batch, current = FileBatch(), k
+            batch.chunks.append((chunk.reports, chunk.groups, _positions(chunk.users, int(bounds[k]))))
+            batch.n = int(bounds[k + 1] - bounds[k])
+        if batch.chunks:
+            yield batch
+        if own_users:
+            return
+        if left is not None:
+            left -= pop.n_users
+
+
+def spread_ms(start_ms: int, end_ms: int, n: int) -> np.ndarray:
+    """``n`` sorted event times spread evenly over ``[start_ms, end_ms)`` (all ``start_ms`` when the span
+    is empty)."""
+    span = max(0, int(end_ms) - int(start_ms))
+    return int(start_ms) + (np.arange(n, dtype=np.int64) * span) // max(n, 1)
+
+
+def write_done_file(
+    out: Path, name: str, task: Task, batch: FileBatch, event_ms: np.ndarray, codec: str = "null"
+) -> Path:
+    """Writes one report file: a hidden temporary file, synced, hard-linked to ``out/name`` (refusing to
+    replace an existing file), then the ``name.done`` marker. Returns the file's path."""
+    final = out / name
+    tmp = out / f".{name}.part"
+    with open(tmp, "wb") as fh:
+        writer = fastavro.write.Writer(fh, schemas.report_schema(), codec=codec, sync_interval=1 << 20)
+        for reports, groups, pos in batch.chunks:
+            write_reports(
+                fh, writer, task.task_id, reports, event_ms[pos], groups, task.schema_version, codec
+            )
+        writer.flush()
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        raise FileExistsError(f"{final} exists: another writer uses the same file names in {out}") from None
+    finally:
+        tmp.unlink()
+    with open(str(final) + DONE_SUFFIX, "xb") as marker:
+        os.fsync(marker.fileno())
+    return final
+
+
+@dataclass
+class FollowSummary:
+    """What a stream wrote and why it ended (``reason``: ``duration``, ``users``, or the stop request's,
+    e.g. ``SIGTERM``)."""
+
+    output: str
+    files: int = 0
+    reports: int = 0
+    seconds: float = 0.0
+    reason: str = ""
+    last_file: str | None = None
+
+    def line(self, task: Task) -> str:
+        rate = self.reports / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"follow: wrote {self.files:,} files, {self.reports:,} {task.kind} reports ({task.mechanism}) to "
+            f"{self.output} in {self.seconds:.1f} s ({rate:,.0f} reports/s); ended by {self.reason}"
+        )
+
+
+def _run_id(wall_s: float) -> str:
+    return dt.datetime.fromtimestamp(wall_s, dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def follow(
+    task: Task,
+    output: str | Path,
+    plan: FollowPlan,
+    *,
+    dataset: str | None = None,
+    seed: int | None = None,
+    assignment: str = "random",
+    codec: str = "null",
+    stop: Stop | None = None,
+    clock: Clock = time,
+) -> FollowSummary:
+    """Writes the stream of ``plan`` into ``output`` (created when missing; files already there are left
+    alone) until it ends; returns what it wrote."""
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    stop = stop or Stop(clock)
+    t0, prev_ms = clock.monotonic(), int(clock.time() * 1000)
+    run = _run_id(prev_ms / 1000)
+    summary = FollowSummary(str(out), reason="users")
+    for batch in file_batches(task, plan, dataset, seed, assignment=assignment):
+        due = plan.due_s(summary.reports + batch.n)
+        if not plan.in_time(summary.reports + batch.n):
+            summary.reason = "duration"
+            break
+        if stop.wait(t0 + due - clock.monotonic()):
+            break
+        now_ms = int(clock.time() * 1000)
+        times = client_times(task, spread_ms(prev_ms, now_ms, batch.n))
+        name = f"reports-{run}-{summary.files:06d}.avro"
+        summary.last_file = str(write_done_file(out, name, task, batch, times, codec))
+        summary.files, summary.reports, prev_ms = summary.files + 1, summary.reports + batch.n, now_ms
+        if stop.is_set():
+            break
+    if stop.is_set():
+        summary.reason = stop.reason or "stop"
+    summary.seconds = clock.monotonic() - t0
+    return summary
