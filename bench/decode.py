@@ -81,8 +81,8 @@ def _task(kind: str, n: int, args: argparse.Namespace):
 def measure(kind: str, n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     import fastavro
 
-    from ldp.aggregate import make_aggregator
     import simulator
+    from ldp.aggregate import make_aggregator
     from wire.decode import ColumnBatch, iter_report_batches
     from wire.validate import TaskReportValidator, decode_params
 

@@ -117,9 +117,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.users < 1 or args.rounds < 1:
         p.error("--users and --rounds must be >= 1")
 
+    import simulator
     from ldp.aggregate import make_aggregator
     from ldp.task import parse_task
-    import simulator
     from wire import decode as avro_fast
     from wire.validate import decode_params
 

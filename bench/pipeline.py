@@ -61,9 +61,9 @@ def measure_batch(
 ) -> dict[str, Any]:
     import fastavro
 
+    import simulator
     from ldp.reports import Reports
     from ldp.task import parse_task
-    import simulator
     from pipelines import frequency
     from wire.decode import iter_report_batches
     from wire.validate import ReportValidator, fast_decode_params

@@ -45,8 +45,8 @@ import pytest
 
 beam = pytest.importorskip("apache_beam")
 
-from ldp.rangequery.queries import RangeQuery, random_queries  # noqa: E402
 import simulator
+from ldp.rangequery.queries import RangeQuery, random_queries  # noqa: E402
 from pipelines import frequency, range_queries  # noqa: E402
 from wire.records import now_ms  # noqa: E402
 

@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+import simulator
 from ldp.reports import Reports
 from ldp.task import parse_task
-import simulator
 from pipelines import frequency, job
 from transforms.runners import runs_on_fnapi_runner
 from wire.validate import ReportValidator

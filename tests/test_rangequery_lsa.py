@@ -12,6 +12,7 @@ import fastavro
 import numpy as np
 import pytest
 
+import simulator
 from ldp.matrix.lsa import lsa
 from ldp.matrix.workloads import allrange
 from ldp.rangequery.lsa import LSAMechanism, LSAModel, cell_grid, lsa_levels
@@ -19,7 +20,6 @@ from ldp.rangequery.queries import RangeQuery, random_queries, true_answers
 from ldp.rangequery.registry import METHODS, make_mechanism, model_from_dict
 from ldp.reports import Reports
 from ldp.task import TaskError, parse_task
-import simulator
 from pipelines import range_queries
 
 SEEDS = np.random.SeedSequence(20261202).spawn(6)

@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 
 import schemas
+import simulator
 from ldp.anonymity import AnonymitySettings
 from ldp.reports import Reports
 from ldp.shuffle.provenance import new_key_file, verify_batch
 from ldp.task import parse_task
-import simulator
 from pipelines import frequency, shuffle
 from transforms.shuffle import (
     META_N,

@@ -29,9 +29,9 @@ from pathlib import Path
 import fastavro
 import pytest
 
+import simulator
 from ldp.shuffle.provenance import new_key_file
 from ldp.task import parse_task
-import simulator
 from pipelines import shuffle
 from tests.conftest import REPO_ROOT, venv_env
 

@@ -30,9 +30,9 @@ from pathlib import Path
 import pytest
 from conftest import POSTGRES_BIN_DEFAULT, REPO_ROOT, venv_env
 
+import simulator
 from ldp.aggregate import from_iso
 from ldp.task import parse_task
-import simulator
 from store import open_store
 from wire.records import now_ms
 

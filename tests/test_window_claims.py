@@ -312,8 +312,8 @@ def test_range_job_accounting_counts_each_report_once(tmp_path):
     """Several queries: each answer row carries the window's total, which was summed once per query."""
     import json
 
-    from ldp.rangequery.queries import random_queries
     import simulator
+    from ldp.rangequery.queries import random_queries
     from pipelines import range_queries
 
     obj = {"task_id": "rq", "mechanism": "hdg", "epsilon": 1.0, "expected_users": 3000,
