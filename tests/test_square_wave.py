@@ -178,18 +178,13 @@ def test_em_runs_with_one_blas_thread(monkeypatch):
     import ldp.square_wave as sw
 
     seen: list[list[int]] = []
-    real, real_batch = sw._em_estimate, sw._em_estimate_batch
+    real = sw._em  # the one EM loop behind em_estimate and em_estimate_batch
 
     def spy(*a, **k):
         seen.append([i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"])
         return real(*a, **k)
 
-    def spy_batch(*a, **k):
-        seen.append([i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"])
-        return real_batch(*a, **k)
-
-    monkeypatch.setattr(sw, "_em_estimate", spy)
-    monkeypatch.setattr(sw, "_em_estimate_batch", spy_batch)
+    monkeypatch.setattr(sw, "_em", spy)
     before = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
     mech = SquareWave(1.0, 16)
     rng = np.random.default_rng(SEEDS[15])
