@@ -1,6 +1,6 @@
 """Square-wave finalize benchmark: the numeric kind's EM(S) estimate with its bootstrapped quantile intervals.
 
-    .venv/bin/python -m bench.square_wave --users 1000000 --epsilon 0.5,1,2 --data lognormal,uniform,bimodal \\
+    .venv/bin/python -m bench.square_wave --users 1000000 --epsilon 0.5,1,2 --data lognormal,bimodal \\
         [--quantiles 0.5,0.9,0.99] [--repeat 3] [--json OUT.json]
 
 For each data set and epsilon it encodes ``--users`` clipped values with ``square-wave`` (``ldp.numeric``,
