@@ -49,7 +49,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -65,7 +65,7 @@ from ldp.hashing import (
     public_seeds,
     splitmix64,
 )
-from ldp.payload import PayloadField, PayloadSpec, missing_fields, refuse
+from ldp.payload import PayloadField, PayloadSpec, WireSpec, missing_fields, refuse
 from ldp.reports import Reports
 
 __all__ = [
@@ -472,6 +472,15 @@ class FrequencyOracle(abc.ABC):
     @abc.abstractmethod
     def _payload_fields(self) -> tuple[PayloadField, ...]: ...
 
+    #: how devices make this oracle's reports (:class:`~ldp.payload.WireSpec`); each registered oracle
+    #: declares its own
+    wire: ClassVar[WireSpec | None] = None
+
+    def spec(self) -> dict[str, Any]:
+        """What identifies this oracle (what a task's ``resolved`` block records): its ``mechanism``
+        name, ``domain_size`` and the parameters that change its reports, as plain JSON values."""
+        return {"mechanism": self.name, "domain_size": int(self.d)}
+
     @abc.abstractmethod
     def _validate(self, reports: Reports, reasons: np.ndarray) -> None: ...
 
@@ -598,6 +607,7 @@ class GRR(FrequencyOracle):
     """
 
     name = "grr"
+    wire = WireSpec("categorical", "frequency", "encode_grr", clients=("typescript",))
     report_fields = ("values",)
 
     def __init__(self, epsilon: float, domain_size: int) -> None:
@@ -753,6 +763,10 @@ class OLH(FrequencyOracle):
     """
 
     name = "olh"
+    wire = WireSpec("categorical", "frequency", "encode_olh", clients=("typescript",))
+
+    def spec(self) -> dict[str, Any]:
+        return {**super().spec(), "family": self.family.name, "g": int(self.g)}
     report_fields = ("seeds", "values")
 
     def __init__(
@@ -1038,6 +1052,7 @@ class BLH(OLH):
     """Binary local hashing: OLH with ``g = 2`` (Bassily and Smith 2015; Wang et al. 2017)."""
 
     name = "blh"
+    wire = WireSpec("categorical", "frequency", "encode_blh", clients=("typescript",))
 
     def __init__(self, epsilon: float, domain_size: int, family: str = DEFAULT_HASH_FAMILY) -> None:
         super().__init__(epsilon, domain_size, g=2, family=family)
@@ -1135,6 +1150,7 @@ class OUE(_UnaryEncoding):
     """Optimized unary encoding (Wang et al. 2017): ``p = 1/2``, ``q = 1/(e^eps + 1)``."""
 
     name = "oue"
+    wire = WireSpec("categorical", "frequency", "encode_oue", clients=("typescript",))
 
     def _probabilities(self, eps):
         q = 1.0 / (math.exp(eps) + 1)
@@ -1146,6 +1162,7 @@ class SUE(_UnaryEncoding):
     ``p = e^(eps/2) / (e^(eps/2) + 1)``, ``q = 1 / (e^(eps/2) + 1)``."""
 
     name = "sue"
+    wire = WireSpec("categorical", "frequency", "encode_sue", clients=("typescript",))
 
     def _probabilities(self, eps):
         e = math.exp(eps / 2)
@@ -1169,6 +1186,7 @@ class HadamardResponse(FrequencyOracle):
     """
 
     name = "hr"
+    wire = WireSpec("categorical", "frequency", "encode_hr", clients=("typescript",))
     report_fields = ("values",)
 
     def __init__(self, epsilon: float, domain_size: int) -> None:
@@ -1272,6 +1290,10 @@ class SubsetSelection(FrequencyOracle):
     """
 
     name = "ss"
+    wire = WireSpec("categorical", "frequency", "encode_ss", clients=("typescript",))
+
+    def spec(self) -> dict[str, Any]:
+        return {**super().spec(), "k": int(self.k)}
     report_fields = ("items",)
 
     def __init__(self, epsilon: float, domain_size: int, k: int | None = None) -> None:

@@ -10,6 +10,11 @@ Every oracle the report validator sees (:class:`ldp.aggregate.ValidationOracle`)
 * ``validate(reports) -> (ok, reasons)``: the domain checks on the numpy batch; ``reasons`` holds a
   :class:`Refusal` per refused report (None where accepted).
 
+Beside its payload each mechanism class declares ``wire``, a :class:`WireSpec`: what a client encodes
+(``inputs``), the byte procedure other clients reproduce (``procedure``, a section of the wire spec) with
+its conformance vector set (``vectors``) and the clients that implement it, or, when it has none, the
+stated ``reason``. :func:`declared_wire` reads it; the wire layer derives its lists from it.
+
 A :class:`Refusal` is a reason code from :data:`ORACLE_REASONS` plus a detail string. It is a ``str``
 (the detail) carrying ``code``, so a reader of the detail text needs nothing else; the validator reads
 only ``code`` and never parses the text.
@@ -34,6 +39,10 @@ __all__ = [
     "PayloadField",
     "PayloadSpec",
     "Violation",
+    "WIRE_INPUTS",
+    "WIRE_PROCEDURES",
+    "WireSpec",
+    "declared_wire",
 ]
 
 #: The closed set of reason codes an oracle's ``validate`` (and the validator's payload checks) give:
@@ -240,3 +249,65 @@ def _inside(f: PayloadField) -> object:
     """An entry within the field's bounds."""
     lo = f.low if f.low is not None else (f.high if f.high is not None else 0)
     return float(lo) if f.dtype == "float64" else int(lo)
+
+
+#: What a client encodes: one value of ``[0, d)``, one bounded real (or one per attribute), a sparse vector,
+#: a record of attribute values.
+WIRE_INPUTS: tuple[str, ...] = ("categorical", "real", "sparse", "records")
+#: The byte procedures of ``docs/wire_format.md``: frequency oracles (section 3), memoized mechanisms (6),
+#: numeric mechanisms on the integer grid (7), sparse vectors (8).
+WIRE_PROCEDURES: tuple[str, ...] = ("frequency", "memo", "numeric", "sparse")
+
+
+@dataclasses.dataclass(frozen=True)
+class WireSpec:
+    """How a mechanism's reports are made on a device, declared beside its payload.
+
+    Attributes:
+        inputs: what a client encodes (:data:`WIRE_INPUTS`).
+        procedure: the byte procedure other clients reproduce byte for byte (:data:`WIRE_PROCEDURES`), or
+            None when there is none.
+        vectors: the conformance vector file of the procedure (its stem in ``schemas/vectors/v<N>/``,
+            e.g. ``encode_grr``); required with ``procedure``.
+        clients: the client implementations besides the Python reference (``typescript``).
+        reason: why there is no procedure and no vectors; required without ``procedure``.
+    """
+
+    inputs: str
+    procedure: str | None = None
+    vectors: str | None = None
+    clients: tuple[str, ...] = ()
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clients", tuple(self.clients))
+        if self.inputs not in WIRE_INPUTS:
+            raise ValueError(f"unknown wire inputs {self.inputs!r}; choose one of {list(WIRE_INPUTS)}")
+        if self.procedure is None:
+            if not self.reason.strip():
+                raise ValueError("a mechanism without a byte procedure states the reason")
+            if self.vectors is not None or self.clients:
+                raise ValueError("vectors and clients need a byte procedure")
+            return
+        if self.procedure not in WIRE_PROCEDURES:
+            known = list(WIRE_PROCEDURES)
+            raise ValueError(f"unknown byte procedure {self.procedure!r}; choose one of {known}")
+        if not self.vectors:
+            raise ValueError(f"byte procedure {self.procedure!r} without its conformance vectors")
+        if self.reason:
+            raise ValueError("a mechanism with a byte procedure needs no reason")
+
+
+def declared_wire(mechanism: object) -> WireSpec | None:
+    """The :class:`WireSpec` a mechanism (class or instance) declares, None when it declares none.
+
+    A spec with a byte procedure names one mechanism's vectors, so it counts only on the class that
+    declares it; a stated reason without one (``procedure`` None) covers the subclasses too."""
+    cls = mechanism if isinstance(mechanism, type) else type(mechanism)
+    own = vars(cls).get("wire")
+    if isinstance(own, WireSpec):
+        return own
+    inherited = getattr(cls, "wire", None)
+    if isinstance(inherited, WireSpec) and inherited.procedure is None:
+        return inherited
+    return None

@@ -45,7 +45,15 @@ from typing import Any
 import numpy as np
 
 from ldp.hashing import GOLDEN, splitmix64
-from ldp.longitudinal.memo import LOLOHA, PRF_DOMAIN, RAPPOR, MemoGRR, MemoizedOracle, MemoOLH
+from ldp.longitudinal.memo import (
+    LOLOHA,
+    MEMO_MECHANISMS,
+    PRF_DOMAIN,
+    RAPPOR,
+    MemoGRR,
+    MemoizedOracle,
+    MemoOLH,
+)
 from ldp.numeric.grid import SlidingWindow, TwoPoint
 from ldp.numeric.mechanisms import (
     LAPLACE_TAIL,
@@ -58,6 +66,7 @@ from ldp.numeric.mechanisms import (
     SquareWaveNumeric,
     to_unit,
 )
+from ldp.numeric.mechanisms import MECHANISMS as NUMERIC_MECHANISMS
 from ldp.oracles import (
     BLH,
     GRR,
@@ -69,11 +78,14 @@ from ldp.oracles import (
     SubsetSelection,
     check_values,
 )
+from ldp.oracles import MECHANISMS as ORACLE_MECHANISMS
 from ldp.reports import Reports
 from ldp.sparse.accumulate import SVME
 from ldp.sparse.baselines import PCKV, Gaussian, Harmony, KFold, Sampling
 from ldp.sparse.hashes import bins_signs, domain_bits
+from ldp.sparse.mechanisms import SPARSE_MECHANISM_CLASSES
 from ldp.sparse.vectors import SparseVectors
+from wire.registry import byte_mechanisms
 
 __all__ = [
     "WIRE_VECTORS_VERSION",
@@ -100,8 +112,8 @@ __all__ = [
 
 #: Version of the conformance vectors (``schemas/vectors/v<N>/``) and of the byte-level procedure.
 WIRE_VECTORS_VERSION = 1
-#: Mechanisms with a byte-driven client procedure.
-BYTE_MECHANISMS = ("grr", "olh", "blh", "oue", "sue", "hr", "ss")
+#: Frequency oracles with a byte-driven client procedure (their ``wire`` spec, :mod:`wire.registry`).
+BYTE_MECHANISMS = byte_mechanisms("frequency", ORACLE_MECHANISMS)
 _TWO53 = 1 << 53
 
 
@@ -333,7 +345,7 @@ def bytes_needed(oracle: FrequencyOracle) -> int:
 # Memoized mechanisms (docs/wire_format.md, section 6)
 # ------------------------------------------------------------------------------------------------
 #: Memoized mechanisms with a byte-driven client procedure.
-MEMO_BYTE_MECHANISMS = ("memo-grr", "rappor", "memo-olh", "loloha")
+MEMO_BYTE_MECHANISMS = byte_mechanisms("memo", MEMO_MECHANISMS)
 
 
 def _threshold_or_none(p: float) -> int | None:
@@ -451,7 +463,7 @@ def memo_report_bytes(
 # Numeric mechanisms (docs/wire_format.md, section 7)
 # ------------------------------------------------------------------------------------------------
 #: Numeric mechanisms (:mod:`ldp.numeric.mechanisms`) with a byte-driven client procedure.
-NUMERIC_BYTE_MECHANISMS = ("duchi", "piecewise", "hybrid", "laplace", "one-bit-mean", "square-wave")
+NUMERIC_BYTE_MECHANISMS = byte_mechanisms("numeric", NUMERIC_MECHANISMS)
 _TWO_M53 = 2.0**-53
 
 
@@ -544,7 +556,7 @@ def numeric_encode_bytes(
 # Sparse vectors (docs/wire_format.md, section 8)
 # ------------------------------------------------------------------------------------------------
 #: Sparse-vector mechanisms (:data:`ldp.sparse.mechanisms.SPARSE_MECHANISMS`) with a byte-driven client.
-SPARSE_BYTE_MECHANISMS = ("svme", "kfold", "sampling", "gaussian", "harmony", "pckv")
+SPARSE_BYTE_MECHANISMS = byte_mechanisms("sparse", SPARSE_MECHANISM_CLASSES)
 _M64 = (1 << 64) - 1
 _GOLDEN_INT = 0x9E3779B97F4A7C15
 _SPARSE_TAG_BIN = 0x6A09E667F3BCC909

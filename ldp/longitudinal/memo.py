@@ -103,6 +103,7 @@ from ldp.oracles import (
     SupportAccumulator,
     check_values,
 )
+from ldp.payload import WireSpec
 from ldp.reports import Reports
 
 __all__ = [
@@ -266,6 +267,13 @@ class MemoizedOracle(FrequencyOracle):
 
     name = ""
     memo_key_kind = "value"  # what the memoization key is: "value" or "bucket"
+
+    def spec(self) -> dict[str, Any]:
+        return {**super().spec(), **self._hash_spec(), "epsilon_1": float(self.epsilon_1)}
+
+    def _hash_spec(self) -> dict[str, Any]:
+        """The hash parameters that identify the oracle (local hashing: ``g``)."""
+        return {}
 
     def __init__(self, epsilon: float, domain_size: int, *, epsilon_1: float | None = None) -> None:
         super().__init__(epsilon, domain_size)
@@ -489,6 +497,7 @@ class MemoGRR(MemoizedOracle):
     """
 
     name = "memo-grr"
+    wire = WireSpec("categorical", "memo", "memo_memo-grr", clients=("typescript",))
 
     def __init__(self, epsilon: float, domain_size: int, *, epsilon_1: float | None = None) -> None:
         super().__init__(epsilon, domain_size, epsilon_1=epsilon_1)
@@ -598,6 +607,7 @@ class RAPPOR(MemoizedOracle):
     """
 
     name = "rappor"
+    wire = WireSpec("categorical", "memo", "memo_rappor", clients=("typescript",))
 
     def __init__(self, epsilon: float, domain_size: int, *, epsilon_1: float | None = None,
                  permanent: str = "sue") -> None:
@@ -707,6 +717,9 @@ class _MemoLocalHashing(MemoizedOracle):
         self.inst_p, self.inst_q = _grr_pq(self._eps2, self.g)
         self._check_sampled(sampled)
 
+    def _hash_spec(self) -> dict[str, Any]:
+        return {"g": int(self.g)}
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(epsilon={self.epsilon}, domain_size={self.d}, "
                 f"epsilon_1={self.epsilon_1_target}, g={self.g})")
@@ -774,6 +787,7 @@ class MemoOLH(_MemoLocalHashing):
     """
 
     name = "memo-olh"
+    wire = WireSpec("categorical", "memo", "memo_memo-olh", clients=("typescript",))
     words_per_memo = 2
 
     @property
@@ -799,6 +813,7 @@ class LOLOHA(_MemoLocalHashing):
     """
 
     name = "loloha"
+    wire = WireSpec("categorical", "memo", "memo_loloha", clients=("typescript",))
     memo_key_kind = "bucket"
 
     @property

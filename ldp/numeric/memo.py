@@ -51,7 +51,7 @@ from ldp.longitudinal.budget import DEFAULT_DELTA
 from ldp.longitudinal.memo import memo_words_hmac, memo_words_sim
 from ldp.numeric.estimates import LEVEL, NumericEstimate, bernstein_halfwidth
 from ldp.numeric.mechanisms import _check_bounds, _check_epsilon, to_unit
-from ldp.payload import PayloadField, PayloadSpec, Refusal
+from ldp.payload import PayloadField, PayloadSpec, Refusal, WireSpec
 from ldp.reports import Reports
 
 __all__ = ["MEMO_NAME", "MemoizedOneBitMean", "MemoAccumulator", "memoized_cost", "memoized_window_costs"]
@@ -85,6 +85,10 @@ class MemoizedOneBitMean:
     """
 
     name = MEMO_NAME
+    wire = WireSpec(
+        "real", reason="no byte procedure yet: its permanent bits come from the secret's HMAC, specified for "
+        "the categorical memoized oracles only"
+    )
     report_fields = ("values",)
     #: one report per user and window, first moment only
     moments = 1

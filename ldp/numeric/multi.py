@@ -27,7 +27,7 @@ import numpy as np
 from ldp.csprng import client_rng
 from ldp.numeric.estimates import NumericEstimate, estimate
 from ldp.numeric.mechanisms import NumericAccumulator, make_numeric_mechanism
-from ldp.payload import PayloadField, PayloadSpec, Refusal, refuse
+from ldp.payload import PayloadField, PayloadSpec, Refusal, WireSpec, refuse
 from ldp.reports import Reports
 
 __all__ = ["default_k", "MultiNumeric", "MultiAccumulator", "MAX_ATTRIBUTES"]
@@ -69,6 +69,11 @@ class MultiNumeric:
         ValueError: no or more than :data:`MAX_ATTRIBUTES` attributes, ``k`` outside ``[1, m]``, names
             not unique, ``moments`` 2, or what the one-attribute mechanism refuses (one line).
     """
+
+    wire = WireSpec(
+        "real", reason="no byte procedure yet for several attributes: the choice of the k attributes is not "
+        "specified (docs/wire_format.md, section 7)"
+    )
 
     def __init__(self, name: str, epsilon: float, bounds: Sequence[tuple[float, float]], *,
                  names: Sequence[str] | None = None, k: int | None = None, **params: Any) -> None:

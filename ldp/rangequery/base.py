@@ -39,6 +39,7 @@ import numpy as np
 
 from ldp.csprng import client_rng
 from ldp.hashing import hash_ids
+from ldp.payload import WireSpec
 from ldp.rangequery.queries import RangeQuery, validate_queries
 
 __all__ = [
@@ -118,6 +119,11 @@ class RangeMechanism(abc.ABC):
     """
 
     name: ClassVar[str] = ""
+    #: a range report is its group oracle's report (that oracle's vectors); the projection of a record to
+    #: its group has no byte procedure yet (docs/wire_format.md, section 9)
+    wire: ClassVar[WireSpec] = WireSpec(
+        "records", reason="a report is its group oracle's; the projection to a group is not specified yet"
+    )
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
     BASE_OPTIONS: ClassVar[frozenset[str]] = frozenset({"group_salt"})
 

@@ -7,7 +7,7 @@ MSW and LSA in ``hio``, ``lhio``, ``msw`` and ``lsa`` (imported lazily, on first
 
 Imports go one way: ``ldp.task`` (the task model, which takes its method names from :data:`METHODS`)
 imports this module, this module imports ``base``, and the method modules import ``base``; ``base``
-imports neither this module nor ``ldp.task``. The range task itself is :class:`ldp.task.RangeTask`.
+imports neither this module nor ``ldp.task``. The range task itself is :class:`ldp.kinds.range.task.RangeTask`.
 
 The task file of a range-query job is described in ``ldp.task`` and ``docs/range_queries.md``.
 
@@ -91,23 +91,10 @@ def model_from_dict(d: Mapping[str, Any]) -> RangeModel:
 
 
 def oracle_spec(oracle: Any) -> dict[str, Any]:
-    """What identifies a group's oracle: its ``mechanism`` name, ``domain_size`` and the parameters that
-    change its reports (OLH / BLH: the hash ``family``; OLH: ``g``; SS: ``k``), as plain JSON values."""
-    spec: dict[str, Any] = {"mechanism": str(getattr(oracle, "name", type(oracle).__name__))}
-    d = getattr(oracle, "d", None)
-    if d is not None:
-        spec["domain_size"] = int(d)
-    family = getattr(oracle, "family", None)
-    if family is not None:
-        spec["family"] = str(getattr(family, "name", family))
-    for key in ("g", "k"):
-        v = getattr(oracle, key, None)
-        if v is not None:
-            spec[key] = int(v)
-    eps1 = getattr(oracle, "epsilon_1", None)  # memoized mechanisms' per-report epsilon
-    if eps1 is not None:
-        spec["epsilon_1"] = float(eps1)
-    return spec
+    """What identifies a group's oracle: the oracle's own ``spec()``, its ``mechanism`` name,
+    ``domain_size`` and the parameters that change its reports (OLH / BLH: the hash ``family`` and ``g``;
+    SS: ``k``; memoized mechanisms: ``epsilon_1``), as plain JSON values."""
+    return oracle.spec()
 
 
 def group_oracle_specs(mechanism: RangeMechanism) -> list[dict[str, Any]]:

@@ -27,6 +27,10 @@ class NoPayloadOracle:
     d = 1
     payload = PayloadSpec((PayloadField("values", "int64", low=0, high=0),))
 
+    def spec(self) -> dict[str, Any]:
+        """What identifies this stand-in in a task's ``resolved`` block."""
+        return {"mechanism": self.name, "domain_size": self.d}
+
     def validate(self, reports: Any) -> tuple[np.ndarray, np.ndarray]:
         n = len(reports)
         reasons = np.full(n, None, dtype=object)

@@ -40,7 +40,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from ldp.payload import Refusal, refuse
+from ldp.payload import Refusal, WireSpec, refuse
 from ldp.sparse.encode import EncodeStats, SparseReports, encode
 from ldp.sparse.hashes import bins_signs, domain_bits, gf2_params, item_bits
 from ldp.sparse.params import SparseParams
@@ -273,6 +273,7 @@ class SVME:
     """
 
     name = "svme"
+    wire = WireSpec("sparse", "sparse", "encode_sparse_svme")
 
     def __init__(self, params: SparseParams) -> None:
         self.params = params

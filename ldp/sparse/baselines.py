@@ -50,6 +50,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ldp.hashing import client_streams, public_seeds
+from ldp.payload import WireSpec
 from ldp.sparse.accumulate import (
     QueryAccumulator,
     SparseEstimate,
@@ -253,6 +254,7 @@ class KFold(_OneBin):
     """k-fold repetition of the 1-sparse mechanism (see the module docstring)."""
 
     name = "kfold"
+    wire = WireSpec("sparse", "sparse", "encode_sparse_kfold")
 
     @property
     def bit_epsilon(self) -> float:
@@ -311,6 +313,7 @@ class Sampling(_OneBin):
     """Sampling + 1-sparse (see the module docstring)."""
 
     name = "sampling"
+    wire = WireSpec("sparse", "sparse", "encode_sparse_sampling")
 
     @property
     def unit(self) -> float:
@@ -379,6 +382,7 @@ class Gaussian(_Baseline):
     """Naive dense Gaussian perturbation (see the module docstring)."""
 
     name = "gaussian"
+    wire = WireSpec("sparse", "sparse", "encode_sparse_gaussian")
 
     def __init__(self, *args, delta: float = 1e-6, calibration: str = "classical", **kw) -> None:
         super().__init__(*args, **kw)
@@ -491,6 +495,7 @@ class Harmony(_ItemBit):
     """Harmony (see the module docstring)."""
 
     name = "harmony"
+    wire = WireSpec("sparse", "sparse", "encode_sparse_harmony")
 
     @property
     def unit(self) -> float:
@@ -519,6 +524,7 @@ class PCKV(_ItemBit):
     """PCKV-GRR with ``l = k`` (see the module docstring)."""
 
     name = "pckv"
+    wire = WireSpec("sparse", "sparse", "encode_sparse_pckv")
 
     def __init__(self, *args, estimator: str = "unbiased", **kw) -> None:
         super().__init__(*args, **kw)

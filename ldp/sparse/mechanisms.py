@@ -13,9 +13,13 @@ from ldp.sparse.accumulate import SVME
 from ldp.sparse.baselines import PCKV, Gaussian, Harmony, KFold, Sampling
 from ldp.sparse.params import DEFAULT_EXPECTED_USERS, choose_params
 
-__all__ = ["SPARSE_MECHANISMS", "make_sparse_mechanism"]
+__all__ = ["SPARSE_MECHANISMS", "SPARSE_MECHANISM_CLASSES", "make_sparse_mechanism"]
 
-SPARSE_MECHANISMS = ("svme", "kfold", "sampling", "gaussian", "harmony", "pckv")
+#: name -> mechanism class (each declares its payload and its ``wire`` spec)
+SPARSE_MECHANISM_CLASSES: dict[str, type] = {
+    cls.name: cls for cls in (SVME, KFold, Sampling, Gaussian, Harmony, PCKV)
+}
+SPARSE_MECHANISMS: tuple[str, ...] = tuple(SPARSE_MECHANISM_CLASSES)
 
 
 def make_sparse_mechanism(

@@ -1,0 +1,92 @@
+"""Every registered mechanism with the wire spec it declares beside its payload.
+
+The mechanism registries of the numpy core (frequency oracles, memoized oracles, numeric and sparse
+mechanisms, range methods) are walked here, never copied: :func:`byte_mechanisms` lists the mechanisms of a
+byte procedure (what the conformance vectors and the tests iterate), :func:`client_mechanisms` those a
+client implementation (the TypeScript one) encodes, and :func:`wire_problems` names each registered
+mechanism that declares neither a byte procedure with its vectors nor the reason it has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ldp.longitudinal.memo import MEMO_MECHANISMS
+from ldp.numeric.mechanisms import MECHANISMS as NUMERIC_MECHANISMS
+from ldp.numeric.memo import MEMO_NAME, MemoizedOneBitMean
+from ldp.oracles import MECHANISMS as FREQUENCY_MECHANISMS
+from ldp.payload import WireSpec, declared_wire
+from ldp.rangequery.registry import METHODS, load_method
+from ldp.sparse.mechanisms import SPARSE_MECHANISM_CLASSES
+
+__all__ = ["Registered", "registries", "registered_mechanisms", "byte_mechanisms", "client_mechanisms",
+           "wire_problems"]
+
+
+class Registered(NamedTuple):
+    """One registered mechanism: its registry, its name, its class and the wire spec it declares."""
+
+    registry: str
+    name: str
+    cls: type
+    wire: WireSpec | None
+
+
+def registries() -> dict[str, Mapping[str, type]]:
+    """Registry name -> its ``{mechanism name: class}`` (range methods imported on demand)."""
+    return {
+        "frequency": FREQUENCY_MECHANISMS,
+        "memo": MEMO_MECHANISMS,
+        "numeric": {**NUMERIC_MECHANISMS, MEMO_NAME: MemoizedOneBitMean},
+        "sparse": SPARSE_MECHANISM_CLASSES,
+        "range": {name: load_method(name) for name in METHODS},
+    }
+
+
+def registered_mechanisms() -> Iterator[Registered]:
+    """Every registered mechanism, registry by registry, in registration order."""
+    for registry, mechanisms in registries().items():
+        for name, cls in mechanisms.items():
+            yield Registered(registry, name, cls, declared_wire(cls))
+
+
+def byte_mechanisms(procedure: str, registry: Mapping[str, type]) -> tuple[str, ...]:
+    """The names of ``registry`` whose class declares the byte procedure ``procedure``, in order."""
+    out = []
+    for name, cls in registry.items():
+        spec = declared_wire(cls)
+        if spec is not None and spec.procedure == procedure:
+            out.append(name)
+    return tuple(out)
+
+
+def client_mechanisms(client: str, registry: Mapping[str, type]) -> tuple[str, ...]:
+    """The names of ``registry`` that the client implementation ``client`` (``typescript``) encodes."""
+    out = []
+    for name, cls in registry.items():
+        spec = declared_wire(cls)
+        if spec is not None and client in spec.clients:
+            out.append(name)
+    return tuple(out)
+
+
+def wire_problems(vectors_dir: Path | None = None, entries: Any = None) -> list[str]:
+    """One line per registered mechanism whose wire spec is missing or wrong: no :class:`WireSpec`
+    (neither vectors nor a stated reason), a spec on another name's vectors, or (``vectors_dir``
+    given) a vector file that does not exist."""
+    out = []
+    for r in registered_mechanisms() if entries is None else entries:
+        what = f"{r.registry} mechanism {r.name!r} ({r.cls.__module__}.{r.cls.__qualname__})"
+        if r.wire is None:
+            out.append(f"{what} declares no wire spec: give it `wire = WireSpec(...)` with its byte "
+                       "procedure and vectors, or the reason it has none")
+            continue
+        if r.wire.procedure is None:
+            continue
+        if not str(r.wire.vectors).endswith(f"_{r.name}"):
+            out.append(f"{what}: its vectors {r.wire.vectors!r} are not its own")
+        elif vectors_dir is not None and not (Path(vectors_dir) / f"{r.wire.vectors}.json").is_file():
+            out.append(f"{what}: no vector file {r.wire.vectors}.json in {vectors_dir}")
+    return out
