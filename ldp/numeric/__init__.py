@@ -6,17 +6,22 @@ sample-k-of-m scheme for several attributes and memoized 1BitMean for repeated c
 from ldp.numeric.estimates import DEFAULT_QUANTILES, NumericEstimate, QuantileEstimate, estimate
 from ldp.numeric.mechanisms import (
     AUTO_CANDIDATES,
+    AUTO_QUANTILE_CANDIDATES,
     MECHANISMS,
+    QUANTILE_MECHANISMS,
     NumericAccumulator,
     NumericMechanism,
     choose_numeric_mechanism,
     make_numeric_mechanism,
+    resolve_auto,
 )
 
 __all__ = [
     "AUTO_CANDIDATES",
+    "AUTO_QUANTILE_CANDIDATES",
     "DEFAULT_QUANTILES",
     "MECHANISMS",
+    "QUANTILE_MECHANISMS",
     "NumericAccumulator",
     "NumericEstimate",
     "NumericMechanism",
@@ -24,4 +29,5 @@ __all__ = [
     "choose_numeric_mechanism",
     "estimate",
     "make_numeric_mechanism",
+    "resolve_auto",
 ]

@@ -44,7 +44,19 @@ Mechanisms (``MECHANISMS``; the wire field each uses):
 
 ``auto`` picks, at the task's epsilon, the candidate of :data:`AUTO_CANDIDATES` (a frozen tuple, so a task
 means the same thing forever) with the lowest worst-case variance ``max_t Var[y | t]``; the first listed
-wins ties (``one-bit-mean`` over ``hybrid`` when ``alpha = 0``: the same distribution in one bit).
+wins ties (``one-bit-mean`` over ``hybrid`` when ``alpha = 0``: the same distribution in one bit). None of
+those estimates quantiles: a task that states quantiles resolves ``auto`` among the quantile candidates of
+its schema version instead (:data:`AUTO_QUANTILE_CANDIDATES`, :func:`resolve_auto`; version 3:
+``square-wave``), and a version with none is refused.
+
+Second moment. With ``moments=2`` each client reports, chosen by a fair coin independent of its value,
+either ``t`` or ``t2 = 2 u^2 - 1`` (the slot travels in ``values``: 0 first moment, 1 second); the coin
+reveals nothing, so the report is eps-LDP. The aggregator estimates ``E[u]`` and ``E[u^2]`` from the two
+halves and the variance of the values as ``(high - low)^2 (E[u^2] - E[u]^2)``.
+
+Accumulators. The server rounds each ``y`` (and ``y^2``) to a multiple of ``2^-24`` (far below any
+mechanism's noise) and keeps the integer sums as Python integers, so merging is exact integer addition in
+any order: merged shards equal one pass bit for bit.
 
 Second moment. With ``moments=2`` each client reports, chosen by a fair coin independent of its value,
 either ``t`` or ``t2 = 2 u^2 - 1`` (the slot travels in ``values``: 0 first moment, 1 second); the coin
@@ -80,7 +92,7 @@ from ldp.numeric.grid import (
     sliding_window_for,
     two_point_for,
 )
-from ldp.payload import PayloadField, PayloadSpec, Refusal, WireSpec
+from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
 from ldp.square_wave import SquareWave
 
@@ -99,6 +111,9 @@ __all__ = [
     "HYBRID_EPS_STAR",
     "make_numeric_mechanism",
     "choose_numeric_mechanism",
+    "AUTO_QUANTILE_CANDIDATES",
+    "QUANTILE_MECHANISMS",
+    "resolve_auto",
     "to_unit",
 ]
 
@@ -463,7 +478,6 @@ class Duchi(NumericMechanism):
     the rounding adds nothing (a two-point law with mean ``t``)."""
 
     name = "duchi"
-    wire = WireSpec("real", "numeric", "encode_numeric_duchi")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
         self.grid = two_point_for(exp_lower(_check_epsilon(epsilon)))
@@ -504,7 +518,6 @@ class Piecewise(NumericMechanism):
     ``t^2 / (e^{eps/2} - 1) + (e^{eps/2} + 3) / (3 (e^{eps/2} - 1)^2)`` at eps 0.1 to 10."""
 
     name = "piecewise"
-    wire = WireSpec("real", "numeric", "encode_numeric_piecewise")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
         eps = _check_epsilon(epsilon)
@@ -544,7 +557,6 @@ class Hybrid(NumericMechanism):
     (both unbiased; the rounding term is ``(B + 1) (2 / N)^2 f (1 - f)`` with the mixture's ``B``)."""
 
     name = "hybrid"
-    wire = WireSpec("real", "numeric", "encode_numeric_hybrid")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
         self._pm = Piecewise(epsilon, low, high)
@@ -603,7 +615,6 @@ class LaplaceMean(NumericMechanism):
     ``2 / (1 - rho)`` uniform integers per report on average (about ``2 / eps`` at small eps)."""
 
     name = "laplace"
-    wire = WireSpec("real", "numeric", "encode_numeric_laplace")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
         self.grid = block_geometric_for(exp_lower(_check_epsilon(epsilon)))
@@ -637,7 +648,6 @@ class OneBitMean(NumericMechanism):
     ``P[b = 1 | j]`` an exact rational, ratios at most ``e^eps`` on the integers)."""
 
     name = "one-bit-mean"
-    wire = WireSpec("real", "numeric", "encode_numeric_one-bit-mean")
     report_fields = ("values",)
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
@@ -714,7 +724,6 @@ class SquareWaveNumeric(NumericMechanism):
     """
 
     name = "square-wave"
-    wire = WireSpec("real", "numeric", "encode_numeric_square-wave")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1,
                  bins: int = 512, em_resolution: int | None = None, smoothing: bool = True,
@@ -786,6 +795,32 @@ def choose_numeric_mechanism(epsilon: float, candidates: Sequence[str] = AUTO_CA
     scores = [MECHANISMS[c](epsilon).worst_case_variance() for c in candidates]
     best = min(scores)
     return next(c for c, s in zip(candidates, scores) if s <= best * (1 + 1e-9))
+
+
+#: the mechanisms that estimate a distribution, hence quantiles (:mod:`ldp.numeric.estimates`)
+QUANTILE_MECHANISMS: frozenset[str] = frozenset({SquareWaveNumeric.name})
+#: the frozen candidates of ``auto`` for a task that states quantiles, per task ``schema_version`` (never
+#: edit a version's tuple: a task must resolve to the same mechanism on every release)
+AUTO_QUANTILE_CANDIDATES: dict[int, tuple[str, ...]] = {3: ("square-wave",)}
+
+
+def resolve_auto(epsilon: float, *, quantiles: bool, schema_version: int) -> str:
+    """The mechanism ``auto`` stands for in a task: without stated quantiles ``"auto"`` itself (resolved
+    at the attribute's epsilon by :func:`choose_numeric_mechanism`, as before quantiles counted); with
+    them the first of :data:`AUTO_QUANTILE_CANDIDATES` of the task's ``schema_version``.
+
+    Raises:
+        ValueError: quantiles stated and the version has no candidate that estimates them (one line).
+    """
+    if not quantiles:
+        return "auto"
+    candidates = [c for c in AUTO_QUANTILE_CANDIDATES.get(schema_version, ()) if c in QUANTILE_MECHANISMS]
+    if not candidates:
+        raise ValueError(
+            f"'auto' at schema_version {schema_version} has no candidate that estimates quantiles (its "
+            f"candidates {list(AUTO_CANDIDATES)} give the mean only): name square-wave, or drop quantiles"
+        )
+    return candidates[0]
 
 
 def make_numeric_mechanism(name: str, epsilon: float, low: float = 0.0, high: float = 1.0,
