@@ -57,15 +57,6 @@ halves and the variance of the values as ``(high - low)^2 (E[u^2] - E[u]^2)``.
 Accumulators. The server rounds each ``y`` (and ``y^2``) to a multiple of ``2^-24`` (far below any
 mechanism's noise) and keeps the integer sums as Python integers, so merging is exact integer addition in
 any order: merged shards equal one pass bit for bit.
-
-Second moment. With ``moments=2`` each client reports, chosen by a fair coin independent of its value,
-either ``t`` or ``t2 = 2 u^2 - 1`` (the slot travels in ``values``: 0 first moment, 1 second); the coin
-reveals nothing, so the report is eps-LDP. The aggregator estimates ``E[u]`` and ``E[u^2]`` from the two
-halves and the variance of the values as ``(high - low)^2 (E[u^2] - E[u]^2)``.
-
-Accumulators. The server rounds each ``y`` (and ``y^2``) to a multiple of ``2^-24`` (far below any
-mechanism's noise) and keeps the integer sums as Python integers, so merging is exact integer addition in
-any order: merged shards equal one pass bit for bit.
 """
 
 from __future__ import annotations
@@ -92,7 +83,7 @@ from ldp.numeric.grid import (
     sliding_window_for,
     two_point_for,
 )
-from ldp.payload import PayloadField, PayloadSpec, Refusal
+from ldp.payload import PayloadField, PayloadSpec, Refusal, WireSpec
 from ldp.reports import Reports
 from ldp.square_wave import SquareWave
 
@@ -478,6 +469,7 @@ class Duchi(NumericMechanism):
     the rounding adds nothing (a two-point law with mean ``t``)."""
 
     name = "duchi"
+    wire = WireSpec("real", "numeric", "encode_numeric_duchi")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
         self.grid = two_point_for(exp_lower(_check_epsilon(epsilon)))
@@ -518,6 +510,7 @@ class Piecewise(NumericMechanism):
     ``t^2 / (e^{eps/2} - 1) + (e^{eps/2} + 3) / (3 (e^{eps/2} - 1)^2)`` at eps 0.1 to 10."""
 
     name = "piecewise"
+    wire = WireSpec("real", "numeric", "encode_numeric_piecewise")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
         eps = _check_epsilon(epsilon)
@@ -557,6 +550,7 @@ class Hybrid(NumericMechanism):
     (both unbiased; the rounding term is ``(B + 1) (2 / N)^2 f (1 - f)`` with the mixture's ``B``)."""
 
     name = "hybrid"
+    wire = WireSpec("real", "numeric", "encode_numeric_hybrid")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
         self._pm = Piecewise(epsilon, low, high)
@@ -615,6 +609,7 @@ class LaplaceMean(NumericMechanism):
     ``2 / (1 - rho)`` uniform integers per report on average (about ``2 / eps`` at small eps)."""
 
     name = "laplace"
+    wire = WireSpec("real", "numeric", "encode_numeric_laplace")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
         self.grid = block_geometric_for(exp_lower(_check_epsilon(epsilon)))
@@ -648,6 +643,7 @@ class OneBitMean(NumericMechanism):
     ``P[b = 1 | j]`` an exact rational, ratios at most ``e^eps`` on the integers)."""
 
     name = "one-bit-mean"
+    wire = WireSpec("real", "numeric", "encode_numeric_one-bit-mean")
     report_fields = ("values",)
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1) -> None:
@@ -724,6 +720,7 @@ class SquareWaveNumeric(NumericMechanism):
     """
 
     name = "square-wave"
+    wire = WireSpec("real", "numeric", "encode_numeric_square-wave")
 
     def __init__(self, epsilon: float, low: float = 0.0, high: float = 1.0, *, moments: int = 1,
                  bins: int = 512, em_resolution: int | None = None, smoothing: bool = True,
