@@ -93,6 +93,11 @@ MODE_FLAGS = {
     "follow": ("rate", "file_reports", "duration"),
     "topic": ("rate", "message_size", "inject_bad"),
 }
+DESCRIPTION = (
+    "Simulates the clients of any collection task: Avro report files and the truth (--output), a live "
+    "stream of report files for a watched directory (--output --follow), or Pub/Sub messages "
+    "(--output_topic)."
+)
 _MODE_NAMES = {"files": "--output without --follow", "follow": "--follow", "topic": "--output_topic"}
 
 
@@ -124,26 +129,45 @@ def publish(
     from google.cloud import pubsub_v1
 
     pop = make_population(task, users, dataset, seed=seed, assignment=assignment)
-    users = pop.n_users
     publisher = pubsub_v1.PublisherClient()
     try:
         publisher.get_topic(request={"topic": topic})
     except gexc.NotFound:
         publisher.create_topic(request={"name": topic})
+
+    def send(data: bytes, when_ms: int) -> None:
+        futures.append(publisher.publish(topic, data, event_time=str(when_ms)))
+
+    futures: list[Any] = []
+    _publish_population(task, pop, send, rate=rate, message_size=message_size, clock=clock)
+    if inject_bad:
+        now = int(clock.time() * 1000)
+        for recs in bad_records(task, inject_bad, now, seed=pop.bad_rng).values():
+            send(encode_report_container(recs), now)
+        send(b"not avro", now)
+    for f in futures:
+        f.result(timeout=60)
+    while heartbeat is not None and heartbeat():
+        empty = encode_report_container([])
+        publisher.publish(topic, empty, event_time=str(int(clock.time() * 1000))).result()
+        clock.sleep(1.0)
+    return {**base_truth(task, pop, dataset, seed), **pop.truth(), "messages": len(futures)}
+
+
+def _publish_population(
+    task: Task, pop: Any, send: Any, *, rate: float, message_size: int, clock: Any
+) -> None:
+    """Sends ``pop``'s reports as messages of up to ``message_size`` reports, message ``j`` when its first
+    report is due at ``rate`` reports/s, every report stamped with the time its message was made."""
     step = max(1, min(message_size, int(rate)))
-    bounds = np.append(np.arange(0, users, step, dtype=np.int64), users)
-    futures = []
+    bounds = np.append(np.arange(0, pop.n_users, step, dtype=np.int64), pop.n_users)
     t0 = clock.time()
     pending: list[dict[str, Any]] = []
     current = 0
-
-    def send(recs: list[dict[str, Any]], when_ms: int) -> None:
-        futures.append(publisher.publish(topic, encode_report_container(recs), event_time=str(when_ms)))
-
     now = int(clock.time() * 1000)
     for k, chunk in pop.chunks(bounds):
         if k != current:  # block ``current`` is complete: publish it as one message
-            send(pending, now)
+            send(encode_report_container(pending), now)
             pending, current = [], k
         if not pending:  # pace the first chunk of every message
             delay = t0 + int(bounds[k]) / rate - clock.time()
@@ -156,19 +180,7 @@ def publish(
             schema_version=task.schema_version,
         )
     if pending:
-        send(pending, now)
-    if inject_bad:
-        now = int(clock.time() * 1000)
-        for recs in bad_records(task, inject_bad, now, seed=pop.bad_rng).values():
-            send(recs, now)
-        futures.append(publisher.publish(topic, b"not avro", event_time=str(now)))
-    for f in futures:
-        f.result(timeout=60)
-    while heartbeat is not None and heartbeat():
-        empty = encode_report_container([])
-        publisher.publish(topic, empty, event_time=str(int(clock.time() * 1000))).result()
-        clock.sleep(1.0)
-    return {**base_truth(task, pop, dataset, seed), **pop.truth(), "messages": len(futures)}
+        send(encode_report_container(pending), now)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -177,7 +189,7 @@ def publish(
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = job_parser(__doc__.splitlines()[0].strip("`"), beam_options=False)
+    p = job_parser(DESCRIPTION, beam_options=False)
     p.add_argument("--task", required=True, help="collection task JSON file (any kind)")
     p.add_argument(
         "--users",
