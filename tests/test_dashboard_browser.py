@@ -28,9 +28,11 @@ from pipelines.dashboard_app.browser import (
     headless_chromium,
     model_text,
     page_sources,
+    plotted,
     record_topk_changes,
     seen_ms,
     shadow_text,
+    table_cells,
     wait_until,
 )
 from pipelines.dashboard_app.simulated import LABELS, SimulatedStream, open_writer
@@ -544,6 +546,179 @@ def test_hostile_texts_render_as_text_and_never_run(browser: Any, store_url: str
         assert ids["range"] in shadow_text(browser, "ldp-status")
         time.sleep(1.0)
         assert _injected(browser) == {"xss": None, "found": []}
+        severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+        assert severe == [], severe
+        browser.get("about:blank")
+
+
+# -- switching tasks: every table cell and every plotted point is the selected task's, from the store -------
+def _expected_windows(store: Any, task_id: str) -> tuple[list[list[str]], list[dict[str, Any]]]:
+    """The windows table's cells and the windows plot's bars of ``task_id``, from the store's own API."""
+    windows = store.windows(task_id, 100)
+    latency = {(p["window_start"], p["window_end"], p["pane_index"]): p["latency_ms"] / 1000
+               for p in store.pane_latencies(task_id, 100)}  # fmt: skip
+    accepted = {(c["window_start"], c["window_end"]): c["accepted"] for c in store.counts(task_id)}
+    cells = []
+    for w in windows:
+        key = (w["window_start"], w["window_end"])
+        cells.append([
+            shape.format_window(*key), str(w["n_reports"]), str(w["last_pane_index"]), w["last_pane_timing"],
+            "final" if w["is_final"] else "open", f"{latency[(*key, w['last_pane_index'])]:.2f}",
+            f"{accepted[key]:,}" if key in accepted else "-", shape.format_ms(w["last_written_ms"]),
+        ])  # fmt: skip
+    bars = [{"glyph": "VBar", "x": [(w["window_start"] + w["window_end"]) / 2 for w in windows],
+             "top": [w["n_reports"] for w in windows]}]  # fmt: skip
+    return cells, bars
+
+
+def _expected_counts(store: Any, task_id: str) -> list[dict[str, Any]]:
+    """The counts plot: accepted, rejected and late-dropped stacked, read as a dot, per counts window."""
+    counts = store.counts(task_id)
+    x = [(c["window_start"] + c["window_end"]) / 2 for c in counts]
+    levels = [0] * len(counts)
+    out = []
+    for key in ("accepted", "rejected", "late_dropped"):
+        top = [lv + c[key] for lv, c in zip(levels, counts, strict=True)]
+        out.append({"glyph": "VBar", "x": x, "bottom": levels, "top": top})
+        levels = top
+    out.append({"glyph": "Scatter", "x": x, "y": [c["read"] for c in counts]})
+    return out
+
+
+def _expected_topk(store: Any, task_id: str, d: int) -> tuple[list[Any], list[list[str]]]:
+    """The top-k plot's bars and whisker ends and the top-k table's cells, from ``Store.current``."""
+    window = store.windows(task_id, 1)[0]
+    top = store.current(task_id, window["window_start"], window["window_end"], output="estimates", grp=0,
+                        top_k=TOP_K)  # fmt: skip
+    lo, hi = simultaneous_intervals([r["unbiased"] for r in top], [r["unbiased_std"] for r in top], d,
+                                    published=[r["estimate"] for r in top])  # fmt: skip
+    names = [LABELS[r["item"]] for r in top]
+    plot = [{"glyph": "VBar", "x": names, "top": [r["estimate"] for r in top]},
+            {"glyph": "Scatter", "x": names, "y": list(hi)}, {"glyph": "Scatter", "x": names, "y": list(lo)}]
+    shown = enumerate(zip(names, top, lo, hi, strict=True), start=1)
+    cells = [[str(rank), name, str(r["item"]), f"{r['estimate']:.4f}", f"{a:.4f}", f"{b:.4f}"]
+             for rank, (name, r, a, b) in shown]  # fmt: skip
+    return plot, cells
+
+
+def _expected_series(store: Any, task_id: str, d: int, items: list[int]) -> list[dict[str, Any]]:
+    """The series plot: for each chosen item, its band, line and dots across every window, from
+    ``Store.series``."""
+    rows = store.series(task_id, items, last_windows=60)
+    out = []
+    for item in items:
+        mine = [r for r in rows if r["item"] == item]
+        lo, hi = simultaneous_intervals([r["unbiased"] for r in mine], [r["unbiased_std"] for r in mine], d,
+                                        published=[r["estimate"] for r in mine])  # fmt: skip
+        x, y = [r["window_end"] for r in mine], [r["estimate"] for r in mine]
+        out += [{"glyph": "VArea", "x": x, "y1": list(lo), "y2": list(hi)}, {"glyph": "Line", "x": x, "y": y},
+                {"glyph": "Scatter", "x": x, "y": y}]  # fmt: skip
+    return out
+
+
+def _expected_latency(store: Any, task_id: str) -> list[dict[str, Any]]:
+    panes = store.pane_latencies(task_id, 100)
+    return [{"glyph": "Scatter", "x": [p["window_end"] for p in panes],
+             "y": [p["latency_ms"] / 1000 for p in panes]}]  # fmt: skip
+
+
+def _same(page: Any, expected: Any) -> bool:
+    """``page`` (read in the browser) equals ``expected`` (from the store); floats to 1e-12 relative."""
+    if isinstance(expected, dict):
+        return isinstance(page, dict) and all(_same(page.get(k), v) for k, v in expected.items())
+    if isinstance(expected, list):
+        return isinstance(page, list) and len(page) == len(expected) and all(map(_same, page, expected))
+    if isinstance(expected, float) or isinstance(page, float):
+        return page == pytest.approx(expected, rel=1e-12, abs=1e-15)
+    return page == expected
+
+
+def _page_mismatch(driver: Any, url: str, task_id: str, d: int, first_view: bool) -> list[str]:
+    """Every panel of the page that differs from the store's state of ``task_id`` (empty: all equal). The
+    series cover the items chosen in the page; on a task's ``first_view`` those are the store's top 5."""
+    from store import open_store
+
+    chosen = driver.execute_script(
+        "return Bokeh.documents[0].get_model_by_name('series_items').value.map(Number);"
+    )
+    store = open_store(url, create=False, shared=False)
+    try:
+        window = store.windows(task_id, 1)[0]
+        top5 = [r["item"] for r in store.current(task_id, window["window_start"], window["window_end"],
+                                                 output="estimates", grp=0, top_k=5)]  # fmt: skip
+        win_cells, win_bars = _expected_windows(store, task_id)
+        top_plot, top_cells = _expected_topk(store, task_id, d)
+        expected = {
+            "windows_table": (table_cells(driver, "windows-table"), win_cells),
+            "windows_plot": (plotted(driver, "windows_plot"), win_bars),
+            "counts_plot": (plotted(driver, "counts_plot"), _expected_counts(store, task_id)),
+            "topk_plot": (plotted(driver, "topk_plot"), top_plot),
+            "topk_table": ([row[:6] for row in table_cells(driver, "topk-table") or []], top_cells),
+            "series_items": (chosen, top5 if first_view else chosen),
+            "series_plot": (plotted(driver, "series_plot"), _expected_series(store, task_id, d, chosen)),
+            "latency_plot": (plotted(driver, "latency_plot"), _expected_latency(store, task_id)),
+        }
+    finally:
+        store.close()
+    wrong = [f"{name}: page {page!r}\n  store {want!r}" for name, (page, want) in expected.items()
+             if not _same(page, want)]  # fmt: skip
+    if task_id not in (model_text(driver, "status") or ""):
+        wrong.append(f"status names another task: {model_text(driver, 'status')!r}")
+    return wrong
+
+
+def test_switching_tasks_every_cell_and_point_is_the_selected_tasks(browser: Any, store_url: str):
+    """Tasks ``a`` and ``b`` hold 3 windows each (the same row count in every table and plot), ``c`` 2:
+    after each switch, every cell of the windows and top-k tables and every point of the windows, counts,
+    top-k, series and latency plots equals the store's state of the selected task. Then, while ``b`` is
+    shown, a new window arrives, and a LATE pane changes a window's figures without changing any row count:
+    the page follows both, tables and plots alike."""
+    streams = {t: SimulatedStream(task_id=t, users_per_window=2000, seed=s, start_ms=1_795_000_000_000 + o)
+               for t, s, o in (("a", 1, 0), ("b", 2, 7_200_000), ("c", 3, 3_600_000))}  # fmt: skip
+    d = streams["a"].domain_size
+    writer = open_writer(store_url)
+    try:
+        for task_id, stream in streams.items():
+            writer.write_task(task_id, "frequency", "grr", stream.epsilon, stream.summary())
+            for index in range(2 if task_id == "c" else 3):
+                stream.write_window(writer, index)
+    finally:
+        writer.close()
+    mismatch: list[str] = []
+
+    def shows(task_id: str, first_view: bool = False) -> bool:
+        mismatch[:] = _page_mismatch(browser, store_url, task_id, d, first_view)
+        return not mismatch
+
+    with DashboardProcess(store_url, "--refresh", "0.5", "--top_k", str(TOP_K), "--task", "a") as dash:
+        assert dash.url is not None
+        browser.get_log("browser")
+        browser.get(dash.url)
+        wait_until(lambda: "data-state='live'" in (model_text(browser, "status") or ""), 60,
+                   message=lambda: f"the live state; status {model_text(browser, 'status')!r}")  # fmt: skip
+        browser.execute_script("window.__ldp_same_page = 'yes';")
+        for task_id in ("a", "b", "c", "b"):
+            browser.execute_script(
+                "Bokeh.documents[0].get_model_by_name('task_select').value = arguments[0];", task_id
+            )
+            wait_until(lambda t=task_id: shows(t, first_view=True), SHOW_TIMEOUT_S,
+                       message=lambda t=task_id: f"task {t}:\n" + "\n".join(mismatch))  # fmt: skip
+        writer = open_writer(store_url)
+        try:
+            streams["b"].write_window(writer, 3, final=False)  # a new window: one more row everywhere
+            wait_until(lambda: shows("b"), SHOW_TIMEOUT_S,
+                       message=lambda: "b's new window:\n" + "\n".join(mismatch))  # fmt: skip
+            window = streams["b"].window(3)
+            n = 2500  # a LATE pane of that window: new figures, no new row anywhere
+            writer.write_pane(streams["b"].estimate_rows(n), task_id="b", output="estimates", window=window,
+                              grp=0, pane_index=2, timing="LATE", n_reports=n,
+                              written_ms=window[1] + 9000)  # fmt: skip
+            wait_until(lambda: shows("b"), SHOW_TIMEOUT_S,
+                       message=lambda: "b's LATE pane:\n" + "\n".join(mismatch))  # fmt: skip
+            assert table_cells(browser, "windows-table")[0][1:4] == [str(n), "2", "LATE"]
+        finally:
+            writer.close()
+        assert browser.execute_script("return window.__ldp_same_page;") == "yes"  # no reload
         severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
         assert severe == [], severe
         browser.get("about:blank")

@@ -30,6 +30,8 @@ __all__ = [
     "headless_chromium",
     "model_text",
     "page_sources",
+    "plotted",
+    "table_cells",
     "record_topk_changes",
     "seen_ms",
     "shadow_text",
@@ -185,6 +187,64 @@ def page_sources(driver: Any, names: Sequence[str]) -> dict[str, dict[str, list[
     """The data of the named ``ColumnDataSource``\\ s as BokehJS holds them in the page (None before the
     document exists; a name the page lacks maps to None)."""
     return driver.execute_script(_SOURCES_JS, list(names))
+
+
+_PLOTTED_JS = """
+const doc = (window.Bokeh && Bokeh.documents && Bokeh.documents[0]) || null;
+const plot = doc && doc.get_model_by_name(arguments[0]);
+if (!plot) { return null; }
+function resolve(spec, source) {
+  if (spec == null || typeof spec !== 'object') { return null; }
+  if ('field' in spec) {
+    const col = source.get_column(spec.field);
+    return col == null ? null : Array.from(col);
+  }
+  if ('expr' in spec) { return Array.from(spec.expr.v_compute(source)); }
+  return null;
+}
+const out = [];
+for (const r of plot.renderers) {
+  const g = r.glyph;
+  if (!g || !r.data_source || !r.visible || r.data_source.get_length() === 0) { continue; }
+  const item = {glyph: g.type, alpha: g.fill_alpha === undefined ? null : g.fill_alpha};
+  for (const attr of ['x', 'y', 'top', 'bottom', 'y1', 'y2']) {
+    if (attr in g) { item[attr] = resolve(g[attr], r.data_source); }
+  }
+  out.push(item);
+}
+return out;
+"""
+
+
+def plotted(driver: Any, plot: str) -> list[dict[str, Any]] | None:
+    """What the named plot draws, read from BokehJS in the page: one entry per visible glyph renderer with
+    data, its ``glyph`` type and each coordinate (``x``, ``y``, ``top``, ``bottom``, ``y1``, ``y2``)
+    resolved against the renderer's own data source (a stacked bar's ``top`` and ``bottom`` computed by
+    its stack expression). None before the page's document exists."""
+    return driver.execute_script(_PLOTTED_JS, plot)
+
+
+_CELLS_JS = """
+const id = arguments[0];
+function find(root) {
+  const hit = root.getElementById ? root.getElementById(id) : root.querySelector('#' + id);
+  if (hit) { return hit; }
+  for (const el of root.querySelectorAll('*')) {
+    if (el.shadowRoot) { const h = find(el.shadowRoot); if (h) { return h; } }
+  }
+  return null;
+}
+const table = find(document);
+if (!table) { return null; }
+return Array.from(table.querySelectorAll('tr')).filter(tr => tr.querySelector('td'))
+  .map(tr => Array.from(tr.querySelectorAll('td')).map(td => td.textContent));
+"""
+
+
+def table_cells(driver: Any, table_id: str) -> list[list[str]] | None:
+    """The rendered text of every body cell of the HTML table ``#table_id`` (looked for in every open
+    shadow root), row by row; None when the page has no such table."""
+    return driver.execute_script(_CELLS_JS, table_id)
 
 
 _TEXT_JS = """

@@ -166,7 +166,7 @@ def _window_cell(key: str, value: Any) -> str:
     if key == "latency_s":
         return fmt(value, 2)
     if key == "counted":
-        return fmt(value, spec=",")
+        return fmt(value, spec=",.0f")
     return shape.html_text(value)
 
 
