@@ -66,6 +66,7 @@ from ldp.longitudinal.memo import MemoizedOracle
 from ldp.reports import CLIENT_ID_BYTES, Reports, client_pseudonym
 from ldp.task import Task, TaskError, load_task
 from pipelines.cli import check_pubsub_path, fail, job_parser, parse_job_args
+from wire.client import make_client_encoder
 from wire.encode import write_reports
 from wire.records import encode_report_container, reports_to_records
 
@@ -109,9 +110,12 @@ def _zipf_probabilities(d: int, s: float) -> np.ndarray:
     return w / w.sum()
 
 
-def _oracle_of(task: Task) -> Any:
-    """The mechanism a task's clients report through (a numeric task's ``make_mechanism``)."""
-    return task.make_mechanism() if task.kind == "numeric" else task.make_oracle()  # type: ignore[attr-defined]
+def _client_inputs(task: Task) -> str | None:
+    """What a device of the task encodes (``categorical``, ``real``, ...; None: no device reports)."""
+    try:
+        return make_client_encoder(task).inputs
+    except ValueError:
+        return None
 
 
 def _memoized(oracle: Any) -> bool:
@@ -135,8 +139,9 @@ class _FileClients:
     def __init__(self, task: Task, users: int, state_dir: Path) -> None:
         from ldp.longitudinal.client import Client, ShuffledCollection
 
-        self.task, self.oracle, self.policy = task, _oracle_of(task), _policy(task)
-        self._value = float if task.kind == "numeric" else int
+        encoder = make_client_encoder(task)
+        self.task, self.oracle, self.policy = task, encoder.mechanism, _policy(task)
+        self._value = encoder.value_type
         self.shuffled = ShuffledCollection.of_task(task)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.clients = []
@@ -202,7 +207,8 @@ class _MemoryClients:
     def __init__(self, task: Task, users: int) -> None:
         from ldp.longitudinal.client import ShuffledCollection
 
-        self.task, self.oracle, self.policy = task, _oracle_of(task), _policy(task)
+        encoder = make_client_encoder(task)
+        self.task, self.oracle, self.policy = task, encoder.mechanism, _policy(task)
         self.shuffled = ShuffledCollection.of_task(task)
         secrets = np.frombuffer(os.urandom(32 * users), dtype=np.uint8).reshape(users, 32)
         self.user_keys = secrets[:, :8].copy().view(np.uint64).reshape(-1)
@@ -217,7 +223,7 @@ class _MemoryClients:
         self.keys = np.zeros(0, dtype=np.int64)  # sorted codes user * max_keys + memo key already charged
         self.n_keys = np.zeros(users, dtype=np.int64)
         # memo keys lie in [0, max_keys): values (or buckets) of [0, d), or the counter's grid points
-        self.max_keys = int(self.oracle.points) if task.kind == "numeric" else int(self.oracle.d) + 1
+        self.max_keys = encoder.memo_keys
         self._tight = None
         if self.policy.composition == "pld":
             from ldp.longitudinal.accounting import tight_epsilon_fn  # dp_accounting: a second to import
@@ -330,11 +336,12 @@ class ClientPopulation:
         noise_seed: int | None = None,
         dataset: str | None = None,
     ) -> None:
-        self.numeric = task.kind == "numeric"
+        inputs = _client_inputs(task)
+        self.numeric = inputs == "real"
         if self.numeric and not getattr(task, "is_memoized", False):
             raise ValueError(f"numeric task {task.task_id!r}: repeated-collection clients need the memoized "
                              f"counter memo-one-bit-mean, not {task.mechanism}")
-        if task.kind not in ("frequency", "numeric"):
+        if inputs not in ("categorical", "real"):
             raise ValueError(f"task {task.task_id!r} is a {task.kind} task; clients simulate frequency tasks "
                              "and the numeric memoized counter")
         if dataset is not None and not self.numeric:
@@ -637,7 +644,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         task = load_task(ns.task)
     except TaskError as exc:
         fail(exc.one_line())
-    if task.kind not in ("frequency", "numeric"):
+    if _client_inputs(task) not in ("categorical", "real"):
         fail(f"{ns.task}: task {task.task_id!r} is a {task.kind} task; the clients simulate frequency tasks "
              "and numeric tasks of memo-one-bit-mean")
     if getattr(task, "budget", None) is None:

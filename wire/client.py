@@ -1,4 +1,11 @@
-"""What a client of a task runs: its byte procedure's parameters (``docs/wire_format.md``, section 5).
+"""What a client of a task encodes with, and the byte procedure's parameters it reads.
+
+:func:`make_client_encoder` turns a task into a :class:`ClientEncoder`: the mechanism its devices encode
+with, the type of the value they hold, how many memoization keys a user can charge, and the parameters of
+the mechanism's byte procedure (``docs/wire_format.md``, section 5). It dispatches through the wire specs
+the mechanisms declare beside their payloads (:class:`ldp.payload.WireSpec`): the kind's mechanisms say what
+a client encodes (``inputs``: one category, one real, a sparse vector, a record) and which byte procedure
+gives the parameters, so no caller compares kind names.
 
 ``python -m wire.client TASK.json [--out FILE]`` writes :func:`client_params_document`, the parameters
 (the thresholds as exact integers) a client reads with the task file.
@@ -6,10 +13,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
-from ldp.longitudinal.memo import MemoizedOracle
+import numpy as np
+
+from ldp.payload import declared_wire
+from ldp.reports import Reports
+from wire.registry import kind_inputs
 from wire.vectors import (
     WIRE_VECTORS_VERSION,
     memo_wire_params,
@@ -18,30 +29,138 @@ from wire.vectors import (
     wire_params,
 )
 
-__all__ = ["client_wire_params", "client_params_document"]
+__all__ = ["ClientEncoder", "make_client_encoder", "client_wire_params", "client_params_document"]
+
+#: byte procedure (:data:`ldp.payload.WIRE_PROCEDURES`) -> the parameters of a mechanism of it
+_PARAMS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "frequency": wire_params,
+    "memo": memo_wire_params,
+    "numeric": numeric_wire_params,
+    "sparse": sparse_wire_params,
+}
+
+
+class ClientEncoder:
+    """A task's client side: :attr:`mechanism` (what devices encode with), :attr:`value_type` (the type of
+    one user's value), :attr:`memo_keys` and :meth:`wire_params`."""
+
+    #: what a client encodes (:data:`ldp.payload.WIRE_INPUTS`)
+    inputs: ClassVar[str] = ""
+    value_type: ClassVar[type | None] = None
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+        self.mechanism = self._build(task)
+
+    def _build(self, task: Any) -> Any:
+        return task.make_mechanism()
+
+    def encode(self, values: Any, rng: np.random.Generator | None = None) -> Reports:
+        """Reports of ``values`` (one per user) through the mechanism's own ``encode``."""
+        out = self.mechanism.encode(values, rng=rng)
+        return out[0] if isinstance(out, tuple) else out
+
+    @property
+    def memoized(self) -> bool:
+        """The mechanism memoizes a permanent response per user (repeated collection)."""
+        return bool(getattr(self.mechanism, "memoized", False))
+
+    @property
+    def memo_keys(self) -> int:
+        """How many memoization keys one user can charge: the values of ``[0, d)`` and the absent value."""
+        return int(self.mechanism.d) + 1
+
+    def wire_params(self) -> dict[str, Any]:
+        """The parameters a client runs the mechanism's byte procedure with (its ``T_*`` thresholds as
+        exact integers; a client reads them rather than recomputing them with its own ``exp`` / ``log``).
+
+        Raises:
+            ValueError: the mechanism has no byte procedure (the reason it declares).
+        """
+        spec = declared_wire(self.mechanism)
+        name = getattr(self.mechanism, "name", type(self.mechanism).__name__)
+        if spec is None:
+            raise ValueError(f"task {self.task.task_id!r}: mechanism {name} declares no wire spec")
+        if spec.procedure is None:
+            tid = self.task.task_id
+            raise ValueError(f"task {tid!r}: {name} has no client byte procedure ({spec.reason})")
+        return _PARAMS[spec.procedure](self.mechanism)
+
+
+class CategoricalEncoder(ClientEncoder):
+    """One value of ``[0, domain_size)`` per user, through the task's frequency (or memoized) oracle."""
+
+    inputs = "categorical"
+    value_type = int
+
+    def _build(self, task: Any) -> Any:
+        return task.make_oracle()
+
+    @property
+    def memoized(self) -> bool:
+        return declared_wire(self.mechanism) is not None and declared_wire(self.mechanism).procedure == "memo"
+
+
+class RealEncoder(ClientEncoder):
+    """One bounded real per user (or one per attribute), through the task's numeric mechanism."""
+
+    inputs = "real"
+    value_type = float
+
+    @property
+    def memo_keys(self) -> int:
+        """The memoized counter's grid points (0 for a mechanism without memoization)."""
+        return int(getattr(self.mechanism, "points", 0)) if self.memoized else 0
+
+
+class SparseEncoder(ClientEncoder):
+    """A sparse vector per user, through the task's sparse-vector mechanism."""
+
+    inputs = "sparse"
+
+    def encode(self, values: Any, rng: np.random.Generator | None = None) -> Reports:
+        return self.mechanism.encode(values, rng=rng)[0]
+
+    @property
+    def memo_keys(self) -> int:
+        return 0
+
+
+class RecordEncoder(ClientEncoder):
+    """A record of attribute values per user, through the task's range mechanism (one group each)."""
+
+    inputs = "records"
+
+    @property
+    def memo_keys(self) -> int:
+        return 0
+
+
+_ENCODERS: dict[str, type[ClientEncoder]] = {
+    cls.inputs: cls for cls in (CategoricalEncoder, RealEncoder, SparseEncoder, RecordEncoder)
+}
+
+
+def make_client_encoder(task: Any) -> ClientEncoder:
+    """The client side of ``task``, chosen by what its kind's mechanisms declare they encode.
+
+    Raises:
+        ValueError: a kind whose devices send no reports (central DP) or whose mechanisms declare no inputs.
+    """
+    inputs = kind_inputs(task.kind)
+    if inputs is None:
+        raise ValueError(f"task {task.task_id!r}: {task.kind} tasks have no device client (no registered "
+                         "mechanism declares what a client encodes)")
+    return _ENCODERS[inputs](task)
 
 
 def client_wire_params(task: Any) -> dict[str, Any]:
-    """The parameters a client of ``task`` runs the byte procedure with: :func:`wire_params` (frequency
-    oracles), :func:`memo_wire_params` (memoized), :func:`numeric_wire_params` or
-    :func:`sparse_wire_params`. Its ``T_*`` integers are the thresholds, exactly; a client reads them
-    rather than recomputing them through its own ``exp`` and ``log``.
+    """The parameters a client of ``task`` runs the byte procedure with (:meth:`ClientEncoder.wire_params`).
 
     Raises:
-        ValueError: a kind of task without a byte procedure (range queries, batch queries).
+        ValueError: a task without a client byte procedure (range or batch queries, several attributes).
     """
-    kind = getattr(task, "kind", None)
-    if kind == "sparse":
-        return sparse_wire_params(task.make_mechanism())
-    if kind == "numeric":
-        if getattr(task, "is_multi", False):
-            raise ValueError(f"task {task.task_id!r}: numeric tasks of several attributes have no client "
-                             "byte procedure yet (docs/wire_format.md, section 7)")
-        return numeric_wire_params(task.make_mechanism())
-    if kind != "frequency":
-        raise ValueError(f"task {task.task_id!r}: {kind} tasks have no client byte procedure")
-    oracle = task.make_oracle()
-    return memo_wire_params(oracle) if isinstance(oracle, MemoizedOracle) else wire_params(oracle)
+    return make_client_encoder(task).wire_params()
 
 
 def client_params_document(task: Any) -> dict[str, Any]:

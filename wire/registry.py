@@ -21,8 +21,17 @@ from ldp.payload import WireSpec, declared_wire
 from ldp.rangequery.registry import METHODS, load_method
 from ldp.sparse.mechanisms import SPARSE_MECHANISM_CLASSES
 
-__all__ = ["Registered", "registries", "registered_mechanisms", "byte_mechanisms", "client_mechanisms",
-           "wire_problems"]
+__all__ = ["Registered", "KIND_REGISTRIES", "registries", "registered_mechanisms", "byte_mechanisms",
+           "client_mechanisms", "kind_inputs", "wire_problems"]
+
+#: kind of task -> the registries of the mechanisms its tasks name (frequency tasks: the oracles and the
+#: memoized oracles); a kind absent here sends no device reports
+KIND_REGISTRIES: dict[str, tuple[str, ...]] = {
+    "frequency": ("frequency", "memo"),
+    "range": ("range",),
+    "sparse": ("sparse",),
+    "numeric": ("numeric",),
+}
 
 
 class Registered(NamedTuple):
@@ -34,15 +43,40 @@ class Registered(NamedTuple):
     wire: WireSpec | None
 
 
-def registries() -> dict[str, Mapping[str, type]]:
-    """Registry name -> its ``{mechanism name: class}`` (range methods imported on demand)."""
-    return {
-        "frequency": FREQUENCY_MECHANISMS,
-        "memo": MEMO_MECHANISMS,
-        "numeric": {**NUMERIC_MECHANISMS, MEMO_NAME: MemoizedOneBitMean},
-        "sparse": SPARSE_MECHANISM_CLASSES,
-        "range": {name: load_method(name) for name in METHODS},
-    }
+def _registry(name: str) -> Mapping[str, type]:
+    if name == "frequency":
+        return FREQUENCY_MECHANISMS
+    if name == "memo":
+        return MEMO_MECHANISMS
+    if name == "numeric":
+        return {**NUMERIC_MECHANISMS, MEMO_NAME: MemoizedOneBitMean}
+    if name == "sparse":
+        return SPARSE_MECHANISM_CLASSES
+    return {method: load_method(method) for method in METHODS}  # range methods, imported on demand
+
+
+def registries(names: tuple[str, ...] = ("frequency", "memo", "numeric", "sparse", "range")
+               ) -> dict[str, Mapping[str, type]]:
+    """Registry name -> its ``{mechanism name: class}``."""
+    return {name: _registry(name) for name in names}
+
+
+def kind_inputs(kind: str) -> str | None:
+    """What a device of a kind encodes (:data:`ldp.payload.WIRE_INPUTS`), as its mechanisms declare it;
+    None for a kind without device reports.
+
+    Raises:
+        ValueError: the kind's mechanisms declare different inputs.
+    """
+    found = set()
+    for mechanisms in registries(KIND_REGISTRIES.get(kind, ())).values():
+        for cls in mechanisms.values():
+            spec = declared_wire(cls)
+            if spec is not None:
+                found.add(spec.inputs)
+    if len(found) > 1:
+        raise ValueError(f"the mechanisms of {kind} tasks declare different inputs {sorted(found)}")
+    return found.pop() if found else None
 
 
 def registered_mechanisms() -> Iterator[Registered]:
