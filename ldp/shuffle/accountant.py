@@ -50,6 +50,13 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import special, stats
 
+from ldp.shuffle.variation import (
+    VariationParameters,
+    solve_epsilon,
+    variation_delta,
+    variation_parameters,
+)
+
 __all__ = [
     "MECHANISMS",
     "MAX_BLOCKS",
@@ -77,7 +84,9 @@ __all__ = [
 
 #: mechanisms the accountant knows: any eps0-LDP randomizer, GRR / k-RR (``domain_size`` = k), and the FMT
 #: closed form (for comparison and the inverse)
-MECHANISMS = ("general", "grr", "fmt_closed")
+MECHANISMS = ("general", "grr", "fmt_closed", "olh", "blh", "oue", "sue", "hr", "ss")
+#: mechanisms whose ``domain_size`` is required: GRR's k, OLH's number of buckets g, SS's d
+_SIZED = {"grr": "k", "olh": "the number of hash buckets g", "ss": "d"}
 #: the clone count is cut into at most this many blocks (each charged its lowest count: an upper bound)
 MAX_BLOCKS = 96
 #: composition refuses windows with fewer shuffled reports than this (``min_reports`` overrides)
@@ -123,12 +132,29 @@ def _check(eps0: float, n: int, delta: float) -> tuple[float, int, float]:
 def _domain(mechanism: str, domain_size: int | None) -> int:
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(MECHANISMS)}")
-    if mechanism != "grr":
+    if mechanism not in _SIZED:
         return 0
     if domain_size is None or isinstance(domain_size, bool) or int(domain_size) != domain_size \
             or domain_size < 2:
-        raise ValueError(f"mechanism 'grr' needs an integer domain_size >= 2, got {domain_size!r}")
+        raise ValueError(f"mechanism {mechanism!r} needs an integer domain_size >= 2 ({_SIZED[mechanism]}), "
+                         f"got {domain_size!r}")
     return int(domain_size)
+
+
+def _variation_params(mechanism: str, eps0: float, k: int, subset_size: int | None) -> VariationParameters:
+    """``(p, beta, q)`` of ``mechanism`` (``general`` for ``fmt_closed``); SS's subset size defaults to the
+    oracle's (:class:`ldp.oracles.SubsetSelection`)."""
+    if mechanism == "ss" and subset_size is None:
+        from ldp.oracles import SubsetSelection
+
+        subset_size = SubsetSelection(eps0, k).k
+    name = "general" if mechanism == "fmt_closed" else mechanism
+    return variation_parameters(name, eps0, k or None, subset_size)
+
+
+def _variation_method(mechanism: str, k: int, params: VariationParameters) -> str:
+    what = {"grr": f"grr, k = {k}", "olh": f"olh, g = {k}", "ss": f"ss, d = {k}"}.get(mechanism, mechanism)
+    return f"variation_ratio ({what}, beta = {params.beta:.6g})"
 
 
 # ----------------------------------------------------------------------------------------------- closed form
@@ -531,20 +557,37 @@ def central_epsilon_binary_rr_equal_split(eps0: float, n: int, delta: float) -> 
 
 
 class CentralEpsilon(NamedTuple):
-    """A reported central epsilon and the method it comes from: ``binary_rr_exact``, ``grr_blanket``,
-    ``general`` or ``fmt_closed_form``; a fallback says so in brackets (``grr_blanket (binary exact not
-    computed: n > 10000)``)."""
+    """A reported central epsilon and the method it comes from: ``binary_rr_exact``, ``variation_ratio
+    (<mechanism and its beta>)``, ``grr_blanket``, ``general`` or ``fmt_closed_form``; for binary RR a
+    fallback says so in brackets (``variation_ratio (...) (binary exact not computed: n > 100000)``)."""
 
     epsilon: float
     method: str
 
 
+def _variation_epsilon(eps0: float, n: int, delta: float, params: VariationParameters) -> float:
+    return solve_epsilon(lambda e: float(variation_delta([e], n, params)[0]), delta, eps0)
+
+
+def _variation_candidates(eps0: float, n: int, delta: float, mechanism: str, k: int,
+                          subset_size: int | None) -> list[CentralEpsilon]:
+    """The three-count pair's figure with the mechanism's parameters and with the general ones (the latter
+    is Feldman, McMillan and Talwar's stronger-clone pair, valid for any eps0-LDP randomizer)."""
+    out = []
+    for name in dict.fromkeys([mechanism if mechanism != "fmt_closed" else "general", "general"]):
+        params = _variation_params(name, eps0, k if name == mechanism else 0, subset_size)
+        out.append(CentralEpsilon(_variation_epsilon(eps0, n, delta, params),
+                                  _variation_method(name, k, params)))
+    return out
+
+
 def _grr_report(eps0: float, n: int, delta: float, k: int) -> CentralEpsilon:
     if k == 2 and binary_rr_exact_applies(n, delta):
         return CentralEpsilon(central_epsilon_binary_rr_exact(eps0, n, delta), "binary_rr_exact")
-    blanket = central_epsilon_grr_blanket(eps0, n, delta, k)
-    general = central_epsilon_general(eps0, n, delta)
-    out = CentralEpsilon(blanket, "grr_blanket") if blanket <= general else CentralEpsilon(general, "general")
+    candidates = [CentralEpsilon(central_epsilon_general(eps0, n, delta), "general"),
+                  CentralEpsilon(central_epsilon_grr_blanket(eps0, n, delta, k), "grr_blanket"),
+                  *_variation_candidates(eps0, n, delta, "grr", k, None)]
+    out = min(candidates, key=lambda c: c.epsilon)
     if k == 2:
         why = f"n > {BINARY_EXACT_MAX_N}" if n > BINARY_EXACT_MAX_N else f"delta < {BINARY_EXACT_MIN_DELTA:g}"
         out = out._replace(method=f"{out.method} (binary exact not computed: {why})")
@@ -554,40 +597,51 @@ def _grr_report(eps0: float, n: int, delta: float, k: int) -> CentralEpsilon:
 def central_epsilon_grr(eps0: float, n: int, delta: float, domain_size: int) -> float:
     """Central epsilon of ``n`` shuffled GRR reports on ``[domain_size]``. For two values (binary RR) with
     ``n <= BINARY_EXACT_MAX_N``: the exact value (:func:`central_epsilon_binary_rr_exact`); otherwise the
-    smaller of the blanket and the general bounds."""
+    smallest of the variation-ratio, blanket and general bounds."""
     eps0, n, delta = _check(eps0, n, delta)
     return _grr_report(eps0, n, delta, _domain("grr", domain_size)).epsilon
 
 
 def central_epsilon_report(eps0: float, n: int, delta: float, mechanism: str = "general",
-                           domain_size: int | None = None) -> CentralEpsilon:
-    """:func:`central_epsilon` with the method that gave it (:class:`CentralEpsilon`)."""
+                           domain_size: int | None = None, subset_size: int | None = None) -> CentralEpsilon:
+    """:func:`central_epsilon` with the method that gave it (:class:`CentralEpsilon`): the smallest of the
+    valid figures: exact binary RR where it is computed; else the variation-ratio figure with the
+    mechanism's parameters and with the general ones, GRR's blanket figure, and the general figure
+    (FMT numerical and closed form). ``fmt_closed`` is the closed form alone."""
     eps0, n, delta = _check(eps0, n, delta)
     k = _domain(mechanism, domain_size)
     if mechanism == "grr":
         return _grr_report(eps0, n, delta, k)
     if mechanism == "fmt_closed":
         return CentralEpsilon(central_epsilon_fmt_closed_form(eps0, n, delta), "fmt_closed_form")
-    return CentralEpsilon(central_epsilon_general(eps0, n, delta), "general")
+    candidates = [CentralEpsilon(central_epsilon_general(eps0, n, delta), "general"),
+                  *_variation_candidates(eps0, n, delta, mechanism, k, subset_size)]
+    return min(candidates, key=lambda c: c.epsilon)
 
 
 def central_epsilon(eps0: float, n: int, delta: float, mechanism: str = "general",
-                    domain_size: int | None = None) -> float:
-    """Dispatch on ``mechanism`` (:data:`MECHANISMS`); :func:`central_epsilon_report` also names the
-    method."""
-    return central_epsilon_report(eps0, n, delta, mechanism, domain_size).epsilon
+                    domain_size: int | None = None, subset_size: int | None = None) -> float:
+    """Dispatch on ``mechanism`` (:data:`MECHANISMS`; ``domain_size`` is GRR's k, OLH's number of buckets
+    g, SS's d; ``subset_size`` SS's k); :func:`central_epsilon_report` also names the method."""
+    return central_epsilon_report(eps0, n, delta, mechanism, domain_size, subset_size).epsilon
 
 
 def delta_curve(eps: Sequence[float] | np.ndarray, eps0: float, n: int, mechanism: str = "general",
-                domain_size: int | None = None) -> np.ndarray:
-    """``delta(eps)`` of the pair the accountant uses (upper bounds; any sign of ``eps``). For
-    ``mechanism="grr"`` this is the blanket pair; ``mechanism="binary_equal_split"`` gives the all-equal
-    binary-RR pair (the larger of its two directions; a lower bound, see the module docstring)."""
+                domain_size: int | None = None, subset_size: int | None = None) -> np.ndarray:
+    """``delta(eps)`` of a dominating pair (upper bounds; any sign of ``eps``): FMT's clone pair for
+    ``general``, the blanket pair for ``grr``, the three-count variation-ratio pair for ``olh``, ``blh``,
+    ``oue``, ``sue``, ``hr``, ``ss`` and for ``variation`` (the general parameters);
+    ``mechanism="binary_equal_split"`` gives the all-equal binary-RR pair (the larger of its two
+    directions; a lower bound, see the module docstring)."""
     eps0, n, _ = _check(eps0, n, 0.5)
     grid = np.asarray(eps, dtype=float)
     if mechanism == "binary_equal_split":
         return _binary_rr_delta(grid, eps0, n)
+    if mechanism == "variation":
+        return variation_delta(grid, n, variation_parameters("general", eps0))
     k = _domain(mechanism, domain_size)
+    if mechanism not in ("general", "grr", "fmt_closed"):
+        return variation_delta(grid, n, _variation_params(mechanism, eps0, k, subset_size))
     if mechanism == "grr":
         return _blanket_delta(grid, eps0, n, k)
     if mechanism == "fmt_closed":
@@ -598,11 +652,13 @@ def delta_curve(eps: Sequence[float] | np.ndarray, eps0: float, n: int, mechanis
 # ----------------------------------------------------------------------------------------------- the inverse
 
 def local_epsilon_for_central(target_eps: float, delta: float, n: int, mechanism: str = "general",
-                              domain_size: int | None = None, eps0_max: float = 30.0) -> float:
+                              domain_size: int | None = None, eps0_max: float = 30.0,
+                              subset_size: int | None = None) -> float:
     """The largest ``eps0`` (to the bisection tolerance, from below) whose central guarantee over ``n``
     shuffled reports meets ``(target_eps, delta)``. Bisection on ``eps0``: each step asks whether the pair's
-    ``delta(target_eps)`` is within ``delta`` (or the closed form's epsilon within ``target_eps``; for binary
-    RR up to ``BINARY_EXACT_MAX_N`` reports, whether every split's is), which is monotone in ``eps0``.
+    ``delta(target_eps)`` is within ``delta`` (the pairs of :func:`central_epsilon_report`, the three-count
+    variation-ratio ones included, or the closed form's epsilon within ``target_eps``; for binary RR up to
+    ``BINARY_EXACT_MAX_N`` reports, whether every split's is), which is monotone in ``eps0``.
     At least ``target_eps`` (no amplification claimed), at most ``eps0_max``."""
     if not (math.isfinite(target_eps) and target_eps > 0):
         raise ValueError(f"target_eps must be a finite number > 0, got {target_eps!r}")
@@ -619,9 +675,11 @@ def local_epsilon_for_central(target_eps: float, delta: float, n: int, mechanism
         e = np.array([float(target_eps)])
         if closed or float(_general_delta(e, eps0, n)[0]) <= delta:
             return True
-        if mechanism != "grr":
-            return False
-        return float(_blanket_delta(e, eps0, n, k)[0]) <= delta
+        names = dict.fromkeys([mechanism, "general"])
+        if any(float(variation_delta(e, n, _variation_params(name, eps0, k if name == mechanism else 0,
+                                                            subset_size))[0]) <= delta for name in names):
+            return True
+        return mechanism == "grr" and float(_blanket_delta(e, eps0, n, k)[0]) <= delta
 
     proved = _largest_meeting(meets, float(target_eps), float(eps0_max))
     if mechanism == "grr" and k == 2 and binary_rr_exact_applies(n, delta):
@@ -631,31 +689,49 @@ def local_epsilon_for_central(target_eps: float, delta: float, n: int, mechanism
 
 # ----------------------------------------------------------------------------------------------- composition
 
-def _window_curve_fn(eps0: float, n: int, mechanism: str, k: int) -> tuple[Callable[[np.ndarray], Any], bool]:
+def _window_curve_fn(eps0: float, n: int, mechanism: str, k: int,
+                     vparams: dict[str, VariationParameters] | None = None
+                     ) -> tuple[Callable[[np.ndarray], Any], bool]:
     """``eps grid -> (delta_remove, delta_add)`` of the window's dominating pair, and whether it is
-    symmetric. For GRR the pair (blanket or general) with the smaller one-window epsilon at the
-    composition's delta is chosen by :func:`_window_pair`; ``mechanism`` is ``general`` or ``blanket``
-    (``binary`` is the all-equal binary-RR pair, used by the tests' lower bound only)."""
+    symmetric. The pair with the smallest one-window epsilon at the composition's delta is chosen by
+    :func:`_window_pair`: ``general`` (FMT's clone pair), ``blanket`` (GRR), ``variation_ratio`` or
+    ``variation_ratio_general`` (the three-count pair with the mechanism's or the general parameters,
+    ``vparams``); ``binary`` is the all-equal binary-RR pair, used by the tests' lower bound only."""
     if mechanism == "binary":
         return (lambda e: _binary_rr_deltas(e, eps0, n)), False
     if mechanism == "blanket":
         return (lambda e: (_blanket_delta(e, eps0, n, k),) * 2), True
+    if vparams is not None and mechanism in vparams:
+        params = vparams[mechanism]
+        return (lambda e: (variation_delta(e, n, params),) * 2), True
     return (lambda e: (_general_delta(e, eps0, n),) * 2), True
 
 
-def _window_pair(eps0: float, n: int, delta: float, mechanism: str, k: int) -> tuple[str, float]:
-    """The pair used for a window and its one-window epsilon at ``delta``."""
-    if mechanism == "general":
-        return "general", central_epsilon_fmt_numerical(eps0, n, delta)
-    blanket = central_epsilon_grr_blanket(eps0, n, delta, k)
-    general = central_epsilon_fmt_numerical(eps0, n, delta)
-    return ("blanket", blanket) if blanket <= general else ("general", general)
+def _window_pairs(eps0: float, mechanism: str, k: int,
+                  subset_size: int | None) -> dict[str, VariationParameters]:
+    """The three-count pairs a window may use, by name."""
+    out = {"variation_ratio_general": variation_parameters("general", eps0)}
+    if mechanism not in ("general", "fmt_closed"):
+        out["variation_ratio"] = _variation_params(mechanism, eps0, k, subset_size)
+    return out
+
+
+def _window_pair(eps0: float, n: int, delta: float, mechanism: str, k: int,
+                 vparams: dict[str, VariationParameters]) -> tuple[str, float]:
+    """The pair used for a window and its one-window epsilon at ``delta`` (the smallest)."""
+    found = {"general": central_epsilon_fmt_numerical(eps0, n, delta)}
+    if mechanism == "grr":
+        found["blanket"] = central_epsilon_grr_blanket(eps0, n, delta, k)
+    for name, params in vparams.items():
+        found[name] = _variation_epsilon(eps0, n, delta, params)
+    best = min(found, key=lambda name: found[name])
+    return best, found[best]
 
 
 def compose_windows(eps0: float, reports_per_window: int | Sequence[int], delta: float,
                     windows: int | None = None, mechanism: str = "general", domain_size: int | None = None,
                     memoized: bool = False, reports_per_user_per_window: int = 1,
-                    min_reports: int = MIN_WINDOW_REPORTS) -> dict[str, Any]:
+                    min_reports: int = MIN_WINDOW_REPORTS, subset_size: int | None = None) -> dict[str, Any]:
     """A user who sends one fresh ``eps0``-LDP report in each of ``W`` shuffled windows.
 
     ``reports_per_window`` is the number of reports shuffled together in each window (one integer for
@@ -696,20 +772,22 @@ def compose_windows(eps0: float, reports_per_window: int | Sequence[int], delta:
     eps0, _, delta = _check(eps0, ns[0], delta)
     k = _domain(mechanism, domain_size)
     if mechanism == "fmt_closed":
-        raise ValueError("composition needs a privacy curve: use mechanism 'general' or 'grr'")
+        raise ValueError("composition needs a privacy curve: use a mechanism other than 'fmt_closed'")
     w = len(ns)
-    pairs: dict[int, tuple[str, float]] = {x: _window_pair(eps0, x, delta / w, mechanism, k) for x in set(ns)}
+    vparams = _window_pairs(eps0, mechanism, k, subset_size)
+    pairs: dict[int, tuple[str, float]] = {
+        x: _window_pair(eps0, x, delta / w, mechanism, k, vparams) for x in set(ns)}
     per_window = [pairs[x][1] for x in ns]
     basic = float(sum(per_window))
     # one window: its own figure is already the tightest this accountant has (PLD of one curve is no lower)
-    tight = basic if w == 1 else min(basic, _pld_epsilon(eps0, ns, delta, pairs, k))
+    tight = basic if w == 1 else min(basic, _pld_epsilon(eps0, ns, delta, pairs, k, vparams))
     return {"windows": w, "delta": delta, "eps0": eps0, "mechanism": mechanism, "reports": ns,
             "per_window": per_window, "basic": basic, "tight": tight, "local_basic": w * eps0,
             "pairs": [pairs[x][0] for x in ns]}
 
 
 def _pld_epsilon(eps0: float, ns: list[int], delta: float, pairs: dict[int, tuple[str, float]],
-                 k: int) -> float:
+                 k: int, vparams: dict[str, VariationParameters] | None = None) -> float:
     """PLD composition: each window's curve on a common grid ``h * integers`` within ``[-top, top]``,
     ``top`` its epsilon at ``delta * 1e-4 / W`` (the curve beyond goes to the infinite-loss mass)."""
     # dp-accounting pulls in most of scipy (about 5 s of start-up on a loaded machine): imported only
@@ -720,12 +798,13 @@ def _pld_epsilon(eps0: float, ns: list[int], delta: float, pairs: dict[int, tupl
     w = len(ns)
     tiny = max(delta * 1e-4 / w, 1e-300)
     tops = {x: max(min(eps0, _bisect_epsilon(
-        lambda e, x=x: np.maximum(*_window_curve_fn(eps0, x, pairs[x][0], k)[0](e)), tiny, eps0)), 1e-6)
+        lambda e, x=x: np.maximum(*_window_curve_fn(eps0, x, pairs[x][0], k, vparams)[0](e)), tiny, eps0)),
+        1e-6)
         for x in pairs}
     h = min(2.0 * t / GRID_POINTS for t in tops.values())
     plds = {}
     for x, top in tops.items():
-        fn, symmetric = _window_curve_fn(eps0, x, pairs[x][0], k)
+        fn, symmetric = _window_curve_fn(eps0, x, pairs[x][0], k, vparams)
         r = int(math.ceil(top / h))
         rounded = np.arange(-r, r + 1)
         d_remove, d_add = fn(rounded * h)

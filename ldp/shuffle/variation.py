@@ -49,7 +49,7 @@ __all__ = [
 #: mechanisms with their own ``(p, beta, q)``; ``general`` is any eps0-LDP randomizer
 VARIATION_MECHANISMS = ("general", "grr", "olh", "blh", "oue", "sue", "hr", "ss")
 #: the count of labelled reports is cut into at most this many blocks (each charged at its lowest count)
-T_BLOCKS = 16
+T_BLOCKS = 32
 #: the labels that are A or B, within one block of counts, are cut into at most this many blocks
 S_BLOCKS = 48
 #: relative allowance on each evaluated term for the rounding of scipy's binomial tails and the sums
