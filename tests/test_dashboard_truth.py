@@ -305,3 +305,47 @@ def test_counts_of_several_runs_show_the_newest_per_window():
         {"window_start": 60, "window_end": 120, "read": 3, "written_ms": 500, "run_id": "a"},
     ]
     assert [(r["window_end"], r["read"]) for r in shape.latest_counts(rows)] == [(120, 3), (60, 7)]
+
+
+def test_a_single_window_store_gets_wall_clock_time_axes(tmp_path: Path):
+    """One window: every time plot spans twice the window (not a few ms around one x) and every tick
+    format BokehJS may pick is wall-clock time, never an offset in micro- or milliseconds."""
+    from pipelines.dashboard_app.panels import WALL_CLOCK
+
+    url = f"sqlite:///{tmp_path}/e.db"
+    writer = open_writer(url)
+    stream = SimulatedStream(users_per_window=500)
+    writer.write_task(stream.task_id, "frequency", "grr", stream.epsilon, stream.summary())
+    stream.write_window(writer, 0)
+    writer.close()
+    dash = _dashboard(url)
+    assert len(dash.series_sources[0].data["x"]) == 1
+    for fig in dash.time_plots:
+        assert fig.x_range.default_span == 2 * stream.window_s * 1000, fig.name
+        formatter = fig.xaxis[0].formatter
+        for scale, spec in WALL_CLOCK.items():
+            assert getattr(formatter, scale) == spec and "us" not in spec and "%f" not in spec
+        assert formatter.context is None
+
+
+def test_counts_and_windows_agree_or_the_difference_is_on_the_page(tmp_path: Path):
+    """Counts windows are cut by arrival time, estimate windows by event time: with the same bounds and
+    the same totals the note says they agree; a report counted in the next counts window is named."""
+    url = f"sqlite:///{tmp_path}/e.db"
+    writer = open_writer(url)
+    stream = SimulatedStream(users_per_window=500)
+    writer.write_task(stream.task_id, "frequency", "grr", stream.epsilon, stream.summary())
+    for index in range(2):
+        stream.write_window(writer, index)
+    dash = _dashboard(url)
+    assert "data-agree='1'" in dash.counts_note.text and "same boundaries" in dash.counts_note.text
+    assert "<td class=''>500</td><td class='name'>" in dash.windows_table.text  # accepted beside n_reports
+    # 40 more reports counted in window 1's counts window than its panes hold: the difference is named
+    window, n_reports = stream.window(1), dash.windows_source.data["n_reports"][0]
+    writer.write_counts(stream.task_id, window, read=n_reports + 40, accepted=n_reports + 40, rejected=0,
+                        late_dropped=0, reasons={}, written_ms=window[1] + 90_000)  # fmt: skip
+    writer.close()
+    dash.poll()
+    note = dash.counts_note.text
+    assert "data-agree='0'" in note and "a difference of +40" in note and "arrives after" in note, note
+    assert f"<td class=''>{n_reports + 40:,}</td><td class='name'>" in dash.windows_table.text
