@@ -27,7 +27,7 @@ import fastavro
 import numpy as np
 
 import schemas
-from ldp.aggregate.frequency import FrequencyAggregator
+from ldp.kinds.frequency.aggregate import FrequencyAggregator
 from ldp.task import parse_task
 from wire.decode import iter_report_batches
 from wire.encode import write_reports

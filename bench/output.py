@@ -145,7 +145,7 @@ def _check(row, out: Path) -> dict[str, Any]:
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    from ldp.aggregate.frequency import ESTIMATES
+    from ldp.kinds.frequency.aggregate import ESTIMATES
 
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ldp.aggregate.frequency import EstimateRow
+from ldp.kinds.frequency.aggregate import EstimateRow
 from store import DEFAULT_MAX_ITEMS, open_store
 
 PG_BIN = os.environ.get("LDP_PG_BIN", "/usr/lib/postgresql/15/bin")

@@ -3,13 +3,13 @@
 Frequency tasks: in each trial ``n`` users draw values from Zipf(1.1) over ``d`` values, encode them with
 the real oracle (``encode -> accumulate -> estimate``), and every measured post-processing method publishes
 its numbers with :func:`ldp.intervals.frequency_intervals` -- the function the frequency job's finalize
-calls (``ldp.aggregate.frequency``), so the rows of a batch or streaming job carry these same intervals.
+calls (``ldp.kinds.frequency.aggregate``), so the rows of a batch or streaming job carry these same intervals.
 Coverage is the fraction of (value, trial) pairs whose interval holds the true frequency of the trial's
 population, over the whole domain, and separately over the 10 most frequent values and the rest. For
 comparison, ``naive``: ``+- 1.96 std`` of the unbiased estimate around the published Norm-Sub number
 (what the estimate rows invited before). Range tasks: correlated Gaussian records (rho 0.8; rho 0 for one
 MSW setting, MSW assumes independent attributes), random queries of lambda = 1, 2, 3 (omega 0.5), the
-answer rows' intervals (``ldp.aggregate.range.answer_rows``) against the true answers.
+answer rows' intervals (``ldp.kinds.range.aggregate.answer_rows``) against the true answers.
 
 Standard errors: ``se_binomial`` = sqrt(c (1 - c) / N) for N pairs (as if independent), ``se_trials``
 = the standard deviation of the per-trial coverage over sqrt(trials) (honest under the correlation of
@@ -37,8 +37,8 @@ import numpy as np
 
 from ldp import intervals as iv
 from ldp.aggregate import WindowInfo
-from ldp.aggregate.range import answer_rows, group_report_counts
 from ldp.datasets.multi import gaussian_records
+from ldp.kinds.range.aggregate import answer_rows, group_report_counts
 from ldp.oracles import make_oracle
 from ldp.postprocess import postprocess
 from ldp.rangequery.queries import random_queries, true_answers

@@ -42,12 +42,13 @@ from typing import Any
 
 import numpy as np
 
+from ldp.anonymity import shuffle_accounting
 from ldp.datasets import sample_population
 from ldp.datasets.multi import sample_records
 from ldp.rangequery.queries import random_queries, true_answers
 from ldp.rangequery.registry import group_oracle_specs
 from ldp.shuffle import accountant as S
-from ldp.task import parse_task, shuffle_accounting
+from ldp.task import parse_task
 from pipelines.cli import job_parser, parse_job_args
 
 FREQUENCY_MECHANISMS = ("olh", "grr", "auto")

@@ -14,6 +14,12 @@ Helpers (vectorized, no Beam): :func:`round_event_ms` (event times, in milliseco
 ``schemas/report.avsc``, rounded down to the precision), :func:`is_rounded` (the validator's
 ``fine_time`` check), :func:`secure_permutation` (a permutation drawn from the operating system's
 CSPRNG) and :func:`seeded_permutation` (reproducible, for tests only).
+
+The section's optional **central target** (:class:`CentralTarget`: ``central_epsilon`` at the section's
+``delta``, ``expected_reports`` per window) is planned per shuffled batch: :func:`target_reports`,
+:func:`batch_target_reports`, :func:`epsilon_for_target` (``epsilon: "auto"``), :func:`meets_target` and
+:func:`check_shuffled_task` (what a shuffled task must not do); :func:`shuffle_accounting` names the bound
+that covers a task's reports (``ldp.shuffle``).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,6 +48,16 @@ __all__ = [
     "bucket_start_ms",
     "secure_permutation",
     "seeded_permutation",
+    "CentralTarget",
+    "TARGET_KEYS",
+    "check_section",
+    "target_reports",
+    "batch_target_reports",
+    "shuffle_accounting",
+    "meets_target",
+    "largest_local_epsilon",
+    "epsilon_for_target",
+    "check_shuffled_task",
 ]
 
 DAY_S = 86_400
@@ -272,3 +288,225 @@ def seeded_permutation(n: int, seed: int) -> np.ndarray:
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     return np.random.default_rng(seed).permutation(n).astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the central target of a shuffled task: its keys, the batch size it is planned at, the local epsilon
+# ------------------------------------------------------------------------------------------------------------
+
+#: The central target's keys of the ``anonymity`` section (the rest are :class:`AnonymitySettings`').
+TARGET_KEYS = ("central_epsilon", "expected_reports")
+#: Local epsilons chosen for a central target are rounded down to a multiple of this.
+EPSILON_STEP = 1e-3
+
+
+def _is_json_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class CentralTarget:
+    """The central target of a task's ``anonymity`` section (both keys optional).
+
+    Attributes:
+        central_epsilon: the central epsilon, at ``anonymity.delta``, every shuffled batch must meet
+            (None: no target; the local ``epsilon`` is then given as a number).
+        expected_reports: the reports expected per aggregation window (range tasks: default
+            ``expected_users``); the target is met at the batch size it implies
+            (``Task.expected_batch_reports``); the guarantee achieved is reported from the ``n`` of
+            each batch actually shuffled (the privacy report).
+    """
+
+    central_epsilon: float | None = None
+    expected_reports: int | None = None
+
+    def to_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {}
+        if self.central_epsilon is not None:
+            out["central_epsilon"] = self.central_epsilon
+        if self.expected_reports is not None:
+            out["expected_reports"] = self.expected_reports
+        return out
+
+
+
+def check_section(raw: object, problems: list[str]) -> tuple[AnonymitySettings | None, CentralTarget | None]:
+    """The ``anonymity`` section: ``ldp.anonymity``'s keys (:func:`ldp.anonymity.check_anonymity`) and the
+    central target's (``central_epsilon``, ``expected_reports``). ``(None, None)`` without a section or
+    with problems."""
+    if raw is None:
+        return None, None
+    if not isinstance(raw, Mapping):
+        problems.append(f"anonymity must be an object, got {type(raw).__name__}")
+        return None, None
+    n = len(problems)
+    known = tuple(f.name for f in dataclasses.fields(AnonymitySettings))
+    for k in raw:
+        if k not in known and k not in TARGET_KEYS:
+            problems.append(f"anonymity: unknown key {k!r} (known: {', '.join((*known, *TARGET_KEYS))})")
+    settings, _ = check_anonymity({k: v for k, v in raw.items() if k in known}, problems)
+    eps = raw.get("central_epsilon")
+    if "central_epsilon" in raw and not (_is_number(eps) and 0 < eps <= 50):
+        problems.append(f"anonymity.central_epsilon must be a number in (0, 50], got {eps!r}")
+    reports = raw.get("expected_reports")
+    if "expected_reports" in raw and not (_is_json_int(reports) and reports >= 2):
+        problems.append(f"anonymity.expected_reports must be an integer >= 2, got {reports!r}")
+    if len(problems) > n or settings is None:
+        return None, None
+    if "central_epsilon" not in raw and "expected_reports" not in raw:
+        return settings, None
+    return settings, CentralTarget(
+        central_epsilon=None if eps is None else float(eps),
+        expected_reports=None if reports is None else int(reports),
+    )
+
+
+def target_reports(
+    obj: Mapping[str, object],
+    expected_key: str | None,
+    settings: AnonymitySettings,
+    target: CentralTarget | None,
+    problems: list[str],
+) -> int | None:
+    """The reports expected per shuffled window (``expected_reports``; else the kind's ``expected_key``,
+    range: ``expected_users``), checked against the section: at least ``min_reports``, and given when there
+    is a central target."""
+    n = None if target is None else target.expected_reports
+    where = "anonymity.expected_reports"
+    if n is None and expected_key is not None and _is_json_int(obj.get(expected_key)):
+        n, where = int(obj[expected_key]), expected_key  # type: ignore[call-overload]
+    has_target = target is not None and target.central_epsilon is not None
+    if has_target and not settings.shuffled:
+        problems.append(
+            "anonymity.central_epsilon applies to shuffled tasks only (anonymity.shuffled is false)"
+        )
+    if has_target and n is None:
+        problems.append(
+            "anonymity.central_epsilon needs anonymity.expected_reports: the reports shuffled together per "
+            "window, at which the local epsilon meets the target"
+        )
+    if n is not None and n < settings.min_reports and (has_target or where != expected_key):
+        problems.append(
+            f"{where} ({n}) is below anonymity.min_reports ({settings.min_reports}): the shuffler would "
+            "withhold every batch"
+        )
+    return n
+
+
+def round_down_epsilon(eps: float, floor: float) -> float:
+    """``eps`` rounded down to a multiple of :data:`EPSILON_STEP`, never below ``floor``."""
+    down = math.floor(eps / EPSILON_STEP + 1e-9) * EPSILON_STEP
+    down = float(f"{down:.6f}")  # the multiple itself, without binary noise
+    return down if floor <= down <= eps else eps
+
+
+def shuffle_accounting(task: Any) -> tuple[str, int | None]:
+    """How the shuffled reports of ``task`` are accounted (``ldp.shuffle.accountant``'s ``mechanism`` and
+    ``domain_size``): ``("grr", k)`` when the task's oracle is GRR on ``[k]`` (its blanket bound, or the
+    general one when tighter), else ``("general", None)``: the bound for any eps0-LDP randomizer (OLH, the
+    unary and Hadamard oracles, a range method's per-group oracles)."""
+    k = task.grr_domain()
+    return ("grr", k) if k is not None else ("general", None)
+
+
+def meets_target(eps0: float, target: float, delta: float, n: int, accounting: str, k: int | None) -> bool:
+    """Whether ``n`` shuffled ``eps0``-LDP reports meet ``(target, delta)``, by the accountant's public
+    functions: the tests of its inverse (``ldp.shuffle.local_epsilon_for_central``: a dominating pair's
+    ``delta(target)`` within ``delta``, or the closed form's epsilon within the target), then the central
+    epsilon it reports (which also covers figures without a curve, e.g. exact binary randomized response)."""
+    from ldp.shuffle import central_epsilon, central_epsilon_fmt_closed_form, delta_curve
+
+    if eps0 <= target:
+        return True
+    if central_epsilon_fmt_closed_form(eps0, n, delta) <= target:
+        return True
+    if float(delta_curve([target], eps0, n)[0]) <= delta:
+        return True
+    if accounting == "grr" and float(delta_curve([target], eps0, n, "grr", k)[0]) <= delta:
+        return True
+    return central_epsilon(eps0, n, delta, accounting, k) <= target
+
+
+def largest_local_epsilon(target: float, delta: float, n: int, accounting: str, k: int | None) -> float:
+    """The largest local epsilon meeting ``(target, delta)`` at ``n``, rounded down to 0.001."""
+    from ldp.shuffle import local_epsilon_for_central
+
+    return round_down_epsilon(local_epsilon_for_central(target, delta, n, accounting, k), target)
+
+
+def epsilon_for_target(
+    grr_candidate: tuple[int, Callable[[float], bool]] | None,
+    settings: AnonymitySettings,
+    target: float,
+    n: int,
+) -> float:
+    """``epsilon: "auto"``: the largest local epsilon whose shuffled guarantee at ``n`` meets the target.
+    ``grr_candidate`` (the kind section's, ``(k, is_grr)``) is given when the task may be GRR on ``[k]``:
+    then GRR's bound is tried, and used when the task's oracle at that epsilon is GRR (``auto`` resolves
+    to GRR there, so the bound applies); every other task uses the general bound."""
+    general = largest_local_epsilon(target, settings.delta, n, "general", None)
+    if grr_candidate is None:
+        return general
+    k, is_grr = grr_candidate
+    grr = largest_local_epsilon(target, settings.delta, n, "grr", k)
+    return grr if is_grr(grr) else general
+
+
+def batch_target_reports(
+    n: int | None,
+    window_size_s: float | None,
+    settings: AnonymitySettings,
+    target: CentralTarget | None,
+    problems: list[str],
+) -> int | None:
+    """The reports expected per shuffled batch (:func:`ldp.anonymity.batch_reports` of the window's
+    ``n``): a user hides only among its own batch, so a central target is planned and checked there; with
+    a target, at least ``min_reports`` (else the shuffler would withhold the batches it is planned for)."""
+    if n is None:
+        return n
+    per_batch = batch_reports(n, window_size_s, settings.time_precision_s)
+    has_target = target is not None and target.central_epsilon is not None
+    if has_target and per_batch != n and per_batch < settings.min_reports:
+        problems.append(
+            f"anonymity.expected_reports ({n} per {window_size_s:g} s window) gives {per_batch} reports per "
+            f"{settings.time_precision_s} s batch, below anonymity.min_reports ({settings.min_reports}): the "
+            "shuffler would withhold the batches the target is planned for"
+        )
+    return per_batch
+
+
+def check_shuffled_task(task: Any, n: int | None, problems: list[str]) -> None:
+    """What a shuffled task must not do (its reports would identify a sender, or rounding would move them
+    between windows), and its epsilon against the central target."""
+    settings = task.anonymity
+    if settings is None or not settings.shuffled:
+        return
+    problems.extend(window_problems(settings, task.window.size_s, task.window.period_s))
+    if task.requires_client_ids:
+        problems.append(
+            "anonymity: budget.client_ids makes every report carry the client's pseudonymous id, which "
+            "identifies its sender and which the shuffler removes: a shuffled task cannot have a "
+            "server-enforced per-client budget (set budget.client_ids false: the clients enforce it)"
+        )
+    if task.is_memoized:
+        problems.append(
+            f"anonymity: mechanism {task.mechanism!r} is memoized: its reports are linkable across windows "
+            "(memo-olh and loloha send the user's hash seed in every report, the others repeat the memoized "
+            "response), so shuffling hides no sender and no amplification bound covers them: use a fresh "
+            "mechanism"
+        )
+    target = None if task.central_target is None else task.central_target.central_epsilon
+    if target is None or n is None or problems:
+        return
+    accounting, k = shuffle_accounting(task)
+    if not meets_target(task.epsilon, target, settings.delta, n, accounting, k):
+        best = largest_local_epsilon(target, settings.delta, n, accounting, k)
+        problems.append(
+            f"epsilon {task.epsilon:g} does not meet anonymity.central_epsilon {target:g} (delta "
+            f"{settings.delta:g}) at {n} reports per shuffled batch ({accounting} bound): the largest local "
+            f'epsilon that does is {best:g} (or write "epsilon": "auto")'
+        )

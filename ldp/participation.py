@@ -1,8 +1,8 @@
 """Participation hiding (Cobalt-style) for frequency tasks: every client reports every window.
 
 A client that reports only when something happened reveals *that* it happened by sending at all. A task
-with ``"hide_participation": true`` (:class:`ldp.task.FrequencyTask`) closes that channel: every client
-sends one report every window, and a client with nothing to report sends the **dummy value**
+with ``"hide_participation": true`` (:class:`ldp.kinds.frequency.task.FrequencyTask`) closes that channel:
+every client sends one report every window, and a client with nothing to report sends the **dummy value**
 ``absent = domain_size``, randomized like any other. The oracle's domain is ``domain_size + 1``, so the
 dummy is just one more value of the same eps-LDP mechanism: a report reveals no more about participation
 than about any value (the eps-LDP ratio bound holds between "absent" and every value).
@@ -21,7 +21,7 @@ reports of a window (one per client):
 
 Post-processing (Norm-Sub and the others) runs over all ``domain_size + 1`` values, whose true fractions
 sum to one, so the simplex constraints stay right. The estimate rows carry the dummy value last (label
-:data:`ldp.task.ABSENT_LABEL` when the task has labels).
+:data:`ldp.kinds.frequency.task.ABSENT_LABEL` when the task has labels).
 
 Cost: participation hiding multiplies the reports per window by ``1 / (participating fraction)`` and so the
 variance of each count ``n * frequencies[v]`` grows with ``n``: the price of not revealing presence. Every

@@ -32,8 +32,8 @@ from pipelines.cli import job_parser
 from pipelines.job import Job, add_job_flags, run_job
 
 if TYPE_CHECKING:  # the aggregator's modules are imported when the job runs, not to build its parser
-    from ldp.aggregate.batch import BatchAggregator
-    from ldp.task import BatchTask
+    from ldp.kinds.batch_queries.aggregate import BatchAggregator
+    from ldp.kinds.batch_queries.task import BatchTask
 
 __all__ = ["parser", "run"]
 
@@ -72,8 +72,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _aggregator(ns: argparse.Namespace, task: BatchTask) -> BatchAggregator:
-    from ldp.aggregate.batch import BatchAggregator, load_workload
     from ldp.dgauss import load_or_create_key
+    from ldp.kinds.batch_queries.aggregate import BatchAggregator, load_workload
 
     if ns.early_firing is not None or ns.accumulating or ns.window_period is not None:
         raise ValueError(

@@ -271,7 +271,7 @@ def add_metrics_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_output_flags(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
     """``--output DIR`` and ``--overwrite`` (see :func:`prepare_output`), ``--jsonl_max_values``
-    (``ldp.aggregate.frequency.estimate_json``), ``--store URL``,
+    (``ldp.kinds.frequency.aggregate.estimate_json``), ``--store URL``,
     ``--store_max_items``, ``--store_retry_s`` and ``--store_allow_concurrent_runs`` (package ``store``)."""
     parser.add_argument("--output", required=required, help="output directory")
     parser.add_argument(

@@ -311,8 +311,8 @@ class ClientPopulation:
         state_dir: one state file per user there (None: the in-memory backend).
         seed: entropy of the simulation's SeedSequence.
         zipf: exponent of the values' Zipf distribution over ``[0, domain_size)`` (frequency tasks).
-        dataset: a numeric task's values (``ldp.aggregate.numeric.sample_values`` specs; default uniform
-            on the attribute's bounds).
+        dataset: a numeric task's values (``ldp.kinds.numeric.population.sample_values`` specs; default
+            uniform on the attribute's bounds).
         drift: probability that a user's value is redrawn before each window.
         active: probability that a user has something to report in a window.
         misconfigured: the first this many users ignore their budget ...
@@ -370,7 +370,7 @@ class ClientPopulation:
             self.dataset = dataset or f"uniform:{a.low!r}:{a.high!r}"
             self._pool = None
             if self.dataset.startswith("csv:"):  # a column's rows: users and redraws pick among them
-                from ldp.aggregate.numeric import sample_values
+                from ldp.kinds.numeric.population import sample_values
 
                 self._pool = sample_values(self.dataset, None, self._value_rng)
         else:
@@ -394,7 +394,7 @@ class ClientPopulation:
             return rng.choice(self.task.domain_size, size=k, p=self._probs)  # type: ignore[attr-defined]
         if self._pool is not None:
             return rng.choice(self._pool, size=k)
-        from ldp.aggregate.numeric import sample_values
+        from ldp.kinds.numeric.population import sample_values
 
         return sample_values(self.dataset, k, rng)
 

@@ -26,8 +26,14 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ldp.aggregate.frequency import DEFAULT_JSONL_MAX_VALUES, EstimateRow, FrequencyAggregator, estimate_json
-from ldp.task import POSTPROCESS_METHODS, FrequencyTask
+from ldp.kinds.frequency.aggregate import (
+    DEFAULT_JSONL_MAX_VALUES,
+    EstimateRow,
+    FrequencyAggregator,
+    estimate_json,
+)
+from ldp.kinds.frequency.task import FrequencyTask
+from ldp.task import POSTPROCESS_METHODS
 from pipelines.cli import job_parser
 from pipelines.job import Job, add_job_flags, run_job
 

@@ -9,7 +9,7 @@ Streaming, from a watched directory or Pub/Sub (the shared job's flags, as ``pip
     python -m pipelines.numeric --task TASK.json --streaming --input 'DIR/*.avro' --watch_interval 5 \\
         --output OUT --window_size 60 [--store sqlite:///ldp.db]
 
-The task is a numeric task (``"kind": "numeric"``; ``ldp.aggregate.numeric``, ``docs/numeric.md``).
+The task is a numeric task (``"kind": "numeric"``; ``ldp.kinds.numeric``, ``docs/numeric.md``).
 Outputs: ``OUT/estimates-<window>-paneNNNNN-*.jsonl`` and ``.avro`` (``schemas/numeric_estimate.avsc``;
 one row per attribute, window and pane: ``attribute``, ``attribute_index``, ``n_reports``, ``mean``,
 ``mean_std``, ``mean_ci_low``, ``mean_ci_high``, ``quantiles`` ``[{q, value, ci_low, ci_high}]``), refused

@@ -82,7 +82,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _local(task: Any, windows: int) -> dict[str, Any]:
     """The local guarantee of one report and over ``windows`` windows (one report per window)."""
-    from ldp.task import FrequencyTask
+    from ldp.kinds.frequency.task import FrequencyTask
 
     eps = float(task.epsilon)
     if isinstance(task, FrequencyTask) and task.is_memoized:
@@ -110,8 +110,8 @@ def privacy_report(
 ) -> dict[str, Any]:
     """The figures :func:`run` prints, as a dict. Raises ``ValueError`` (the message is one line) when the
     inputs admit no figure: too few reports, a bad delta, a window count below 1."""
+    from ldp.anonymity import shuffle_accounting
     from ldp.kinds import kind_of
-    from ldp.task import shuffle_accounting
 
     if windows < 1:
         raise ValueError(f"--windows must be >= 1, got {windows}")

@@ -28,8 +28,13 @@ import sys
 from collections.abc import Sequence
 
 from ldp.aggregate import Record
-from ldp.aggregate.range import RangeAggregator, answer_from_model_records, load_queries, read_model_records
-from ldp.task import RangeTask
+from ldp.kinds.range.aggregate import (
+    RangeAggregator,
+    answer_from_model_records,
+    load_queries,
+    read_model_records,
+)
+from ldp.kinds.range.task import RangeTask
 from pipelines.cli import fail, job_parser, parse_job_args
 from pipelines.job import Job, add_job_flags, run_job
 

@@ -35,8 +35,8 @@ from pipelines.cli import job_parser
 from pipelines.job import Job, add_job_flags, run_job
 
 if TYPE_CHECKING:  # the aggregator's modules are imported when the job runs, not to build its parser
-    from ldp.sparse.aggregate import SparseAggregator
-    from ldp.sparse.task import SparseTask
+    from ldp.kinds.sparse.aggregate import SparseAggregator
+    from ldp.kinds.sparse.task import SparseTask
 
 __all__ = ["parser", "run", "load_items"]
 
@@ -88,7 +88,7 @@ def load_items(path: str, task: SparseTask) -> np.ndarray:
 
 
 def _aggregator(ns: argparse.Namespace, task: SparseTask) -> SparseAggregator:
-    from ldp.sparse.aggregate import SparseAggregator
+    from ldp.kinds.sparse.aggregate import SparseAggregator
 
     items = None if ns.items is None else load_items(ns.items, task)
     return SparseAggregator(task, items=items)

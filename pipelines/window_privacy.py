@@ -10,7 +10,7 @@ privacy panel). For every window of results it gives:
   header's), whether its provenance tag verified under the job's ``--shuffle_key`` (``verified``;
   ``provenance``: the reason code when not, ``ldp.shuffle.provenance.REASONS``), and its own
   ``central_epsilon`` (:func:`ldp.shuffle.central_epsilon_report` at its ``n``, the task's accounting
-  :func:`ldp.task.shuffle_accounting`) or None with ``why_no_central``;
+  :func:`ldp.anonymity.shuffle_accounting`) or None with ``why_no_central``;
 * ``central_epsilon`` at ``central_delta`` (``anonymity.delta``): the **worst** of its batches' figures,
   ``max_b eps(n_b)``, with ``n`` the smallest batch and ``reports_in_batches`` their sum; or None with
   ``why_no_central``;
@@ -199,7 +199,7 @@ def window_privacy(
             window's figure, an upper bound (a batch's figure never grows with ``n``).
         key_given: the job was given a ``--shuffle_key`` (reported in ``provenance``).
     """
-    from ldp.task import shuffle_accounting
+    from ldp.anonymity import shuffle_accounting
 
     settings = getattr(task, "anonymity", None)
     shuffled = bool(getattr(task, "shuffled", False))

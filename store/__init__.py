@@ -13,7 +13,8 @@ kinds' flatteners (``flatten_rows``, ``FlatPane``, ``FlatItem``: re-exported her
 them). The store imports ``ldp`` only; nothing in ``ldp`` imports it.
 """
 
-from ldp.store.flatten import DEFAULT_MAX_ITEMS, FlatItem, FlatPane, flatten_rows, row_output, window_ms
+from ldp.kinds import flatten_rows, row_output
+from ldp.rows import DEFAULT_MAX_ITEMS, FlatItem, FlatPane, window_ms
 from store.schema import SCHEMA_VERSION
 from store.store import (
     HEARTBEAT_S,

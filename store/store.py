@@ -42,7 +42,8 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ldp.store.flatten import DEFAULT_MAX_ITEMS, FlatPane, flatten_rows, window_ms
+from ldp.kinds import flatten_rows
+from ldp.rows import DEFAULT_MAX_ITEMS, FlatPane, window_ms
 from store import schema
 
 __all__ = [
@@ -747,7 +748,7 @@ class Store:
         """Writes the result rows of one task, window and pane in one transaction; returns the number of
         store rows (published numbers) written.
 
-        ``rows``: the pane's result rows (any of the row types of :mod:`ldp.store.flatten`; model rows are
+        ``rows``: the pane's result rows (any registered kind's row types, :mod:`ldp.kinds`; model rows are
         skipped); at most ``max_items`` numbers per output and group are stored (the top ones by estimate
         beyond that). ``labels``: the task's value labels for rows that carry none. ``run_id``: the run
         writing it (``ldp_panes.run_id``, ``ldp_windows.run_id``).
@@ -770,7 +771,7 @@ class Store:
         written_ms: int | None = None,
         run_id: str | None = None,
     ) -> int:
-        """:meth:`write_pane` for rows already flattened (:func:`ldp.store.flatten.flatten_rows`).
+        """:meth:`write_pane` for rows already flattened (:func:`ldp.kinds.flatten_rows`).
 
         Across runs (``run_id`` given): a run's panes of a window are stored after every pane the other
         runs stored for it, at index ``B + pane_index`` where ``B`` is one more than the highest of theirs

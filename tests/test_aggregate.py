@@ -24,8 +24,8 @@ from ldp.aggregate import (
     make_aggregator,
     merge_all,
 )
-from ldp.aggregate.frequency import FrequencyAggregator
-from ldp.aggregate.range import NoPayloadOracle, RangeAggregator, answer_from_model_records, model_json
+from ldp.kinds.frequency.aggregate import FrequencyAggregator
+from ldp.kinds.range.aggregate import NoPayloadOracle, RangeAggregator, answer_from_model_records, model_json
 from ldp.rangequery.queries import parse_queries
 from ldp.task import parse_task
 

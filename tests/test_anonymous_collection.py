@@ -23,10 +23,11 @@ import fastavro
 import numpy as np
 import pytest
 
+import simulator
+from ldp.anonymity import shuffle_accounting
 from ldp.longitudinal.client import Client, ShuffledCollection, WindowReportRefused
 from ldp.shuffle import central_epsilon_report
-from ldp.task import parse_task, shuffle_accounting
-import simulator
+from ldp.task import parse_task
 from pipelines.window_privacy import ONE_REPORT_PER_WINDOW, window_privacy
 from wire.records import REASONS, reports_to_records
 from wire.validate import ReportValidator, TaskReportValidator

@@ -29,11 +29,12 @@ from pathlib import Path
 import fastavro
 import pytest
 
+import simulator
 from ldp.aggregate import from_iso
+from ldp.anonymity import shuffle_accounting
 from ldp.shuffle import central_epsilon_report
 from ldp.shuffle.provenance import new_key_file
-from ldp.task import parse_task, shuffle_accounting
-import simulator
+from ldp.task import parse_task
 from pipelines import frequency, shuffle
 from store import open_store
 

@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 
 import schemas
+import simulator
 from ldp.aggregate import GLOBAL_WINDOW, GroupAccumulators, WindowInfo, accumulate, finalize_window
-from ldp.aggregate.batch import (
+from ldp.dgauss import PrfStream
+from ldp.kinds.batch_queries.aggregate import (
     PRIVACY_MODEL,
     BatchAggregator,
     CellValidator,
@@ -28,14 +30,13 @@ from ldp.aggregate.batch import (
     parse_workload_spec,
     seed_key,
 )
-from ldp.dgauss import PrfStream
+from ldp.kinds.batch_queries.task import BATCH_CALIBRATIONS
 from ldp.matrix.discrete import DiscreteGaussianMatrixMechanism
 from ldp.matrix.mechanism import CALIBRATIONS
 from ldp.matrix.strategies import make_strategy
 from ldp.matrix.workloads import allrange, range_set_matrix
 from ldp.reports import Reports
-from ldp.task import BATCH_CALIBRATIONS, TaskError, parse_task
-import simulator
+from ldp.task import TaskError, parse_task
 from pipelines import batch_queries
 
 SEEDS = np.random.SeedSequence(20261201).spawn(6)

@@ -186,7 +186,7 @@ def test_pubsub_messages_carry_client_ids():
     from apache_beam.testing.test_pipeline import TestPipeline
     from apache_beam.testing.util import assert_that, equal_to
 
-    from ldp.aggregate.frequency import FrequencyAggregator
+    from ldp.kinds.frequency.aggregate import FrequencyAggregator
     from transforms.io import DecodeReportMessages
 
     task = _task("olh")
@@ -314,7 +314,7 @@ def test_over_budget_reports_are_dead_lettered_and_counted():
     from apache_beam.testing.util import assert_that, equal_to
 
     from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
-    from ldp.aggregate.frequency import FrequencyAggregator
+    from ldp.kinds.frequency.aggregate import FrequencyAggregator
     from transforms.aggregate import Aggregate
     from wire.validate import RecordBatch
 
@@ -380,7 +380,7 @@ def test_a_late_report_of_a_closed_budget_period_is_dead_lettered():
     from apache_beam.testing.util import assert_that, equal_to
     from apache_beam.transforms.window import TimestampedValue
 
-    from ldp.aggregate.frequency import FrequencyAggregator
+    from ldp.kinds.frequency.aggregate import FrequencyAggregator
     from transforms.aggregate import Aggregate
     from wire.validate import RecordBatch
 

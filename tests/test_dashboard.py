@@ -606,7 +606,7 @@ def test_readme_apps_example_top20_on_the_page_flags_no_zero_and_covers(tmp_path
     import numpy as np
 
     from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
-    from ldp.aggregate.frequency import FrequencyAggregator
+    from ldp.kinds.frequency.aggregate import FrequencyAggregator
     from ldp.task import parse_task
     from simulator import make_population
 

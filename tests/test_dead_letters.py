@@ -19,7 +19,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 
-from ldp.aggregate.frequency import FrequencyAggregator
+from ldp.kinds.frequency.aggregate import FrequencyAggregator
 from ldp.task import WindowConfig, parse_task
 from transforms.aggregate import Aggregate
 from transforms.io import DecodeReportMessages, WriteDeadLetters

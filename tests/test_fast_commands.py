@@ -82,7 +82,7 @@ def _saved_model(tmp_path: Path) -> tuple[Path, list[dict]]:
     """OUT/models/ of a range task, as the job writes it (the models output's JSON Lines form of the
     aggregator's model row), made in this process without a pipeline; and the queries it answers."""
     from ldp.aggregate import GLOBAL_WINDOW, GroupAccumulators, accumulate, finalize_window
-    from ldp.aggregate.range import MODELS, RangeAggregator
+    from ldp.kinds.range.aggregate import MODELS, RangeAggregator
     from ldp.rangequery.queries import parse_queries
     from ldp.task import parse_task
 
@@ -109,7 +109,7 @@ def _saved_model(tmp_path: Path) -> tuple[Path, list[dict]]:
 
 @pytest.mark.integration
 def test_range_answer_on_a_saved_model_imports_no_beam_subprocess(run_cli, tmp_path):
-    from ldp.aggregate.range import answer_from_model_records, read_model_records
+    from ldp.kinds.range.aggregate import answer_from_model_records, read_model_records
 
     models, queries = _saved_model(tmp_path)
     qfile = tmp_path / "q.json"
@@ -136,7 +136,7 @@ def test_privacy_figures_import_no_beam_subprocess(run_cli, frequency_task_file)
 
 @pytest.mark.integration
 def test_show_imports_no_beam_subprocess(run_cli, tmp_path):
-    from ldp.aggregate.range import answer_from_model_records, read_model_records
+    from ldp.kinds.range.aggregate import answer_from_model_records, read_model_records
 
     models, queries = _saved_model(tmp_path)
     out_dir = models.parent

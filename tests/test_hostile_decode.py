@@ -23,7 +23,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 import schemas
-from ldp.aggregate.frequency import FrequencyAggregator
+from ldp.kinds.frequency.aggregate import FrequencyAggregator
 from ldp.task import parse_task
 from transforms.io import ReadReportFiles, loss_counts
 from wire.decode import LOSS_REASONS, Loss, iter_report_batches

@@ -14,7 +14,7 @@ import pytest
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.pvalue import TaggedOutput
 
-from ldp.aggregate.frequency import FrequencyAggregator
+from ldp.kinds.frequency.aggregate import FrequencyAggregator
 from ldp.task import parse_task
 from transforms.io import DONE_SUFFIX, _ReadCompleteFiles
 from wire.records import reports_to_records, write_report_file

@@ -16,10 +16,11 @@ import pytest
 import schemas
 from ldp import kinds
 from ldp import task as T
-from ldp.aggregate import PANE_HEADER, OutputSpec, WindowInfo, pane_header
+from ldp.aggregate import OutputSpec, WindowInfo
+from ldp.kinds import flatten_rows
 from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
-from ldp.store.flatten import FlatItem, FlatPane, flatten_rows
+from ldp.rows import PANE_HEADER, PANE_HEADER_TYPES, FlatItem, FlatPane, pane_header
 from pipelines import show
 
 # ------------------------------------------------------------------------------------------------------------
@@ -58,6 +59,7 @@ class ToyRow(NamedTuple):
     pane_index: int
     is_last_pane: bool
     mechanism: str
+    row_schema: str
     attribute: str
     epsilon: float
     low: float
@@ -112,7 +114,7 @@ class ToyAggregator:
         std = math.sqrt((ones / n) * (1 - ones / n) / n) / (2 * p - 1)
         return [
             ToyRow(
-                **pane_header(self.task, window),
+                **pane_header(self.task, window, row_schema="numeric_estimate"),
                 attribute="bit", epsilon=self.task.epsilon, low=0.0, high=1.0, n_reports=n, mean=mean,
                 mean_std=std, mean_ci_low=mean - 1.96 * std, mean_ci_high=mean + 1.96 * std,
                 mean_bound_low=0.0, mean_bound_high=1.0, quantiles=[],
@@ -139,7 +141,7 @@ class _ToyPopulation:
         self.reports = Reports(values=np.where(keep, self.bits, 1 - self.bits))
 
     def chunks(self, bounds: np.ndarray):
-        from ldp.populations import Chunk
+        from ldp.kinds.population import Chunk
 
         for k in range(len(bounds) - 1):
             lo, hi = int(bounds[k]), int(bounds[k + 1])
@@ -237,8 +239,10 @@ def test_the_store_refuses_rows_no_kind_declares(toy):
         task_id: str
         value: float
 
-    with pytest.raises(ValueError, match="no registered kind of task declares rows of type Stray"):
+    with pytest.raises(ValueError, match="of type Stray has no row_schema field"):
         flatten_rows([Stray("t", 1.0)])
+    with pytest.raises(ValueError, match="no registered kind of task declares rows of schema 'stray'"):
+        flatten_rows([Stray("t", 1.0)], schema="stray")
     # a registered kind's rows are stored (the toy's flattener runs)
     row = ToyAggregator(T.parse_task(TOY_TASK)).finalize({0: [100, 60]}, WindowInfo())[0]  # type: ignore[arg-type]
     (pane,) = flatten_rows([row])
@@ -400,32 +404,56 @@ def test_the_collector_refuses_a_kind_without_ldp_reports_and_takes_one_with_the
 @pytest.mark.parametrize("rk", kinds.row_kinds(), ids=lambda rk: rk.row_class.__name__)
 def test_every_row_type_and_its_avro_schema_carry_the_pane_header(rk):
     fields = rk.row_class._fields
-    assert fields[: len(PANE_HEADER)] == PANE_HEADER or set(PANE_HEADER) <= set(fields)
-    avro = [f["name"] for f in schemas.load_schema(rk.schema)["fields"]]
+    assert set(PANE_HEADER) <= set(fields)
+    avro = {f["name"]: f for f in schemas.load_schema(rk.schema)["fields"]}
     missing = [h for h in PANE_HEADER if h not in avro]
     assert not missing, f"{rk.schema}.avsc lacks {missing}"
     assert set(fields) == set(avro), f"{rk.row_class.__name__} and {rk.schema}.avsc differ"
+    # the row names its type; files written before the field read it as null
+    assert rk.row_class._field_defaults.get("row_schema") == rk.schema
+    assert avro["row_schema"]["type"] == ["null", "string"] and avro["row_schema"]["default"] is None
 
 
-def _base_type(t: Any) -> str:
+def _base_type(t: Any) -> Any:
     """An Avro field type without its null branch (older files read the header's added fields as null)."""
     branches = [b for b in t if b != "null"] if isinstance(t, list) else [t]
     assert len(branches) == 1, t
-    return json.dumps(branches[0], sort_keys=True)
+    return branches[0]
 
 
-def test_the_pane_header_is_one_header_in_every_row_schema():
+def test_the_pane_header_is_one_declaration_every_row_schema_follows():
     row_schemas = sorted(
         p.stem for p in Path(schemas.__file__).parent.glob("*.avsc")
         if "window_start" in {f["name"] for f in schemas.load_schema(p.stem)["fields"]}
     )  # fmt: skip
     assert row_schemas == sorted({rk.schema for rk in kinds.row_kinds()}), "a row schema no kind declares"
-    types: dict[str, set[str]] = {h: set() for h in PANE_HEADER}
+    assert tuple(PANE_HEADER_TYPES) == PANE_HEADER
     for name in row_schemas:
         fields = {f["name"]: f for f in schemas.load_schema(name)["fields"]}
-        for h in PANE_HEADER:
-            types[h].add(_base_type(fields[h]["type"]))
-    assert {h: len(t) for h, t in types.items()} == {h: 1 for h in PANE_HEADER}, types
+        got = {h: _base_type(fields[h]["type"]) for h in PANE_HEADER}
+        assert got == PANE_HEADER_TYPES, name
+
+
+def test_rows_are_dispatched_by_their_row_schema_or_their_files_schema():
+    """A row of another class (a record read from a file) is the type its row_schema names; an older one
+    without the field, the type of the file's schema; with neither, a one-line refusal naming the field."""
+    est = {"row_schema": "estimate", "group": 0, "n_reports": 10, "mechanism": "grr", "frequencies": [0.5],
+           "std": [0.1]}  # fmt: skip
+    assert kinds.row_kind(est) is kinds.KINDS["frequency"].rows[0]
+
+    class OldAnswer(NamedTuple):  # an answer row of a file written before row_schema
+        query_index: int
+        query: dict[str, list[int]]
+        answer: float
+        std: float
+        method: str
+
+    old = OldAnswer(0, {"a": [0, 3]}, 0.25, 0.01, "hdg")
+    (pane,) = flatten_rows([old], schema="range_answer")
+    assert pane.output == "answers" and pane.items[0].estimate == 0.25
+    with pytest.raises(ValueError, match=r"^a result row of type OldAnswer has no row_schema field") as ei:
+        flatten_rows([old])
+    assert "\n" not in str(ei.value)
 
 
 def _toy_output(tmp_path: Path) -> tuple[Path, ToyRow]:

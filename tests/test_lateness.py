@@ -14,7 +14,7 @@ from apache_beam.transforms import window as bw
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from ldp.aggregate.frequency import FrequencyAggregator
+from ldp.kinds.frequency.aggregate import FrequencyAggregator
 from ldp.task import WindowConfig, parse_task
 from transforms.aggregate import Aggregate
 from transforms.counts import SumCounts

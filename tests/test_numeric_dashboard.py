@@ -11,7 +11,7 @@ from bokeh.document import Document
 
 from ldp import task as T
 from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window, make_aggregator
-from ldp.aggregate.numeric import NumericEstimateRow
+from ldp.kinds.numeric.aggregate import NumericEstimateRow
 from pipelines.dashboard_app import shape
 from pipelines.dashboard_app.app import Dashboard
 from pipelines.dashboard_app.simulated import HOSTILE_TEXTS, SimulatedStream, open_writer

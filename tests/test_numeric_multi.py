@@ -13,11 +13,13 @@ import pytest
 
 from ldp import task as T
 from ldp.aggregate import GLOBAL_WINDOW, GroupAccumulators, accumulate, finalize_window, make_aggregator
-from ldp.aggregate.numeric import NumericEstimateRow, NumericTask, sample_columns
+from ldp.kinds import flatten_rows
+from ldp.kinds.numeric.aggregate import NumericEstimateRow
+from ldp.kinds.numeric.population import sample_columns
+from ldp.kinds.numeric.task import NumericTask
 from ldp.numeric.multi import MultiNumeric, default_k
 from ldp.payload import Refusal
 from ldp.reports import Reports
-from ldp.store.flatten import flatten_rows
 
 ATTRS = [
     {"name": "latency_ms", "low": 0, "high": 500},

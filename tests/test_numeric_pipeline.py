@@ -1,5 +1,5 @@
 """The numeric kind through the registry: task, simulator, batch job, JSON Lines rows and the store
-(ldp.aggregate.numeric, pipelines.numeric)."""
+(ldp.kinds.numeric, pipelines.numeric)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import pytest
 
 from ldp import task as T
 from ldp.aggregate import GLOBAL_WINDOW, GroupAccumulators, accumulate, finalize_window, make_aggregator
-from ldp.aggregate.numeric import NumericEstimateRow, NumericTask, sample_values
+from ldp.kinds import flatten_rows
+from ldp.kinds.numeric.aggregate import NumericEstimateRow
+from ldp.kinds.numeric.population import sample_values
+from ldp.kinds.numeric.task import NumericTask
 from ldp.reports import Reports
-from ldp.store.flatten import flatten_rows
 
 TASK = {
     "task_id": "lat-1",

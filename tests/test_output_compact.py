@@ -1,6 +1,6 @@
 """Compact output of large domains: the JSON Lines row holds the largest values, the Avro file every value.
 
-Covers ``ldp.aggregate.frequency.top_values`` / ``estimate_json``, the writer's record form and sinks
+Covers ``ldp.rows.top_values`` / ``estimate_json``, the writer's record form and sinks
 (``transforms.io.result_sinks``, ``VectorRecordEncoder``), ``ldp-beam show`` and the store on a compact
 row, and one DirectRunner run of ``WriteResults`` (integration).
 """
@@ -18,15 +18,15 @@ import pytest
 
 import schemas
 from ldp.aggregate import WindowInfo, json_record, json_safe, make_aggregator
-from ldp.aggregate.frequency import (
+from ldp.kinds.frequency.aggregate import (
     DEFAULT_JSONL_MAX_VALUES,
     ESTIMATES,
     PER_VALUE_FIELDS,
     EstimateRow,
     estimate_json,
-    top_values,
 )
 from ldp.oracles import SupportAccumulator
+from ldp.rows import top_values
 from ldp.task import parse_task
 from store import DEFAULT_MAX_ITEMS, flatten_rows
 

@@ -24,12 +24,12 @@ import fastavro
 import numpy as np
 import pytest
 
+import simulator
 from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
-from ldp.aggregate.range import RangeAggregator
+from ldp.kinds.range.aggregate import RangeAggregator
 from ldp.rangequery.queries import RangeQuery, parse_queries, random_queries, true_answers
 from ldp.reports import Reports
 from ldp.task import parse_task
-import simulator
 from pipelines import range_queries, simulate_range
 from transforms.aggregate import GroupReports, TaskCombineFn
 from wire.encode import encode_report_block

@@ -267,12 +267,15 @@ INVALID_TASKS = {
 
 def test_task_schema_lists_are_the_registries():
     from ldp import task as T
+    from ldp.kinds.frequency.task import ORACLE_MECHANISMS
+    from ldp.sparse.mechanisms import SPARSE_MECHANISMS
+    from ldp.task.base import COMMON_KEYS
 
     s = schemas.task_schema()
     props = s["properties"]
     every = [m for k in T.TASK_KINDS.values() for m in k.mechanisms()]  # the registered kinds (ldp.kinds)
     assert props["mechanism"]["enum"] == list(dict.fromkeys(every))  # 'lsa': range method and strategy
-    assert T.TASK_KINDS["sparse"].mechanisms() == T._sparse_mechanisms()
+    assert T.TASK_KINDS["sparse"].mechanisms() == tuple(SPARSE_MECHANISMS)
     assert props["kind"]["enum"] == list(T.TASK_KINDS)
     branches = {b["then"]["properties"]["kind"]["const"]: b["then"]["properties"] for b in s["allOf"]}
     for kind, p in branches.items():
@@ -282,9 +285,9 @@ def test_task_schema_lists_are_the_registries():
         # of them supported
         assert p["schema_version"]["enum"] == {"numeric": [3], "range": [2, 3]}.get(kind, [2])
         assert set(p["schema_version"]["enum"]) <= set(schemas.SUPPORTED_SCHEMA_VERSIONS)
-        assert set(p) == set(T._COMMON_KEYS) | set(T.TASK_KINDS[kind].keys)
+        assert set(p) == set(COMMON_KEYS) | set(T.TASK_KINDS[kind].keys)
         assert set(p["window"]["properties"]) == {f.name for f in dataclasses.fields(T.WindowConfig)}
-    assert branches["frequency"]["mechanism"]["enum"] == list(T.ORACLE_MECHANISMS)
+    assert branches["frequency"]["mechanism"]["enum"] == list(ORACLE_MECHANISMS)
 
 
 def test_supported_versions_agree_with_the_task_model():

@@ -25,9 +25,9 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from ldp.task import parse_task
 import simulator
-from pipelines import batch_queries, frequency, numeric, range_queries, show, simulate, sparse_mean
+from ldp.task import parse_task
+from pipelines import batch_queries, frequency, numeric, range_queries, show, sparse_mean
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SEEDS = np.random.SeedSequence(2026_12_19).spawn(4)
@@ -463,7 +463,7 @@ def _apps_row(seed: int) -> tuple[dict, np.ndarray]:
     simulator's population with ``--seed``) through the frequency aggregator, as the batch job's JSON
     Lines row; and the true frequencies."""
     from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
-    from ldp.aggregate.frequency import FrequencyAggregator
+    from ldp.kinds.frequency.aggregate import FrequencyAggregator
 
     task = parse_task({"task_id": "apps-2026-12", "mechanism": "olh", "epsilon": 1.0, "domain_size": 1024,
                        "postprocess": "norm-sub"})  # fmt: skip

@@ -22,12 +22,12 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 import schemas
+import simulator
 from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_window
+from ldp.kinds.sparse.aggregate import SparseAggregator, to_reports
 from ldp.reports import Reports
 from ldp.sparse import SparseVectors
-from ldp.sparse.aggregate import SparseAggregator, to_reports
 from ldp.task import parse_task
-import simulator
 from pipelines import simulate, sparse_mean
 from transforms.aggregate import Aggregate
 from transforms.io import DecodeReportMessages

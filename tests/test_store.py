@@ -16,11 +16,11 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from ldp.aggregate.batch import BatchAnswerRow
-from ldp.aggregate.frequency import EstimateRow
-from ldp.aggregate.range import AnswerRow, ModelRow
-from ldp.sparse.aggregate import SparseEstimateRow
-from ldp.store.flatten import FlatItem, FlatPane
+from ldp.kinds.batch_queries.aggregate import BatchAnswerRow
+from ldp.kinds.frequency.aggregate import EstimateRow
+from ldp.kinds.range.aggregate import AnswerRow, ModelRow
+from ldp.kinds.sparse.aggregate import SparseEstimateRow
+from ldp.rows import FlatItem, FlatPane
 from store import (
     DEFAULT_MAX_ITEMS,
     SCHEMA_VERSION,
@@ -97,6 +97,7 @@ class BarsEstimateRow(NamedTuple):
     unbiased_std: list[float]
     ci_includes_zero: list[bool]
     labels: list[str] | None
+    row_schema: str = "estimate"
     output = "estimates"
 
 
@@ -487,6 +488,7 @@ class _BareAnswer(NamedTuple):
     std: float
     strategy: str
     ci_includes_zero: bool | None
+    row_schema: str = "batch_answer"
 
 
 def test_an_answer_row_without_bounds_stores_nulls_and_keeps_its_own_zero_flag():

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from ldp.aggregate import WindowInfo
-from ldp.aggregate.frequency import EstimateRow
+from ldp.kinds.frequency.aggregate import EstimateRow
 from ldp.task import WindowConfig, parse_task
 from store import StoreLost, StoreUnavailable, call_with_retry, is_transient, open_store
 from transforms.store import StoreStatus, WriteToStore, read_store_status

@@ -18,11 +18,11 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 from test_pipeline_frequency import _fails  # one-line CLI errors, exit status 2
 
+import simulator
 from ldp.aggregate import WindowInfo, from_iso
-from ldp.aggregate.frequency import FrequencyAggregator
+from ldp.kinds.frequency.aggregate import FrequencyAggregator
 from ldp.reports import Reports
 from ldp.task import WindowConfig, parse_task
-import simulator
 from pipelines import frequency
 from store import open_store
 from transforms.aggregate import Aggregate
@@ -199,8 +199,8 @@ def test_batch_job_store_caps_a_large_domain(tmp_path):
 
 
 def test_batch_range_job_stores_one_row_per_query(tmp_path):
-    from ldp.rangequery.queries import random_queries
     import simulator
+    from ldp.rangequery.queries import random_queries
     from pipelines import range_queries
 
     names = ("age", "income", "score")

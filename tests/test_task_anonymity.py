@@ -12,7 +12,8 @@ import pytest
 import ldp.shuffle
 import schemas
 from ldp import task as T
-from ldp.anonymity import AnonymitySettings
+from ldp.anonymity import AnonymitySettings, shuffle_accounting
+from ldp.kinds.frequency.task import MEMO_MECHANISMS
 
 OLH = {"task_id": "s", "mechanism": "olh", "domain_size": 1024}
 TARGET = {"central_epsilon": 1.0, "expected_reports": 1_000_000}
@@ -60,7 +61,7 @@ def test_shuffled_tasks_refuse_what_would_identify_a_sender_or_move_a_report():
         {**OLH, "epsilon": 1.0, "budget": {**budget, "client_ids": True}, "anonymity": {}},
         "budget.client_ids makes every report carry the client's pseudonymous id",
     )
-    for mech in T.MEMO_MECHANISMS:
+    for mech in MEMO_MECHANISMS:
         memo = {**OLH, "mechanism": mech, "epsilon": 2.0, "anonymity": {}}
         _refused(memo, f"mechanism '{mech}' is memoized")
     _refused({**OLH, "epsilon": 1.0, "window": {"size_s": 900}, "anonymity": {}}, r"window.size_s \(900 s\)")
@@ -81,7 +82,7 @@ def test_auto_epsilon_is_the_largest_meeting_the_target():
     t = T.parse_task({**OLH, "epsilon": "auto", "anonymity": TARGET})
     raw = ldp.shuffle.local_epsilon_for_central(1.0, 1e-9, 1_000_000, "general")
     assert raw - 1e-3 < t.epsilon <= raw and round(t.epsilon * 1000) == t.epsilon * 1000  # rounded down
-    assert T.shuffle_accounting(t) == ("general", None)
+    assert shuffle_accounting(t) == ("general", None)
     assert ldp.shuffle.central_epsilon(t.epsilon, 1_000_000, 1e-9) <= 1.0
     assert t.epsilon > 8  # the figure: eps0 ~ 7.6 by the closed form, more by the numerical bound
     # a number is accepted when it meets the target, refused (naming the largest) when it does not
@@ -97,16 +98,16 @@ def test_auto_epsilon_is_the_largest_meeting_the_target():
 def test_grr_and_auto_use_grrs_bound_only_when_the_oracle_is_grr():
     general = T.parse_task({**OLH, "epsilon": "auto", "anonymity": TARGET}).epsilon
     grr = T.parse_task({**OLH, "mechanism": "grr", "epsilon": "auto", "anonymity": TARGET})
-    assert T.shuffle_accounting(grr) == ("grr", 1024) and grr.epsilon > general
+    assert shuffle_accounting(grr) == ("grr", 1024) and grr.epsilon > general
     assert ldp.shuffle.central_epsilon(grr.epsilon, 1_000_000, 1e-9, "grr", 1024) <= 1.0
     hidden = T.parse_task(
         {**OLH, "mechanism": "grr", "epsilon": "auto", "hide_participation": True, "anonymity": TARGET}
     )
-    assert T.shuffle_accounting(hidden) == ("grr", 1025)  # the dummy value is one more GRR value
+    assert shuffle_accounting(hidden) == ("grr", 1025)  # the dummy value is one more GRR value
     auto = T.parse_task({**OLH, "mechanism": "auto", "epsilon": "auto", "anonymity": TARGET})
     oracle = auto.make_oracle().name
     assert auto.epsilon == (grr.epsilon if oracle == "grr" else general)
-    assert T.shuffle_accounting(auto)[0] == ("grr" if oracle == "grr" else "general")
+    assert shuffle_accounting(auto)[0] == ("grr" if oracle == "grr" else "general")
 
 
 def test_what_auto_epsilon_and_the_target_need():
@@ -133,7 +134,7 @@ def test_what_auto_epsilon_and_the_target_need():
 def test_range_tasks_default_the_expected_reports_to_the_expected_users():
     r = {"task_id": "r", "mechanism": "hdg", "attributes": ATTRS, "expected_users": 1_000_000}
     t = T.parse_task({**r, "epsilon": "auto", "anonymity": {"central_epsilon": 1.0}})
-    assert t.expected_reports == 1_000_000 and T.shuffle_accounting(t) == ("general", None)
+    assert t.expected_reports == 1_000_000 and shuffle_accounting(t) == ("general", None)
     assert t.epsilon == T.parse_task({**OLH, "epsilon": "auto", "anonymity": TARGET}).epsilon
     assert T.parse_task(t.to_dict()) == t
     _refused(

@@ -14,6 +14,8 @@ import pytest
 import ldp.oracles
 from ldp import task as T
 from ldp.aggregate import make_aggregator
+from ldp.kinds.frequency.task import FrequencyTask
+from ldp.kinds.range.task import RangeTask
 from ldp.rangequery import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,8 +124,8 @@ def test_adding_an_oracle_leaves_every_task_resolved_the_same(monkeypatch):
     # ... and the fake is one auto would take, had its candidates not been frozen
     monkeypatch.setitem(ldp.oracles.AUTO_CANDIDATES, 2, (*ldp.oracles.AUTO_CANDIDATES[2], "better"))
     changed = [t for t, b in zip(tasks, before) if T.task_resolution(t) != b]
-    assert any(isinstance(t, T.FrequencyTask) for t in changed)
-    assert any(isinstance(t, T.RangeTask) for t in changed)
+    assert any(isinstance(t, FrequencyTask) for t in changed)
+    assert any(isinstance(t, RangeTask) for t in changed)
 
 
 def test_auto_candidates_cover_every_supported_version():

@@ -16,6 +16,9 @@ import jsonschema
 import schemas
 from ldp import task as T
 from ldp.kinds import KINDS
+from ldp.kinds.batch_queries.task import BATCH_CALIBRATIONS
+from ldp.task import parse as parse_module
+from ldp.task.base import COMMON_KEYS, COMMON_SCHEMA_VERSIONS, REQUIRED
 
 ROOT = Path(__file__).resolve().parents[1]
 #: one valid task per kind (its registry entry's example), chosen so that no check beyond the declared
@@ -220,17 +223,17 @@ def test_the_generated_schema_names_the_models_keys_and_registries():
     assert list(branches) == list(T.TASK_KINDS)
     for name, kind in T.TASK_KINDS.items():
         then = branches[name]
-        assert set(then["properties"]) == set(T._COMMON_KEYS) | set(kind.keys)  # parse_task's known keys
-        assert set(kind.fields) - set(T._COMMON_KEYS) == set(kind.keys)
+        assert set(then["properties"]) == set(COMMON_KEYS) | set(kind.keys)  # parse_task's known keys
+        assert set(kind.fields) - set(COMMON_KEYS) == set(kind.keys)
         assert then["properties"]["mechanism"]["enum"] == list(kind.mechanisms())
-        assert set(T._REQUIRED) <= set(then["required"])
+        assert set(REQUIRED) <= set(then["required"])
     assert branches["frequency"]["properties"]["postprocess"]["enum"] == list(T.POSTPROCESS_METHODS)
     assert branches["range"]["properties"]["schema_version"]["enum"] == [2, 3]  # the method's (msw: 3)
     assert branches["numeric"]["properties"]["schema_version"]["enum"] == [3]  # the integer grid wire
-    assert set(T._COMMON_SCHEMA_VERSIONS) | {3} == set(T.SUPPORTED_SCHEMA_VERSIONS)
+    assert set(COMMON_SCHEMA_VERSIONS) | {3} == set(T.SUPPORTED_SCHEMA_VERSIONS)
     family = branches["frequency"]["properties"]["hash"]["properties"]["family"]["enum"]
     assert family == [*T.HASH_FAMILY_NAMES, None]
-    assert branches["batch_queries"]["properties"]["calibration"]["enum"] == list(T.BATCH_CALIBRATIONS)
+    assert branches["batch_queries"]["properties"]["calibration"]["enum"] == list(BATCH_CALIBRATIONS)
 
 
 def test_schema_and_parse_task_agree_at_every_declared_boundary():
@@ -260,7 +263,7 @@ def test_the_fuzz_catches_parse_task_changed_alone(monkeypatch):
             return 1.0
         return float(eps)
 
-    monkeypatch.setattr(T, "_check_epsilon", unbounded)
+    monkeypatch.setattr(parse_module, "check_epsilon", unbounded)
     found = _disagreements(_validator(), "epsilon")
     assert "range.epsilon = 50.00000000000001: schema refuses, parse_task accepts " in found, found
 

@@ -21,7 +21,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 
 from ldp.aggregate import GroupAccumulators, WindowInfo, json_record
-from ldp.aggregate.frequency import EstimateRow, FrequencyAggregator
+from ldp.kinds.frequency.aggregate import EstimateRow, FrequencyAggregator
 from ldp.reports import Reports
 from ldp.task import WindowConfig, parse_task
 from simulator import bad_records, bad_records_other_schema

@@ -24,12 +24,12 @@ import pytest
 from scipy import stats
 
 import schemas
+from ldp.kinds.sparse.aggregate import to_reports
 from ldp.longitudinal.memo import make_memo_oracle, memo_words_hmac
 from ldp.numeric.mechanisms import make_numeric_mechanism
 from ldp.oracles import OLH, make_oracle
 from ldp.reports import Reports
 from ldp.sparse import SparseVectors
-from ldp.sparse.aggregate import to_reports
 from ldp.sparse.hashes import SPARSE_HASHES, bins_signs, item_bits
 from ldp.task import parse_task
 from tests.test_oracles import _worst_ratio

@@ -45,8 +45,8 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Duration, Timestamp
 
 import schemas
 from ldp.aggregate import Aggregator, OutputSpec, Record, ResultRow, json_record
-from ldp.aggregate.frequency import DEFAULT_JSONL_MAX_VALUES
-from ldp.aggregate.range import read_model_records  # re-exported: model files are read without Beam
+from ldp.kinds.frequency.aggregate import DEFAULT_JSONL_MAX_VALUES
+from ldp.kinds.range.aggregate import read_model_records  # re-exported: model files are read without Beam
 from transforms.counts import COUNTER_NAMESPACE, FILE_WRITE_SLACK_S, AtProcessingTime
 from transforms.display import item, task_display, task_id_display
 from transforms.flink_ticks import FlinkTicks

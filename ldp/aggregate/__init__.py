@@ -19,13 +19,11 @@ PipelineDP's ``CompoundCombiner``. :func:`accumulate` and :func:`merge_all` driv
 stack (``transforms.aggregate``) drives the same functions, so a pipeline and an in-memory call give
 identical numbers for the same reports.
 
-Implementations: :class:`ldp.aggregate.frequency.FrequencyAggregator` (frequency oracles),
-:class:`ldp.aggregate.range.RangeAggregator` (range-query mechanisms),
-:class:`ldp.aggregate.batch.BatchAggregator` (batch queries, central DP) and
-:class:`ldp.sparse.aggregate.SparseAggregator` (k-sparse vector means); :func:`make_aggregator` picks one
-for a parsed task from its kind's entry in the registry :mod:`ldp.kinds`. A new kind of task is a new
-aggregator module and one registry entry, not a new pipeline stack. Every row starts with the
-:data:`PANE_HEADER` fields.
+Implementations: each kind's ``ldp.kinds.<kind>.aggregate`` (``FrequencyAggregator``,
+``RangeAggregator``, ``BatchAggregator`` (central DP), ``SparseAggregator``, ``NumericAggregator``);
+:func:`make_aggregator` picks one for a parsed task from its kind's entry in the registry :mod:`ldp.kinds`.
+A new kind of task is a new kind package and one registry entry, not a new pipeline stack. Every row
+carries the pane header (:data:`ldp.rows.PANE_HEADER`).
 """
 
 from __future__ import annotations
@@ -54,8 +52,6 @@ __all__ = [
     "merge_all",
     "finalize_window",
     "make_aggregator",
-    "PANE_HEADER",
-    "pane_header",
     "json_safe",
     "json_record",
     "iso_ms",
@@ -219,35 +215,6 @@ def make_aggregator(task: Task, **job: object) -> Aggregator:
     from ldp.kinds import make_aggregator as _make
 
     return _make(task, **job)
-
-
-#: The fields every result row and its Avro schema carry first: which task, window and pane it belongs to.
-#: ``is_last_pane``: the window's final pane (no later pane replaces it); ``mechanism``: the task's.
-PANE_HEADER: tuple[str, ...] = (
-    "task_id",
-    "schema_version",
-    "window_start",
-    "window_end",
-    "pane_timing",
-    "pane_index",
-    "is_last_pane",
-    "mechanism",
-)
-
-
-def pane_header(task: Task, window: WindowInfo, mechanism: str | None = None) -> dict[str, object]:
-    """The :data:`PANE_HEADER` fields of a row of ``task`` in ``window`` (``mechanism``: default the
-    task's)."""
-    return {
-        "task_id": task.task_id,
-        "schema_version": int(task.schema_version),
-        "window_start": window.start_ms,
-        "window_end": window.end_ms,
-        "pane_timing": str(window.pane_timing),
-        "pane_index": int(window.pane_index),
-        "is_last_pane": bool(window.is_last_pane),
-        "mechanism": task.mechanism if mechanism is None else mechanism,
-    }
 
 
 # ------------------------------------------------------------------------------------------------------------

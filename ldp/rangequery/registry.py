@@ -7,7 +7,8 @@ MSW and LSA in ``hio``, ``lhio``, ``msw`` and ``lsa`` (imported lazily, on first
 
 Imports go one way: ``ldp.task`` (the task model, which takes its method names from :data:`METHODS`)
 imports this module, this module imports ``base``, and the method modules import ``base``; ``base``
-imports neither this module nor ``ldp.task``. The range task itself is :class:`ldp.kinds.range.task.RangeTask`.
+imports neither this module nor ``ldp.task``. The range task itself is
+:class:`ldp.kinds.range.task.RangeTask`.
 
 The task file of a range-query job is described in ``ldp.task`` and ``docs/range_queries.md``.
 

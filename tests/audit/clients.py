@@ -197,7 +197,7 @@ class SparseAdapter(Adapter):
         ]
 
     def encode_pair(self, task, pair, n, rng):
-        from ldp.sparse.aggregate import to_reports
+        from ldp.kinds.sparse.aggregate import to_reports
 
         mech = task.make_mechanism()
         ra = to_reports(mech, mech.encode(_constant_vectors(n, pair.a), rng=rng)[0])

@@ -20,8 +20,8 @@ import pytest
 from scipy import stats
 
 from ldp.aggregate import GLOBAL_WINDOW
-from ldp.aggregate.frequency import FrequencyAggregator
 from ldp.datasets import iter_population
+from ldp.kinds.frequency.aggregate import FrequencyAggregator
 from ldp.task import parse_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.statistical]

@@ -40,10 +40,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ldp.kinds.sparse.aggregate import SparseAggregator  # noqa: E402
 from ldp.numeric.mechanisms import make_numeric_mechanism  # noqa: E402
 from ldp.reports import Reports  # noqa: E402
 from ldp.sparse.accumulate import TableAccumulator, table_sums  # noqa: E402
-from ldp.sparse.aggregate import SparseAggregator  # noqa: E402
 from ldp.sparse.vectors import SparseVectors  # noqa: E402
 from ldp.task import parse_task  # noqa: E402
 from wire.json_form import WireFormatError, report_from_json, reports_to_json  # noqa: E402

@@ -19,10 +19,12 @@ import numpy as np
 
 from ldp.aggregate import OutputSpec, Record, ResultRow, WindowInfo, json_record
 from ldp.intervals import frequency_intervals
+from ldp.kinds.frequency.task import FrequencyTask
 from ldp.oracles import FrequencyEstimate, FrequencyOracle, SupportAccumulator
 from ldp.postprocess import postprocess
 from ldp.reports import Reports
-from ldp.task import POSTPROCESS_METHODS, FrequencyTask
+from ldp.rows import top_values
+from ldp.task import POSTPROCESS_METHODS
 
 __all__ = [
     "EstimateRow",
@@ -32,7 +34,6 @@ __all__ = [
     "DEFAULT_JSONL_MAX_VALUES",
     "PER_VALUE_FIELDS",
     "estimate_json",
-    "top_values",
 ]
 
 
@@ -70,6 +71,8 @@ class EstimateRow(NamedTuple):
     ci_method: str | None = None
     ci_includes_zero: list[bool] | None = None
     labels: list[str] | None = None
+    #: the row type (``schemas/estimate.avsc``): readers dispatch on it (``ldp.kinds.row_kind``)
+    row_schema: str | None = "estimate"
     output = "estimates"
 
 
@@ -79,26 +82,8 @@ PER_VALUE_FIELDS = (
 )  # fmt: skip
 
 #: Values per estimate row in JSON Lines unless told otherwise (``--jsonl_max_values``; the store's
-#: default cap, ``ldp.store.flatten.DEFAULT_MAX_ITEMS``, is the same number).
+#: default cap, ``ldp.rows.DEFAULT_MAX_ITEMS``, is the same number).
 DEFAULT_JSONL_MAX_VALUES = 4096
-
-
-def top_values(estimates: Sequence[float | None] | np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest estimates in index order (all of them when there are at most ``k``).
-    Non-finite ones (NaN, infinities, None) rank last; ties go to the lower index. The store keeps the
-    same values (``ldp.store.flatten``)."""
-    arr = np.asarray(estimates, dtype=np.float64)  # None -> NaN
-    n = arr.shape[0]
-    if n <= k:
-        return np.arange(n)
-    key = -arr
-    key[~np.isfinite(key)] = np.inf
-    if k <= 0:
-        return np.arange(0)
-    kth = np.partition(key, k - 1)[k - 1]  # the k-th smallest key: the smallest estimate kept
-    above = np.flatnonzero(key < kth)
-    ties = np.flatnonzero(key == kth)[: k - above.size]  # the lower indices first
-    return np.sort(np.concatenate([above, ties]))
 
 
 def estimate_json(rec: Record, max_values: int) -> Record:
@@ -147,7 +132,7 @@ def postprocess_estimate(
 
 
 class FrequencyAggregator:
-    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.task.FrequencyTask`.
+    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.kinds.frequency.task.FrequencyTask`.
 
     Args:
         task: the parsed task.

@@ -1,4 +1,4 @@
-"""The sparse-vector task kind (``"kind": "sparse"``) for the task model of :mod:`ldp.task`.
+"""The sparse kind's task: k-sparse vector means (``docs/sparse_vectors.md``).
 
 Keys beyond the common ones (``task_id``, ``mechanism``, ``epsilon``, ``window``, ``params``, ...)::
 
@@ -13,8 +13,6 @@ Keys beyond the common ones (``task_id``, ``mechanism``, ``epsilon``, ``window``
       "params": {"rule": "paper"}   # mechanism options (ldp.sparse.mechanisms.make_sparse_mechanism)
     }
 
-The kind is built into :data:`ldp.task.TASK_KINDS` (``"sparse"``, whose checker is
-:func:`build_sparse_task`); :func:`register` is kept for older callers and only makes sure it is there.
 The mechanism factory is the final judge of the parameters: whatever it refuses is reported as a task
 problem.
 """
@@ -23,21 +21,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
-from ldp import task as _task
-from ldp.sparse.mechanisms import make_sparse_mechanism
+from ldp.sparse.mechanisms import SPARSE_MECHANISMS, make_sparse_mechanism
 from ldp.sparse.params import DEFAULT_EXPECTED_USERS, VALUE_KINDS
+from ldp.task.base import Task
+from ldp.task.checks import is_int
+from ldp.task.fields import HASH_WITHOUT_G, NO_RESOLUTION, Field, TaskKind, declare
 
-__all__ = ["SparseTask", "SPARSE_TASK_KIND", "register", "build_sparse_task", "SPARSE_KEYS"]
+__all__ = ["SparseTask", "SPARSE_TASK_KIND", "SPARSE_FIELDS", "build_sparse_task", "SPARSE_KEYS"]
 
-SPARSE_KEYS = _task.SPARSE_KEYS
+#: The sparse kind's own keys.
+SPARSE_KEYS: tuple[str, ...] = ("domain_size", "sparsity", "privacy", "delta", "values", "expected_users")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SparseTask(_task.Task):
+class SparseTask(Task):
     """A k-sparse vector mean task: one sparse vector in [-1, 1]^d (or {0, 1}^d) per user."""
 
-    kind = "sparse"
+    kind: ClassVar[str] = "sparse"
     domain_size: int
     sparsity: int
     privacy: str | int = "user"
@@ -71,24 +73,20 @@ class SparseTask(_task.Task):
         }
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def build_sparse_task(obj, common: dict[str, object], problems: list[str]) -> SparseTask | None:
-    """The checker of the sparse kind's keys (``ldp.task.TaskKind.build``): the task, or None with
+    """The checker of the sparse kind's keys (:attr:`ldp.task.TaskKind.build`): the task, or None with
     ``problems`` appended."""
     mech = str(common["mechanism"])
     for k in ("domain_size", "sparsity"):
         if k not in obj:
             problems.append(f"missing {k!r} (required by mechanism {mech!r})")
     d, k = obj.get("domain_size"), obj.get("sparsity")
-    if "domain_size" in obj and not (_is_int(d) and 2 <= d <= (1 << 63) - 1):
+    if "domain_size" in obj and not (is_int(d) and 2 <= d <= (1 << 63) - 1):
         problems.append(f"domain_size must be an integer in [2, 2^63 - 1], got {d!r}")
-    if "sparsity" in obj and not (_is_int(k) and k >= 1):
+    if "sparsity" in obj and not (is_int(k) and k >= 1):
         problems.append(f"sparsity must be a positive integer, got {k!r}")
     privacy = obj.get("privacy", "user")
-    if not (privacy in ("event", "user") or (_is_int(privacy) and privacy >= 1)):
+    if not (privacy in ("event", "user") or (is_int(privacy) and privacy >= 1)):
         problems.append(f"privacy must be 'event', 'user' or an integer L >= 1, got {privacy!r}")
     delta = obj.get("delta")
     ok_delta = isinstance(delta, (int, float)) and not isinstance(delta, bool) and math.isfinite(delta)
@@ -98,9 +96,9 @@ def build_sparse_task(obj, common: dict[str, object], problems: list[str]) -> Sp
     if values not in VALUE_KINDS:
         problems.append(f"values must be one of {', '.join(VALUE_KINDS)}, got {values!r}")
     n = obj.get("expected_users", DEFAULT_EXPECTED_USERS)
-    if not (_is_int(n) and n >= 2):
+    if not (is_int(n) and n >= 2):
         problems.append(f"expected_users must be an integer >= 2, got {n!r}")
-    if "n_groups" in obj and not (_is_int(obj["n_groups"]) and obj["n_groups"] == 1):
+    if "n_groups" in obj and not (is_int(obj["n_groups"]) and obj["n_groups"] == 1):
         problems.append(f"sparse tasks have one group, got n_groups {obj['n_groups']!r}")
     if problems:
         return None
@@ -122,10 +120,26 @@ def build_sparse_task(obj, common: dict[str, object], problems: list[str]) -> Sp
     return task
 
 
-#: The kind's entry in :data:`ldp.task.TASK_KINDS`.
-SPARSE_TASK_KIND = _task.TASK_KINDS["sparse"]
+SPARSE_FIELDS: dict[str, Field] = {
+    "domain_size": declare("integer", minimum=2, maximum=(1 << 63) - 1),
+    "sparsity": declare("integer", minimum=1),
+    "privacy": Field(
+        (), any_of=(declare("string", enum=("event", "user")), declare("integer", minimum=1)), default="user"
+    ),
+    "delta": declare("number", "null", minimum=0, exclusive_maximum=1),
+    "values": declare("string", enum=("real", "binary"), default="real"),
+    "expected_users": declare("integer", minimum=2, default=100_000),
+    "n_groups": declare("integer", enum=(1,)),
+    "hash": HASH_WITHOUT_G,
+    "resolved": NO_RESOLUTION,
+}
 
-
-def register() -> None:
-    """Makes sure the sparse kind is in :data:`ldp.task.TASK_KINDS` (it is built in; idempotent)."""
-    _task.TASK_KINDS.setdefault("sparse", SPARSE_TASK_KIND)
+#: The kind's task section (registered with the kind, ``ldp.kinds.sparse``).
+SPARSE_TASK_KIND = TaskKind(
+    "sparse",
+    lambda: tuple(SPARSE_MECHANISMS),
+    SPARSE_KEYS,
+    build_sparse_task,
+    fields=SPARSE_FIELDS,
+    required=("domain_size", "sparsity"),
+)

@@ -82,6 +82,8 @@ class SparseEstimateRow(NamedTuple):
     ci_high: list[float] | None = None
     ci_method: str | None = None
     ci_includes_zero: list[bool] | None = None
+    #: the row type (``schemas/sparse_estimate.avsc``): readers dispatch on it (``ldp.kinds.row_kind``)
+    row_schema: str | None = "sparse_estimate"
     output = "estimates"
 
 
@@ -213,7 +215,7 @@ class SparseValidator:
 
 
 class SparseAggregator:
-    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.sparse.task.SparseTask`.
+    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.kinds.sparse.task.SparseTask`.
 
     Args:
         task: the parsed sparse task.

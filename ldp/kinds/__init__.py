@@ -4,12 +4,12 @@ A :class:`Kind` names, for one kind of task,
 
 * ``task``: its section of the task model (:class:`ldp.task.TaskKind`: keys, mechanism names, field
   declarations for the JSON Schema, section checker);
-* ``aggregator``: ``(task, **job) -> Aggregator`` (:mod:`ldp.aggregate`), and for the shared job
-  (``pipelines.job``) ``job_flags(parser)`` (its extra flags) and ``job_aggregator(ns, task)``;
+* ``aggregator``: ``(task, **job) -> Aggregator`` (:mod:`ldp.aggregate`), and for the shared aggregation
+  job ``job_flags(parser)`` (its extra flags) and ``job_aggregator(ns, task)``;
 * ``rows``: one :class:`RowKind` per result row type: its class, Avro schema, store output and store
-  flattener (``(rows, max_items, labels) -> [FlatPane]``, :mod:`ldp.store.flatten`), or why it is not
+  flattener (``(rows, max_items, labels) -> [FlatPane]``, :mod:`ldp.rows`), or why it is not
   stored;
-* the simulator's pieces (``pipelines.simulate``): ``population(task, users, dataset, seed_sequence, *,
+* the simulator's pieces: ``population(task, users, dataset, seed_sequence, *,
   batch_size, assignment)``, ``default_dataset``, ``datasets`` (help text), ``assignments``,
   ``users_from_dataset`` and ``bad_template(task)`` (valid reports of one group, for the bad-record
   variants).
@@ -23,19 +23,23 @@ A :class:`Kind` names, for one kind of task,
 * ``example`` (a small valid task) and ``example_aggregator(task)`` (an aggregator of it, for kinds whose
   aggregator needs a job's inputs such as queries or a workload; tests run every kind through it);
 * ``show``: how ``ldp-beam show`` reads and prints the rows of a kind registered outside the project (a
-  :func:`ref` to a ``pipelines.show.ShowSpec``); the built-in kinds' pieces live in ``pipelines.show_kinds``
-  (``BUILT_IN``, by kind name), so ``ldp`` names nothing of ``pipelines``;
+  :func:`ref` to the command line's show piece); the built-in kinds' pieces belong to the command line,
+  which finds them by kind name: nothing here names a module above ``ldp``;
 * ``central_privacy(task, windows)``: the central-DP figures ``ldp-beam privacy`` prints for a kind without
   ``ldp_reports`` (``central_epsilon``, ``central_delta``, ``central_epsilon_composed``, ``method``).
 
 Pieces are callables; :func:`ref` names one as ``"module:attribute"`` and imports it on first call, so
-this module imports no kind's module until the kind is used, and nothing here imports Beam. Adding a kind
-is its own module(s) plus one :func:`register` call (the built-in ones are at the end of this file);
-:func:`register` refuses an entry whose rows the store cannot flatten (each row type has a store output
-and a flattener, or says why it is not stored).
+registering a kind imports only its task section, and nothing here imports Beam. Each built-in kind is a
+package, ``ldp/kinds/<name>/``: ``task`` (its task class and section), ``aggregate`` (aggregator and
+rows), ``flatten`` (store form), ``population`` (simulated clients) and ``KIND`` in its ``__init__``;
+the registrations are the last lines of this file. Adding a kind is its package plus one
+:func:`register` call; :func:`register` refuses an entry whose rows the store cannot flatten (each row
+type has a store output and a flattener, or says why it is not stored).
 
-Every row type carries the pane header :data:`ldp.aggregate.PANE_HEADER` (window, pane, task, schema
-version, mechanism); ``tests/test_kinds.py`` checks each registered row class and Avro schema.
+Every row type carries the pane header :data:`ldp.rows.PANE_HEADER` (window, pane, task, schema version,
+mechanism, ``row_schema``); :func:`row_kind` and :func:`flatten_rows` dispatch a row on its class, else
+on the ``row_schema`` it names, else on the schema of the file it was read from (older files).
+``tests/test_kinds.py`` checks each registered row class and Avro schema.
 """
 
 from __future__ import annotations
@@ -43,10 +47,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ldp import task as _task
+from ldp.rows import DEFAULT_MAX_ITEMS, FlatPane, row_schema_of
+from ldp.task.fields import TASK_KINDS, TaskKind
 
 __all__ = [
     "Kind",
@@ -62,6 +67,8 @@ __all__ = [
     "row_kind",
     "row_kinds",
     "shuffle_allowed",
+    "flatten_rows",
+    "row_output",
 ]
 
 
@@ -117,7 +124,9 @@ class RowKind:
         store_output: the store's ``output`` of its numbers; None: not stored (``not_stored`` says why).
         flatten: ``(rows, max_items, labels) -> [FlatPane]``, the rows of one pane of this type.
         not_stored: why the rows are not stored (required when ``store_output`` is None).
-        matches: recognises rows of other classes with this type's fields (older rows); None: the class only.
+
+    Rows name their type in the pane header's ``row_schema`` (``schema``): :func:`row_kind` dispatches on
+    it for a row of another class (a record read from a file, a test's row).
     """
 
     row: Any
@@ -125,7 +134,6 @@ class RowKind:
     store_output: str | None
     flatten: Callable[[Sequence[Any], int, Sequence[str] | None], list[Any]] | None = None
     not_stored: str = ""
-    matches: Callable[[object], bool] | None = None
 
     @property
     def row_class(self) -> type:
@@ -137,7 +145,7 @@ class Kind:
     """Everything the stack dispatches on for one kind of task (see the module docstring)."""
 
     name: str
-    task: _task.TaskKind
+    task: TaskKind
     aggregator: Callable[..., Any]
     rows: tuple[RowKind, ...]
     population: Callable[..., Any] | None = None
@@ -159,7 +167,7 @@ class Kind:
     shuffle_allowed: bool = False
     #: the TypeScript client (``clients/typescript``) encodes reports of this kind
     typescript_client: bool = False
-    #: how ``ldp-beam show`` prints its rows: a :func:`ref` to a ``pipelines.show.ShowSpec`` (None: it cannot)
+    #: how ``ldp-beam show`` prints its rows: a :func:`ref` to the command line's show piece (None: it cannot)
     show: Any = None
     #: ``(task, windows) -> figures``: the central-DP accounting of ``ldp-beam privacy`` (kinds without
     #: ``ldp_reports``)
@@ -189,7 +197,7 @@ _BY_CLASS: dict[type, RowKind] = {}
 
 def _problems(kind: Kind, replace: bool) -> list[str]:
     out: list[str] = []
-    if not isinstance(kind.task, _task.TaskKind):
+    if not isinstance(kind.task, TaskKind):
         out.append(f"task must be an ldp.task.TaskKind, got {type(kind.task).__name__}")
     elif kind.task.name != kind.name:
         out.append(f"its task section is named {kind.task.name!r}")
@@ -209,7 +217,7 @@ def _problems(kind: Kind, replace: bool) -> list[str]:
             out.append(f"{what}: store output {rk.store_output!r} has no flatten function")
         elif not rk.schema:
             out.append(f"{what}: no Avro schema")
-    takes_anonymity = isinstance(kind.task, _task.TaskKind) and "anonymity" in kind.task.keys
+    takes_anonymity = isinstance(kind.task, TaskKind) and "anonymity" in kind.task.keys
     if kind.shuffle_allowed and not kind.ldp_reports:
         out.append("shuffle_allowed needs ldp_reports (the shuffler amplifies local randomizers)")
     if kind.shuffle_allowed and not takes_anonymity:
@@ -239,7 +247,7 @@ def register(kind: Kind, *, replace: bool = False) -> Kind:
     if problems:
         raise ValueError(f"kind {kind.name!r} cannot be registered: " + "; ".join(problems))
     KINDS[kind.name] = kind
-    _task.TASK_KINDS._set(kind.task)
+    TASK_KINDS._set(kind.task)
     _BY_CLASS.clear()
     return kind
 
@@ -247,7 +255,7 @@ def register(kind: Kind, *, replace: bool = False) -> Kind:
 def unregister(name: str) -> None:
     """Removes a kind (tests that register a toy kind)."""
     KINDS.pop(name, None)
-    _task.TASK_KINDS._remove(name)
+    TASK_KINDS._remove(name)
     _BY_CLASS.clear()
 
 
@@ -285,11 +293,14 @@ def row_kinds() -> list[RowKind]:
     return [rk for k in KINDS.values() for rk in k.rows]
 
 
-def row_kind(row: object) -> RowKind:
-    """The registered row type of a result row: by class, else the first type whose ``matches`` accepts it.
+def row_kind(row: object, schema: str | None = None) -> RowKind:
+    """The registered row type of a result row: by its class, else by the ``row_schema`` it carries, else
+    by ``schema``, the Avro record name of the container it was read from (rows of older files have no
+    ``row_schema``); the first registered kind declaring that schema.
 
     Raises:
-        ValueError: no registered kind declares rows like it.
+        ValueError: one line: the row has neither a registered class nor a ``row_schema`` (and no
+            ``schema`` is known), or no registered kind declares its schema.
     """
     if not _BY_CLASS:
         for rk in row_kinds():
@@ -298,179 +309,76 @@ def row_kind(row: object) -> RowKind:
         rk = _BY_CLASS.get(cls)
         if rk is not None:
             return rk
-    for rk in row_kinds():
-        if rk.matches is not None and rk.matches(row):
-            return rk
-    raise ValueError(
-        f"no registered kind of task declares rows of type {type(row).__name__} (ldp.kinds.register): "
-        "they cannot be stored"
-    )
+    name = row_schema_of(row) or schema
+    if name is None:
+        raise ValueError(
+            f"a result row of type {type(row).__name__} has no row_schema field (the Avro record name of its "
+            "row type) and its file's schema is not known: it cannot be stored"
+        )
+    found = next((rk for rk in row_kinds() if rk.schema == name), None)
+    if found is None:
+        raise ValueError(
+            f"no registered kind of task declares rows of schema {name!r} (ldp.kinds.register): they cannot "
+            "be stored"
+        )
+    return found
+
+
+def flatten_rows(
+    rows: Iterable[Any],
+    max_items: int = DEFAULT_MAX_ITEMS,
+    labels: Sequence[str] | None = None,
+    schema: str | None = None,
+) -> list[FlatPane]:
+    """The store form of one pane's result rows: the panes of each row type's flattener (its kind's
+    registry entry, ``ldp.kinds``), row types in the order they first appear.
+
+    Args:
+        rows: the result rows of one task, window and pane (any mix of outputs; rows their kind declares
+            unstored, as range models, are skipped).
+        max_items: the cap on numbers stored per (output, group) (see the module docstring).
+        labels: value labels of the task, used when a row carries none (``labels[i]`` names value ``i``).
+        schema: the Avro record name of the file the rows were read from, for rows without ``row_schema``
+            (:func:`row_kind`).
+
+    Raises:
+        ValueError: ``max_items`` < 1, a row whose vectors disagree in length, or a row of a type no
+            registered kind declares (never dropped silently).
+    """
+    if max_items < 1:
+        raise ValueError(f"max_items must be >= 1, got {max_items}")
+    by_kind: dict[Any, list[Any]] = {}
+    for row in rows:
+        rk = row_kind(row, schema)
+        if rk.store_output is not None:
+            by_kind.setdefault(rk, []).append(row)
+    panes: list[FlatPane] = []
+    for rk, rs in by_kind.items():
+        assert rk.flatten is not None  # checked at registration
+        panes.extend(rk.flatten(rs, max_items, labels))
+    return panes
+
+
+def row_output(row: Any) -> str | None:
+    """The store output of a result row (None: its kind declares it is not stored, as range models).
+
+    Raises:
+        ValueError: no registered kind has this row type (``ldp.kinds``): its rows would be lost.
+    """
+    return row_kind(row).store_output
 
 
 # ------------------------------------------------------------------------------------------------------------
-# the built-in kinds
+# the built-in kinds: one package each (ldp/kinds/<name>/), registered in this order
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _has(*names: str) -> Callable[[object], bool]:
-    return lambda row: all(hasattr(row, n) for n in names)
+def _builtin(name: str) -> Kind:
+    return register(importlib.import_module(f"ldp.kinds.{name}").KIND)
 
 
-def _answer_row(row: object) -> bool:
-    return hasattr(row, "answer") and hasattr(row, "query_index") and not hasattr(row, "strategy")
-
-
-def _range_example_aggregator(task: Any) -> Any:
-    """A range task's aggregator answering one query: the lower half of the first attribute."""
-    from ldp.aggregate.range import RangeAggregator
-    from ldp.rangequery.queries import parse_queries
-
-    half = max(task.domain_sizes[0] // 2 - 1, 0)
-    queries = parse_queries([{task.attribute_names[0]: [0, half]}], task.attribute_names, task.domain_sizes)
-    return RangeAggregator(task, queries)
-
-
-def _batch_example_aggregator(task: Any) -> Any:
-    """A batch task's aggregator of the identity workload, its noise seeded (answers not private)."""
-    from ldp.aggregate.batch import BatchAggregator, parse_workload_spec
-
-    return BatchAggregator(task, parse_workload_spec({"type": "identity"}, task), noise_seed=0)
-
-
-def _batch_central_privacy(task: Any, windows: int) -> dict[str, Any]:
-    """A batch task's central-DP figures: one Gaussian matrix-mechanism release per window, composed by
-    basic composition."""
-    return {
-        "central_epsilon": task.epsilon,
-        "central_delta": task.delta * windows if windows > 1 else task.delta,
-        "central_epsilon_composed": task.epsilon * windows,
-        "central_epsilon_composed_basic": task.epsilon * windows,
-        "method": {
-            "local": "none: the aggregator sees raw records (central DP)",
-            "central": "Gaussian matrix mechanism, one release per window (central DP)",
-            "composed": "basic composition: windows * epsilon at windows * delta",
-        },
-    }
-
-
-_FLATTEN = "ldp.store.flatten:"
-_POP = "ldp.populations:"
-
-register(
-    Kind(
-        "frequency",
-        _task.FREQUENCY_TASK_KIND,
-        aggregator=ref("ldp.aggregate.frequency:FrequencyAggregator"),
-        rows=(
-            RowKind(
-                ref("ldp.aggregate.frequency:EstimateRow"),
-                "estimate",
-                "estimates",
-                ref(_FLATTEN + "flatten_estimates"),
-                matches=_has("frequencies"),
-            ),
-        ),
-        population=ref(_POP + "frequency_population"),
-        default_dataset="zipf",
-        datasets="zipf[:EXPONENT], uniform, csv:PATH:COLUMN",
-        bad_template=ref(_POP + "frequency_template"),
-        description="frequency estimation (one value in [0, domain_size) per user)",
-        shuffle_allowed=True,
-        typescript_client=True,
-        example={"task_id": "f", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4},
-    )
-)
-register(
-    Kind(
-        "range",
-        _task.RANGE_TASK_KIND,
-        aggregator=ref("ldp.aggregate.range:RangeAggregator"),
-        rows=(
-            RowKind(
-                ref("ldp.aggregate.range:ModelRow"),
-                "range_model",
-                None,
-                not_stored="a window's model publishes no number (OUT/models keeps it)",
-                matches=_has("model_json"),
-            ),
-            RowKind(
-                ref("ldp.aggregate.range:AnswerRow"),
-                "range_answer",
-                "answers",
-                ref(_FLATTEN + "flatten_answers"),
-                matches=_answer_row,
-            ),
-        ),
-        population=ref(_POP + "range_population"),
-        default_dataset="gaussian",
-        datasets="gaussian[:RHO], laplace[:RHO], uniform, csv:PATH",
-        assignments=("random", "balanced", "user_id"),
-        bad_template=ref(_POP + "range_template"),
-        description="multi-dimensional range queries",
-        shuffle_allowed=True,
-        example_aggregator=_range_example_aggregator,
-        example={
-            "task_id": "r",
-            "mechanism": "hdg",
-            "epsilon": 1.0,
-            "attributes": [{"name": "a", "domain_size": 16}, {"name": "b", "domain_size": 8}],
-            "expected_users": 1000,
-        },
-    )
-)
-register(
-    Kind(
-        "batch_queries",
-        _task.BATCH_TASK_KIND,
-        aggregator=ref("ldp.aggregate.batch:BatchAggregator"),
-        rows=(
-            RowKind(
-                ref("ldp.aggregate.batch:BatchAnswerRow"),
-                "batch_answer",
-                "batch",
-                ref(_FLATTEN + "flatten_batch"),
-                matches=_has("answer", "strategy"),
-            ),
-        ),
-        population=ref(_POP + "batch_population"),
-        default_dataset="gaussian",
-        datasets="gaussian[:RHO], laplace[:RHO], uniform, csv:PATH",
-        bad_template=ref(_POP + "batch_template"),
-        description="batch linear queries (CENTRAL DP: raw records at a trusted aggregator)",
-        ldp_reports=False,
-        central_privacy=_batch_central_privacy,
-        example_aggregator=_batch_example_aggregator,
-        example={
-            "task_id": "b",
-            "kind": "batch_queries",
-            "mechanism": "identity",
-            "epsilon": 0.5,
-            "attributes": [{"name": "a", "domain_size": 16}],
-            "delta": 1e-6,
-        },
-    )
-)
-register(
-    Kind(
-        "sparse",
-        _task.SPARSE_TASK_KIND,
-        aggregator=ref("ldp.sparse.aggregate:SparseAggregator"),
-        rows=(
-            RowKind(
-                ref("ldp.sparse.aggregate:SparseEstimateRow"),
-                "sparse_estimate",
-                "sparse",
-                ref(_FLATTEN + "flatten_sparse"),
-                matches=_has("mean", "items"),
-            ),
-        ),
-        population=ref(_POP + "sparse_population"),
-        default_dataset="supersparse",
-        datasets="supersparse, zipf-sparse[:S], csv:PATH (header user_id,item,value)",
-        users_from_dataset=("csv:",),
-        bad_template=ref(_POP + "sparse_template"),
-        description="k-sparse vector means",
-        example={"task_id": "s", "mechanism": "svme", "epsilon": 1.0, "domain_size": 1000, "sparsity": 4},
-    )
-)
-register(ref("ldp.aggregate.numeric:numeric_kind")())
+_builtin("frequency")
+_builtin("range")
+_builtin("batch_queries")
+_builtin("sparse")
+_builtin("numeric")

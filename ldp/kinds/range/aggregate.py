@@ -37,12 +37,13 @@ from ldp.aggregate import (
     json_safe,
 )
 from ldp.intervals import answer_interval
+from ldp.kinds.range.task import RangeTask
 from ldp.rangequery.base import FORMAT_VERSION, RangeMechanism, RangeModel
 from ldp.rangequery.queries import RangeQuery, parse_queries
 from ldp.rangequery.registry import model_from_dict
 from ldp.rangequery.uni import NoPayloadOracle
 from ldp.reports import Reports
-from ldp.task import RangeTask, parse_task
+from ldp.task import parse_task
 
 __all__ = [
     "MODEL_FILE_VERSION",
@@ -96,6 +97,8 @@ class AnswerRow(NamedTuple):
     empty_groups: int | None = None
     is_last_pane: bool = True
     mechanism: str | None = None
+    #: the row type (``schemas/range_answer.avsc``): readers dispatch on it (``ldp.kinds.row_kind``)
+    row_schema: str | None = "range_answer"
     output = "answers"
 
 
@@ -118,6 +121,8 @@ class ModelRow(NamedTuple):
     empty_groups: int | None = None
     is_last_pane: bool = True
     mechanism: str | None = None
+    #: the row type (``schemas/range_model.avsc``): readers dispatch on it (``ldp.kinds.row_kind``)
+    row_schema: str | None = "range_model"
     output = "models"
 
 
@@ -273,7 +278,7 @@ def model_row(
 
 
 class RangeAggregator:
-    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.task.RangeTask` answering ``queries``.
+    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.kinds.range.task.RangeTask` answering ``queries``.
 
     The mechanism is built lazily and not pickled (workers rebuild it from the small task).
     """

@@ -52,13 +52,13 @@ import numpy as np
 from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
 from ldp.dgauss import OsRandom, PrfStream, RandomSource
 from ldp.intervals import normal_interval
+from ldp.kinds.batch_queries.task import BatchTask
 from ldp.matrix.discrete import DiscreteGaussianMatrixMechanism, check_calibration
 from ldp.matrix.strategies import Strategy, make_strategy
 from ldp.matrix.workloads import Workload, all_ranges_1d, allrange, prefix, range_set, range_set_matrix
 from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.rangequery.queries import parse_queries
 from ldp.reports import Reports
-from ldp.task import BatchTask
 
 __all__ = [
     "PRIVACY_MODEL",
@@ -112,6 +112,8 @@ class BatchAnswerRow(NamedTuple):
     ci_method: str | None = None
     is_last_pane: bool = True
     mechanism: str | None = None
+    #: the row type (``schemas/batch_answer.avsc``): readers dispatch on it (``ldp.kinds.row_kind``)
+    row_schema: str | None = "batch_answer"
     output = "answers"
 
 
@@ -305,7 +307,8 @@ class CellValidator:
 
 
 class BatchAggregator:
-    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.task.BatchTask` answering ``workload``.
+    """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.kinds.batch_queries.task.BatchTask` answering
+    ``workload``.
 
     Args:
         task: the parsed batch task.

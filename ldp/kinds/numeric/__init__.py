@@ -1,0 +1,44 @@
+"""The numeric kind: the mean and quantiles of bounded numeric attributes (``docs/numeric.md``); the
+mechanisms live in :mod:`ldp.numeric`.
+
+Its task (:mod:`.task`), aggregator and rows (:mod:`.aggregate`, ``schemas/numeric_estimate.avsc``), store
+form (:mod:`.flatten`: store output ``numeric``, group = attribute index, item 0 the mean and item ``1 + i``
+quantile ``i``) and simulated population (:mod:`.population`); :data:`KIND` is its registry entry.
+"""
+
+from __future__ import annotations
+
+from ldp.kinds import Kind, RowKind, ref
+from ldp.kinds.numeric.task import NUMERIC_TASK_KIND
+
+__all__ = ["KIND"]
+
+_HERE = "ldp.kinds.numeric."
+
+KIND = Kind(
+    "numeric",
+    NUMERIC_TASK_KIND,
+    aggregator=ref(_HERE + "aggregate:NumericAggregator"),
+    rows=(
+        RowKind(
+            ref(_HERE + "aggregate:NumericEstimateRow"),
+            "numeric_estimate",
+            "numeric",
+            ref(_HERE + "flatten:flatten_numeric"),
+        ),
+    ),
+    population=ref(_HERE + "population:numeric_population"),
+    default_dataset="normal",
+    datasets="normal[:MEAN:STD], lognormal[:MU:SIGMA], uniform[:LOW:HIGH] (default: the attribute's "
+    "bounds), csv:PATH:COLUMN (several attributes: one spec, or one per attribute joined by ';')",
+    users_from_dataset=("csv:",),
+    bad_template=ref(_HERE + "population:numeric_template"),
+    description="the mean and quantiles of bounded numeric attributes",
+    example={
+        "task_id": "n",
+        "kind": "numeric",
+        "mechanism": "hybrid",
+        "epsilon": 1.0,
+        "attributes": [{"name": "x", "low": 0.0, "high": 10.0}],
+    },
+)

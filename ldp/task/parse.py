@@ -1,0 +1,139 @@
+"""Parsing a task: :func:`parse_task` (an object), :func:`load_task` (a file), :func:`resolve_task`.
+
+The common sections are checked here (:mod:`ldp.task.checks`), the ``anonymity`` section and its central
+target by :mod:`ldp.anonymity`, and the kind's own keys by its section's checker, found by the mechanism
+(or ``kind``) in :data:`ldp.task.fields.TASK_KINDS`, the sections the registry (:mod:`ldp.kinds`) fills.
+Every problem is listed at once (:class:`~ldp.task.base.TaskError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from ldp import anonymity as _anonymity
+from ldp.task.base import AUTO_EPSILON, JsonObject, Problems, Task, TaskError
+from ldp.task.checks import (
+    check_description,
+    check_epsilon,
+    check_hash,
+    check_keys,
+    check_mechanism,
+    check_params,
+    check_postprocess,
+    check_schema_version,
+    check_task_id,
+    check_window,
+)
+from ldp.task.resolve import check_resolved, task_resolution
+
+__all__ = ["parse_task", "load_task", "resolve_task"]
+
+
+def resolve_task(task: Task | JsonObject) -> dict[str, object]:
+    """The task (parsed, or an object :func:`parse_task` accepts) as a JSON-ready dict with its resolution
+    recorded under ``resolved`` (:func:`task_resolution`): write this when a task is made, so every
+    client and aggregator that loads it checks it resolves the same oracles.
+
+    Raises:
+        TaskError: the object is not a valid task.
+    """
+    parsed = task if isinstance(task, Task) else parse_task(task)
+    out = parsed.to_dict()
+    res = task_resolution(parsed)
+    if res is not None:
+        out["resolved"] = res
+    return out
+
+
+def parse_task(
+    obj: object, *, source: str = "task", kind: str | None = None, base_dir: str | Path | None = None
+) -> Task:
+    """Validates a task given as a dict (parsed JSON) and returns the parsed task.
+
+    Args:
+        obj: the task object.
+        source: what to call it in error messages (a file name).
+        kind: if given, the task must be of this kind (e.g. ``"range"`` for the range-query job).
+        base_dir: the directory a relative ``labels_file`` is read from (default: the current directory;
+            :func:`load_task` passes the task file's directory).
+
+    Raises:
+        TaskError: listing every problem found.
+    """
+    if not isinstance(obj, Mapping):
+        raise TaskError([f"a task must be a JSON object, got {type(obj).__name__}"], source)
+    problems: Problems = []
+    mechanism, task_kind = check_mechanism(obj, problems)
+    check_keys(obj, task_kind, problems)
+    anonymous = task_kind is not None and "anonymity" in task_kind.keys
+    common: dict[str, object] = {
+        "task_id": check_task_id(obj, problems),
+        "mechanism": mechanism,
+        "epsilon": check_epsilon(obj, problems, allow_auto=anonymous),
+        "description": check_description(obj, problems),
+        "schema_version": check_schema_version(obj, problems, task_kind),
+        "postprocess": check_postprocess(obj, problems),
+        "hash": check_hash(obj, mechanism, problems),
+        "params": check_params(obj, problems),
+        "window": check_window(obj.get("window"), problems),
+    }
+    settings, target, n = None, None, None
+    if anonymous and task_kind is not None:
+        settings, target = _anonymity.check_section(obj.get("anonymity"), problems)
+        if settings is not None:
+            n = _anonymity.target_reports(obj, task_kind.expected_reports_key, settings, target, problems)
+            size_s = common["window"].size_s  # type: ignore[union-attr]
+            n = _anonymity.batch_target_reports(n, size_s, settings, target, problems)
+    goal = None if target is None else target.central_epsilon
+    auto_epsilon = anonymous and obj.get("epsilon") == AUTO_EPSILON
+    if auto_epsilon and goal is None and "anonymity" not in obj:
+        problems.append('epsilon "auto" needs an anonymity section with central_epsilon and expected_reports')
+    elif auto_epsilon and goal is None and settings is not None:
+        problems.append('epsilon "auto" needs anonymity.central_epsilon (the target it is chosen for)')
+    task = None
+    if task_kind is not None and mechanism is not None:
+        if auto_epsilon and settings is not None and goal is not None and n is not None and not problems:
+            grr = task_kind.grr_candidate(obj, common) if task_kind.grr_candidate is not None else None
+            common["epsilon"] = _anonymity.epsilon_for_target(grr, settings, goal, n)
+        extra = {"base_dir": Path(base_dir or ".")} if task_kind.uses_base_dir else {}
+        task = task_kind.build(obj, common, problems, **extra)
+    if task is not None and settings is not None:
+        task = dataclasses.replace(task, anonymity=settings, central_target=target)
+        _anonymity.check_shuffled_task(task, n, problems)
+    if task is not None and not problems and obj.get("resolved") is not None:
+        resolved = check_resolved(obj["resolved"], task, problems)
+        if resolved is not None:
+            task = dataclasses.replace(task, resolved=resolved)
+    if task is None or problems:
+        raise TaskError(problems or ["the task could not be parsed"], source)
+    if kind is not None and task.kind != kind:
+        raise TaskError(
+            [f"task {task.task_id!r} is a {task.kind} task ({task.mechanism!r}), not a {kind} task"],
+            source,
+        )
+    return task
+
+
+def load_task(path: str | Path, *, kind: str | None = None) -> Task:
+    """Reads and validates a task JSON file (``kind``: as :func:`parse_task`).
+
+    Raises:
+        TaskError: the file cannot be read, is not JSON, or the task has problems (all listed).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TaskError([f"cannot read task file: {exc.strerror or exc}"], str(p)) from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TaskError(
+            [f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"], str(p)
+        ) from None
+    return parse_task(obj, source=str(p), kind=kind, base_dir=p.parent)
+
+
