@@ -191,6 +191,16 @@ def show_spec(kind: str) -> ShowSpec:
 
 
 def _kind_of(row: dict[str, Any], specs: Mapping[str, ShowSpec | None]) -> str:
+    """The kind of a row: the kind (among ``specs``, in order) whose rows have the ``row_schema`` the row
+    names; a row written before that field, the first kind whose show piece recognises its fields."""
+    from ldp import kinds
+
+    named = row.get("row_schema")
+    if isinstance(named, str):
+        for name in specs:
+            if specs[name] is not None and any(rk.schema == named for rk in kinds.get(name).rows):
+                return name
+        raise KeyError(f"no registered kind shows rows of schema {safe_text(named)}")
     for name, spec in specs.items():
         if spec is not None and spec.matches(row):
             return name

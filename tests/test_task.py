@@ -297,11 +297,31 @@ def test_no_import_cycle_between_task_and_range_registry():
     assert not any("registry" in m for m in base)
     # importing the task model first, or the registry first, both work in a fresh interpreter
     for first in ("ldp.task", "ldp.rangequery.registry", "ldp.rangequery.base"):
-        code = f"import {first}; import ldp.task as t; print(len(t.MULTI_ATTRIBUTE_MECHANISMS))"
+        code = f"import {first}; import ldp.task as t; print(len(t.TASK_KINDS['range'].mechanisms()))"
         out = subprocess.run(
             [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == "8"
+
+
+def test_the_task_model_reaches_kinds_only_through_the_registry_of_sections():
+    """No module of ldp.task imports a kind or the registry (not even inside a function, nor by a string):
+    parse_task finds a kind's section in TASK_KINDS, which ldp.kinds.register fills. Only the package's
+    __init__ imports the registry, last, so that importing ldp.task registers the built-in kinds."""
+    for path in sorted((ROOT / "ldp" / "task").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        names = _imports(path)
+        assert not any(m.startswith("ldp.kinds") for m in names), path.name
+        strings = [n.value for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        assert not any(v.startswith(("ldp.kinds", "ldp/kinds")) for v in strings), path.name
+    init = _imports(ROOT / "ldp" / "task" / "__init__.py")
+    assert {m for m in init if m.startswith("ldp.kinds")} == {"ldp.kinds"}
+    # every kind's task module imports the common model, never the other way round
+    for name in T.TASK_KINDS:
+        assert not any(m.startswith("ldp.kinds.") for m in _imports(ROOT / "ldp" / "kinds" / name / "task.py")
+                       if not m.startswith(f"ldp.kinds.{name}"))
 
 
 FREQ = {"task_id": "fruit", "mechanism": "grr", "epsilon": 1.0, "domain_size": 3}

@@ -16,7 +16,7 @@ in ``schemas/``, see :class:`ResultRow`); :attr:`Aggregator.outputs` says where 
 :class:`GroupAccumulators` is the accumulator of a whole task: the tuple of its groups' accumulators,
 stored sparsely (a group without reports has none), in the manner of Beam's ``TupleCombineFn`` and
 PipelineDP's ``CompoundCombiner``. :func:`accumulate` and :func:`merge_all` drive it in memory; the Beam
-stack (``transforms.aggregate``) drives the same functions, so a pipeline and an in-memory call give
+stack drives the same functions, so a pipeline and an in-memory call give
 identical numbers for the same reports.
 
 Implementations: each kind's ``ldp.kinds.<kind>.aggregate`` (``FrequencyAggregator``,
