@@ -104,7 +104,11 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, help="collection task JSON file")
     add_input_flags(parser)
     parser.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
-    parser.add_argument("--input_topic", help="Pub/Sub topic projects/P/topics/T (a temporary subscription)")
+    parser.add_argument(
+        "--input_topic",
+        help="Pub/Sub topic projects/P/topics/T (a temporary subscription), or a Kafka topic "
+        "kafka://HOST:PORT/TOPIC[?group=G&spool=DIR] (read through a watched spool: docs/kafka.md)",
+    )
     parser.add_argument(
         "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
     )
@@ -598,6 +602,12 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
 
     streaming = bool(options.view_as(StandardOptions).streaming)
     task = load_task_or_exit(ns.task, job.kind)
+    from transforms.kafka import KafkaSourceError, open_kafka_source
+
+    try:  # --input_topic kafka://...: a bridge writes the topic into a spool the job watches
+        kafka_bridge = open_kafka_source(ns, streaming, task.task_id)
+    except KafkaSourceError as exc:
+        fail(str(exc))
     _check_sources(ns, streaming)
     if job.output_topic:
         check_pubsub_path(getattr(ns, job.output_topic, None), "topic", flag=f"--{job.output_topic}")
@@ -674,6 +684,8 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         if endpoint is not None:
             endpoint.stop()
         raise
+    if kafka_bridge is not None:
+        kafka_bridge.stop()
     if endpoint is not None:  # from here on the job's thread alone reads the result's metrics
         endpoint.stop_watching()
     if ns.progress_interval > 0:

@@ -125,6 +125,9 @@ def publish(
     """
     if rate <= 0 or message_size < 1:
         raise ValueError("rate must be > 0 and message_size >= 1")
+    if topic.startswith("kafka://"):  # a Kafka topic: every message acknowledged by the broker
+        return _publish_kafka(task, users, dataset, topic, seed=seed, rate=rate, message_size=message_size,
+                              inject_bad=inject_bad, assignment=assignment, clock=clock)  # fmt: skip
     from google.api_core import exceptions as gexc
     from google.cloud import pubsub_v1
 
@@ -152,6 +155,25 @@ def publish(
         publisher.publish(topic, empty, event_time=str(int(clock.time() * 1000))).result()
         clock.sleep(1.0)
     return {**base_truth(task, pop, dataset, seed), **pop.truth(), "messages": len(futures)}
+
+
+def _publish_kafka(
+    task: Task, users: int, dataset: str | None, url: str, *, seed: int | None, rate: float,
+    message_size: int, inject_bad: int, assignment: str, clock: Any,
+) -> dict[str, Any]:
+    """:func:`publish` to ``kafka://HOST:PORT/TOPIC`` (:class:`transforms.kafka.KafkaPublisher`); returns
+    once the broker acknowledged every message."""
+    from transforms.kafka import KafkaPublisher
+
+    pop = make_population(task, users, dataset, seed=seed, assignment=assignment)
+    with KafkaPublisher(url) as kafka:
+        _publish_population(task, pop, kafka.send, rate=rate, message_size=message_size, clock=clock)
+        if inject_bad:
+            now = int(clock.time() * 1000)
+            for recs in bad_records(task, inject_bad, now, seed=pop.bad_rng).values():
+                kafka.send(encode_report_container(recs), now)
+            kafka.send(b"not avro", now)
+    return {**base_truth(task, pop, dataset, seed), **pop.truth(), "messages": kafka.sent}
 
 
 def _publish_population(
@@ -205,7 +227,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="entropy of the simulation's SeedSequence (default: OS entropy)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--output", help="directory for the Avro report files (and truth.json)")
-    where.add_argument("--output_topic", help="publish to this Pub/Sub topic (projects/P/topics/T) instead")
+    where.add_argument(
+        "--output_topic",
+        help="publish to this Pub/Sub topic (projects/P/topics/T) or Kafka topic (kafka://HOST:PORT/TOPIC) "
+        "instead",
+    )
     p.add_argument(
         "--follow",
         action="store_true",
@@ -266,6 +292,13 @@ def _load(ns: argparse.Namespace, mode: str) -> Task:
 
 
 def _run_topic(ns: argparse.Namespace, task: Task, t0: float) -> dict[str, Any]:
+    if ns.output_topic.startswith("kafka://"):  # a bad URL or no broker: one line, before any report
+        from transforms.kafka import KafkaSourceError, check_broker, parse_kafka_url
+
+        try:
+            check_broker(parse_kafka_url(ns.output_topic))
+        except KafkaSourceError as exc:
+            fail(f"--output_topic: {exc}")
     truth = publish(
         task, ns.users, ns.dataset, ns.output_topic, seed=ns.seed, rate=ns.rate,
         message_size=ns.message_size, inject_bad=ns.inject_bad, assignment=ns.assignment,

@@ -1,0 +1,510 @@
+"""Kafka as a report source and sink, through a spool directory the streaming jobs watch.
+
+A streaming job given ``--input_topic kafka://HOST:PORT/TOPIC`` starts a *bridge*: a Kafka consumer
+(kafka-python) in a child process that writes every message of the topic, an Avro container of reports
+as ``ldp-beam simulate --output_topic`` and the collector send them, as one file of a spool directory,
+``TOPIC-PPPPP-OOOOOOOOOOOOOOOOOOOO.avro`` (partition, offset), and then its ``PATH.done`` marker. The job
+reads the spool as a watched directory with ``--require_done_marker``, so the watched-directory path's
+checks, dead letters, event time from the report and restart behaviour apply unchanged (docs/kafka.md).
+
+Exactly once into the spool: a message's file is written to ``NAME.tmp``, fsynced, renamed, marked done
+and the directory fsynced before the consumer group's offset is committed past it. On start the bridge
+deletes ``.tmp`` leftovers, adds the marker of a renamed file that lacks one, and resumes every partition
+at the larger of the offset after its last spool file and the group's committed offset: a bridge killed
+at any point (SIGKILL included) and started again neither loses nor repeats a message.
+
+The URL: ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC[?group=GROUP&spool=DIR]``. ``group`` defaults to
+``ldp-beam-<task id>``; ``spool`` to ``~/.cache/ldp-beam/kafka-spool/<bootstrap>/<topic>/<group>``
+(``LDP_KAFKA_SPOOL_ROOT`` replaces the root). A job started again with the same spool re-reads it whole,
+as a job started again on a watched directory does (with ``--store`` the re-read is idempotent).
+
+``python -m transforms.kafka --input_topic URL`` runs a bridge alone (SIGTERM or SIGINT stop it after the
+batch being written). :class:`KafkaPublisher` is the producer side (acknowledged by every in-sync replica).
+Nothing here imports Beam.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import dataclasses
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+_LOG = logging.getLogger(__name__)
+# kafka-python logs every reconnect and slow poll at WARNING; the bridge and the checks report what matters
+if logging.getLogger("kafka").level == logging.NOTSET:
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+
+SCHEME = "kafka://"
+#: Kafka's legal topic names (and never "." or "..").
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_HOST_RE = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
+_GROUP_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_QUERY_KEYS = ("group", "spool")
+#: Messages read from the broker per batch, and the longest wait of one poll.
+MAX_BATCH = 500
+POLL_MS = 500
+#: Seconds between looks for partitions added to the topic.
+PARTITION_REFRESH_S = 5.0
+
+
+class KafkaSourceError(ValueError):
+    """A Kafka URL, flag combination or broker the job cannot use (one line)."""
+
+
+def is_kafka_url(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(SCHEME)
+
+
+@dataclasses.dataclass(frozen=True)
+class KafkaTopic:
+    """A parsed ``kafka://`` URL."""
+
+    url: str
+    bootstrap: tuple[str, ...]
+    topic: str
+    group: str | None = None
+    spool: str | None = None
+
+    def group_for(self, task_id: str | None) -> str:
+        if self.group:
+            return self.group
+        suffix = re.sub(r"[^A-Za-z0-9._-]", "_", task_id or "bridge")[:150]
+        return f"ldp-beam-{suffix}"
+
+    def spool_for(self, task_id: str | None) -> str:
+        if self.spool:
+            return os.path.abspath(os.path.expanduser(self.spool))
+        root = os.environ.get("LDP_KAFKA_SPOOL_ROOT") or os.path.join(
+            os.path.expanduser("~"), ".cache", "ldp-beam", "kafka-spool"
+        )
+        servers = "_".join(b.replace(":", "-").strip("[]") for b in self.bootstrap)
+        return os.path.join(root, servers, self.topic, self.group_for(task_id))
+
+
+def parse_kafka_url(url: str) -> KafkaTopic:
+    """``kafka://HOST:PORT[,HOST:PORT]/TOPIC[?group=G&spool=DIR]``; :class:`KafkaSourceError` names the
+    first problem."""
+    if not is_kafka_url(url):
+        raise KafkaSourceError(f"{url!r} is not a Kafka URL: give kafka://HOST:PORT/TOPIC")
+    parts = urllib.parse.urlsplit(url)
+    if parts.fragment:
+        raise KafkaSourceError(f"{url!r}: a Kafka URL has no #fragment")
+    servers = tuple(s for s in parts.netloc.split(",") if s)
+    if not servers:
+        raise KafkaSourceError(f"{url!r} names no broker: give kafka://HOST:PORT/TOPIC")
+    for server in servers:
+        host, sep, port = server.rpartition(":")
+        if not sep or not _HOST_RE.fullmatch(host) or not port.isdigit() or not 0 < int(port) < 65536:
+            raise KafkaSourceError(f"{url!r}: broker {server!r} is not HOST:PORT (port 1 to 65535)")
+    topic = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if not _TOPIC_RE.fullmatch(topic) or topic in (".", ".."):
+        raise KafkaSourceError(
+            f"{url!r}: topic {topic!r} is not a Kafka topic name (1 to 249 letters, digits, '.', '_', '-')"
+        )
+    try:
+        query = urllib.parse.parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise KafkaSourceError(f"{url!r}: the query does not parse ({exc})") from None
+    unknown = sorted(set(query) - set(_QUERY_KEYS))
+    if unknown:
+        raise KafkaSourceError(f"{url!r}: unknown option(s) {', '.join(unknown)} (known: group, spool)")
+    opts: dict[str, str] = {}
+    for key, values in query.items():
+        if len(values) != 1 or not values[0]:
+            raise KafkaSourceError(f"{url!r}: give {key}= once, with a value")
+        opts[key] = values[0]
+    if "group" in opts and not _GROUP_RE.fullmatch(opts["group"]):
+        raise KafkaSourceError(
+            f"{url!r}: group {opts['group']!r} must be 1 to 200 letters, digits, '.', '_', '-'"
+        )
+    return KafkaTopic(url, servers, topic, opts.get("group"), opts.get("spool"))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the spool directory
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Spool:
+    """One topic's messages as files of a directory, each complete before its ``.done`` marker."""
+
+    def __init__(self, directory: str | os.PathLike[str], topic: str) -> None:
+        self.dir = Path(directory)
+        self.topic = topic
+        self._name_re = re.compile(rf"{re.escape(topic)}-(\d{{5}})-(\d{{20}})\.avro")
+
+    def name(self, partition: int, offset: int) -> str:
+        return f"{self.topic}-{partition:05d}-{offset:020d}.avro"
+
+    @property
+    def pattern(self) -> str:
+        """The glob of this topic's message files (what the job watches)."""
+        return str(self.dir / f"{self.topic}-*.avro")
+
+    def files(self) -> dict[tuple[int, int], Path]:
+        """``{(partition, offset): path}`` of the message files present (marked or not)."""
+        out: dict[tuple[int, int], Path] = {}
+        if not self.dir.is_dir():
+            return out
+        for entry in os.scandir(self.dir):
+            m = self._name_re.fullmatch(entry.name)
+            if m:
+                out[(int(m.group(1)), int(m.group(2)))] = Path(entry.path)
+        return out
+
+    def recover(self) -> dict[int, int]:
+        """Removes unfinished ``.tmp`` files, marks renamed files that lack their marker, and returns the
+        next offset to read per partition (one past its last file)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(self.dir):
+            if entry.name.endswith(".tmp") and self._name_re.fullmatch(entry.name[: -len(".tmp")]):
+                os.unlink(entry.path)
+        positions: dict[int, int] = {}
+        for (partition, offset), path in self.files().items():
+            positions[partition] = max(positions.get(partition, 0), offset + 1)
+            marker = Path(f"{path}.done")
+            if not marker.exists():  # renamed after its fsync: complete; only the marker is missing
+                marker.touch()
+        _fsync_dir(self.dir)
+        return positions
+
+    def write(self, messages: Sequence[tuple[int, int, bytes | None]]) -> None:
+        """Writes ``(partition, offset, value)`` messages durably: every file fsynced under a temporary name,
+        renamed, marked done, and the directory fsynced, before this returns."""
+        staged: list[tuple[Path, Path]] = []
+        for partition, offset, value in messages:
+            final = self.dir / self.name(partition, offset)
+            tmp = final.with_name(final.name + ".tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(value or b"")
+                fh.flush()
+                os.fsync(fh.fileno())
+            staged.append((tmp, final))
+        for tmp, final in staged:
+            os.replace(tmp, final)
+        for _, final in staged:
+            Path(f"{final}.done").touch()
+        _fsync_dir(self.dir)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the bridge: topic -> spool
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class BridgeStats:
+    messages: int = 0
+    bytes: int = 0
+    batches: int = 0
+    commit_failures: int = 0
+
+
+class Bridge:
+    """Copies a topic's messages into a :class:`Spool`, committing the group's offsets only after the
+    files are durable. ``consumer_factory`` (tests) builds the consumer from keyword arguments."""
+
+    def __init__(
+        self,
+        source: KafkaTopic,
+        spool_dir: str,
+        group: str,
+        *,
+        poll_ms: int = POLL_MS,
+        max_batch: int = MAX_BATCH,
+        consumer_factory: Callable[..., Any] | None = None,
+    ) -> None:
+        self.source = source
+        self.spool = Spool(spool_dir, source.topic)
+        self.group = group
+        self.poll_ms = poll_ms
+        self.max_batch = max_batch
+        self._factory = consumer_factory
+        self._positions: dict[int, int] = {}
+        self._assigned: set[int] = set()
+        self.stats = BridgeStats()
+
+    def _consumer(self) -> Any:
+        kwargs = dict(
+            bootstrap_servers=list(self.source.bootstrap), group_id=self.group, enable_auto_commit=False,
+            auto_offset_reset="earliest", client_id=f"ldp-beam-bridge-{self.group}",
+        )  # fmt: skip
+        if self._factory is not None:
+            return self._factory(**kwargs)
+        from kafka import KafkaConsumer
+
+        return KafkaConsumer(**kwargs)
+
+    def _assign(self, consumer: Any) -> None:
+        """Assigns every partition of the topic (new ones too) and seeks each to where the spool or the
+        group's committed offset says, whichever is further."""
+        from kafka import TopicPartition
+
+        found = consumer.partitions_for_topic(self.source.topic) or set()
+        if not found or set(found) == self._assigned:
+            return
+        tps = [TopicPartition(self.source.topic, p) for p in sorted(found)]
+        consumer.assign(tps)
+        for tp in tps:
+            committed = consumer.committed(tp)
+            start = max(self._positions.get(tp.partition, 0), committed or 0)
+            if tp.partition in self._positions or committed is not None:
+                consumer.seek(tp, start)
+            else:  # nothing read yet by this spool or group: the earliest retained message
+                consumer.seek_to_beginning(tp)
+        _LOG.info("bridge %s: partitions %s of %s", self.group, sorted(found), self.source.topic)
+        self._assigned = set(found)
+
+    def _commit(self, consumer: Any, messages: Sequence[tuple[int, int, bytes | None]]) -> None:
+        from kafka import OffsetAndMetadata, TopicPartition
+
+        offsets = {}
+        for partition, offset, _ in messages:
+            self._positions[partition] = max(self._positions.get(partition, 0), offset + 1)
+            offsets[TopicPartition(self.source.topic, partition)] = OffsetAndMetadata(
+                self._positions[partition], "", -1
+            )
+        try:
+            consumer.commit(offsets)
+        except Exception as exc:  # the spool is the record; the next batch commits again
+            self.stats.commit_failures += 1
+            _LOG.warning("bridge %s: offset commit failed (the spool has the messages): %s", self.group, exc)
+
+    def run(self, stop: Callable[[], bool]) -> BridgeStats:
+        """Copies until ``stop()`` is true (looked at between batches)."""
+        self._positions = self.spool.recover()
+        consumer = self._consumer()
+        try:
+            refreshed = 0.0
+            while not stop():
+                if time.monotonic() - refreshed > PARTITION_REFRESH_S or not self._assigned:
+                    self._assign(consumer)
+                    refreshed = time.monotonic()
+                    if not self._assigned:
+                        time.sleep(self.poll_ms / 1000)
+                        continue
+                batch = consumer.poll(timeout_ms=self.poll_ms, max_records=self.max_batch)
+                messages = [(tp.partition, r.offset, r.value) for tp, recs in batch.items() for r in recs]
+                if not messages:
+                    continue
+                self.spool.write(messages)
+                self._commit(consumer, messages)
+                self.stats.messages += len(messages)
+                self.stats.bytes += sum(len(v or b"") for _, _, v in messages)
+                self.stats.batches += 1
+        finally:
+            consumer.close(autocommit=False)
+        return self.stats
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the job's side: --input_topic kafka://... becomes a watched spool
+# ------------------------------------------------------------------------------------------------------------
+
+
+def check_broker(source: KafkaTopic, timeout_s: float = 15.0) -> None:
+    """:class:`KafkaSourceError` unless a broker of ``source`` answers within ``timeout_s``."""
+    try:
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaError
+    except ImportError:
+        raise KafkaSourceError(
+            f"{source.url}: the Kafka client is not installed (pip install 'ldp-beam[kafka]')"
+        ) from None
+    quiet = logging.getLogger("kafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # the failure is this function's one line, not the library's traceback
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=list(source.bootstrap), bootstrap_timeout_ms=int(timeout_s * 1000)
+        )
+        consumer.close()
+    except KafkaError as exc:
+        raise KafkaSourceError(f"{source.url}: no Kafka broker answers at {','.join(source.bootstrap)} "
+                               f"({type(exc).__name__})") from None  # fmt: skip
+    finally:
+        quiet.setLevel(level)
+
+
+class BridgeProcess:
+    """A :class:`Bridge` in a child process (``python -m transforms.kafka``) that stops with the job: on
+    :meth:`stop`, at the job's exit, or when its parent dies."""
+
+    def __init__(self, source: KafkaTopic, spool_dir: str, group: str) -> None:
+        self.source = source
+        self.spool_dir = spool_dir
+        self.group = group
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.spool_dir, "bridge.log")
+
+    def start(self) -> BridgeProcess:
+        os.makedirs(self.spool_dir, exist_ok=True)
+        root = str(Path(__file__).resolve().parent.parent)
+        env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        argv = [sys.executable, "-m", "transforms.kafka", "--input_topic", self.source.url, "--spool",
+                self.spool_dir, "--group", self.group, "--parent_pid", str(os.getpid())]  # fmt: skip
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=root)  # fmt: skip
+        atexit.register(self.stop)
+        _LOG.info("Kafka bridge (pid %d): %s -> %s (group %s; log %s)", self.proc.pid, self.source.url,
+                  self.spool_dir, self.group, self.log_path)  # fmt: skip
+        return self
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM (the bridge finishes the batch it is writing), SIGKILL after ``timeout_s``."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return None if proc is None else proc.returncode
+        proc.terminate()
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+
+def open_kafka_source(ns: argparse.Namespace, streaming: bool, task_id: str) -> BridgeProcess | None:
+    """``--input_topic kafka://...``: starts the bridge and points the job's flags at its spool (``--input``
+    = the spool's glob, ``--require_done_marker``), so the job runs as a watched directory. None for any
+    other source; :class:`KafkaSourceError` for a URL, flag combination or broker it cannot use."""
+    url = getattr(ns, "input_topic", None)
+    if not is_kafka_url(url):
+        return None
+    source = parse_kafka_url(url)
+    if not streaming:
+        raise KafkaSourceError("--input_topic kafka://... needs --streaming")
+    flags = ("input", "input_subscription", "timestamp_attribute")
+    others = [f"--{f}" for f in flags if getattr(ns, f, None)]
+    if others:
+        raise KafkaSourceError(f"--input_topic kafka://... cannot be combined with {', '.join(others)}")
+    check_broker(source)
+    spool = source.spool_for(task_id)
+    bridge = BridgeProcess(source, spool, source.group_for(task_id)).start()
+    ns.input = Spool(spool, source.topic).pattern
+    ns.input_topic = None
+    ns.require_done_marker = True
+    return bridge
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the producer side
+# ------------------------------------------------------------------------------------------------------------
+
+
+class KafkaPublisher:
+    """Sends message bodies to a topic; :meth:`flush` returns once the broker acknowledged every one
+    (``acks=all``), raising the first send error."""
+
+    def __init__(self, url: str, *, max_request_bytes: int = 10 << 20) -> None:
+        self.target = parse_kafka_url(url)
+        from kafka import KafkaProducer
+
+        self._producer = KafkaProducer(
+            bootstrap_servers=list(self.target.bootstrap), acks="all", linger_ms=5, retries=5,
+            max_request_size=max_request_bytes,
+        )  # fmt: skip
+        self._pending: list[Any] = []
+        self.sent = 0
+
+    def send(self, data: bytes, when_ms: int) -> None:
+        """One message, stamped ``when_ms`` (its Kafka timestamp and an ``event_time`` header)."""
+        header = [("event_time", str(int(when_ms)).encode())]
+        self._pending.append(
+            self._producer.send(self.target.topic, value=data, timestamp_ms=int(when_ms), headers=header)
+        )
+        self.sent += 1
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        self._producer.flush(timeout=timeout_s)
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.get(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._producer.close()
+
+    def __enter__(self) -> KafkaPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.flush()
+        self.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# command line: a bridge alone
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m transforms.kafka",
+        description="Copy a Kafka topic's messages into a spool directory (one file and .done marker per "
+        "message), committing offsets after each batch is durable; stops on SIGTERM/SIGINT.",
+    )
+    p.add_argument("--input_topic", required=True, help="kafka://HOST:PORT/TOPIC[?group=G&spool=DIR]")
+    p.add_argument("--spool", help="spool directory (default: the URL's spool=, else the cache's)")
+    p.add_argument("--group", help="consumer group (default: the URL's group=, else ldp-beam-bridge)")
+    p.add_argument("--parent_pid", type=int, help="stop when this process is no longer the parent")
+    p.add_argument("--poll_ms", type=int, default=POLL_MS, help="longest wait of one poll, ms")
+    p.add_argument("--max_batch", type=int, default=MAX_BATCH, help="messages per durable batch")
+    return p
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    p = _parser()
+    ns = p.parse_args(None if argv is None else list(argv))
+    try:
+        source = parse_kafka_url(ns.input_topic)
+    except KafkaSourceError as exc:
+        p.exit(2, f"error: --input_topic: {exc}\n")
+    if ns.poll_ms < 1 or ns.max_batch < 1:
+        p.exit(2, "error: --poll_ms and --max_batch must be >= 1\n")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    stopping: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def stop() -> bool:
+        return bool(stopping) or (ns.parent_pid is not None and os.getppid() != ns.parent_pid)
+
+    group = ns.group or source.group_for(None)
+    spool = os.path.abspath(ns.spool) if ns.spool else source.spool_for(None)
+    bridge = Bridge(source, spool, group, poll_ms=ns.poll_ms, max_batch=ns.max_batch)
+    _LOG.info("bridge %s -> %s (group %s)", source.url, spool, group)
+    stats = bridge.run(stop)
+    print(f"bridge stopped: {stats.messages} messages ({stats.bytes} bytes) in {stats.batches} batches to "
+          f"{spool}; {stats.commit_failures} failed commits", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
