@@ -115,6 +115,12 @@ def _node_missing() -> str | None:
     return f"{' and '.join(absent)} not found on PATH" if absent else None
 
 
+def _kafka_missing() -> str | None:
+    from kafka_helpers import kafka_missing
+
+    return kafka_missing()
+
+
 @dataclass(frozen=True)
 class Service:
     """An external service a test may need: the variable that turns its absence into a failure, and a
@@ -132,6 +138,7 @@ SERVICES: dict[str, Service] = {
     "browser": Service("LDP_REQUIRE_BROWSER", _browser_missing),
     "prism": Service("LDP_REQUIRE_PRISM", _prism_missing),
     "node": Service("LDP_REQUIRE_NODE", _node_missing),
+    "kafka": Service("LDP_REQUIRE_KAFKA", _kafka_missing),
 }
 
 #: Markers that are services too (they need ``integration``) but are looked for by their tests.
