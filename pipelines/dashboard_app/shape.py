@@ -1045,6 +1045,8 @@ def numeric_name(attribute: str, item: int, label: str | None) -> str:
 FIGURE_WORDS = {
     "budget": "budget",
     "accounting": "accounting",
+    "policy": "policy",
+    "guarantees": "guarantees",
     "per_period": "per period",
     "after_windows": "after the windows so far",
     "lifetime": "lifetime",
@@ -1073,11 +1075,23 @@ FIGURE_WORDS = {
 def figure_label(path: str) -> str:
     """A budget figure's key path as a label: ``run.budget.per_period.changing_values`` ->
     ``budget · per period · if the value changes at every report``. The run summary's ``run.`` prefix is
-    dropped; keys without a name of their own have their underscores replaced."""
-    parts = [p for p in str(path).split(".") if p]
+    dropped; a key without a name of its own is shown as the summary wrote it (consecutive such parts
+    joined by ``.`` again, so a key holding a dot is not split)."""
+    parts = str(path).split(".")
     if len(parts) > 1 and parts[0] == "run":
         parts = parts[1:]
-    return " · ".join(FIGURE_WORDS.get(p, p.replace("_", " ")) for p in parts)
+    words: list[str] = []
+    verbatim = False
+    for part in parts:
+        if part in FIGURE_WORDS:
+            words.append(FIGURE_WORDS[part])
+            verbatim = False
+        elif verbatim:
+            words[-1] += "." + part
+        else:
+            words.append(part)
+            verbatim = True
+    return " · ".join(words)
 
 
 def trust_model(rows: Sequence[Mapping[str, Any]]) -> tuple[str, bool]:
