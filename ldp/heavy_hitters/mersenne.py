@@ -24,7 +24,8 @@ import numpy as np
 
 from ldp.hashing import seed_words
 
-__all__ = ["PRIME", "level_keys", "mulmod", "reduce", "parent_hash", "extension_hash", "own_hash"]
+__all__ = ["PRIME", "level_keys", "mulmod", "reduce", "parent_hash", "extension_hash",
+           "own_hash"]
 
 PRIME = (1 << 61) - 1
 _P = np.uint64(PRIME)
@@ -70,7 +71,7 @@ def parent_hash(keys: np.ndarray, parents: np.ndarray, g: int) -> np.ndarray:
 
 
 def extension_hash(keys: np.ndarray, extensions: np.ndarray, g: int) -> np.ndarray:
-    """``E(e)`` for every report and extension value: keys ``(n, K + 3)``, extensions ``(E,)`` -> ``(n, E)``."""
+    """``E(e)`` for every report and extension: keys ``(n, K + 3)``, extensions ``(E,)`` -> ``(n, E)``."""
     c, d = keys[:, -2:-1], keys[:, -1:]
     return reduce(mulmod(c, extensions[None, :]) + d) % np.uint64(g)
 

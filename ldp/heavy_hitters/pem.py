@@ -196,7 +196,8 @@ def plan_levels(
             levels.append(Level(j, b, parent, "olh", _olh_g(epsilon), epsilon))
     if verify:
         last = levels[-1]
-        levels.append(dataclasses.replace(last, index=len(levels), oracle="olh", g=_olh_g(epsilon), verify=True))
+        g = _olh_g(epsilon)
+        levels.append(dataclasses.replace(last, index=len(levels), oracle="olh", g=g, verify=True))
     return tuple(levels)
 
 
@@ -272,7 +273,10 @@ class PEM:
 
     def __repr__(self) -> str:
         bits = [lv.bits for lv in self.levels]
-        return f"PEM(epsilon={self.epsilon}, max_length={self.max_length}, candidates={self.candidates}, bits={bits})"
+        return (
+            f"PEM(epsilon={self.epsilon}, max_length={self.max_length}, "
+            f"candidates={self.candidates}, bits={bits})"
+        )
 
     def _choose_candidates(self, candidates: int | None, expected_n: int | None, layout: dict) -> int:
         if candidates is not None:
@@ -302,12 +306,16 @@ class PEM:
         truncate: bool = False,
     ) -> HHReports:
         """Reports for ``values`` (``rng=None``: OS CSPRNG noise and seeds, what a client does)."""
-        batch = values if isinstance(values, StringBatch) else encode_strings(values, self.max_length, truncate=truncate)
+        if isinstance(values, StringBatch):
+            batch = values
+        else:
+            batch = encode_strings(values, self.max_length, truncate=truncate)
         if batch.max_length != self.max_length:
             raise ValueError(f"values have max_length {batch.max_length}, the task {self.max_length}")
         perturb, seed_rng = client_streams(rng)
         n = len(batch)
-        level = np.searchsorted(np.cumsum(self.weights)[:-1], perturb.random(n), side="right").astype(np.uint8)
+        edges = np.cumsum(self.weights)[:-1]
+        level = np.searchsorted(edges, perturb.random(n), side="right").astype(np.uint8)
         seeds = public_seeds(n, seed_rng)
         y = np.zeros(n, dtype=np.uint64)
         words = batch.words()
@@ -380,7 +388,8 @@ class PEM:
 def _randomize(bucket: np.ndarray, lv: Level, rng: np.random.Generator) -> np.ndarray:
     """Randomized response over ``[g]``: the bucket with probability ``p``, else another uniformly."""
     keep = rng.random(bucket.size) < lv.p
-    other = (bucket + np.uint64(1) + rng.integers(0, lv.g - 1, size=bucket.size).astype(np.uint64)) % np.uint64(lv.g)
+    shift = rng.integers(0, lv.g - 1, size=bucket.size).astype(np.uint64) + np.uint64(1)
+    other = (bucket + shift) % np.uint64(lv.g)
     return np.where(keep, bucket, other)
 
 

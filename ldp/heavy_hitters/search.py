@@ -19,7 +19,7 @@ from ldp.heavy_hitters.mersenne import extension_hash, level_keys, parent_hash
 from ldp.heavy_hitters.strings import StringBatch, bit_field, half_words, total_bits
 
 if TYPE_CHECKING:
-    from ldp.heavy_hitters.pem import PEM, HeavyHitters, Level, PEMAccumulator
+    from ldp.heavy_hitters.pem import PEM, HeavyHitters, Level, LevelStats, PEMAccumulator
 
 __all__ = ["run_levels", "level_support", "level_estimates"]
 
@@ -114,7 +114,7 @@ def _candidates(pem: PEM, lv: Level, survivors: np.ndarray | None) -> tuple[np.n
 
 def run_levels(pem: PEM, acc: PEMAccumulator) -> HeavyHitters:
     """The search and the published estimates (see the module docstring)."""
-    from ldp.heavy_hitters.pem import HeavyHitters, LevelStats
+    from ldp.heavy_hitters.pem import HeavyHitters
 
     n, full_bits = acc.n, total_bits(pem.max_length)
     stats: list[LevelStats] = []
@@ -124,22 +124,30 @@ def run_levels(pem: PEM, acc: PEMAccumulator) -> HeavyHitters:
         seeds, y = acc.level(lv.index)
         parents, cands = _candidates(pem, lv, survivors)
         if seeds.size == 0 or cands.shape[0] == 0:
-            stats.append(LevelStats(lv.index, lv.bits, lv.oracle, lv.g, int(seeds.size), int(cands.shape[0]), 0, lv.verify))
+            stats.append(_stats(lv, seeds.size, cands.shape[0], 0))
             return HeavyHitters(n, (), tuple(stats), 0, None)
         f, std = level_estimates(level_support(lv, seeds, y, parents, cands), seeds.size, n, lv)
         full = lv.bits == full_bits
         if lv.index == last:
             return _publish(pem, lv, cands, f, std, seeds.size, stats, n)
         kept = _keep(f, cands, pem.candidates, full, pem.max_length)
-        stats.append(LevelStats(lv.index, lv.bits, lv.oracle, lv.g, int(seeds.size), int(cands.shape[0]), int(kept.size), lv.verify))
+        stats.append(_stats(lv, seeds.size, cands.shape[0], kept.size))
         survivors = cands[kept]
     raise AssertionError("unreachable: the last level publishes")
 
 
-def _publish(pem: PEM, lv: Level, cands, f, std, nj: int, stats: list, n: int) -> HeavyHitters:
+def _stats(lv: Level, reports: int, candidates: int, kept: int):
+    from ldp.heavy_hitters.pem import LevelStats
+
+    return LevelStats(lv.index, lv.bits, lv.oracle, lv.g, int(reports), int(candidates), int(kept), lv.verify)
+
+
+def _publish(
+    pem: PEM, lv: Level, cands: np.ndarray, f: np.ndarray, std: np.ndarray, nj: int, stats: list, n: int
+) -> HeavyHitters:
     """The reported values: a one-sided test against frequency 0 (Bonferroni over the tested values),
     then the ``top_k`` largest estimates, in descending order."""
-    from ldp.heavy_hitters.pem import HeavyHitter, HeavyHitters, LevelStats
+    from ldp.heavy_hitters.pem import Z95, HeavyHitter, HeavyHitters
 
     values, valid = StringBatch.from_words(cands, pem.max_length)
     idx = np.flatnonzero(valid)
@@ -150,12 +158,15 @@ def _publish(pem: PEM, lv: Level, cands, f, std, nj: int, stats: list, n: int) -
         idx = idx[f[idx] >= z_cut * null_sd]
     idx = idx[f[idx] > 0]
     idx = idx[np.argsort(-f[idx], kind="stable")][: pem.top_k]
-    from ldp.heavy_hitters.pem import Z95
-
     rows = tuple(
-        HeavyHitter(values.values()[i] if False else bytes(values.data[i, : values.lengths[i]]), float(f[i]), float(std[i]),
-                    float(f[i] - Z95 * std[i]), float(f[i] + Z95 * std[i]))
+        HeavyHitter(
+            bytes(values.data[i, : values.lengths[i]]),
+            float(f[i]),
+            float(std[i]),
+            float(f[i] - Z95 * std[i]),
+            float(f[i] + Z95 * std[i]),
+        )
         for i in idx
     )
-    stats.append(LevelStats(lv.index, lv.bits, lv.oracle, lv.g, nj, int(cands.shape[0]), len(rows), lv.verify))
+    stats.append(_stats(lv, nj, cands.shape[0], len(rows)))
     return HeavyHitters(n, rows, tuple(stats), int(valid.sum()), z_cut)
