@@ -30,7 +30,9 @@ from pipelines.dashboard_app.app import Dashboard
 from pipelines.dashboard_app.simulated import HOSTILE_TEXTS, open_writer, write_hostile_tasks
 
 #: The only elements the dashboard's own markup uses.
-OWN_TAGS = {"style", "h2", "span", "code", "table", "tr", "th", "td", "b", "details", "summary", "br", "div", "p"}
+OWN_TAGS = {
+    "style", "h2", "span", "code", "table", "tr", "th", "td", "b", "details", "summary", "br", "div", "p"
+}
 
 
 class _Markup(HTMLParser):
