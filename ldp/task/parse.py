@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ldp import anonymity as _anonymity
+from ldp.anonymity import AnonymitySettings, CentralTarget
 from ldp.task.base import AUTO_EPSILON, JsonObject, Problems, Task, TaskError
 from ldp.task.checks import (
     check_description,
@@ -27,6 +28,7 @@ from ldp.task.checks import (
     check_task_id,
     check_window,
 )
+from ldp.task.fields import TaskKind
 from ldp.task.resolve import check_resolved, task_resolution
 
 __all__ = ["parse_task", "load_task", "resolve_task"]
@@ -69,40 +71,18 @@ def parse_task(
     mechanism, task_kind = check_mechanism(obj, problems)
     check_keys(obj, task_kind, problems)
     anonymous = task_kind is not None and "anonymity" in task_kind.keys
-    common: dict[str, object] = {
-        "task_id": check_task_id(obj, problems),
-        "mechanism": mechanism,
-        "epsilon": check_epsilon(obj, problems, allow_auto=anonymous),
-        "description": check_description(obj, problems),
-        "schema_version": check_schema_version(obj, problems, task_kind),
-        "postprocess": check_postprocess(obj, problems),
-        "hash": check_hash(obj, mechanism, problems),
-        "params": check_params(obj, problems),
-        "window": check_window(obj.get("window"), problems),
-    }
-    settings, target, n = None, None, None
-    if anonymous and task_kind is not None:
-        settings, target = _anonymity.check_section(obj.get("anonymity"), problems)
-        if settings is not None:
-            n = _anonymity.target_reports(obj, task_kind.expected_reports_key, settings, target, problems)
-            size_s = common["window"].size_s  # type: ignore[union-attr]
-            n = _anonymity.batch_target_reports(n, size_s, settings, target, problems)
-    goal = None if target is None else target.central_epsilon
-    auto_epsilon = anonymous and obj.get("epsilon") == AUTO_EPSILON
-    if auto_epsilon and goal is None and "anonymity" not in obj:
-        problems.append('epsilon "auto" needs an anonymity section with central_epsilon and expected_reports')
-    elif auto_epsilon and goal is None and settings is not None:
-        problems.append('epsilon "auto" needs anonymity.central_epsilon (the target it is chosen for)')
+    common = _common_fields(obj, mechanism, task_kind, anonymous, problems)
+    plan = _plan_anonymity(obj, common, task_kind, problems) if anonymous else _Plan()
     task = None
     if task_kind is not None and mechanism is not None:
-        if auto_epsilon and settings is not None and goal is not None and n is not None and not problems:
+        if plan.auto_epsilon and plan.n is not None and plan.goal is not None and not problems:
             grr = task_kind.grr_candidate(obj, common) if task_kind.grr_candidate is not None else None
-            common["epsilon"] = _anonymity.epsilon_for_target(grr, settings, goal, n)
+            common["epsilon"] = _anonymity.epsilon_for_target(grr, plan.settings, plan.goal, plan.n)
         extra = {"base_dir": Path(base_dir or ".")} if task_kind.uses_base_dir else {}
         task = task_kind.build(obj, common, problems, **extra)
-    if task is not None and settings is not None:
-        task = dataclasses.replace(task, anonymity=settings, central_target=target)
-        _anonymity.check_shuffled_task(task, n, problems)
+    if task is not None and plan.settings is not None:
+        task = dataclasses.replace(task, anonymity=plan.settings, central_target=plan.target)
+        _anonymity.check_shuffled_task(task, plan.n, problems)
     if task is not None and not problems and obj.get("resolved") is not None:
         resolved = check_resolved(obj["resolved"], task, problems)
         if resolved is not None:
@@ -115,6 +95,57 @@ def parse_task(
             source,
         )
     return task
+
+
+def _common_fields(
+    obj: JsonObject, mechanism: str | None, task_kind: TaskKind | None, anonymous: bool, problems: Problems
+) -> dict[str, object]:
+    """The common sections, checked (``epsilon`` may be ``"auto"`` for a kind that may be shuffled)."""
+    return {
+        "task_id": check_task_id(obj, problems),
+        "mechanism": mechanism,
+        "epsilon": check_epsilon(obj, problems, allow_auto=anonymous),
+        "description": check_description(obj, problems),
+        "schema_version": check_schema_version(obj, problems, task_kind),
+        "postprocess": check_postprocess(obj, problems),
+        "hash": check_hash(obj, mechanism, problems),
+        "params": check_params(obj, problems),
+        "window": check_window(obj.get("window"), problems),
+    }
+
+
+@dataclasses.dataclass
+class _Plan:
+    """The ``anonymity`` section of a task and its central target, as planned per shuffled batch."""
+
+    settings: AnonymitySettings | None = None
+    target: CentralTarget | None = None
+    n: int | None = None
+    auto_epsilon: bool = False
+
+    @property
+    def goal(self) -> float | None:
+        return None if self.target is None else self.target.central_epsilon
+
+
+def _plan_anonymity(
+    obj: JsonObject, common: dict[str, object], task_kind: TaskKind | None, problems: Problems
+) -> _Plan:
+    """The section (:func:`ldp.anonymity.check_section`), the reports per shuffled batch its target is
+    planned at, and whether ``epsilon: "auto"`` has a target to be chosen for."""
+    plan = _Plan(auto_epsilon=obj.get("epsilon") == AUTO_EPSILON)
+    if task_kind is not None:
+        plan.settings, plan.target = _anonymity.check_section(obj.get("anonymity"), problems)
+    if plan.settings is not None and task_kind is not None:
+        key = task_kind.expected_reports_key
+        n = _anonymity.target_reports(obj, key, plan.settings, plan.target, problems)
+        size_s = common["window"].size_s  # type: ignore[union-attr]
+        plan.n = _anonymity.batch_target_reports(n, size_s, plan.settings, plan.target, problems)
+    if plan.auto_epsilon and plan.goal is None and "anonymity" not in obj:
+        problems.append('epsilon "auto" needs an anonymity section with central_epsilon and expected_reports')
+    elif plan.auto_epsilon and plan.goal is None and plan.settings is not None:
+        problems.append('epsilon "auto" needs anonymity.central_epsilon (the target it is chosen for)')
+    return plan
 
 
 def load_task(path: str | Path, *, kind: str | None = None) -> Task:
