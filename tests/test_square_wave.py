@@ -15,7 +15,9 @@ from ldp.reports import Reports
 from ldp.square_wave import (
     SquareWave,
     SquareWaveGrid,
+    SWOperator,
     em_estimate,
+    em_estimate_batch,
     perturb_unit,
     sw_closeness,
     sw_densities,
@@ -170,6 +172,37 @@ def test_parameter_validation():
         SquareWave(1.0, 8, em_resolution=0)
     with pytest.raises(ValueError):
         perturb_unit(np.array([1.5]), 1.0)
+
+
+@pytest.mark.parametrize(("eps", "c", "m"), [(1.0, 512, 775), (0.1, 64, 97), (5.0, 300, 333), (0.5, 10, 17),
+                                           (1.0, 1, 3)])
+def test_the_operator_equals_the_dense_matrix_products(eps, c, m):
+    """SWOperator's linear-time products equal those of transition_matrix (uniform input) up to round-off,
+    for vectors and for batches of columns."""
+    mat, op = transition_matrix(eps, c, m, "uniform"), SWOperator(eps, c, m)
+    rng = np.random.default_rng(SEEDS[14])
+    f, r = rng.random((c, 5)), rng.random((m, 5))
+    assert op.shape == mat.shape
+    np.testing.assert_allclose(op.forward(f), mat @ f, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(op.backward(r), mat.T @ r, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(op.forward(f[:, 0]), mat @ f[:, 0], rtol=1e-10, atol=1e-14)
+
+
+def test_em_with_the_operator_matches_the_dense_em():
+    """The EM (one histogram and a batch) gives the same estimate, iterations and stopping with the operator
+    as with the dense matrix; SquareWave's estimator uses the operator, SquareWaveGrid its exact matrix."""
+    mech = SquareWave(1.0, 128)
+    rng = np.random.default_rng(SEEDS[13])
+    acc = mech.add(mech.create_accumulator(), mech.encode(rng.binomial(127, 0.3, 50_000), rng=rng))
+    dense, it_d, _ = em_estimate(acc.counts, mech.matrix(), tol=1e-8)
+    fast, it_f, conv = em_estimate(acc.counts, mech.em_matrix(), tol=1e-8)
+    assert isinstance(mech.em_matrix(), SWOperator) and conv
+    assert it_f == it_d and np.abs(fast - dense).max() < 1e-9
+    batch = np.stack([acc.counts, acc.counts[::-1]])
+    f_d, i_d, _ = em_estimate_batch(batch, mech.matrix(), tol=1e-8)
+    f_f, i_f, _ = em_estimate_batch(batch, mech.em_matrix(), tol=1e-8)
+    assert (i_d == i_f).all() and np.abs(f_d - f_f).max() < 1e-9 and np.abs(f_f[0] - fast).max() < 1e-12
+    assert isinstance(SquareWaveGrid(1.0, 16).em_matrix(), np.ndarray)
 
 
 def test_em_runs_with_one_blas_thread(monkeypatch):

@@ -32,18 +32,17 @@ delta method ``(high - low)^2 sqrt(Var m2 + 4 m1^2 Var m1)`` (the halves are ind
 Square Wave: the variance of the estimated distribution (no interval).
 
 Distribution and quantiles (``square-wave``). EM or EMS (:func:`ldp.square_wave.em_estimate`) over the
-mechanism's sub-bins gives ``f``; the histogram is ``f`` summed to ``bins`` equal bins of ``[low, high]``;
-a quantile ``q`` is where the piecewise-linear CDF reaches ``q``. Interval: a parametric bootstrap from the
+mechanism's sub-bins gives ``f``; the histogram is ``f`` summed to ``bins`` equal bins of ``[low, high]``; a
+quantile ``q`` is where the piecewise-linear CDF reaches ``q``. Interval: a parametric bootstrap from the
 estimate. ``B`` replicas of the output-bin counts are drawn from ``Multinomial(n, M f)`` (``M`` the exact
-transition matrix), re-estimated with the same EM(S) and stopping rule (all replicas in one loop of
-matrix products; their back-projection in float32, the prediction and the log-likelihood in float64, so
-each stops where a float64 run would), and give quantiles ``theta*_b`` with
-standard deviation ``sd*`` and bias ``b* = mean(theta*) - theta``. The smoothing of EMS biases the
-estimate, and the replicas see only part of that bias because they start from an estimate that is
-already smooth. On lognormal data at eps = 1 and n = 1e6 the median's real error was about 5.5 ``sd*``
-against ``b*`` of about 2.8 ``sd*``. The interval is therefore symmetric and allows twice the bias the
-replicas show: ``theta +- (z sd* + 2 |b*| + w / 2)``, with ``w / 2`` half a bin (the CDF is known only at
-bin resolution). This is a measured rule, not a theorem. The replicas are seeded from the data
+transition matrix), re-estimated with the same EM(S) and stopping rule (all replicas in one loop whose
+products with ``M`` take linear time, :class:`ldp.square_wave.SWOperator`), and give quantiles ``theta*_b``
+with standard deviation ``sd*`` and bias ``b* = mean(theta*) - theta``. The smoothing of EMS biases the
+estimate, and the replicas see only part of that bias because they start from an estimate that is already
+smooth. On lognormal data at eps = 1 and n = 1e6 the median's real error was about 5.5 ``sd*`` against
+``b*`` of about 2.8 ``sd*``. The interval is therefore symmetric and allows twice the bias the replicas
+show: ``theta +- (z sd* + 2 |b*| + w / 2)``, with ``w / 2`` half a bin (the CDF is known only at bin
+resolution). This is a measured rule, not a theorem. The replicas are seeded from the data
 (``ldp.intervals.data_seed`` of the counts), so equal reports give equal intervals. Coverage is measured in
 ``experiments/numeric.py`` (``docs/numeric.md``).
 """
@@ -59,7 +58,7 @@ import numpy as np
 
 from ldp.intervals import data_seed, z_value
 from ldp.numeric.mechanisms import NumericAccumulator, NumericMechanism, SquareWaveNumeric
-from ldp.square_wave import em_estimate, em_estimate_batch
+from ldp.square_wave import SWOperator, em_estimate, em_estimate_batch
 
 __all__ = [
     "DEFAULT_QUANTILES",
@@ -194,7 +193,7 @@ def _distribution(mech: SquareWaveNumeric, acc: NumericAccumulator, qs: tuple[fl
     sw = mech.sw
     counts = np.asarray(acc.counts, dtype=np.int64)
     n = int(counts.sum())
-    mat = sw.matrix()
+    mat = sw.em_matrix()
     f_fine, iters, conv = em_estimate(counts, mat, smoothing=sw.smoothing, tol=sw.tol, max_iter=sw.max_iter)
     fine_edges = np.linspace(mech.low, mech.high, f_fine.size + 1)
     hist = f_fine.reshape(sw.d, sw.em_resolution).sum(axis=1)
@@ -210,11 +209,10 @@ def _distribution(mech: SquareWaveNumeric, acc: NumericAccumulator, qs: tuple[fl
     if not qs:
         return out
     rng = np.random.default_rng(data_seed("numeric-quantiles", counts, mech.describe()["sw"], qs, replicas))
-    probs = mat @ f_fine
+    probs = mat.forward(f_fine) if isinstance(mat, SWOperator) else mat @ f_fine
     probs = probs / probs.sum()
     boot = rng.multinomial(n, probs, size=replicas)
-    f_b, _, _ = em_estimate_batch(boot, mat, smoothing=sw.smoothing, tol=sw.tol, max_iter=sw.max_iter,
-                                  dtype=np.float32)
+    f_b, _, _ = em_estimate_batch(boot, mat, smoothing=sw.smoothing, tol=sw.tol, max_iter=sw.max_iter)
     cdf_b = np.concatenate([np.zeros((replicas, 1)), np.cumsum(f_b, axis=1)], axis=1)
     cdf_b[:, -1] = 1.0
     theta_b = quantiles_from_cdf(cdf_b, fine_edges, qs)
