@@ -48,10 +48,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from ldp.shuffle.variation import (
     VariationParameters,
+    binom_cdf,
+    binom_pmf,
+    binom_sf,
     solve_epsilon,
     variation_delta,
     variation_parameters,
@@ -214,7 +217,7 @@ def _clone_blocks(n: int, clone_prob: float) -> tuple[np.ndarray, np.ndarray]:
     edges = mean + sd * 9.5 * np.sign(u) * u**2  # denser near the mean, where the weight is
     body = np.unique(np.clip(np.round(edges), lo, hi).astype(np.int64))
     starts = body if body[0] == 0 else np.concatenate([[0], body])
-    below = stats.binom.cdf(starts - 1, m, clone_prob)  # P[C < start]
+    below = binom_cdf(starts - 1, m, clone_prob)  # P[C < start]
     weights = np.diff(np.concatenate([below, [1.0]]))
     return starts.astype(float), np.maximum(weights, 0.0)
 
@@ -300,9 +303,9 @@ def _binom_trimmed(s: int, prob: float, budget: float) -> tuple[np.ndarray, floa
     mean, sd = s * prob, math.sqrt(s * prob * (1.0 - prob))
     lo = max(0, int(math.floor(mean - 40.0 * sd - 30.0)))
     hi = min(s, int(math.ceil(mean + 40.0 * sd + 30.0)))
-    outside = (float(stats.binom.cdf(lo - 1, s, prob)) if lo > 0 else 0.0) + \
-        (float(stats.binom.sf(hi, s, prob)) if hi < s else 0.0)
-    pmf, trimmed = _trim(stats.binom.pmf(np.arange(lo, hi + 1), s, prob), budget)
+    outside = (float(binom_cdf(lo - 1, s, prob)) if lo > 0 else 0.0) + \
+        (float(binom_sf(hi, s, prob)) if hi < s else 0.0)
+    pmf, trimmed = _trim(binom_pmf(np.arange(lo, hi + 1), s, prob), budget)
     return pmf, outside + trimmed
 
 
@@ -337,8 +340,8 @@ def _binary_rr_split_pmfs(eps0: float, n: int, budget: float) -> Iterator[tuple[
         """Column ``i``: the pmf of ``Bin(i, p) + Bin(size - 1 - i, q)`` (full support)."""
         out = np.empty((size, size))
         for i in range(size):
-            out[:, i] = np.convolve(stats.binom.pmf(np.arange(i + 1), i, p),
-                                    stats.binom.pmf(np.arange(size - i), size - 1 - i, q))
+            out[:, i] = np.convolve(binom_pmf(np.arange(i + 1), i, p),
+                                    binom_pmf(np.arange(size - i), size - 1 - i, q))
         return out
 
     top = (n - 1) // 2

@@ -34,9 +34,12 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 __all__ = [
+    "binom_pmf",
+    "binom_cdf",
+    "binom_sf",
     "VARIATION_MECHANISMS",
     "T_BLOCKS",
     "VariationParameters",
@@ -57,6 +60,38 @@ ROUND_ALLOWANCE = 1e-11
 #: the epsilon search stops when the bracket is below ``ABS_TOL + REL_TOL * eps`` (reported from above)
 ABS_TOL = 1e-7
 REL_TOL = 2e-5
+
+
+def binom_pmf(k: np.ndarray | int, n: int | np.ndarray, p: float) -> np.ndarray:
+    """``P[Bin(n, p) = k]`` (0 outside ``0..n``): scipy's binomial pmf (boost), through the ufunc
+    ``scipy.stats.binom`` calls, so that ``scipy.stats`` (a second of start-up) is not imported."""
+    k, n = np.broadcast_arrays(np.asarray(k, dtype=float), np.asarray(n, dtype=float))
+    inside = (k >= 0) & (k <= n)
+    kk, nn = np.where(inside, k, 0.0), np.where(inside, n, 0.0)
+    pmf = getattr(special._ufuncs, "_binom_pmf", None)
+    if pmf is None:  # another scipy: the public route
+        from scipy import stats
+
+        val = stats.binom.pmf(kk, nn, p)
+    else:
+        val = pmf(kk, nn, p)
+    return np.where(inside, val, 0.0)
+
+
+def binom_cdf(k: np.ndarray | int, n: int | np.ndarray, p: float) -> np.ndarray:
+    """``P[Bin(n, p) <= k]`` for real ``k`` (0 below 0, 1 from ``n`` on)."""
+    k, n = np.broadcast_arrays(np.floor(np.asarray(k, dtype=float)), np.asarray(n, dtype=float))
+    inside = (k >= 0) & (k < n)
+    val = special.bdtr(np.where(inside, k, 0.0), np.where(inside, n, 1.0).astype(np.int64), p)
+    return np.where(k < 0, 0.0, np.where(inside, val, 1.0))
+
+
+def binom_sf(k: np.ndarray | int, n: int | np.ndarray, p: float) -> np.ndarray:
+    """``P[Bin(n, p) > k]`` for real ``k`` (1 below 0, 0 from ``n`` on)."""
+    k, n = np.broadcast_arrays(np.floor(np.asarray(k, dtype=float)), np.asarray(n, dtype=float))
+    inside = (k >= 0) & (k < n)
+    val = special.bdtrc(np.where(inside, k, 0.0), np.where(inside, n, 1.0).astype(np.int64), p)
+    return np.where(k < 0, 1.0, np.where(inside, val, 0.0))
 
 
 class VariationParameters(NamedTuple):
@@ -123,7 +158,7 @@ def _blocks(m: int, prob: float, count: int) -> tuple[np.ndarray, np.ndarray]:
     u = np.linspace(-1.0, 1.0, count)
     body = np.unique(np.clip(np.round(mean + 9.5 * sd * np.sign(u) * u**2), lo, hi).astype(np.int64))
     starts = body if body[0] == 0 else np.concatenate([[0], body])
-    below = stats.binom.cdf(starts - 1, m, prob)
+    below = binom_cdf(starts - 1, m, prob)
     return starts.astype(float), np.maximum(np.diff(np.concatenate([below, [1.0]])), 0.0)
 
 
@@ -169,9 +204,9 @@ def _terms(n: int, p: float, beta: float, q: float) -> _Terms:
         lo = max(0, int(math.floor(mean - 9.5 * sd - 10.0)))
         hi = min(t, int(math.ceil(mean + 9.5 * sd + 10.0)))
         s = np.arange(lo, hi + 1)
-        mass = stats.binom.pmf(s, t, ab) * (1.0 + beta) * (t - 0.5 * c * s) / t  # P(S | t)
-        tail = (float(stats.binom.cdf(lo - 1, t, ab)) if lo > 0 else 0.0) + \
-            (float(stats.binom.sf(hi, t, ab)) if hi < t else 0.0)
+        mass = binom_pmf(s, t, ab) * (1.0 + beta) * (t - 0.5 * c * s) / t  # P(S | t)
+        tail = (float(binom_cdf(lo - 1, t, ab)) if lo > 0 else 0.0) + \
+            (float(binom_sf(hi, t, ab)) if hi < t else 0.0)
         outside += pb * (1.0 + beta) * tail
         cut = _s_blocks(lo, hi, mean, sd)
         top = np.concatenate([cut[1:] - 1, [hi]]).astype(float)
