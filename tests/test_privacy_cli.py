@@ -42,9 +42,9 @@ def test_a_shuffled_task_reports_its_central_guarantee(write_json, tmp_path, cap
     assert saved["central_epsilon_composed_basic"] == comp["basic"]
     assert saved["central_epsilon"] < saved["central_epsilon_composed"] <= comp["basic"] < 12 * 2.0
     assert set(saved["method"]) == {"local", "central", "composed", "composed_basic"}
-    assert saved["method"]["central"].startswith("general: min(FMT numerical")
+    assert saved["method"]["central"].startswith("variation_ratio (general, beta = ")
     assert "PLD" in saved["method"]["composed"]
-    assert "12 window(s)" in text and "(tight)" in text and "(basic)" in text and "FMT" in text
+    assert "12 window(s)" in text and "(tight)" in text and "(basic)" in text and "variation_ratio" in text
     # --delta overrides the section's
     lower = privacy.run(["--task", str(task), "--users", "100000", "--delta", "1e-12"])
     assert lower["central_delta"] == 1e-12 and lower["central_epsilon"] > saved["central_epsilon"]
@@ -58,7 +58,7 @@ def test_grr_is_accounted_with_its_own_bound_and_the_target_is_reported(write_js
     want = ldp.shuffle.central_epsilon(r["local_epsilon"], 1_000_000, 1e-9, "grr", 1024)
     assert r["central_epsilon"] == want
     assert r["central_epsilon"] <= 1.0 and r["target"]["met_at_users"] is True
-    assert r["method"]["central"].startswith("grr_blanket: privacy-blanket bound")
+    assert r["method"]["central"].startswith("variation_ratio (grr, k = 1024, beta = ")
     fewer = privacy.run(["--task", str(task), "--users", "100000"])  # the n actually shuffled decides
     assert fewer["central_epsilon"] > 1.0 and fewer["target"]["met_at_users"] is False
     assert "NOT met at this n" in capsys.readouterr().out
