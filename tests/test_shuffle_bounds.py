@@ -187,3 +187,17 @@ def test_inverse_and_composition_use_the_tighter_pairs() -> None:
     assert comp["pairs"][0] == "variation_ratio" and comp["tight"] <= comp["basic"]
     assert comp["per_window"][0] == pytest.approx(
         central_epsilon_variation(4.0, n, delta / 12, "grr", 1024), rel=1e-12)
+
+
+def test_accounting_for_oracle() -> None:
+    from ldp.oracles import make_oracle
+
+    cases = [("grr", 64, {}, ("grr", 64)), ("olh", 1024, {"g": 64}, ("olh", 64)),
+             ("blh", 64, {}, ("blh", None)), ("oue", 64, {}, ("oue", None)), ("sue", 64, {}, ("sue", None)),
+             ("hr", 64, {}, ("hr", None)), ("ss", 64, {}, ("ss", 64)),
+             ("ss", 64, {"k": 30}, ("general", None))]
+    for name, d, params, want in cases:
+        oracle = make_oracle(name, 2.0, d, **params)
+        assert acc.accounting_for_oracle(oracle) == want, name
+        mech, size = want
+        assert acc.central_epsilon(2.0, 100_000, 1e-8, mech, size) <= acc.central_epsilon(2.0, 100_000, 1e-8)

@@ -76,6 +76,7 @@ __all__ = [
     "binary_rr_exact_applies",
     "BINARY_EXACT_MAX_N",
     "CentralEpsilon",
+    "accounting_for_oracle",
     "central_epsilon",
     "central_epsilon_report",
     "delta_curve",
@@ -603,6 +604,25 @@ def central_epsilon_grr(eps0: float, n: int, delta: float, domain_size: int) -> 
     smallest of the variation-ratio, blanket and general bounds."""
     eps0, n, delta = _check(eps0, n, delta)
     return _grr_report(eps0, n, delta, _domain("grr", domain_size)).epsilon
+
+
+def accounting_for_oracle(oracle: Any) -> tuple[str, int | None]:
+    """``(mechanism, domain_size)`` for :func:`central_epsilon_report` from a frequency oracle
+    (``ldp.oracles``): ``("grr", d)``, ``("olh", g)``, ``("blh" | "oue" | "sue" | "hr", None)``, ``("ss",
+    d)`` when its subset size is the default one, else ``("general", None)`` (any eps0-LDP randomizer)."""
+    name = getattr(oracle, "name", "")
+    if name == "grr":
+        return "grr", int(oracle.d)
+    if name == "olh":
+        return "olh", int(oracle.g)
+    if name in ("blh", "oue", "sue", "hr"):
+        return name, None
+    if name == "ss":
+        from ldp.oracles import SubsetSelection
+
+        if SubsetSelection(oracle.epsilon, oracle.d).k == oracle.k:
+            return "ss", int(oracle.d)
+    return "general", None
 
 
 def central_epsilon_report(eps0: float, n: int, delta: float, mechanism: str = "general",
