@@ -888,3 +888,48 @@ def format_table(rows: list[dict[str, Any]], delta: float) -> str:
         lines.append(f"| {r['n']:,} | {r['eps0']:g} | {cf} | {r['general']:.4f} | {blanket:.4f} | {ex} | "
                      f"{r['binary_equal_split']:.4f} | {ratio} | {reported} |")
     return "\n".join(lines)
+
+
+#: the rows of :func:`mechanism_table`: (mechanism, domain_size, eps0)
+MECHANISM_ROWS = (("grr", 1024, 1.0), ("grr", 1024, 4.0), ("olh", 56, 4.0), ("general", None, 1.0),
+                  ("general", None, 8.0), ("oue", None, 2.0), ("sue", None, 2.0), ("hr", None, 2.0),
+                  ("ss", 64, 2.0), ("blh", None, 1.0))
+
+
+def mechanism_table(n: int = 1_000_000, delta: float = 1e-9,
+                    rows: Sequence[tuple[str, int | None, float]] = MECHANISM_ROWS) -> list[dict[str, Any]]:
+    """Per mechanism: the figure reported before the variation-ratio pairs (GRR: the smaller of the blanket
+    and the general figure; the others: the general figure), the figure reported now with its method and
+    the seconds it took, and for GRR on ``k >= 3`` values the two-count lower bound
+    (:mod:`ldp.shuffle.lower_bounds`)."""
+    import time
+
+    from ldp.shuffle.lower_bounds import two_count_lower_bound
+
+    out = []
+    for mech, size, eps0 in rows:
+        before = central_epsilon_general(eps0, n, delta)
+        if mech == "grr":
+            before = min(before, central_epsilon_grr_blanket(eps0, n, delta, int(size or 2)))
+        start = time.perf_counter()
+        now = central_epsilon_report(eps0, n, delta, mech, size)
+        took = time.perf_counter() - start
+        lower = two_count_lower_bound(eps0, n, delta, int(size)) if mech == "grr" and (size or 0) >= 3 \
+            else math.nan
+        out.append({"mechanism": mech, "domain_size": size, "eps0": eps0, "before": before,
+                    "now": now.epsilon, "method": now.method.split(" (")[0], "seconds": took, "lower": lower})
+    return out
+
+
+def format_mechanism_table(rows: list[dict[str, Any]], n: int, delta: float) -> str:
+    """The rows of :func:`mechanism_table` as a Markdown table."""
+    lines = [f"n = {n:,} per batch, delta = {delta:g}", "",
+             "| mechanism | eps0 | before | now | method | now / before | two-count lower bound | seconds |",
+             "|---|---:|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        size = {"grr": "k", "olh": "g", "ss": "d"}.get(r["mechanism"])
+        name = r["mechanism"] + (f" ({size} = {r['domain_size']})" if size else "")
+        low = "-" if math.isnan(r["lower"]) else f"{r['lower']:.6f}"
+        lines.append(f"| {name} | {r['eps0']:g} | {r['before']:.6f} | {r['now']:.6f} | {r['method']} | "
+                     f"{r['now'] / r['before']:.3f} | {low} | {r['seconds']:.3f} |")
+    return "\n".join(lines)
