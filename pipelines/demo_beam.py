@@ -210,6 +210,9 @@ def _selection_summary(est: dict[str, Any], f_true: np.ndarray, k: int) -> dict[
 
 
 def run_streaming(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
+    """The streaming demo: the Pub/Sub emulator, its topics, the frequency job reading one subscription
+    and publishing its panes, a thread printing each pane as it arrives, and the simulated reports
+    published at ``--rate``; returns the job's exit status."""
     from google.cloud import pubsub_v1
 
     from pipelines.pubsub_emulator import PubSubEmulator
@@ -227,88 +230,69 @@ def run_streaming(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any
         os.environ["PUBSUB_EMULATOR_HOST"] = emu.host
         print(f"Pub/Sub emulator on {emu.host} (pid {emu.proc.pid})")
         pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-        topic, out_topic = pub.topic_path("ldp-demo", "reports"), pub.topic_path("ldp-demo", "estimates")
-        in_sub, out_sub = (
-            sub.subscription_path("ldp-demo", "aggregator"),
-            sub.subscription_path("ldp-demo", "dashboard"),
-        )
-        for t in (topic, out_topic):
-            pub.create_topic(name=t)
-        sub.create_subscription(name=in_sub, topic=topic)
-        sub.create_subscription(name=out_sub, topic=out_topic)
-        duration = ns.users / ns.rate
-        cmd = [
-            sys.executable,
-            "-m",
-            "pipelines.frequency",
-            "--task",
-            str(work / "stream-task.json"),
-            "--streaming",
-            "--input_subscription",
-            in_sub,
-            "--output",
-            str(_fresh(work / "stream-out")),
-            "--output_topic",
-            out_topic,
-            "--window_size",
-            str(ns.window_size),
-            "--early_firing",
-            "2",
-            "--allowed_lateness",
-            "10",
-            "--accumulating",
-            "--streaming_duration",
-            str(duration + 2 * ns.window_size + 25),  # publishing, two windows, 10 s lateness, start-up
-            "--counts_window",
-            str(ns.window_size),
-            "--dead_letter_window",
-            str(ns.window_size),
-            *beam_args,
-        ]
-        log = open(work / "stream-pipeline.log", "wb")
-        proc = subprocess.Popen(cmd, env=emu.env(), stdout=log, stderr=subprocess.STDOUT)
-        stop = threading.Event()
-
-        def show():
-            while not stop.is_set():
-                resp = sub.pull(subscription=out_sub, max_messages=100, timeout=2)
-                for m in resp.received_messages:
-                    e = json.loads(m.message.data)
-                    top = np.argsort(-np.asarray(e["frequencies"]))[:3].tolist()
-                    names, zero = e.get("labels"), e.get("ci_includes_zero")  # (* = not shown above 0)
-                    shown = [f"{names[v] if names else v}{'*' if zero and zero[v] else ''}" for v in top]
-                    print(
-                        f"  window {e['window_start']} .. {e['window_end'][11:]} {e['pane_timing']:<7} "
-                        f"n={e['n_reports']:>7,}  top values [{', '.join(shown)}]",
-                        flush=True,
-                    )
-                if resp.received_messages:
-                    sub.acknowledge(subscription=out_sub, ack_ids=[m.ack_id for m in resp.received_messages])
-
-        print("(* in the top values: not shown above 0, Bonferroni over the domain at 5%)", flush=True)
-        th = threading.Thread(target=show, daemon=True)
-        th.start()
-        time.sleep(5)
-        print(f"publishing {ns.users:,} reports at {ns.rate:,.0f}/s ...", flush=True)
-        publish(
-            task,
-            ns.users,
-            ns.dataset,
-            topic,
-            seed=ns.seed,
-            rate=ns.rate,
-            inject_bad=ns.inject_bad,
-            message_size=1000,
-            heartbeat=lambda: proc.poll() is None,
-        )
-        proc.wait()
-        stop.set()
-        th.join(timeout=10)
-        log.close()
+        topic, out_topic, in_sub, out_sub = _demo_topics(pub, sub)
+        with open(work / "stream-pipeline.log", "wb") as log:
+            cmd = _stream_job_command(ns, work, in_sub, out_topic, beam_args)
+            proc = subprocess.Popen(cmd, env=emu.env(), stdout=log, stderr=subprocess.STDOUT)
+            stop = threading.Event()
+            print("(* in the top values: not shown above 0, Bonferroni over the domain at 5%)", flush=True)
+            th = threading.Thread(target=_print_panes, args=(sub, out_sub, stop), daemon=True)
+            th.start()
+            time.sleep(5)  # the job's start-up
+            print(f"publishing {ns.users:,} reports at {ns.rate:,.0f}/s ...", flush=True)
+            publish(task, ns.users, ns.dataset, topic, seed=ns.seed, rate=ns.rate, inject_bad=ns.inject_bad,
+                    message_size=1000, heartbeat=lambda: proc.poll() is None)  # fmt: skip
+            proc.wait()
+            stop.set()
+            th.join(timeout=10)
         for line in (work / "stream-pipeline.log").read_text().strip().splitlines()[-2:]:
             print(line)
         print(f"outputs in {work / 'stream-out'}/ (estimates-*.jsonl/.avro, counts/, dead_letter/)")
     return {"returncode": proc.returncode}
+
+
+def _demo_topics(pub: Any, sub: Any) -> tuple[str, str, str, str]:
+    """Creates the demo's topics (reports in, estimates out) and their subscriptions (the aggregator's,
+    the printer's) on the emulator; returns ``(topic, out_topic, in_sub, out_sub)``."""
+    topic, out_topic = pub.topic_path("ldp-demo", "reports"), pub.topic_path("ldp-demo", "estimates")
+    in_sub = sub.subscription_path("ldp-demo", "aggregator")
+    out_sub = sub.subscription_path("ldp-demo", "dashboard")
+    for t in (topic, out_topic):
+        pub.create_topic(name=t)
+    sub.create_subscription(name=in_sub, topic=topic)
+    sub.create_subscription(name=out_sub, topic=out_topic)
+    return topic, out_topic, in_sub, out_sub
+
+
+def _stream_job_command(ns: argparse.Namespace, work: Path, in_sub: str, out_topic: str,
+                        beam_args: list[str]) -> list[str]:
+    """The frequency job over ``in_sub``: windows of ``--window_size`` with early panes every 2 s,
+    10 s allowed lateness, accumulating panes published to ``out_topic``, running long enough for the
+    publishing, two windows, the lateness and its start-up."""
+    duration = ns.users / ns.rate + 2 * ns.window_size + 25
+    return [
+        sys.executable, "-m", "pipelines.frequency", "--task", str(work / "stream-task.json"), "--streaming",
+        "--input_subscription", in_sub, "--output", str(_fresh(work / "stream-out")),
+        "--output_topic", out_topic, "--window_size", str(ns.window_size), "--early_firing", "2",
+        "--allowed_lateness", "10", "--accumulating", "--streaming_duration", str(duration),
+        "--counts_window", str(ns.window_size), "--dead_letter_window", str(ns.window_size), *beam_args,
+    ]  # fmt: skip
+
+
+def _print_panes(sub: Any, out_sub: str, stop: threading.Event) -> None:
+    """Until ``stop``: prints each published pane (window, timing, reports, top 3 values; ``*`` marks a
+    value whose interval includes 0) and acknowledges it."""
+    while not stop.is_set():
+        resp = sub.pull(subscription=out_sub, max_messages=100, timeout=2)
+        for m in resp.received_messages:
+            e = json.loads(m.message.data)
+            top = np.argsort(-np.asarray(e["frequencies"]))[:3].tolist()
+            names, zero = e.get("labels"), e.get("ci_includes_zero")
+            shown = [f"{names[v] if names else v}{'*' if zero and zero[v] else ''}" for v in top]
+            print(f"  window {e['window_start']} .. {e['window_end'][11:]} {e['pane_timing']:<7} "
+                  f"n={e['n_reports']:>7,}  top values [{', '.join(shown)}]", flush=True)  # fmt: skip
+        if resp.received_messages:
+            sub.acknowledge(subscription=out_sub, ack_ids=[m.ack_id for m in resp.received_messages])
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ldp.aggregate import Aggregator, OutputSpec
 from ldp.task import ParsedTask, TaskError, WindowConfig, budget_summary, load_task
@@ -580,30 +580,53 @@ def _counts(
     }
 
 
+@dataclasses.dataclass
+class _JobRun:
+    """One run of :func:`run_job`, filled in step by step: the flags, the checked task and its aggregator,
+    the runner's plan, the store and the metrics endpoint, then the pipeline's result."""
+
+    job: Job
+    ns: argparse.Namespace
+    options: PipelineOptions
+    streaming: bool
+    task: ParsedTask
+    agg: Aggregator
+    window: WindowConfig
+    kafka_bridge: Any = None
+    flink_rest: str | None = None
+    plan: Any = None  # transforms.runners.RunnerPlan, once planned
+    store: JobStore | None = None
+    endpoint: Any = None
+    run_id: str = ""
+    result: PipelineResult | None = None
+    seconds: float = 0.0
+    bounded_pubsub: str | None = None
+
+
 def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> dict[str, object]:
-    """Parses the flags, checks everything, runs the job and returns (and prints) its summary."""
+    """Parses the flags, checks everything, runs the job and returns (and prints) its summary: the steps
+    below, each failing in one line (exit status 2) before anything is created, except the last two."""
     ns, options = parse_job_args(parser, argv)
-    import apache_beam as beam
+    run = _check_job(job, ns, options)
+    _plan_runner(run)
+    _open_outputs(run)
+    _execute(run)
+    summary, written = _summary(run)
+    _finish(run, summary, written)
+    return summary
+
+
+def _check_job(job: Job, ns: argparse.Namespace, options: PipelineOptions) -> _JobRun:
+    """The task and its kind, the sources (a Kafka topic's bridge started), the output topic, Flink's
+    ticks, the window flags and the aggregator (every group's oracle built, so an accumulator that cannot
+    fit is refused here, with the limit named, not per file later)."""
     from apache_beam.options.pipeline_options import StandardOptions
 
-    from transforms.counts import job_distribution
-    from transforms.progress import configure as configure_progress
-    from transforms.progress import progress
-    from transforms.runners import RunnerLimitation, plan_runner, runner_label
-    from transforms.store import (
-        DEFAULT_RETRY_S,
-        StoreError,
-        check_live_runs,
-        check_store_flags,
-        open_job_store,
-        read_store_status,
-    )
+    from transforms.kafka import KafkaSourceError, open_kafka_source
     from wire.validate import decode_params
 
     streaming = bool(options.view_as(StandardOptions).streaming)
     task = load_task_or_exit(ns.task, job.kind)
-    from transforms.kafka import KafkaSourceError, open_kafka_source
-
     try:  # --input_topic kafka://...: a bridge writes the topic into a spool the job watches
         kafka_bridge = open_kafka_source(ns, streaming, task.task_id)
     except KafkaSourceError as exc:
@@ -618,95 +641,120 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     check_streaming_window(window, streaming)
     try:
         agg = job.make_aggregator(ns, task)
-        # every group's oracle, built now: a task whose accumulator cannot fit (the oracles' size guard,
-        # ldp.oracles.MAX_ACCUMULATOR_CELLS) is refused here, with the limit named, not per file later
-        decode_params(agg)
+        decode_params(agg)  # ldp.oracles.MAX_ACCUMULATOR_CELLS: the oracles' size guard
     except (ValueError, MemoryError, OverflowError) as exc:
         fail(f"{ns.task}: the task cannot run: {exc}")
-    try:  # the runner's limits and adaptations (transforms.runners)
-        plan = plan_runner(
-            options, window, streaming=streaming, files=bool(ns.input),
+    return _JobRun(job, ns, options, streaming, task, agg, window, kafka_bridge=kafka_bridge,
+                   flink_rest=flink_rest)  # fmt: skip
+
+
+def _plan_runner(run: _JobRun) -> None:
+    """The runner's limits and adaptations (:mod:`transforms.runners`; the window may change), then the
+    ``--store`` flags and another live run of the task on the store, refused before ``--overwrite``
+    clears anything."""
+    from transforms.runners import RunnerLimitation, plan_runner
+    from transforms.store import DEFAULT_RETRY_S, StoreError, check_live_runs, check_store_flags
+
+    ns = run.ns
+    try:
+        run.plan = plan_runner(
+            run.options, run.window, streaming=run.streaming, files=bool(ns.input),
             streaming_duration_s=ns.streaming_duration,
-            output_topic=getattr(ns, job.output_topic or "", None),
+            output_topic=getattr(ns, run.job.output_topic or "", None),
         )  # fmt: skip
     except RunnerLimitation as exc:
         fail(str(exc))
-    window = plan.window
-    try:  # --store: a bad URL or --store_max_items fails before anything is created
+    run.window = run.plan.window
+    try:
         check_store_flags(getattr(ns, "store", None), getattr(ns, "store_max_items", 1),
                           getattr(ns, "store_retry_s", DEFAULT_RETRY_S))  # fmt: skip
-        # another live run of the task on the store: refused before --overwrite clears anything
-        check_live_runs(getattr(ns, "store", None), task.task_id,
+        check_live_runs(getattr(ns, "store", None), run.task.task_id,
                         getattr(ns, "store_allow_concurrent_runs", False))  # fmt: skip
     except StoreError as exc:
         fail(f"--store: {exc}")
-    endpoint = _start_metrics(ns, job, task, agg)  # a port that is taken: one line, before anything else
+
+
+def _open_outputs(run: _JobRun) -> None:
+    """The metrics endpoint (a taken port: one line, before anything else), the output directory and the
+    store's run (a file that cannot be created, an unreachable server, a live run: one line each)."""
+    from transforms.store import DEFAULT_RETRY_S, StoreError, open_job_store
+
+    ns, task = run.ns, run.task
+    run.endpoint = _start_metrics(ns, run.job, task, run.agg)
     try:
         prepare_output(ns.output, ns.overwrite)
     except OSError as exc:  # a parent that is a file, a read-only or missing mount, no permission, ...
         fail(f"--output {ns.output!r} cannot be created: {exc.strerror or exc}")
-    run_id = str(uuid.uuid4())
-    try:  # --store: a file that cannot be created, an unreachable server, a live run: one line here
-        store = open_job_store(
-            getattr(ns, "store", None), task, window, run_id=run_id,
+    run.run_id = str(uuid.uuid4())
+    try:
+        run.store = open_job_store(
+            getattr(ns, "store", None), task, run.window, run_id=run.run_id,
             allow_concurrent=getattr(ns, "store_allow_concurrent_runs", False),
-            retry_s=getattr(ns, "store_retry_s", DEFAULT_RETRY_S), output=ns.output, streaming=streaming,
+            retry_s=getattr(ns, "store_retry_s", DEFAULT_RETRY_S), output=ns.output, streaming=run.streaming,
         )  # fmt: skip
     except StoreError as exc:
         fail(f"--store: {exc}")
-    _LOG.info("run %s", run_id)
-    _LOG.info(
-        "%s job: task %s (%s, %d group(s)), window %s, %s, output %s",
-        job.kind,
-        task.task_id,
-        task.mechanism,
-        task.n_groups,
-        _describe(window),
-        "streaming" if streaming else "batch",
-        ns.output,
-    )
-    p = beam.Pipeline(runner=plan.runner, options=options)
-    outputs = build_pipeline(p, ns, agg, window, streaming=streaming, paced=plan.paced, store=store)
-    if job.extra_steps is not None:
-        job.extra_steps(ns, outputs)
-    _LOG.info("running on %s", runner_label(options))
+    _LOG.info("run %s", run.run_id)
+    _LOG.info("%s job: task %s (%s, %d group(s)), window %s, %s, output %s", run.job.kind, task.task_id,
+              task.mechanism, task.n_groups, _describe(run.window), "streaming" if run.streaming else "batch",
+              ns.output)  # fmt: skip
+
+
+def _execute(run: _JobRun) -> None:
+    """Builds the pipeline and runs it to its end; a failure or an interrupt marks the store's run aborted
+    and stops the metrics endpoint before it propagates."""
+    import apache_beam as beam
+
+    from transforms.progress import configure as configure_progress
+    from transforms.progress import progress
+    from transforms.runners import runner_label
+    from transforms.store import read_store_status
+
+    ns, store, endpoint, plan = run.ns, run.store, run.endpoint, run.plan
+    p = beam.Pipeline(runner=plan.runner, options=run.options)
+    outputs = build_pipeline(p, ns, run.agg, run.window, streaming=run.streaming, paced=plan.paced,
+                             store=store)
+    if run.job.extra_steps is not None:
+        run.job.extra_steps(ns, outputs)
+    _LOG.info("running on %s", runner_label(run.options))
     configure_progress(ns.progress_interval)
     stop_early = None if store is None else (lambda: read_store_status(store.status_dir).gave_up > 0)
-    bounded_pubsub = None
-    if streaming and not ns.input and ns.streaming_duration > 0 and plan.name == "direct":
-        bounded_pubsub = ns.input_subscription or ns.input_topic  # the read ends; the job ends DONE
+    if run.streaming and not ns.input and ns.streaming_duration > 0 and plan.name == "direct":
+        run.bounded_pubsub = ns.input_subscription or ns.input_topic  # the read ends; the job ends DONE
     try:
-        result, seconds = _run(p, ns, streaming, flink_rest, stop_early, bounded_pubsub=bounded_pubsub,
-                               on_start=None if endpoint is None else endpoint.watch)  # fmt: skip
+        run.result, run.seconds = _run(p, ns, run.streaming, run.flink_rest, stop_early,
+                                       bounded_pubsub=run.bounded_pubsub,
+                                       on_start=None if endpoint is None else endpoint.watch)  # fmt: skip
     except BaseException:
         if store is not None:  # the run failed (a pipeline error, an interrupt): say so in ldp_runs
             store.abort("the pipeline failed or was interrupted")
         if endpoint is not None:
             endpoint.stop()
         raise
-    if kafka_bridge is not None:
-        kafka_bridge.stop()
+    if run.kafka_bridge is not None:
+        run.kafka_bridge.stop()
     if endpoint is not None:  # from here on the job's thread alone reads the result's metrics
         endpoint.stop_watching()
     if ns.progress_interval > 0:
         progress().maybe_log(force=True)
-    _LOG.info("job ended: %s after %.1f s", result.state, seconds)
-    counts = _counts(result, ns.output, streaming,
-                     pubsub_on_direct=not ns.input and plan.name == "direct" and bounded_pubsub is None)
-    if not streaming or ns.input:
+    _LOG.info("job ended: %s after %.1f s", run.result.state, run.seconds)
+
+
+def _summary(run: _JobRun) -> tuple[dict[str, object], dict[str, list]]:
+    """The job's summary (counts, rows and panes written per output, finalize times, whether every window
+    is final, the budget and the per-window privacy accounting) and the windows written per output."""
+    from transforms.counts import job_distribution
+
+    ns, task, agg, result = run.ns, run.task, run.agg, run.result
+    pubsub_on_direct = not ns.input and run.plan.name == "direct" and run.bounded_pubsub is None
+    counts = _counts(result, ns.output, run.streaming, pubsub_on_direct=pubsub_on_direct)
+    if not run.streaming or ns.input:
         _remove_empty_temp_dirs(ns.output, agg.outputs)
     written = {spec.name: windows_written(ns.output, spec) for spec in agg.outputs}
     summary: dict[str, object] = {
-        "run_id": run_id,
-        "output": ns.output,
-        "state": str(result.state),
-        "seconds": seconds,
-        "streaming": streaming,
-        "task_id": task.task_id,
-        "kind": task.kind,
-        "mechanism": task.mechanism,
-        "n_groups": task.n_groups,
-        "window": dataclasses.asdict(window),
+        "run_id": run.run_id, "output": ns.output, "state": str(result.state), "seconds": run.seconds,
+        "streaming": run.streaming, "task_id": task.task_id, "kind": task.kind, "mechanism": task.mechanism,
+        "n_groups": task.n_groups, "window": dataclasses.asdict(run.window),
         "counts": {
             k: v
             for k, v in counts.items()
@@ -719,38 +767,44 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
         # final one (a window with allowed lateness ends without a pane flagged is_last_pane when no late
         # report came); CANCELLED / FAILED: open windows were never finalized
         "windows_final": str(result.state).rsplit(".", 1)[-1] == "DONE",
-    }
+    }  # fmt: skip
     budget = _budget(task)  # the policy and the accountant's figures (basic and tight)
     if budget is not None:
         summary["budget"] = budget
-    privacy = _privacy_accounting(task, ns, written, summary["counts"], agg, window)  # type: ignore[arg-type]
+    privacy = _privacy_accounting(task, ns, written, summary["counts"], agg, run.window)  # type: ignore[arg-type]
     if privacy is not None:  # per window: local, and central from the shuffler's n (pipelines.window_privacy)
         summary["privacy_accounting"] = privacy
+    return summary, written
+
+
+def _finish(run: _JobRun, summary: dict[str, object], written: dict[str, list]) -> None:
+    """Prints the summary, records it in the store's run and in ``OUT/counts.json``, hands the counters to
+    the metrics endpoint, and fails (exit status 1) when the store lost panes or nothing was accepted."""
+    ns, store, endpoint = run.ns, run.store, run.endpoint
     status = None
     if store is not None:  # what the sink wrote, from its status files (counters are not reliable)
-        status = store.status(settle_s=10.0 if streaming else 0.0)
+        status = store.status(settle_s=10.0 if run.streaming else 0.0)
         summary["store_failed_panes"] = status.failed_panes
         summary["store"] = {**dataclasses.asdict(status), "retry_s": store.retry_s}
     _print_summary(summary, written)
-    if getattr(agg, "raw_records", False):  # central DP: exact counts of raw records stay with the operator
+    if getattr(run.agg, "raw_records", False):  # central DP: exact counts of raw records stay private
         summary["counts_private"] = "exact counts of raw records: not differentially private, not to publish"
     if store is not None and status is not None:
         private = "counts_private" in summary
         published = {k: v for k, v in summary.items() if k != "counts"} if private else summary
-        store.finish(task, window, published, status)
+        store.finish(run.task, run.window, published, status)
     with open(os.path.join(ns.output, "counts.json"), "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=2)
     if endpoint is not None:  # the endpoint's counters become counts.json's, then it lingers and stops
-        endpoint.finish(summary["counts"], state=summary["state"], result=result)  # type: ignore[arg-type]
+        endpoint.finish(summary["counts"], state=summary["state"], result=run.result)  # type: ignore[arg-type]
         endpoint.linger(ns.metrics_linger)
         endpoint.stop()
     if status is not None and status.failed:
         fail(status.line(), code=1)
-    why = accepted_nothing(summary["counts"], streaming=streaming,
+    why = accepted_nothing(summary["counts"], streaming=run.streaming,
                            allow_empty=bool(getattr(ns, "allow_empty_input", False)))  # fmt: skip
     if why is not None:
         fail(why, code=1)
-    return summary
 
 
 def _start_metrics(ns: argparse.Namespace, job: Job, task: ParsedTask, agg: Aggregator):
