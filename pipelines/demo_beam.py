@@ -92,9 +92,9 @@ def _read_estimates(out: Path) -> list[dict[str, Any]]:
 
 
 def run_batch(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
-    import simulator
-    from pipelines import frequency
-
+    """The batch demo: simulated report files, the frequency job over them (``base`` and ``--compare``
+    post-processing), then the estimates against the truth: the top values with their intervals, the
+    full-domain MSE against the closed-form variance, coverage, what a top-k may claim, the counts."""
     work = Path(ns.workdir)
     work.mkdir(parents=True, exist_ok=True)
     task = _task(ns, "beam-demo")
@@ -103,6 +103,34 @@ def run_batch(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
     print(
         f"task {work / 'task.json'}: mechanism {ns.mechanism} -> {oracle!r}, {oracle.report_bits} bits/report"
     )
+    f_true = _simulate_reports(ns, work, task)
+    methods = ["base"] + ([ns.compare] if ns.compare and ns.compare not in ("none", "base") else [])
+    results = {method: _run_frequency(ns, work, method, beam_args) for method in methods}
+    summary, est = results["base"]
+    out = _compare_with_truth(ns, oracle, est, f_true)
+    out.update(counts=summary["counts"], mechanism=est["mechanism"])
+    if len(methods) > 1:
+        m2 = methods[1]
+        mse2 = float(np.mean((np.asarray(results[m2][1]["frequencies"]) - f_true) ** 2))
+        print(f"full-domain MSE ({m2}): {mse2:.3e}   ({out['mse_base'] / mse2:.1f}x lower than base)")
+        out["mse_" + m2] = mse2
+    print(f"95% CI coverage over the domain: {out['coverage']:.3f}")
+    out.update(_selection_summary(est, f_true, ns.top))
+    c = summary["counts"]
+    reasons = ", ".join(f"{k[9:]}={v}" for k, v in sorted(c.items()) if k.startswith("rejected_") and v)
+    print(
+        f"reports read {c['read']:,}, accepted {c['accepted']:,}, rejected {c['rejected']:,}"
+        + (f" ({reasons}); dead letters in {work / 'out-base' / 'dead_letter'}/" if reasons else "")
+    )
+    assert c["read"] == c["accepted"] + c["rejected"]
+    return out
+
+
+def _simulate_reports(ns: argparse.Namespace, work: Path, task: Any) -> np.ndarray:
+    """``--users`` simulated reports in ``--files`` Avro files under ``WORKDIR/reports``; returns the
+    true frequencies (a bad ``--dataset``: one line, exit status 2)."""
+    import simulator
+
     t0 = time.perf_counter()
     try:
         truth = simulator.simulate_files(
@@ -111,35 +139,34 @@ def run_batch(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))
-    t1 = time.perf_counter()
-    print(f"simulated {ns.users:,} users ({ns.dataset}) into {ns.files} Avro files in {t1 - t0:.1f} s")
-    f_true = np.asarray(truth["frequencies"])
-    results = {}
-    methods = ["base"] + ([ns.compare] if ns.compare and ns.compare not in ("none", "base") else [])
-    for method in methods:
-        out = _fresh(work / f"out-{method}")
-        argv = [
-            "--task",
-            str(work / "task.json"),
-            "--input",
-            str(work / "reports" / "*.avro"),
-            "--output",
-            str(out),
-            "--postprocess",
-            method,
-            *beam_args,
-        ]
-        summary = frequency.run(argv)
-        (est,) = _read_estimates(out)
-        results[method] = (summary, est)
-        print(
-            f"pipeline --postprocess {method}: {summary['seconds']:.1f} s "
-            f"({ns.users / summary['seconds']:,.0f} reports/s), output {out}/"
-        )
+    print(f"simulated {ns.users:,} users ({ns.dataset}) into {ns.files} Avro files in "
+          f"{time.perf_counter() - t0:.1f} s")  # fmt: skip
+    return np.asarray(truth["frequencies"])
 
-    summary, est = results["base"]
-    f = np.asarray(est["frequencies"])
-    std = np.asarray(est["std"])
+
+def _run_frequency(ns: argparse.Namespace, work: Path, method: str,
+                   beam_args: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The frequency job over the report files with ``--postprocess method`` into ``WORKDIR/out-METHOD``;
+    returns its summary and its one estimate row."""
+    from pipelines import frequency
+
+    out = _fresh(work / f"out-{method}")
+    summary = frequency.run(["--task", str(work / "task.json"), "--input", str(work / "reports" / "*.avro"),
+                             "--output", str(out), "--postprocess", method, *beam_args])  # fmt: skip
+    (est,) = _read_estimates(out)
+    print(
+        f"pipeline --postprocess {method}: {summary['seconds']:.1f} s "
+        f"({ns.users / summary['seconds']:,.0f} reports/s), output {out}/"
+    )
+    return summary, est
+
+
+def _compare_with_truth(ns: argparse.Namespace, oracle: Any, est: dict[str, Any],
+                        f_true: np.ndarray) -> dict[str, Any]:
+    """Prints the ``--top`` values by true frequency with their estimates and 95% intervals and the
+    full-domain MSE against the closed-form variance; returns ``mse_base``, ``closed_form`` and
+    ``coverage``."""
+    f, std = np.asarray(est["frequencies"]), np.asarray(est["std"])
     lo, hi = f - 1.959964 * std, f + 1.959964 * std
     top = np.argsort(-f_true, kind="stable")[: ns.top]
     print(
@@ -152,33 +179,11 @@ def run_batch(ns: argparse.Namespace, beam_args: list[str]) -> dict[str, Any]:
         print(f"{v:>6} {f_true[v]:>9.5f} {f[v]:>9.5f} [{lo[v]:>9.5f},{hi[v]:>9.5f}]  {inside}")
     mse = float(np.mean((f - f_true) ** 2))
     closed = float(np.mean(oracle.variance(est["n_reports"], f_true)))
-    coverage = float(np.mean((lo <= f_true) & (f_true <= hi)))
     print(
         f"\nfull-domain MSE (base): {mse:.3e}   closed-form variance: {closed:.3e}   ratio {mse / closed:.3f}"
     )
-    out = {
-        "mse_base": mse,
-        "closed_form": closed,
-        "coverage": coverage,
-        "counts": summary["counts"],
-        "mechanism": est["mechanism"],
-    }
-    if len(methods) > 1:
-        m2 = methods[1]
-        f2 = np.asarray(results[m2][1]["frequencies"])
-        mse2 = float(np.mean((f2 - f_true) ** 2))
-        print(f"full-domain MSE ({m2}): {mse2:.3e}   ({mse / mse2:.1f}x lower than base)")
-        out["mse_" + m2] = mse2
-    print(f"95% CI coverage over the domain: {coverage:.3f}")
-    out.update(_selection_summary(est, f_true, ns.top))
-    c = summary["counts"]
-    reasons = ", ".join(f"{k[9:]}={v}" for k, v in sorted(c.items()) if k.startswith("rejected_") and v)
-    print(
-        f"reports read {c['read']:,}, accepted {c['accepted']:,}, rejected {c['rejected']:,}"
-        + (f" ({reasons}); dead letters in {work / 'out-base' / 'dead_letter'}/" if reasons else "")
-    )
-    assert c["read"] == c["accepted"] + c["rejected"]
-    return out
+    coverage = float(np.mean((lo <= f_true) & (f_true <= hi)))
+    return {"mse_base": mse, "closed_form": closed, "coverage": coverage}
 
 
 def _selection_summary(est: dict[str, Any], f_true: np.ndarray, k: int) -> dict[str, Any]:
