@@ -116,6 +116,14 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     from pipelines.window_privacy import add_shuffle_key_flag
 
     add_shuffle_key_flag(parser)
+    _add_watch_flags(parser)
+    _add_window_flags(parser)
+    add_metrics_flags(parser)
+
+
+def _add_watch_flags(parser: argparse.ArgumentParser) -> None:
+    """``--streaming`` and how a streaming job watches ``--input`` (interval, done markers, watermark lag,
+    the ticks' clock on Flink)."""
     parser.add_argument(
         "--streaming", action="store_true", help="streaming job: watch --input for new files, or read Pub/Sub"
     )
@@ -155,6 +163,11 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         help="--watch_ticks=flink: the drain's savepoint directory (default: the cluster's "
         "state.savepoints.dir)",
     )
+
+
+def _add_window_flags(parser: argparse.ArgumentParser) -> None:
+    """The window and trigger flags (each defaults to the task's ``window``), batch size, the counts' and
+    dead letters' windows, progress lines and ``--streaming_duration``."""
     parser.add_argument(
         "--window_size",
         type=float,
@@ -195,7 +208,6 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         "finishes by itself (DONE, with its counts and OUT/counts.json; Pub/Sub on a runner other than the "
         "DirectRunner is cancelled instead); 0 runs until interrupted",
     )
-    add_metrics_flags(parser)
 
 
 def load_task_or_exit(path: str | None, kind: str | None = None) -> ParsedTask:
