@@ -80,7 +80,7 @@ def run_case(data: str, epsilon: float, users: int, quantiles: Sequence[float], 
         "data": data, "epsilon": epsilon, "users": users, "dense": dense, "point_s": round(point_s, 3),
         "point_cpu_s": round(point_cpu_s, 3), "finalize_s": round(finalize_s, 3),
         "finalize_cpu_s": round(finalize_cpu_s, 3), "em_iterations": est.em_iterations,  # type: ignore[attr-defined]
-        "quantiles": [{**q.to_dict(), "truth": float(t), "covered": q.ci_low <= t <= q.ci_high}
+        "quantiles": [{**q.to_dict(), "truth": float(t), "covered": bool(q.ci_low <= t <= q.ci_high)}
                       for q, t in zip(est.quantiles, truth)],  # type: ignore[attr-defined]
         "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
     }
@@ -111,8 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"(CPU {rec['finalize_cpu_s']:.2f} s; point EM {rec['point_s']:.2f} s, "
                   f"{rec['em_iterations']} it)  {qs}", flush=True)
     if ns.json:
+        command = " ".join(["python -m bench.square_wave", *sys.argv[1:]])
         with open(ns.json, "w", encoding="utf-8") as f:
-            json.dump({"command": " ".join(sys.argv), "records": records}, f, indent=1)
+            json.dump({"command": command, "records": records}, f, indent=1)
     return 0
 
 
