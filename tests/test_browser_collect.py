@@ -1,12 +1,12 @@
 """The browser demo: the collector serving the TypeScript client's page, reports encoded in a real browser.
 
 The fast tests run the collector with ``--demo_page`` in a thread of this process (content types, the task,
-path traversal refused). The end-to-end test (``browser`` marker, integration tier) builds the client
-(``npm run build``), runs ``python -m pipelines.browser_demo`` (the streaming job on Prism over the
-collector's directory with ``--require_done_marker`` and ``--store sqlite``, the collector with the page,
-the dashboard), and in headless Chromium picks values on the page, sends them, sends 3,000 simulated
-browser clients and one refused report; then it checks every hop's counts, the store's windows against
-the core's estimate of the collector's files, and the dashboard page against the store.
+path traversal refused). The end-to-end test (``browser`` marker, integration tier) builds the client (``npm
+run build``, unless ``dist/`` is newer than its sources), runs ``python -m pipelines.browser_demo`` (the
+streaming job on Prism over the collector's directory with ``--require_done_marker`` and ``--store sqlite``,
+the collector with the page, the dashboard), and in headless Chromium picks values on the page, sends them,
+sends 3,000 simulated browser clients and one refused report; then it checks every hop's counts, the store's
+windows against the core's estimate of the collector's files, and the dashboard page against the store.
 
 Skipped with the reason without chromium / chromedriver / selenium (``LDP_REQUIRE_BROWSER=1``: fail),
 without node / npm (``LDP_REQUIRE_NODE=1``) or without the Prism binary (``LDP_REQUIRE_PRISM=1``).
@@ -189,9 +189,22 @@ def _need(what: str, env: str, reason: str | None) -> None:
     pytest.skip(f"{what}: {reason}")
 
 
+def _client_is_built() -> bool:
+    """``dist/demo/demo.js`` exists and is newer than every TypeScript source, config and the lock file
+    (an earlier test built it, e.g. ``npm test`` in tests/test_typescript_client.py): no second build."""
+    built = PACKAGE / "dist" / "demo" / "demo.js"
+    if not built.is_file():
+        return False
+    inputs = [*PACKAGE.glob("src/*.ts"), *PACKAGE.glob("demo/*.ts"), PACKAGE / "tsconfig.json",
+              PACKAGE / "demo" / "tsconfig.json", PACKAGE / "package-lock.json"]
+    return all(p.stat().st_mtime <= built.stat().st_mtime for p in inputs)
+
+
 def _build_client() -> None:
     node, npm = shutil.which("node"), shutil.which("npm")
     _need("node", "LDP_REQUIRE_NODE", None if node and npm else "node / npm not found on PATH")
+    if _client_is_built():
+        return
     steps = (
         [] if (PACKAGE / "node_modules" / "typescript").is_dir() else [[npm, "ci", "--no-audit", "--no-fund"]]
     )
