@@ -651,25 +651,27 @@ def central_epsilon(eps0: float, n: int, delta: float, mechanism: str = "general
 
 def delta_curve(eps: Sequence[float] | np.ndarray, eps0: float, n: int, mechanism: str = "general",
                 domain_size: int | None = None, subset_size: int | None = None) -> np.ndarray:
-    """``delta(eps)`` of a dominating pair (upper bounds; any sign of ``eps``): FMT's clone pair for
-    ``general``, the blanket pair for ``grr``, the three-count variation-ratio pair for ``olh``, ``blh``,
-    ``oue``, ``sue``, ``hr``, ``ss`` and for ``variation`` (the general parameters);
-    ``mechanism="binary_equal_split"`` gives the all-equal binary-RR pair (the larger of its two
-    directions; a lower bound, see the module docstring)."""
+    """``delta(eps)`` upper bounds (any sign of ``eps``) on the privacy curve of ``n`` shuffled reports: at
+    each ``eps`` the smallest of the curves of the dominating pairs :func:`central_epsilon_report` and the
+    inverse use for ``mechanism``: FMT's clone pair and the three-count variation-ratio pair with the general
+    parameters for every mechanism, with the mechanism's own parameters too, and GRR's blanket pair. (A
+    window of a composition uses one of them, :func:`compose_windows`.) ``mechanism="binary_equal_split"``
+    gives the all-equal binary-RR pair (the larger of its two directions; a lower bound, see the module
+    docstring)."""
     eps0, n, _ = _check(eps0, n, 0.5)
     grid = np.asarray(eps, dtype=float)
     if mechanism == "binary_equal_split":
         return _binary_rr_delta(grid, eps0, n)
-    if mechanism == "variation":
-        return variation_delta(grid, n, variation_parameters("general", eps0))
     k = _domain(mechanism, domain_size)
-    if mechanism not in ("general", "grr", "fmt_closed"):
-        return variation_delta(grid, n, _variation_params(mechanism, eps0, k, subset_size))
-    if mechanism == "grr":
-        return _blanket_delta(grid, eps0, n, k)
     if mechanism == "fmt_closed":
         raise ValueError("the closed form is a single (eps, delta) statement, not a curve")
-    return _general_delta(grid, eps0, n)
+    out = np.minimum(_general_delta(grid, eps0, n),
+                     variation_delta(grid, n, variation_parameters("general", eps0)))
+    if mechanism != "general":
+        out = np.minimum(out, variation_delta(grid, n, _variation_params(mechanism, eps0, k, subset_size)))
+    if mechanism == "grr":
+        out = np.minimum(out, _blanket_delta(grid, eps0, n, k))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- the inverse

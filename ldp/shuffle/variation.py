@@ -20,10 +20,12 @@ exceeds by under 1% at ``n = 1e6``.
 
 Evaluation: ``t = a + b + m = 1 + Bin(n - 1, (1 + beta) / q)`` has the same law in both worlds and the
 divergence given ``t`` is non-increasing in ``t`` (one more label from another user is post-processing),
-so ``t`` is cut into :data:`T_BLOCKS` blocks charged at their lowest ``t``. Given ``t``, ``S = a + b`` has
-the same law in both worlds; given ``(t, S)`` the likelihood ratio is linear in ``a`` and the divergence
-is two tails of ``Bin(S, 1/2)``. ``S`` is summed exactly over its mean +- 9.5 sd; the mass outside is
-added. Terms are cached by ``(n, p, beta, q)``.
+so ``t`` is cut into blocks charged at their lowest ``t``. Given ``t``, ``S = a + b`` has the same law in
+both worlds, and given ``(t, S)`` the pair is a binary one whose divergence grows with ``gamma = S c /
+(2 t - S c)`` and falls with ``S`` (:func:`_terms`): ``S`` is cut into blocks charged at their largest
+``gamma`` and smallest ``S``, each a closed form in two tails of ``Bin(S, 1/2)``. Blocks cut the counts'
+mean +- 9.5 sd at fixed points (:data:`BLOCK_RATIO`); the mass outside is added. The terms are cached by
+``(n, p, beta, q)``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ __all__ = [
     "binom_cdf",
     "binom_sf",
     "VARIATION_MECHANISMS",
-    "T_BLOCKS",
+    "BLOCK_RATIO",
+    "BLOCK_SQRT",
     "VariationParameters",
     "variation_parameters",
     "variation_delta",
@@ -51,10 +54,10 @@ __all__ = [
 
 #: mechanisms with their own ``(p, beta, q)``; ``general`` is any eps0-LDP randomizer
 VARIATION_MECHANISMS = ("general", "grr", "olh", "blh", "oue", "sue", "hr", "ss")
-#: the count of labelled reports is cut into at most this many blocks (each charged at its lowest count)
-T_BLOCKS = 32
-#: the labels that are A or B, within one block of counts, are cut into at most this many blocks
-S_BLOCKS = 48
+#: the counts of labels (all, and A or B) are cut into blocks at fixed points, relative spacing
+#: ``max(BLOCK_RATIO - 1, BLOCK_SQRT / sqrt(x))`` (:func:`_grid_points`)
+BLOCK_RATIO = 1.004
+BLOCK_SQRT = 0.25
 #: relative allowance on each evaluated term for the rounding of scipy's binomial tails and the sums
 ROUND_ALLOWANCE = 1e-11
 #: the epsilon search stops when the bracket is below ``ABS_TOL + REL_TOL * eps`` (reported from above)
@@ -147,16 +150,35 @@ def variation_parameters(mechanism: str, eps0: float, domain_size: int | None = 
     return VariationParameters(e, min(beta, math.tanh(eps0 / 2.0)), e)
 
 
-def _blocks(m: int, prob: float, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(lowest value, probability)`` of each block of ``Bin(m, prob)``: the body (mean +- 9.5 sd) cut at
-    ``mean + 9.5 sd sign(u) u^2`` (finer near the mean), one block from 0 below it, the last to ``m``."""
+@functools.lru_cache(maxsize=1)
+def _grid_points() -> np.ndarray:
+    """The fixed block grid: integers ``x_j`` up to ``1e12`` spaced by ``max(BLOCK_RATIO - 1,
+    BLOCK_SQRT / sqrt(x))`` relative (every integer at the bottom)."""
+    points, x = [], 1.0
+    while x < 1e12:
+        points.append(math.ceil(x))
+        x = max(x * (1.0 + max(BLOCK_RATIO - 1.0, BLOCK_SQRT / math.sqrt(x))), math.ceil(x) + 1.0)
+    return np.unique(np.asarray(points, dtype=np.int64))
+
+
+def _grid(lo: int, hi: int) -> np.ndarray:
+    """``lo`` and the points of the fixed grid (:func:`_grid_points`) in ``(lo, hi]``. The grid does not move
+    with the parameters, so the figure has no jumps from blocks re-cut by rounding as ``eps0`` changes
+    (the inverse bisects on ``eps0``)."""
+    points = _grid_points()
+    inside = points[np.searchsorted(points, lo, side="right"):np.searchsorted(points, hi, side="right")]
+    return np.concatenate([[lo], inside]).astype(np.int64)
+
+
+def _blocks(m: int, prob: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(lowest value, probability)`` of each block of ``Bin(m, prob)``: the body (mean +- 9.5 sd) cut on
+    :func:`_grid`, one block from 0 below it, the last to ``m``."""
     if m == 0 or prob <= 0.0:
         return np.zeros(1), np.ones(1)
     mean, sd = m * prob, math.sqrt(m * prob * max(1.0 - prob, 0.0))
     lo = max(0, int(math.floor(mean - 9.5 * sd - 10.0)))
     hi = min(m, max(lo, int(math.ceil(mean + 9.5 * sd + 10.0))))
-    u = np.linspace(-1.0, 1.0, count)
-    body = np.unique(np.clip(np.round(mean + 9.5 * sd * np.sign(u) * u**2), lo, hi).astype(np.int64))
+    body = _grid(lo, hi)
     starts = body if body[0] == 0 else np.concatenate([[0], body])
     below = binom_cdf(starts - 1, m, prob)
     return starts.astype(float), np.maximum(np.diff(np.concatenate([below, [1.0]])), 0.0)
@@ -167,16 +189,6 @@ class _Terms(NamedTuple):
     gamma: np.ndarray  # the cell's largest gamma
     size: np.ndarray  # the cell's smallest S (at least 1)
     outside: float  # mass of the S tails left out (added to every divergence)
-
-
-def _s_blocks(lo: int, hi: int, mean: float, sd: float) -> np.ndarray:
-    """Starts of the blocks of ``S`` in ``[lo, hi]``: every value when there are few, else
-    :data:`S_BLOCKS` cut finest near the mean."""
-    if hi - lo < S_BLOCKS:
-        return np.arange(lo, hi + 1)
-    u = np.linspace(-1.0, 1.0, S_BLOCKS)
-    cuts = np.round(mean + 9.5 * sd * np.sign(u) * u**2)
-    return np.unique(np.concatenate([[lo], np.clip(cuts, lo, hi)])).astype(np.int64)
 
 
 @functools.lru_cache(maxsize=128)
@@ -194,7 +206,7 @@ def _terms(n: int, p: float, beta: float, q: float) -> _Terms:
     c = 1.0 - 1.0 / p
     rho = min(1.0, (1.0 + beta) / q)  # another report is labelled A, B or M
     ab = min(1.0, 2.0 * alpha * p / (1.0 + beta))  # a label is A or B
-    starts, probs = _blocks(n - 1, rho, T_BLOCKS)
+    starts, probs = _blocks(n - 1, rho)
     weights, gammas, sizes, outside = [], [], [], 0.0
     for first, pb in zip(starts, probs):
         if pb <= 0.0:
@@ -208,7 +220,7 @@ def _terms(n: int, p: float, beta: float, q: float) -> _Terms:
         tail = (float(binom_cdf(lo - 1, t, ab)) if lo > 0 else 0.0) + \
             (float(binom_sf(hi, t, ab)) if hi < t else 0.0)
         outside += pb * (1.0 + beta) * tail
-        cut = _s_blocks(lo, hi, mean, sd)
+        cut = _grid(lo, hi)
         top = np.concatenate([cut[1:] - 1, [hi]]).astype(float)
         weights.append(pb * np.add.reduceat(mass, cut - lo))
         gammas.append(np.minimum(top * c / (2.0 * t - top * c), 1.0))
@@ -249,23 +261,37 @@ def variation_delta(eps: Sequence[float] | np.ndarray, n: int, params: Variation
 
 def solve_epsilon(delta_fn: Callable[[float], float], delta: float, hi: float) -> float:
     """Smallest ``eps`` in ``[0, hi]`` with ``delta_fn(eps) <= delta`` for a non-increasing ``delta_fn``,
-    from above (the returned ``eps`` satisfies it), to ``ABS_TOL + REL_TOL * eps``. Regula falsi on
-    ``log delta_fn`` with the Illinois step, falling back to bisection: a few evaluations."""
-    if delta_fn(0.0) <= delta:
-        return 0.0
-    lo, hi = 0.0, float(hi)
+    from above (the returned ``eps`` satisfies it), to ``ABS_TOL + REL_TOL * eps``: bisection on ``log eps``
+    down to a factor of 2, then regula falsi on ``log delta_fn`` with the Illinois step (about ten
+    evaluations)."""
+    hi = float(hi)
     f_hi = delta_fn(hi)
     if f_hi > delta:
         return hi
+    lo, f_lo = 0.0, math.inf
+    probe = hi
+    while probe > ABS_TOL and lo == 0.0:  # geometric search for a failing point below hi
+        probe *= 1e-2 if hi / probe < 1e4 else 1e-1
+        f = delta_fn(probe)
+        if f <= delta:
+            hi, f_hi = probe, f
+        else:
+            lo, f_lo = probe, f
+    if lo == 0.0:
+        return hi if delta_fn(0.0) > delta else 0.0
+    while hi / lo > 2.0:
+        mid = math.sqrt(lo * hi)
+        f = delta_fn(mid)
+        if f <= delta:
+            hi, f_hi = mid, f
+        else:
+            lo, f_lo = mid, f
     target = math.log(delta)
-    g_lo, g_hi = math.inf, math.log(max(f_hi, 1e-300)) - target  # g > 0 fails, g <= 0 meets
+    g_lo, g_hi = math.log(max(f_lo, 1e-300)) - target, math.log(max(f_hi, 1e-300)) - target
     side = 0
     while hi - lo > ABS_TOL + REL_TOL * hi:
-        if math.isfinite(g_lo) and g_lo > 0 > g_hi:
-            x = hi - g_hi * (hi - lo) / (g_hi - g_lo)
-            x = min(max(x, lo + 0.05 * (hi - lo)), hi - 0.05 * (hi - lo))
-        else:
-            x = 0.5 * (lo + hi)
+        x = hi - g_hi * (hi - lo) / (g_hi - g_lo) if g_lo > 0 > g_hi or g_lo > 0 >= g_hi else 0.5 * (lo + hi)
+        x = min(max(x, lo + 0.02 * (hi - lo)), hi - 0.02 * (hi - lo))
         f = delta_fn(x)
         g = math.log(max(f, 1e-300)) - target
         if f <= delta:
