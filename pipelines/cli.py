@@ -21,7 +21,9 @@ Flag names are shared across commands (underscores, never dashes)::
     --log_level LEVEL    DEBUG, INFO, WARNING or ERROR
 
 ``ldp-beam <command> [flags]`` (the console script installed with the package) runs the same commands as
-``python -m pipelines.<module> [flags]``; ``ldp-beam --help`` lists them.
+``python -m pipelines.<module> [flags]``; ``ldp-beam --help`` lists them. Each registered kind of task
+(``ldp.kinds``) is a command, named by its entry: its job module (:data:`KIND_MODULES`), else the generic
+job, :mod:`pipelines.job`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ from typing import Any, NoReturn
 
 __all__ = [
     "COMMANDS",
+    "GENERIC_JOB",
+    "KIND_MODULES",
+    "commands",
+    "kind_commands",
     "JobArgumentParser",
     "OUTPUT_MARKER",
     "add_input_flags",
@@ -64,23 +70,13 @@ _LOG = logging.getLogger(__name__)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
-#: ``ldp-beam`` commands: name -> (module whose ``run(argv)`` is the command, one-line summary).
+#: ``ldp-beam`` commands other than the kinds' jobs: name -> (module whose ``run(argv)`` is the command,
+#: one-line summary). Each registered kind adds its job's command (:func:`commands`).
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": (
         "pipelines.simulate",
         "simulate a population's LDP reports for any task (Avro files or Pub/Sub)",
     ),
-    "frequency": ("pipelines.frequency", "frequency estimation over reports (batch or streaming)"),
-    "range-queries": ("pipelines.range_queries", "multi-dimensional range queries over reports"),
-    "batch-queries": (
-        "pipelines.batch_queries",
-        "batch linear queries, Gaussian matrix mechanism (CENTRAL DP: a trusted aggregator, raw records)",
-    ),
-    "sparse-mean": (
-        "pipelines.sparse_mean",
-        "k-sparse vector mean estimation over reports (SVME and its baselines)",
-    ),
-    "numeric": ("pipelines.numeric", "the mean and quantiles of a bounded numeric attribute over reports"),
     "clients": (
         "pipelines.clients",
         "stateful simulated clients (secrets, memoized reports, budgets) reporting window after window",
@@ -106,6 +102,39 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "the HTTP collector: clients POST reports, checked ones become rolling Avro files a job reads",
     ),
 }
+
+#: The job modules of the built-in kinds, by kind name; any other registered kind's job is the generic one,
+#: ``pipelines.job`` (``python -m pipelines.job KIND``).
+KIND_MODULES: dict[str, str] = {
+    "frequency": "pipelines.frequency",
+    "range": "pipelines.range_queries",
+    "batch_queries": "pipelines.batch_queries",
+    "sparse": "pipelines.sparse_mean",
+    "numeric": "pipelines.numeric",
+}
+#: The module of a kind without a job module of its own: ``run([KIND, *flags])``.
+GENERIC_JOB = "pipelines.job"
+
+
+def kind_commands() -> dict[str, str]:
+    """Each registered kind's ``ldp-beam`` command (``ldp.kinds.Kind.command_name``) -> the kind's name."""
+    from ldp.kinds import KINDS
+
+    return {k.command_name: name for name, k in KINDS.items()}
+
+
+def commands() -> dict[str, tuple[str, str]]:
+    """Every ``ldp-beam`` command: ``simulate``, one per registered kind (its job module, or
+    :data:`GENERIC_JOB`; the summary is the kind's description), then the rest of :data:`COMMANDS`."""
+    from ldp.kinds import KINDS
+
+    kinds = {
+        command: (KIND_MODULES.get(name, GENERIC_JOB), KINDS[name].description or f"the {name} kind's job")
+        for command, name in kind_commands().items()
+    }
+    first = {"simulate": COMMANDS["simulate"]}
+    return {**first, **kinds, **{n: c for n, c in COMMANDS.items() if n not in first and n not in kinds}}
+
 
 #: Written into every output directory a job prepares; ``--overwrite`` only clears directories carrying it.
 OUTPUT_MARKER = ".ldp-beam-output.json"
@@ -679,14 +708,20 @@ def _prepare_remote_output(path: str, overwrite: bool, flag: str) -> str:
 
 
 def _usage() -> str:
-    width = max(len(n) for n in COMMANDS)
+    every = commands()
+    width = max(len(n) for n in every)
     lines = [
         "usage: ldp-beam <command> [flags]     (ldp-beam <command> --help for a command's flags)",
         "",
         "Local differential privacy analytics on Apache Beam. Commands:",
     ]
-    lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
-    lines += ["", "Each command is also `python -m <module>`: " + ", ".join(m for m, _ in COMMANDS.values())]
+    lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in every.items()]
+    modules = [m for m, _ in every.values() if m != GENERIC_JOB]
+    lines += ["", "Each command is also `python -m <module>`: " + ", ".join(modules)]
+    generic = [c for c, (m, _) in every.items() if m == GENERIC_JOB]
+    if generic:
+        lines.append(f"(the job of a kind without a module of its own: `python -m {GENERIC_JOB} KIND`: "
+                     + ", ".join(generic) + ")")
     return "\n".join(lines)
 
 
@@ -702,12 +737,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ldp-beam {__version__}")
         return 0
     name, rest = args[0], args[1:]
-    if name not in COMMANDS:
-        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+    every = commands()
+    if name not in every:
+        close = difflib.get_close_matches(name, list(every), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
         fail(f"unknown command {name!r}{hint} (ldp-beam --help lists them)", 2, "ldp-beam")
-    module = importlib.import_module(COMMANDS[name][0])
+    module = importlib.import_module(every[name][0])
     sys.argv = [f"ldp-beam {name}", *rest]
+    if every[name][0] == GENERIC_JOB:
+        rest = [kind_commands()[name], *rest]
     result = module.run(rest)
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 

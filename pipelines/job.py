@@ -70,6 +70,8 @@ __all__ = [
     "build_pipeline",
     "run_job",
     "kind_job",
+    "add_kind_options",
+    "run",
     "closed_window_counts",
     "windows_written",
 ]
@@ -841,25 +843,69 @@ def _start_metrics(ns: argparse.Namespace, job: Job, task: ParsedTask, agg: Aggr
 
 
 def _command_name(job: Job) -> str:
-    """The ``pipeline`` label: the command (``frequency``, ``range-queries``, ...) of the job's kind."""
-    return {"range": "range-queries", "batch_queries": "batch-queries", "sparse": "sparse-mean"}.get(
-        job.kind, job.kind
-    )
+    """The ``pipeline`` label: the ``ldp-beam`` command of the job's kind (``range-queries``, ...)."""
+    from ldp.kinds import KINDS
+
+    entry = KINDS.get(job.kind)
+    return entry.command_name if entry is not None else job.kind
 
 
-def kind_job(kind: str) -> tuple[Job, argparse.ArgumentParser]:
-    """The job and parser of a registered kind (``ldp.kinds``): the shared flags plus the kind's
-    ``job_flags``, its aggregator from ``make_job_aggregator(ns, task)``. ``run_job(*kind_job(k), argv)``
-    runs it."""
+#: argparse ``type`` of each :class:`ldp.kinds.JobOption` type (``bool`` is a switch).
+_OPTION_TYPES: dict[str, Callable[[str], Any]] = {"str": str, "int": int, "float": float, "path": str}
+
+
+def add_kind_options(parser: argparse.ArgumentParser, options: Sequence[Any]) -> None:
+    """A flag ``--<name>`` per job option a kind declares as data (``ldp.kinds.JobOption``)."""
+    for opt in options:
+        flag = f"--{opt.name}"
+        if opt.type == "bool":
+            parser.add_argument(flag, action="store_true", help=opt.help)
+            continue
+        extra: dict[str, Any] = {"choices": list(opt.choices)} if opt.choices else {}
+        parser.add_argument(flag, type=_OPTION_TYPES[opt.type], default=opt.default, required=opt.required,
+                            metavar="PATH" if opt.type == "path" else None, help=opt.help, **extra)
+
+
+def kind_job(kind: str, *, prog: str | None = None) -> tuple[Job, argparse.ArgumentParser]:
+    """The job and parser of a registered kind (``ldp.kinds``): the shared flags plus a flag per
+    ``job_options`` entry, its aggregator from ``make_job_aggregator(ns, task)``.
+    ``run_job(*kind_job(k), argv)`` runs it.
+
+    Raises:
+        ValueError: no such kind is registered (one line naming the registered ones).
+    """
     from ldp.kinds import get
     from pipelines.cli import job_parser
 
     entry = get(kind)
-    parser = job_parser(f"{entry.description or entry.name} over reports (batch or streaming)")
+    parser = job_parser(entry.description or f"the {entry.name} kind's aggregation over reports", prog=prog)
     add_job_flags(parser)
-    if entry.job_flags is not None:
-        entry.job_flags(parser)
+    add_kind_options(parser, entry.job_options)
     return Job(kind=entry.name, make_aggregator=entry.make_job_aggregator), parser
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, object]:
+    """The aggregation job of any registered kind: ``python -m pipelines.job KIND [flags]`` (and the
+    ``ldp-beam`` command of a kind without a job module of its own). Returns the job's summary."""
+    from ldp.kinds import KINDS
+    from pipelines.cli import job_parser
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    under_cli = bool(sys.argv) and sys.argv[0].startswith("ldp-beam")
+    if args and args[0] in ("-h", "--help"):
+        usage = job_parser("The aggregation job of a registered kind of task: KIND [the kind's flags]",
+                           beam_options=False)
+        usage.add_argument("kind", choices=list(KINDS), help="the kind of task (KIND --help: its flags)")
+        usage.parse_args(["--help"])
+    prog = "python -m pipelines.job"
+    if not args or args[0].startswith("-"):
+        fail(f"give the kind of task first ({', '.join(KINDS)}), then its flags (see {prog} --help)", 2, prog)
+    kind, rest = args[0], args[1:]
+    try:
+        job, parser = kind_job(kind, prog=None if under_cli else f"{prog} {kind}")
+    except ValueError as exc:
+        fail(str(exc), 2, prog)
+    return run_job(job, parser, rest)
 
 
 def accepted_nothing(counts: dict, *, streaming: bool, allow_empty: bool = False) -> str | None:
@@ -977,3 +1023,7 @@ def _print_summary(
         shown = ", ".join(window_label(s, e) for s, e in windows[:3])
         more = f", ... ({len(windows) - 3} more)" if len(windows) > 3 else ""
         print(f"{name}: {len(windows)} window(s), {len(panes)} pane(s): {shown}{more}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    run()

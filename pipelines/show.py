@@ -15,9 +15,11 @@ and its ``> 0`` flags follow a stated multiple-comparison rule (``--flag_rule``,
 the other tables show the row's own interval (``ci_low``, ``ci_high``).
 
 What is kind-specific (which fields make a row of the kind, its tables and their columns) is the kind's
-``show`` piece in its registry entry (:class:`ShowSpec`, ``ldp.kinds.Kind.show``; the built-in ones are in
-:mod:`pipelines.show_kinds`); this module loads, selects windows and panes, sums counts and escapes text
-for every kind. It never imports Apache Beam (the registry imports the task model, hence numpy, when the
+show piece, a :class:`ShowSpec` registered here by kind name (:func:`register_show`; the built-in kinds'
+are :mod:`pipelines.show_kinds`). A registered kind (``ldp.kinds``) without one is printed generically:
+per window, the latest pane's rows, each as a table of its fields in its row class's order
+(:func:`generic_spec`). This module loads, selects windows and panes, sums counts and escapes text for
+every kind. It never imports Apache Beam (the registry imports the task model, hence numpy, when the
 rows are read; ``--help`` imports neither). Every string taken from
 the files (labels, attribute names, task ids) is printed with control and format characters escaped, so
 a label cannot move the cursor or change the terminal's colours. Errors (not a job's output directory, no
@@ -51,6 +53,9 @@ __all__ = [
     "safe_text",
     "show_spec",
     "show_specs",
+    "generic_spec",
+    "register_show",
+    "unregister_show",
 ]
 
 #: Result files of every job, by the prefix of its output rows (``OutputSpec.prefix``, subdir ``""``).
@@ -141,8 +146,8 @@ _COMMON: dict[str, tuple[type, ...]] = {"pane_index": (int,), "pane_timing": (st
 
 @dataclasses.dataclass(frozen=True)
 class ShowSpec:
-    """How ``show`` reads and prints the result rows of one kind: the kind's ``show`` piece in its
-    registry entry (``ldp.kinds.Kind.show``; the built-in ones are in :mod:`pipelines.show_kinds`).
+    """How ``show`` reads and prints the result rows of one kind: the kind's show piece, registered by its
+    name (:func:`register_show`; the built-in ones are in :mod:`pipelines.show_kinds`).
 
     Attributes:
         fields: fields every row of the kind must have, with their JSON types (``type(None)`` where the
@@ -168,29 +173,42 @@ class ShowSpec:
     options: frozenset[str] = frozenset()
 
 
-def show_specs() -> dict[str, ShowSpec | None]:
-    """Each registered kind's :class:`ShowSpec`, in registration order: the built-in kinds' from
-    :data:`pipelines.show_kinds.BUILT_IN`, another kind's from its registry entry (``Kind.show``, a ref;
-    None: the kind declares none)."""
-    from ldp import kinds
-    from pipelines.show_kinds import BUILT_IN
+#: The show pieces registered by kind name (:func:`register_show`); a registered kind without one is
+#: printed by :func:`generic_spec`.
+SHOW_SPECS: dict[str, ShowSpec] = {}
 
-    return {
-        name: BUILT_IN[name] if name in BUILT_IN else None if k.show is None else kinds.resolve_ref(k.show)
-        for name, k in kinds.KINDS.items()
-    }
+
+def register_show(kind: str, spec: ShowSpec, *, replace: bool = False) -> None:
+    """Registers the richer printer of kind ``kind`` (ValueError: one is registered and not ``replace``)."""
+    if kind in SHOW_SPECS and not replace and SHOW_SPECS[kind] is not spec:
+        raise ValueError(f"a show piece for the {kind!r} kind is registered")
+    SHOW_SPECS[kind] = spec
+
+
+def unregister_show(kind: str) -> None:
+    """Removes the show piece of ``kind`` (its rows are then printed generically)."""
+    SHOW_SPECS.pop(kind, None)
+
+
+def show_specs() -> dict[str, ShowSpec]:
+    """Each registered kind's :class:`ShowSpec`, in registration order: its registered show piece, else
+    :func:`generic_spec`."""
+    from ldp import kinds
+    from pipelines import show_kinds  # noqa: F401  (registers the built-in kinds' pieces)
+
+    return {name: SHOW_SPECS.get(name) or generic_spec(k) for name, k in kinds.KINDS.items()}
 
 
 def show_spec(kind: str) -> ShowSpec:
     """The :class:`ShowSpec` of the registered kind ``kind``. Raises :class:`ShowError` (one line) when the
-    kind is not registered or declares none."""
+    kind is not registered."""
     spec = show_specs().get(kind)
     if spec is None:
-        raise ShowError(f"no show piece (ldp.kinds.Kind.show) for results of a {safe_text(kind)} task")
+        raise ShowError(f"results of a {safe_text(kind)} task, a kind that is not registered (ldp.kinds)")
     return spec
 
 
-def _kind_of(row: dict[str, Any], specs: Mapping[str, ShowSpec | None]) -> str:
+def _kind_of(row: dict[str, Any], specs: Mapping[str, ShowSpec]) -> str:
     """The kind of a row: the kind (among ``specs``, in order) whose rows have the ``row_schema`` the row
     names; a row written before that field, the first kind whose show piece recognises its fields."""
     from ldp import kinds
@@ -198,21 +216,20 @@ def _kind_of(row: dict[str, Any], specs: Mapping[str, ShowSpec | None]) -> str:
     named = row.get("row_schema")
     if isinstance(named, str):
         for name in specs:
-            if specs[name] is not None and any(rk.schema == named for rk in kinds.get(name).rows):
+            if any(rk.schema == named for rk in kinds.get(name).rows):
                 return name
         raise KeyError(f"no registered kind shows rows of schema {safe_text(named)}")
     for name, spec in specs.items():
-        if spec is not None and spec.matches(row):
+        if spec.matches(row):
             return name
     raise KeyError("none of the fields of an estimate or answer row (frequencies, mean, query)")
 
 
-def _check_row(row: Any, kind: str | None, specs: Mapping[str, ShowSpec | None]) -> str:
+def _check_row(row: Any, kind: str | None, specs: Mapping[str, ShowSpec]) -> str:
     if not isinstance(row, dict):
         raise KeyError(f"a JSON {type(row).__name__}, not an object")
     this = _kind_of(row, specs)
     spec = specs[this]
-    assert spec is not None
     for name, types in {**_COMMON, **spec.fields}.items():
         if name not in row:
             raise KeyError(f"no {name!r} field")
@@ -239,18 +256,13 @@ def _summary_kind(out: str) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _row_specs(out: str) -> dict[str, ShowSpec | None]:
+def _row_specs(out: str) -> dict[str, ShowSpec]:
     """The kinds a row of ``out`` is matched against, in order: the kind ``OUT/counts.json`` names first
-    (when registered; :class:`ShowError` when it declares no show piece), then every registered kind."""
+    (when registered), then every registered kind."""
     specs = show_specs()
     named = _summary_kind(out)
     if named is None or named not in specs:
         return specs
-    if specs[named] is None:
-        raise ShowError(
-            f"'{safe_text(out)}' holds results of a {safe_text(named)} task, whose kind declares no show "
-            "piece (ldp.kinds.Kind.show): ldp-beam show cannot print them"
-        )
     return {named: specs[named], **specs}
 
 
@@ -565,6 +577,89 @@ def collect(
         "windows": windows,
         "counts": counts,
     }
+
+
+# ------------------------------------------------------------------------------------------ any other kind
+
+
+#: Fields a row is told apart by within a window (the generic view shows the latest pane per value of the
+#: first one every row has).
+_ROW_KEYS = ("group", "attribute_index", "query_index", "attribute")
+
+
+def _row_fields(kind: Any) -> list[str]:
+    """The fields of a kind's row classes beyond the pane header, in declaration order."""
+    from ldp.rows import PANE_HEADER
+
+    names: list[str] = []
+    for rk in kind.rows:
+        for name in getattr(rk.row_class, "_fields", ()):
+            if name not in names and name not in PANE_HEADER:
+                names.append(name)
+    return names
+
+
+def _cell_text(value: object, top: int) -> str:
+    """A field's value as one safe cell: numbers to six digits, the first ``top`` entries of a list."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if number(value) is not None:
+        return fmt(number(value))
+    if isinstance(value, list):
+        more = f", \u2026 ({len(value):,} in all)" if len(value) > top else ""
+        return "[" + ", ".join(_cell_text(v, top) for v in value[:top]) + more + "]"
+    if isinstance(value, dict):
+        return safe_text(json.dumps(value, ensure_ascii=False, allow_nan=False), MAX_CELL_CHARS)
+    return safe_text(value, MAX_CELL_CHARS)
+
+
+def _generic_table(row: dict[str, Any], fields: Sequence[str], batch: bool, top: int) -> dict[str, Any]:
+    from ldp.rows import PANE_HEADER
+
+    names = [f for f in fields if f in row] + [f for f in row if f not in fields and f not in PANE_HEADER]
+    group, n = row.get("group"), row.get("n_reports")
+    return {
+        "group": group if isinstance(group, int) and not isinstance(group, bool) else None,
+        **pane_of(row, batch),
+        "n_reports": n if isinstance(n, int) and not isinstance(n, bool) else None,
+        "about": {"mechanism": row.get("mechanism")},
+        "shown": len(names) - ("n_reports" in names),
+        "of": len(names) - ("n_reports" in names),
+        "list_items": top,
+        "rows": [{"field": name, "value": row[name]} for name in names if name != "n_reports"],
+    }
+
+
+def _generic_text(t: dict[str, Any]) -> TableText:
+    top = t["list_items"]
+    cells = [[safe_text(e["field"], MAX_CELL_CHARS), _cell_text(e["value"], top)] for e in t["rows"]]
+    return ["field", "value"], cells, [False, False], "the row's fields (lists: the first --top entries)"
+
+
+def generic_spec(kind: Any) -> ShowSpec:
+    """How ``show`` prints the rows of a registered kind (``ldp.kinds.Kind``) without a show piece of its
+    own: per window, the latest pane's row of each group (attribute, query), every field of it in its row
+    class's order. A row written without ``row_schema`` is taken as the kind's when it has every field of
+    the kind's row classes."""
+    fields = _row_fields(kind)
+
+    def matches(row: dict[str, Any]) -> bool:
+        return bool(fields) and all(f in row for f in fields)
+
+    def tables(rows: Sequence[dict[str, Any]], top: int, batch: bool) -> list[dict[str, Any]]:
+        key = next((k for k in _ROW_KEYS if all(isinstance(r.get(k), (int, str)) for r in rows)), None)
+        if key is not None:
+            chosen = list(latest_panes(rows, key).values())
+        else:
+            last = max((bool(r.get("is_last_pane")), r["pane_index"]) for r in rows)
+            chosen = [r for r in rows if (bool(r.get("is_last_pane")), r["pane_index"]) == last]
+        return [_generic_table(r, fields, batch, top) for r in chosen]
+
+    return ShowSpec(fields={}, matches=matches, tables=tables, text=_generic_text)
 
 
 # ------------------------------------------------------------------------------------------ rendering

@@ -1,8 +1,9 @@
 """How ``ldp-beam show`` (:mod:`pipelines.show`) reads and prints the result rows of each built-in kind.
 
-Each constant is a :class:`pipelines.show.ShowSpec`, found by its kind's name in :data:`BUILT_IN` (a kind
-registered outside the project names its own in ``ldp.kinds.Kind.show``): the fields a row must have,
-how to recognise a row by its fields, the tables of one window, and the lines of one table. Stdlib only,
+Each constant is a :class:`pipelines.show.ShowSpec`, registered by its kind's name
+(:func:`pipelines.show.register_show`, from :data:`BUILT_IN` when this module is imported; a kind
+without one is printed generically): the fields a row must have, how to recognise a row by its fields,
+the tables of one window, and the lines of one table. Stdlib only,
 like the command, but for the frequency top-K, whose simultaneous intervals and flags come from
 :mod:`ldp.selection` (numpy, imported when a frequency row is shown).
 """
@@ -23,6 +24,7 @@ from pipelines.show import (
     number_at,
     pane_of,
     query_text,
+    register_show,
     safe_text,
     top_indices,
 )
@@ -328,3 +330,6 @@ BUILT_IN: dict[str, ShowSpec] = {
     "sparse": SPARSE,
     "numeric": NUMERIC,
 }
+
+for _name, _spec in BUILT_IN.items():
+    register_show(_name, _spec)

@@ -183,7 +183,7 @@ def test_setup_logging_output(capsys):
 
 
 def test_every_command_module_has_run():
-    for name, (module, summary) in cli.COMMANDS.items():
+    for name, (module, summary) in cli.commands().items():
         assert callable(importlib.import_module(module).run), name
         assert summary
 
@@ -191,7 +191,7 @@ def test_every_command_module_has_run():
 def test_main_dispatch_in_process(capsys):
     assert cli.main(["--help"]) == 0
     text = capsys.readouterr().out
-    assert all(name in text for name in cli.COMMANDS)
+    assert all(name in text for name in cli.commands())
     assert cli.main(["--version"]) == 0 and capsys.readouterr().out.strip() == f"ldp-beam {ldp.__version__}"
     with pytest.raises(SystemExit, match="2"):
         cli.main(["simulat"])
@@ -211,8 +211,8 @@ def _ldp_beam() -> str:
 @pytest.mark.integration
 def test_entry_point_lists_and_runs_commands_subprocess(run_cli, tmp_path, range_task_file):
     out = run_cli(_ldp_beam(), "--help")
-    assert out.returncode == 0 and all(name in out.stdout for name in cli.COMMANDS), out
-    for name in cli.COMMANDS:
+    assert out.returncode == 0 and all(name in out.stdout for name in cli.commands()), out
+    for name in cli.commands():
         sub = run_cli(_ldp_beam(), name, "--help")
         assert sub.returncode == 0 and f"usage: ldp-beam {name}" in sub.stdout, (name, sub.stderr)
         assert sub.stderr == "", (name, sub.stderr)  # no import-time warnings, nothing else
@@ -228,7 +228,7 @@ def test_entry_point_lists_and_runs_commands_subprocess(run_cli, tmp_path, range
 
 @pytest.mark.integration
 def test_python_m_modules_subprocess(run_cli):
-    for module in [m for m, _ in cli.COMMANDS.values()] + ["pipelines.simulate_range", "bench.table",
+    for module in [m for m, _ in cli.commands().values()] + ["pipelines.simulate_range", "bench.table",
                                                           "bench.pipeline", "experiments.consistency"]:
         out = run_cli("--help", module=module)
         assert out.returncode == 0 and f"usage: python -m {module}" in out.stdout, (module, out.stderr)

@@ -22,7 +22,7 @@ from pipelines import cli
 #: Modules a command that runs no pipeline (and any command's --help) must not import.
 BEAM = "apache_beam"
 
-MODULES = sorted({m for m, _ in cli.COMMANDS.values()} | {"pipelines.simulate_range"})
+MODULES = sorted({m for m, _ in cli.commands().values()} | {"pipelines.simulate_range"})
 
 
 def _ldp_beam() -> str:
@@ -53,7 +53,7 @@ def _no_beam(imported: set[str]) -> None:
     assert not beam, f"imported {len(beam)} Beam module(s), e.g. {beam[:3]}"
 
 
-@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+@pytest.mark.parametrize("name", sorted(cli.commands()))
 @pytest.mark.integration
 def test_ldp_beam_help_imports_no_beam_subprocess(run_cli, name):
     out, imported = _run_profiled(run_cli, _ldp_beam(), name, "--help")

@@ -144,9 +144,9 @@ def test_csv_data_defines_its_users_in_the_simulator(tmp_path):
 
 
 def test_the_command_and_module_are_registered():
-    from pipelines.cli import COMMANDS
+    from pipelines.cli import commands
     from pipelines.numeric import parser
 
-    assert COMMANDS["numeric"][0] == "pipelines.numeric"
+    assert commands()["numeric"][0] == "pipelines.numeric"
     flags = parser().parse_known_args(["--task", "t.json", "--input", "x", "--output", "o"])[0]
     assert flags.task == "t.json"

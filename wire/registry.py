@@ -13,25 +13,18 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ldp.longitudinal.memo import MEMO_MECHANISMS
-from ldp.numeric.mechanisms import MECHANISMS as NUMERIC_MECHANISMS
-from ldp.numeric.memo import MEMO_NAME, MemoizedOneBitMean
-from ldp.oracles import MECHANISMS as FREQUENCY_MECHANISMS
+from ldp import kinds
 from ldp.payload import WireSpec, declared_wire
-from ldp.rangequery.registry import METHODS, load_method
-from ldp.sparse.mechanisms import SPARSE_MECHANISM_CLASSES
 
-__all__ = ["Registered", "KIND_REGISTRIES", "registries", "registered_mechanisms", "byte_mechanisms",
+__all__ = ["Registered", "kind_registries", "registries", "registered_mechanisms", "byte_mechanisms",
            "client_mechanisms", "kind_inputs", "wire_problems"]
 
-#: kind of task -> the registries of the mechanisms its tasks name (frequency tasks: the oracles and the
-#: memoized oracles); a kind absent here sends no device reports
-KIND_REGISTRIES: dict[str, tuple[str, ...]] = {
-    "frequency": ("frequency", "memo"),
-    "range": ("range",),
-    "sparse": ("sparse",),
-    "numeric": ("numeric",),
-}
+
+def kind_registries() -> dict[str, tuple[str, ...]]:
+    """Kind of task -> the names of the registries of the mechanisms its tasks name, from each registered
+    kind's ``mechanism_registries`` (frequency tasks: the oracles and the memoized oracles); a kind without
+    device reports has none."""
+    return {name: tuple(k.mechanism_registries) for name, k in kinds.KINDS.items() if k.mechanism_registries}
 
 
 class Registered(NamedTuple):
@@ -43,22 +36,23 @@ class Registered(NamedTuple):
     wire: WireSpec | None
 
 
-def _registry(name: str) -> Mapping[str, type]:
-    if name == "frequency":
-        return FREQUENCY_MECHANISMS
-    if name == "memo":
-        return MEMO_MECHANISMS
-    if name == "numeric":
-        return {**NUMERIC_MECHANISMS, MEMO_NAME: MemoizedOneBitMean}
-    if name == "sparse":
-        return SPARSE_MECHANISM_CLASSES
-    return {method: load_method(method) for method in METHODS}  # range methods, imported on demand
+def registries(names: tuple[str, ...] | None = None) -> dict[str, Mapping[str, type]]:
+    """Registry name -> its ``{mechanism name: class}``, over every registered kind's
+    ``mechanism_registries`` in registration order (``names``: only those, in that order).
 
-
-def registries(names: tuple[str, ...] = ("frequency", "memo", "numeric", "sparse", "range")
-               ) -> dict[str, Mapping[str, type]]:
-    """Registry name -> its ``{mechanism name: class}``."""
-    return {name: _registry(name) for name in names}
+    Raises:
+        ValueError: a name no registered kind declares.
+    """
+    found: dict[str, Mapping[str, type]] = {}
+    for kind in kinds.KINDS.values():
+        for name, mapping in kinds.mechanism_registries(kind).items():
+            found.setdefault(name, mapping)
+    if names is None:
+        return found
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        raise ValueError(f"no registered kind declares the mechanism registry {unknown[0]!r}")
+    return {name: found[name] for name in names}
 
 
 def kind_inputs(kind: str) -> str | None:
@@ -69,7 +63,7 @@ def kind_inputs(kind: str) -> str | None:
         ValueError: the kind's mechanisms declare different inputs.
     """
     found = set()
-    for mechanisms in registries(KIND_REGISTRIES.get(kind, ())).values():
+    for mechanisms in registries(kind_registries().get(kind, ())).values():
         for cls in mechanisms.values():
             spec = declared_wire(cls)
             if spec is not None:

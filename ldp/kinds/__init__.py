@@ -5,10 +5,14 @@ A :class:`Kind` names, for one kind of task,
 * ``task``: its section of the task model (:class:`ldp.task.TaskKind`: keys, mechanism names, field
   declarations for the JSON Schema, section checker);
 * ``aggregator``: ``(task, **job) -> Aggregator`` (:mod:`ldp.aggregate`), and for the shared aggregation
-  job ``job_flags(parser)`` (its extra flags) and ``job_aggregator(ns, task)``;
-* ``rows``: one :class:`RowKind` per result row type: its class, Avro schema, store output and store
-  flattener (``(rows, max_items, labels) -> [FlatPane]``, :mod:`ldp.rows`), or why it is not
-  stored;
+  job its ``command`` name, its extra options as data (``job_options``, :class:`JobOption`: name, type,
+  default, help; the command line turns them into flags) and ``job_aggregator(options, task)``;
+* ``rows``: one :class:`RowKind` per result row type: its class, Avro schema (a file of ``schemas/`` or
+  the schema itself, ``avro``), store output and store flattener (``(rows, max_items, labels) ->
+  [FlatPane]``, :mod:`ldp.rows`), or why it is not stored;
+* ``mechanism_registries``: registry name -> ``{mechanism name: class}`` (or a :func:`ref` to the mapping,
+  or to a function returning it): the mechanisms its devices encode, whose wire specs :mod:`wire.registry`
+  walks (empty: no device reports);
 * the simulator's pieces: ``population(task, users, dataset, seed_sequence, *,
   batch_size, assignment)``, ``default_dataset``, ``datasets`` (help text), ``assignments``,
   ``users_from_dataset`` and ``bad_template(task)`` (valid reports of one group, for the bad-record
@@ -22,11 +26,13 @@ A :class:`Kind` names, for one kind of task,
   ``--demo_page``);
 * ``example`` (a small valid task) and ``example_aggregator(task)`` (an aggregator of it, for kinds whose
   aggregator needs a job's inputs such as queries or a workload; tests run every kind through it);
-* ``show``: how ``ldp-beam show`` reads and prints the rows of a kind registered outside the project (a
-  :func:`ref` to the command line's show piece); the built-in kinds' pieces belong to the command line,
-  which finds them by kind name: nothing here names a module above ``ldp``;
 * ``central_privacy(task, windows)``: the central-DP figures ``ldp-beam privacy`` prints for a kind without
   ``ldp_reports`` (``central_epsilon``, ``central_delta``, ``central_epsilon_composed``, ``method``).
+
+Nothing here names a module above ``ldp``: the command line (``pipelines``) finds its own pieces for a
+kind (a job module, a richer ``ldp-beam show`` printer) by the kind's name, and prints any other kind's
+rows from their fields. ``python -m ldp.kinds --table`` prints the table of registered kinds that
+``docs/architecture.md`` carries.
 
 Pieces are callables; :func:`ref` names one as ``"module:attribute"`` and imports it on first call, so
 registering a kind imports only its task section, and nothing here imports Beam. Each built-in kind is a
@@ -44,9 +50,10 @@ on the ``row_schema`` it names, else on the schema of the file it was read from 
 
 from __future__ import annotations
 
-import argparse
+import copy
 import dataclasses
 import importlib
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -54,6 +61,7 @@ from ldp.rows import DEFAULT_MAX_ITEMS, FlatPane, row_schema_of
 from ldp.task.fields import TASK_KINDS, TaskKind
 
 __all__ = [
+    "JobOption",
     "Kind",
     "RowKind",
     "KINDS",
@@ -69,6 +77,9 @@ __all__ = [
     "shuffle_allowed",
     "flatten_rows",
     "row_output",
+    "mechanism_registries",
+    "declared_avro",
+    "kinds_table",
 ]
 
 
@@ -124,6 +135,8 @@ class RowKind:
         store_output: the store's ``output`` of its numbers; None: not stored (``not_stored`` says why).
         flatten: ``(rows, max_items, labels) -> [FlatPane]``, the rows of one pane of this type.
         not_stored: why the rows are not stored (required when ``store_output`` is None).
+        avro: the Avro schema itself (a dict, or a :func:`ref` to one) for a kind that ships it in its own
+            package; None: ``schemas/<schema>.avsc``.
 
     Rows name their type in the pane header's ``row_schema`` (``schema``): :func:`row_kind` dispatches on
     it for a row of another class (a record read from a file, a test's row).
@@ -134,10 +147,37 @@ class RowKind:
     store_output: str | None
     flatten: Callable[[Sequence[Any], int, Sequence[str] | None], list[Any]] | None = None
     not_stored: str = ""
+    avro: Any = None
 
     @property
     def row_class(self) -> type:
         return _resolve(self.row)
+
+
+#: :attr:`JobOption.type` names and what a flag's text becomes.
+OPTION_TYPES = ("str", "int", "float", "bool", "path")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOption:
+    """One extra option of a kind's aggregation job, declared as data (the command line makes it a flag
+    ``--<name>``; the job's aggregator reads it as ``options.<name>``).
+
+    Attributes:
+        name: the option's name (lowercase, digits and underscores: the flag is ``--<name>``).
+        type: one of :data:`OPTION_TYPES` (``bool``: an off-by-default switch; ``path``: a file name).
+        default: its value when not given (None: unset).
+        help: one sentence on what it does.
+        required: the job refuses to run without it.
+        choices: the values it may take (empty: any of its type).
+    """
+
+    name: str
+    type: str = "str"
+    default: Any = None
+    help: str = ""
+    required: bool = False
+    choices: tuple[Any, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,14 +188,18 @@ class Kind:
     task: TaskKind
     aggregator: Callable[..., Any]
     rows: tuple[RowKind, ...]
+    #: its ``ldp-beam`` command (None: the name, underscores as hyphens)
+    command: str | None = None
     population: Callable[..., Any] | None = None
     default_dataset: str | None = None
     datasets: str = ""
     assignments: tuple[str, ...] = ("random",)
     users_from_dataset: tuple[str, ...] = ()
     bad_template: Callable[[Any], tuple[Any, int, Callable[..., Any]]] | None = None
-    job_flags: Callable[[argparse.ArgumentParser], None] | None = None
-    job_aggregator: Callable[[argparse.Namespace, Any], Any] | None = None
+    #: the extra options of its aggregation job, beyond the shared ones
+    job_options: tuple[JobOption, ...] = ()
+    #: ``(options, task) -> Aggregator`` for the job (``options.<name>`` per :attr:`job_options`)
+    job_aggregator: Callable[[Any, Any], Any] | None = None
     description: str = ""
     #: a small valid task of the kind (tests probe the task model around it)
     example: Mapping[str, object] | None = None
@@ -167,8 +211,9 @@ class Kind:
     shuffle_allowed: bool = False
     #: the TypeScript client (``clients/typescript``) encodes reports of this kind
     typescript_client: bool = False
-    #: how ``ldp-beam show`` prints its rows: a :func:`ref` to the command line's show piece (None: it cannot)
-    show: Any = None
+    #: registry name -> ``{mechanism name: class}`` its devices encode (a mapping, or a :func:`ref` to one or
+    #: to a function returning one; :mod:`wire.registry`)
+    mechanism_registries: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     #: ``(task, windows) -> figures``: the central-DP accounting of ``ldp-beam privacy`` (kinds without
     #: ``ldp_reports``)
     central_privacy: Callable[[Any, int], Mapping[str, Any]] | None = None
@@ -183,11 +228,16 @@ class Kind:
             return self.example_aggregator(task)
         return self.aggregator(task)
 
-    def make_job_aggregator(self, ns: argparse.Namespace, task: Any) -> Any:
-        """The aggregator of the shared job: ``job_aggregator(ns, task)``, else ``aggregator(task)``."""
+    def make_job_aggregator(self, options: Any, task: Any) -> Any:
+        """The aggregator of the shared job: ``job_aggregator(options, task)``, else ``aggregator(task)``."""
         if self.job_aggregator is not None:
-            return self.job_aggregator(ns, task)
+            return self.job_aggregator(options, task)
         return self.aggregator(task)
+
+    @property
+    def command_name(self) -> str:
+        """Its ``ldp-beam`` command: :attr:`command`, else the name with hyphens for underscores."""
+        return self.command or self.name.replace("_", "-")
 
 
 #: The registered kinds by name, in registration order.
@@ -226,14 +276,43 @@ def _problems(kind: Kind, replace: bool) -> list[str]:
         out.append("its task section takes 'anonymity' but the kind does not declare shuffle_allowed")
     if kind.typescript_client and not kind.ldp_reports:
         out.append("typescript_client needs ldp_reports (the client sends randomized reports)")
-    for name in (
-        "population", "bad_template", "job_flags", "job_aggregator", "example_aggregator", "central_privacy"
-    ):
+    out += _entry_problems(kind)
+    for name in ("population", "bad_template", "job_aggregator", "example_aggregator", "central_privacy"):
         v = getattr(kind, name)
         if v is not None and not callable(v):
             out.append(f"{name} must be callable")
     if kind.population is not None and not kind.default_dataset:
         out.append("a population needs a default_dataset")
+    return out
+
+
+_COMMAND_RE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
+_OPTION_RE = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _entry_problems(kind: Kind) -> list[str]:
+    """What is wrong with an entry's command, job options and mechanism registries."""
+    out: list[str] = []
+    command = kind.command_name
+    if not _COMMAND_RE.fullmatch(command):
+        out.append(f"command {command!r} is not lowercase words joined by hyphens")
+    taken = next((k.name for k in KINDS.values() if k.name != kind.name and k.command_name == command), None)
+    if taken is not None:
+        out.append(f"command {command!r} is the {taken} kind's")
+    seen: set[str] = set()
+    for opt in kind.job_options:
+        if not isinstance(opt, JobOption):
+            out.append(f"job option {opt!r} must be an ldp.kinds.JobOption")
+            continue
+        if not _OPTION_RE.fullmatch(opt.name) or opt.name in seen:
+            out.append(f"job option {opt.name!r}: a name of lowercase letters, digits and '_', used once")
+        seen.add(opt.name)
+        if opt.type not in OPTION_TYPES:
+            out.append(f"job option {opt.name!r}: type {opt.type!r} is not one of {', '.join(OPTION_TYPES)}")
+        if not opt.help:
+            out.append(f"job option {opt.name!r} has no help")
+    if kind.mechanism_registries and not kind.ldp_reports:
+        out.append("mechanism_registries needs ldp_reports (a central-DP kind's devices encode nothing)")
     return out
 
 
@@ -359,6 +438,25 @@ def flatten_rows(
     return panes
 
 
+def mechanism_registries(kind: Kind) -> dict[str, Mapping[str, type]]:
+    """The kind's mechanism registries, each resolved: registry name -> ``{mechanism name: class}``."""
+    out: dict[str, Mapping[str, type]] = {}
+    for name, piece in kind.mechanism_registries.items():
+        found = _resolve(piece)
+        out[name] = found() if callable(found) and not isinstance(found, Mapping) else found
+    return out
+
+
+def declared_avro(schema: str) -> dict[str, Any] | None:
+    """The Avro schema a registered kind ships with its rows of schema name ``schema`` (:attr:`RowKind.avro`),
+    as a fresh dict; None when no registered kind ships one (the schema is a file of ``schemas/``)."""
+    for rk in row_kinds():
+        if rk.schema == schema and rk.avro is not None:
+            found = _resolve(rk.avro)
+            return copy.deepcopy(dict(found() if callable(found) else found))
+    return None
+
+
 def row_output(row: Any) -> str | None:
     """The store output of a result row (None: its kind declares it is not stored, as range models).
 
@@ -366,6 +464,35 @@ def row_output(row: Any) -> str | None:
         ValueError: no registered kind has this row type (``ldp.kinds``): its rows would be lost.
     """
     return row_kind(row).store_output
+
+
+def _package(kind: Kind) -> str:
+    """The package a kind's task section comes from (``ldp.kinds.numeric`` for ``...numeric.task``)."""
+    module = getattr(kind.task.build, "__module__", None) or "?"
+    head, _, last = module.rpartition(".")
+    return head if head and last in ("task", "tasks") else module
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def kinds_table() -> str:
+    """The registered kinds as a Markdown table (``python -m ldp.kinds --table``; ``docs/architecture.md``
+    carries it between ``<!-- kinds-table -->`` markers, and a test keeps the two equal)."""
+    lines = [
+        "| kind | package | `ldp-beam` command | mechanisms | rows (Avro schema: store output) | reports |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind in KINDS.values():
+        rows = ", ".join(f"`{rk.schema}`: {rk.store_output or 'not stored'}" for rk in kind.rows)
+        reports = "local DP" + (", shuffled" if kind.shuffle_allowed else "") if kind.ldp_reports else (
+            "none (central DP)"
+        )
+        cells = [f"`{kind.name}`", f"`{_package(kind)}`", f"`{kind.command_name}`",
+                 ", ".join(kind.task.mechanisms()), rows, reports]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------------------

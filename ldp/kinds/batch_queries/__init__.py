@@ -56,7 +56,9 @@ KIND = Kind(
     default_dataset="gaussian",
     datasets="gaussian[:RHO], laplace[:RHO], uniform, csv:PATH",
     bad_template=ref(_HERE + "population:batch_template"),
-    description="batch linear queries (CENTRAL DP: raw records at a trusted aggregator)",
+    command="batch-queries",
+    description="batch linear queries, Gaussian matrix mechanism (CENTRAL DP: a trusted aggregator, raw "
+    "records)",
     ldp_reports=False,
     central_privacy=_central_privacy,
     example_aggregator=_example_aggregator,

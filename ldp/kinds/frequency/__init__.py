@@ -29,7 +29,11 @@ KIND = Kind(
     default_dataset="zipf",
     datasets="zipf[:EXPONENT], uniform, csv:PATH:COLUMN",
     bad_template=ref(_HERE + "population:frequency_template"),
-    description="frequency estimation (one value in [0, domain_size) per user)",
+    description="frequency estimation over reports (batch or streaming)",
+    mechanism_registries={
+        "frequency": ref("ldp.oracles:MECHANISMS"),
+        "memo": ref("ldp.longitudinal.memo:MEMO_MECHANISMS"),
+    },
     shuffle_allowed=True,
     typescript_client=True,
     example={"task_id": "f", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4},

@@ -11,9 +11,18 @@ from __future__ import annotations
 from ldp.kinds import Kind, RowKind, ref
 from ldp.kinds.numeric.task import NUMERIC_TASK_KIND
 
-__all__ = ["KIND"]
+__all__ = ["KIND", "numeric_mechanisms"]
 
 _HERE = "ldp.kinds.numeric."
+_PACKAGE = "ldp.kinds.numeric"
+
+def numeric_mechanisms() -> dict[str, type]:
+    """The numeric mechanisms by name, with the memoized one-bit mean (:mod:`ldp.numeric`)."""
+    from ldp.numeric.mechanisms import MECHANISMS
+    from ldp.numeric.memo import MEMO_NAME, MemoizedOneBitMean
+
+    return {**MECHANISMS, MEMO_NAME: MemoizedOneBitMean}
+
 
 KIND = Kind(
     "numeric",
@@ -33,7 +42,8 @@ KIND = Kind(
     "bounds), csv:PATH:COLUMN (several attributes: one spec, or one per attribute joined by ';')",
     users_from_dataset=("csv:",),
     bad_template=ref(_HERE + "population:numeric_template"),
-    description="the mean and quantiles of bounded numeric attributes",
+    description="the mean and quantiles of bounded numeric attributes over reports",
+    mechanism_registries={"numeric": ref(_PACKAGE + ":numeric_mechanisms")},
     example={
         "task_id": "n",
         "kind": "numeric",

@@ -12,9 +12,9 @@ from typing import Any
 from ldp.kinds import Kind, RowKind, ref
 from ldp.kinds.range.task import RANGE_TASK_KIND
 
-__all__ = ["KIND"]
+__all__ = ["KIND", "range_methods"]
 
-_HERE = "ldp.kinds.range."
+_HERE = "ldp.kinds.range"
 
 
 def _example_aggregator(task: Any) -> Any:
@@ -27,30 +27,39 @@ def _example_aggregator(task: Any) -> Any:
     return RangeAggregator(task, queries)
 
 
+def range_methods() -> dict[str, type]:
+    """The range methods by name, each imported (:mod:`ldp.rangequery.registry`)."""
+    from ldp.rangequery.registry import METHODS, load_method
+
+    return {method: load_method(method) for method in METHODS}
+
+
 KIND = Kind(
     "range",
     RANGE_TASK_KIND,
-    aggregator=ref(_HERE + "aggregate:RangeAggregator"),
+    aggregator=ref(_HERE + ".aggregate:RangeAggregator"),
     rows=(
         RowKind(
-            ref(_HERE + "aggregate:ModelRow"),
+            ref(_HERE + ".aggregate:ModelRow"),
             "range_model",
             None,
             not_stored="a window's model publishes no number (OUT/models keeps it)",
         ),
         RowKind(
-            ref(_HERE + "aggregate:AnswerRow"),
+            ref(_HERE + ".aggregate:AnswerRow"),
             "range_answer",
             "answers",
-            ref(_HERE + "flatten:flatten_answers"),
+            ref(_HERE + ".flatten:flatten_answers"),
         ),
     ),
-    population=ref(_HERE + "population:range_population"),
+    population=ref(_HERE + ".population:range_population"),
     default_dataset="gaussian",
     datasets="gaussian[:RHO], laplace[:RHO], uniform, csv:PATH",
     assignments=("random", "balanced", "user_id"),
-    bad_template=ref(_HERE + "population:range_template"),
-    description="multi-dimensional range queries",
+    bad_template=ref(_HERE + ".population:range_template"),
+    command="range-queries",
+    description="multi-dimensional range queries over reports",
+    mechanism_registries={"range": ref(_HERE + ":range_methods")},
     shuffle_allowed=True,
     example_aggregator=_example_aggregator,
     example={

@@ -31,6 +31,8 @@ KIND = Kind(
     datasets="supersparse, zipf-sparse[:S], csv:PATH (header user_id,item,value)",
     users_from_dataset=("csv:",),
     bad_template=ref(_HERE + "population:sparse_template"),
-    description="k-sparse vector means",
+    command="sparse-mean",
+    description="k-sparse vector mean estimation over reports (SVME and its baselines)",
+    mechanism_registries={"sparse": ref("ldp.sparse.mechanisms:SPARSE_MECHANISM_CLASSES")},
     example={"task_id": "s", "mechanism": "svme", "epsilon": 1.0, "domain_size": 1000, "sparsity": 4},
 )
