@@ -226,6 +226,51 @@ def _distribution(mech: SquareWaveNumeric, acc: NumericAccumulator, qs: tuple[fl
     return out
 
 
+def _mean_fields(mech: NumericMechanism, n0: int, my: float, v: float, level: float) -> dict[str, float]:
+    """The mean, its std, its interval (normal; Wilson for two-point outputs) and its every-n bound, from
+    the first-moment reports' count ``n0``, mean output ``my`` and variance estimate ``v``."""
+    z = z_value(level)
+    half = 0.5 * (mech.high - mech.low)
+    mean = mech.low + half * (my + 1.0)
+    std = half * math.sqrt(v / n0)
+    bound = half * _mean_bound(mech, n0, level)
+
+    def clip(a: float) -> float:
+        return float(min(max(a, mech.low), mech.high))
+
+    ci_low, ci_high = mean - z * std, mean + z * std
+    a_poly, b_poly, _ = mech.variance_poly
+    if b_poly + 1.0 <= 1e-9:  # two-point outputs +-C: the Wilson interval of the fraction of +C
+        c = math.sqrt(a_poly)  # Var[y | t] = C^2 - t^2
+        f = min(max(0.5 * (my / c + 1.0), 0.0), 1.0)
+        z2n = z * z / n0
+        centre = (f + 0.5 * z2n) / (1.0 + z2n)
+        w = z / (1.0 + z2n) * math.sqrt(f * (1.0 - f) / n0 + 0.25 * z2n / n0)
+        ci_low = mech.low + half * (c * (2.0 * (centre - w) - 1.0) + 1.0)
+        ci_high = mech.low + half * (c * (2.0 * (centre + w) - 1.0) + 1.0)
+    return dict(mean=float(mean), mean_std=float(std), mean_ci_low=clip(ci_low), mean_ci_high=clip(ci_high),
+                mean_bound_low=clip(mean - bound), mean_bound_high=clip(mean + bound))
+
+
+def _variance_fields(mech: NumericMechanism, acc: NumericAccumulator, n0: int, my: float, v: float,
+                     level: float) -> dict[str, float]:
+    """``moments = 2``: the variance from the two halves with its delta-method std and normal interval,
+    clipped to ``[0, (high - low)^2 / 4]`` (none when the second half has fewer than 2 reports)."""
+    n1, m1y, m1y2 = acc.moments(1)
+    if n1 < 2:
+        return {}
+    z, width = z_value(level), mech.high - mech.low
+    v1 = max(m1y2 - m1y * m1y, 0.0) * n1 / (n1 - 1)
+    m1, m2 = 0.5 * (my + 1.0), 0.5 * (m1y + 1.0)
+    var_m1, var_m2 = v / (4.0 * n0), v1 / (4.0 * n1)
+    var = width * width * (m2 - m1 * m1)
+    vstd = width * width * math.sqrt(var_m2 + 4.0 * m1 * m1 * var_m1)
+    top = width * width / 4.0
+    return dict(variance=float(min(max(var, 0.0), top)), variance_std=float(vstd),
+                variance_ci_low=float(min(max(var - z * vstd, 0.0), top)),
+                variance_ci_high=float(min(max(var + z * vstd, 0.0), top)))
+
+
 def estimate(mech: NumericMechanism, acc: NumericAccumulator, *, attribute: str = "value",
              quantiles: Sequence[float] = DEFAULT_QUANTILES, replicas: int = DEFAULT_REPLICAS,
              level: float = LEVEL, distribution: bool = True) -> NumericEstimate:
@@ -247,47 +292,14 @@ def estimate(mech: NumericMechanism, acc: NumericAccumulator, *, attribute: str 
     n0, my, my2 = acc.moments(0)
     if n0 == 0:
         raise ValueError(f"no first-moment reports for attribute {attribute!r}: nothing to estimate")
-    z = z_value(level)
-    width = mech.high - mech.low
-    half = 0.5 * width
     if mech.moments == 1:
         v = mech.conditional_variance_estimate(my, my2)
     else:
         v = max(my2 - my * my, 0.0) * n0 / max(n0 - 1, 1)
-    mean = mech.low + half * (my + 1.0)
-    std = half * math.sqrt(v / n0)
-    bound = half * _mean_bound(mech, n0, level)
-
-    def clip(a: float) -> float:
-        return float(min(max(a, mech.low), mech.high))
-
-    ci_low, ci_high = mean - z * std, mean + z * std
-    a_poly, b_poly, _ = mech.variance_poly
-    if b_poly + 1.0 <= 1e-9:  # two-point outputs +-C: the Wilson interval of the fraction of +C
-        c = math.sqrt(a_poly)  # Var[y | t] = C^2 - t^2
-        f = min(max(0.5 * (my / c + 1.0), 0.0), 1.0)
-        z2n = z * z / n0
-        centre = (f + 0.5 * z2n) / (1.0 + z2n)
-        w = z / (1.0 + z2n) * math.sqrt(f * (1.0 - f) / n0 + 0.25 * z2n / n0)
-        ci_low = mech.low + half * (c * (2.0 * (centre - w) - 1.0) + 1.0)
-        ci_high = mech.low + half * (c * (2.0 * (centre + w) - 1.0) + 1.0)
-
-    fields: dict[str, Any] = dict(
-        attribute=attribute, mechanism=mech.name, epsilon=mech.epsilon, n=int(sum(acc.n)), mean=float(mean),
-        mean_std=float(std), mean_ci_low=clip(ci_low), mean_ci_high=clip(ci_high),
-        mean_bound_low=clip(mean - bound), mean_bound_high=clip(mean + bound))
+    fields: dict[str, Any] = dict(attribute=attribute, mechanism=mech.name, epsilon=mech.epsilon,
+                                  n=int(sum(acc.n)), **_mean_fields(mech, n0, my, v, level))  # fmt: skip
     if mech.moments == 2:
-        n1, m1y, m1y2 = acc.moments(1)
-        if n1 >= 2:
-            v1 = max(m1y2 - m1y * m1y, 0.0) * n1 / (n1 - 1)
-            m1, m2 = 0.5 * (my + 1.0), 0.5 * (m1y + 1.0)
-            var_m1, var_m2 = v / (4.0 * n0), v1 / (4.0 * n1)
-            var = width * width * (m2 - m1 * m1)
-            vstd = width * width * math.sqrt(var_m2 + 4.0 * m1 * m1 * var_m1)
-            top = width * width / 4.0
-            fields.update(variance=float(min(max(var, 0.0), top)), variance_std=float(vstd),
-                          variance_ci_low=float(min(max(var - z * vstd, 0.0), top)),
-                          variance_ci_high=float(min(max(var + z * vstd, 0.0), top)))
+        fields.update(_variance_fields(mech, acc, n0, my, v, level))
     if isinstance(mech, SquareWaveNumeric) and distribution:
         fields.update(_distribution(mech, acc, qs, int(replicas), level))
     return NumericEstimate(**fields)
