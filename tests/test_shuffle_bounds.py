@@ -201,3 +201,15 @@ def test_accounting_for_oracle() -> None:
         assert acc.accounting_for_oracle(oracle) == want, name
         mech, size = want
         assert acc.central_epsilon(2.0, 100_000, 1e-8, mech, size) <= acc.central_epsilon(2.0, 100_000, 1e-8)
+
+
+@pytest.mark.parametrize(("n", "mech", "size"), [(100_000, "grr", 1024), (1_000_000, "general", None),
+                                                 (10_000, "oue", None), (1_000_000, "olh", 56)])
+def test_inverse_then_rounding_down_still_meets(n: int, mech: str, size: int | None) -> None:
+    # the planner rounds the inverse's eps0 down to 0.001 and checks it against the curve: the figure must
+    # not rise as eps0 falls (the fixed block grid); on a grid below the answer it never does
+    x = acc.local_epsilon_for_central(1.0, 1e-9, n, mech, size)
+    below = np.floor(x * 1000.0) / 1000.0 - np.arange(0, 0.05, 0.001)
+    curve = [float(acc.delta_curve([1.0], e, n, mech, size)[0]) for e in below]
+    print(f"{mech} n={n}: inverse {x:.5f}, delta(1) from {curve[0]:.3g} at {below[0]:.3f} down")
+    assert all(c <= 1e-9 for c in curve) and (np.diff(curve) <= 0).all()

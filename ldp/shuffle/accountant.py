@@ -19,6 +19,10 @@ Pairs:
   ``delta <= lambda * D_pair`` (plus ``(1 - lambda)(1 - e^eps)`` for ``eps < 0``, the exact mixture curve).
   The figure reported for GRR with ``k >= 3`` (and binary RR beyond the exact limit) is the smaller of
   this and the general bound.
+* **variation ratio** (:mod:`ldp.shuffle.variation`): the three-count pair of a randomizer's ``(p, beta,
+  q)`` (GRR, OLH/BLH, OUE/SUE, HR, SS, and with the general parameters any eps0-LDP randomizer, where it
+  is Feldman, McMillan and Talwar's stronger-clone pair). :func:`central_epsilon_report` reports the
+  smallest valid figure and names it.
 * **binary RR, exact** (:func:`central_epsilon_binary_rr_exact`, the figure reported for GRR on two
   values up to :data:`BINARY_EXACT_MAX_N` reports): no dominating pair but the worst case itself. With
   ``m`` of the other ``n - 1`` users holding 1 the count of ones is ``S_m + Bern(p)`` against
