@@ -74,8 +74,14 @@ def available_schemas() -> tuple[str, ...]:
 
 
 def load_schema(name: str) -> dict[str, Any]:
-    """The JSON of schema ``name`` (one of :func:`available_schemas`, e.g. :data:`SCHEMA_NAMES`) as a fresh
-    dict."""
+    """The JSON of schema ``name`` (one of :func:`available_schemas`, e.g. :data:`SCHEMA_NAMES`, or the rows'
+    schema a registered kind ships in its own package, ``ldp.kinds.RowKind.avro``) as a fresh dict."""
+    if isinstance(name, str) and name not in available_schemas():
+        from ldp.kinds import declared_avro  # a registered kind's rows, their schema in its own package
+
+        declared = declared_avro(name)
+        if declared is not None:
+            return declared
     if not isinstance(name, str) or name not in available_schemas():
         raise ValueError(f"unknown schema {name!r}; expected one of {available_schemas()}")
     text = resources.files(__name__).joinpath(f"{name}.avsc").read_text(encoding="utf-8")
