@@ -43,9 +43,9 @@ _PER_WINDOW_METHOD = {
     "binary_rr_exact": "exact central epsilon of shuffled binary randomized response (worst split of the "
     "other users' bits)",
     "fmt_closed_form": "FMT closed form",
-    "variation_ratio": "three-count variation-ratio pair for the randomizer's (p, beta, q) (the decomposition "
-    "of Wang et al., VLDB 2024, with the remainder counted); with the general beta it is Feldman, McMillan "
-    "and Talwar's stronger-clone pair, valid for any eps0-LDP randomizer",
+    "variation_ratio": "three-count variation-ratio pair for the randomizer's (p, beta, q) (the "
+    "decomposition of Wang et al., VLDB 2024, with the remainder counted); with the general beta it is "
+    "Feldman, McMillan and Talwar's stronger-clone pair, valid for any eps0-LDP randomizer",
 }
 
 
