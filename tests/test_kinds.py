@@ -492,8 +492,8 @@ def test_ldp_beam_show_prints_a_kind_without_a_show_piece_from_its_row_fields(to
     assert text.startswith(f"{out}: toy task toy-1, 1 window(s) written\n")
     assert "1,000 reports" in text and "the row's fields" in text
     lines = text.splitlines()
-    fields = [ln.split()[0] for ln in lines[lines.index(next(ln for ln in lines if "field" in ln.split())) + 2:]
-              if ln.startswith("    ") and ln.split()]
+    header = lines.index(next(ln for ln in lines if ln.split()[:2] == ["field", "value"]))
+    fields = [ln.split()[0] for ln in lines[header + 2 :] if ln.startswith("    ") and ln.split()]
     # the row class's fields in order, beyond the pane header and the report count (shown above the table)
     assert fields[:4] == ["attribute", "epsilon", "low", "high"], fields
     assert f"mean                {row.mean:.6g}".split() in [ln.split() for ln in lines]
@@ -518,3 +518,12 @@ def test_ldp_beam_privacy_reads_central_figures_from_the_registry():
         kinds.unregister("toy")
     assert report["local"] is None and report["central_epsilon"] == 0.7
     assert report["method"] == {"central": "the toy's own"}
+
+
+def test_the_docs_table_of_kinds_is_the_generators():
+    """docs/architecture.md carries ``python -m ldp.kinds --table`` between its kinds-table markers."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start, end = "<!-- kinds-table -->\n", "<!-- /kinds-table -->"
+    assert start in doc and end in doc
+    shown = doc[doc.index(start) + len(start) : doc.index(end)]
+    assert shown == kinds.kinds_table(), "regenerate it: python -m ldp.kinds --table"
