@@ -137,10 +137,16 @@ def test_auto_candidates_cover_every_supported_version():
         ldp.oracles.auto_candidates(1)
 
 
-def test_a_removed_candidate_is_an_error_not_a_new_choice(monkeypatch):
-    monkeypatch.delitem(ldp.oracles.MECHANISMS, "oue")
-    with pytest.raises(ValueError, match=r"candidates \['oue'\] of schema version 2 are not in MECHANISMS"):
-        ldp.oracles.choose_oracle(1.0, 64)
+def test_a_removed_candidate_is_an_error_not_a_new_choice():
+    registered = dict(ldp.oracles.MECHANISMS)
+    del ldp.oracles.MECHANISMS["oue"]
+    try:
+        missing = r"candidates \['oue'\] of schema version 2 are not in MECHANISMS"
+        with pytest.raises(ValueError, match=missing):
+            ldp.oracles.choose_oracle(1.0, 64)
+    finally:  # in registration order again (monkeypatch.delitem would put it back last)
+        ldp.oracles.MECHANISMS.clear()
+        ldp.oracles.MECHANISMS.update(registered)
 
 
 def test_resolve_task_records_and_every_load_checks(tmp_path):
