@@ -127,7 +127,7 @@ def test_exact_output_distribution_ratio_is_at_most_e_eps(eps):
 @pytest.mark.statistical
 def test_encoder_follows_the_exact_distribution():
     # 60,000 reports of one value: each report's y equals its bucket with probability p (binomial,
-    # tolerance 5 standard deviations), levels are uniform (each count within 5 sd of n / levels), and
+    # tolerance 5 standard deviations), levels follow the weights (each count within 5 sd of n w_j), and
     # a wrong bucket is uniform over the other g - 1 (its offset from the bucket: chi-square over g - 1
     # cells below the 1e-6 quantile, about g - 1 + 5 sqrt(2 (g - 1)) + 15).
     eps, n = 2.0, 60_000
@@ -137,7 +137,8 @@ def test_encoder_follows_the_exact_distribution():
     for lv in pem.levels:
         m = reports.level == lv.index
         k = int(m.sum())
-        assert abs(k - n / len(pem.levels)) <= 5 * math.sqrt(n / len(pem.levels))
+        share = n * pem.weights[lv.index]
+        assert abs(k - share) <= 5 * math.sqrt(share)
         bucket = pem._buckets(lv, np.repeat(words, k, axis=0), reports.seed[m])
         same = reports.y[m] == bucket
         assert abs(same.mean() - lv.p) <= 5 * math.sqrt(lv.p * (1 - lv.p) / k)
@@ -149,7 +150,7 @@ def test_encoder_follows_the_exact_distribution():
 
 
 def test_grr_first_level_when_its_domain_is_small():
-    pem = PEM(8.0, 2, first_bits=8, step_bits=4)
+    pem = PEM(8.0, 2, first_bits=8, step_bits=4, search="olh")
     assert pem.levels[0].oracle == "grr" and pem.levels[0].g == 256
     assert all(lv.oracle == "olh" for lv in pem.levels[1:])
     dist_a = pem.output_distribution("a", 0, 1)
@@ -252,7 +253,10 @@ def test_malformed_reports_are_refused():
         ({"step_bits": 33}, "step_bits"),
         ({"alpha": 1.5}, "alpha"),
         ({"level_weights": [1, 2]}, "level_weights"),
-        ({"expected_n": 0}, "expected_n"),
+        ({"expected_n": 0, "search": "olh"}, "expected_n"),
+        ({"search": "trie"}, "search"),
+        ({"rule": "holm"}, "rule"),
+        ({"first_bits": 23}, "first_bits"),
     ],
 )
 def test_bad_parameters_are_one_line_errors(kwargs, message):
@@ -261,8 +265,9 @@ def test_bad_parameters_are_one_line_errors(kwargs, message):
         PEM(args.pop("epsilon"), args.pop("max_length"), **args)
 
 
-def test_auto_layout_covers_every_bit_and_scales_with_n():
-    small, large = PEM(4.0, 6, expected_n=10_000), PEM(4.0, 6, expected_n=10_000_000)
+def test_olh_auto_layout_covers_every_bit_and_scales_with_n():
+    small = PEM(4.0, 6, expected_n=10_000, search="olh")
+    large = PEM(4.0, 6, expected_n=10_000_000, search="olh")
     for pem in (small, large):
         assert pem.levels[-2].bits == total_bits(6) and pem.levels[-1].verify
         assert all(b.bits > a.bits for a, b in zip(pem.levels[:-2], pem.levels[1:-1]))

@@ -47,7 +47,9 @@ import scipy.sparse as sp
 
 from ldp.hashing import client_streams, public_seeds
 from ldp.heavy_hitters.mersenne import level_keys, own_hash
+from ldp.heavy_hitters.sketch import SketchAccumulator, SketchSpec, gf2_hash, walsh_add
 from ldp.heavy_hitters.strings import StringBatch, bit_field, encode_strings, half_words, total_bits
+from ldp.selection import RULES
 
 __all__ = [
     "Level",
@@ -63,6 +65,13 @@ __all__ = [
 
 Z95 = NormalDist().inv_cdf(0.975)
 MAX_CANDIDATES = 1 << 17
+DIRECT_BITS = 22  # a first sketch level of at most this many bits has one bucket per prefix
+SKETCH_BITS = 20  # buckets per row of a hashed sketch level: 2**20
+SKETCH_ROWS = 4
+SKETCH_CANDIDATES = 1 << 24  # candidates scored per sketch level
+SEARCHES = ("auto", "sketch", "olh")
+SKETCH_KEEP = 1024  # default candidates kept per sketch level
+VERIFY_WEIGHT = 0.6  # the verification group's share relative to one search level's (default weights)
 BLOCK_PAIRS = 1 << 22
 
 
@@ -78,6 +87,7 @@ class Level:
     g: int
     epsilon: float
     verify: bool = False
+    sketch: SketchSpec | None = None
 
     @property
     def extension_bits(self) -> int:
@@ -91,7 +101,7 @@ class Level:
     @property
     def q(self) -> float:
         """Support probability of a user not holding the candidate."""
-        return 1.0 / self.g if self.oracle == "olh" else 1.0 / (math.exp(self.epsilon) + self.g - 1)
+        return 1.0 / (math.exp(self.epsilon) + self.g - 1) if self.oracle == "grr" else 1.0 / self.g
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,15 +149,21 @@ class HeavyHitters:
 
 
 class PEMAccumulator:
-    """Reports kept per level (seeds and outputs); ``merge`` concatenates. Memory grows with the batch:
-    16 bytes per report."""
+    """Per level: a sketch level's :class:`SketchAccumulator` (fixed size, merged by addition), or the
+    reports of an OLH or GRR level (seeds and outputs, 16 bytes per report, merged by concatenation)."""
 
-    def __init__(self, levels: int) -> None:
-        self.seeds: list[list[np.ndarray]] = [[] for _ in range(levels)]
-        self.ys: list[list[np.ndarray]] = [[] for _ in range(levels)]
+    def __init__(self, levels: Sequence[Level]) -> None:
+        self.seeds: list[list[np.ndarray]] = [[] for _ in levels]
+        self.ys: list[list[np.ndarray]] = [[] for _ in levels]
+        self.sketches: dict[int, SketchAccumulator] = {
+            lv.index: SketchAccumulator(lv.sketch) for lv in levels if lv.sketch is not None
+        }
 
     def counts(self) -> list[int]:
-        return [sum(len(a) for a in s) for s in self.seeds]
+        return [
+            self.sketches[j].n if j in self.sketches else sum(len(a) for a in s)
+            for j, s in enumerate(self.seeds)
+        ]
 
     @property
     def n(self) -> int:
@@ -163,6 +179,54 @@ def _olh_g(epsilon: float) -> int:
     return int(round(math.exp(epsilon))) + 1
 
 
+def _sketch_t(epsilon: float) -> int:
+    """``t`` with ``g = 2**t`` nearest OLH's optimum ``e**eps + 1`` (in log scale), within ``[1, 10]``."""
+    return int(min(10, max(1, round(math.log2(math.exp(epsilon) + 1)))))
+
+
+def plan_sketch_levels(
+    epsilon: float,
+    max_length: int,
+    *,
+    candidates: int,
+    first_bits: int | None = None,
+    step_bits: int | None = None,
+    sketch_seed: int = 0,
+) -> tuple[Level, ...]:
+    """Sketch levels over the ``8 B`` byte bits, the length trailer joined to the last one: first
+    ``first_bits`` (default ``min(8 B, DIRECT_BITS)``, a direct level), then steps of ``step_bits``
+    (default: the most with ``candidates * 2**step <= SKETCH_CANDIDATES``), hashed into ``k = SKETCH_ROWS``
+    rows of ``2**SKETCH_BITS`` buckets; then the verification level (exact OLH, ``verify=True``)."""
+    width, byte_bits = total_bits(max_length), 8 * max_length
+    budget = int(math.log2(SKETCH_CANDIDATES)) - int(math.ceil(math.log2(candidates)))
+    first = min(byte_bits, DIRECT_BITS) if first_bits is None else int(first_bits)
+    step = max(1, min(32, budget)) if step_bits is None else int(step_bits)
+    if not 1 <= first <= min(byte_bits, DIRECT_BITS):
+        raise ValueError(f"first_bits must be in [1, {min(byte_bits, DIRECT_BITS)}], got {first}")
+    if not 1 <= step <= 32:
+        raise ValueError(f"step_bits must be in [1, 32], got {step}")
+    bits = [first]
+    while bits[-1] < byte_bits:
+        bits.append(min(byte_bits, bits[-1] + step))
+    bits[-1] = width
+    t = _sketch_t(epsilon)
+    levels = []
+    for j, b in enumerate(bits):
+        direct = b <= DIRECT_BITS
+        spec = SketchSpec(
+            bits=b,
+            d=b if direct else SKETCH_BITS,
+            rows=1 if direct else SKETCH_ROWS,
+            t=t,
+            epsilon=epsilon,
+            key_seed=(int(sketch_seed) * 1_000_003 + j) % (1 << 64),
+        )
+        levels.append(Level(j, b, 0 if j == 0 else bits[j - 1], "sketch", 1 << t, epsilon, sketch=spec))
+    last = levels[-1]
+    verify = Level(len(levels), width, last.parent_bits, "olh", _olh_g(epsilon), epsilon, verify=True)
+    return (*levels, verify)
+
+
 def plan_levels(
     epsilon: float,
     max_length: int,
@@ -172,7 +236,8 @@ def plan_levels(
     step_bits: int | None = None,
     verify: bool = True,
 ) -> tuple[Level, ...]:
-    """The levels: first ``first_bits`` (default ``min(L, 17)``) bits, then steps of ``step_bits``
+    """The levels of the ``olh`` search: first ``first_bits`` (default ``min(L, 17)``) bits, then steps of
+    ``step_bits``
     (default: the most bits with ``candidates * 2**step <= 2**17``, at most 32) up to all ``L`` bits."""
     width = total_bits(max_length)
     budget = int(math.log2(MAX_CANDIDATES))
@@ -255,7 +320,10 @@ class PEM:
         verify: bool = True,
         level_weights: Sequence[float] | None = None,
         alpha: float | None = 0.05,
+        rule: str = "bh",
         expected_n: int | None = None,
+        search: str = "auto",
+        sketch_seed: int = 0,
     ) -> None:
         self.epsilon = _check_epsilon(epsilon)
         self.max_length = int(max_length)
@@ -266,16 +334,31 @@ class PEM:
         if alpha is not None and not 0 < alpha < 1:
             raise ValueError(f"alpha must be in (0, 1) or None, got {alpha}")
         self.alpha = alpha
-        layout = {"first_bits": first_bits, "step_bits": step_bits, "verify": verify}
-        self.candidates = self._choose_candidates(candidates, expected_n, layout)
-        self.levels = plan_levels(self.epsilon, self.max_length, candidates=self.candidates, **layout)
-        self.weights = _check_weights(level_weights, len(self.levels))
+        if rule not in RULES:
+            raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+        self.rule = rule
+        if search not in SEARCHES:
+            raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
+        self.search = "sketch" if search == "auto" else search
+        if self.search == "sketch":
+            if not verify:
+                raise ValueError("the sketch search publishes through its verification level: verify=True")
+            self.candidates = _sketch_candidates(candidates, self.top_k)
+            self.levels = plan_sketch_levels(
+                self.epsilon, self.max_length, candidates=self.candidates, first_bits=first_bits,
+                step_bits=step_bits, sketch_seed=sketch_seed,
+            )
+        else:
+            layout = {"first_bits": first_bits, "step_bits": step_bits, "verify": verify}
+            self.candidates = self._choose_candidates(candidates, expected_n, layout)
+            self.levels = plan_levels(self.epsilon, self.max_length, candidates=self.candidates, **layout)
+        self.weights = _check_weights(level_weights, self.levels)
 
     def __repr__(self) -> str:
         bits = [lv.bits for lv in self.levels]
         return (
-            f"PEM(epsilon={self.epsilon}, max_length={self.max_length}, "
-            f"candidates={self.candidates}, bits={bits})"
+            f"PEM(epsilon={self.epsilon}, max_length={self.max_length}, search={self.search!r}, "
+            f"candidates={self.candidates}, bits={bits}, weights={np.round(self.weights, 3).tolist()})"
         )
 
     def _choose_candidates(self, candidates: int | None, expected_n: int | None, layout: dict) -> int:
@@ -330,6 +413,10 @@ class PEM:
         """Each value's bucket at ``lv`` under its report's seed (GRR: the prefix itself)."""
         if lv.oracle == "grr":
             return bit_field(words, 0, lv.bits)
+        if lv.sketch is not None:
+            spec = lv.sketch
+            s, c = spec.matrices(seeds)
+            return gf2_hash(s, c, spec.buckets(words, spec.row_of(seeds)))
         keys = level_keys(seeds, (lv.parent_bits + 31) // 32)
         parts = half_words(words, lv.parent_bits)
         ext = bit_field(words, lv.parent_bits, lv.extension_bits)
@@ -347,7 +434,7 @@ class PEM:
     # ---------------------------------------------------------------- aggregator
 
     def create_accumulator(self) -> PEMAccumulator:
-        return PEMAccumulator(len(self.levels))
+        return PEMAccumulator(self.levels)
 
     def validate(self, reports: HHReports) -> np.ndarray:
         """Which reports are well formed (a known level, ``y`` inside the level's range)."""
@@ -365,7 +452,9 @@ class PEM:
         y = np.asarray(reports.y, dtype=np.uint64)[ok]
         for lv in self.levels:
             m = level == lv.index
-            if m.any():
+            if m.any() and lv.sketch is not None:
+                walsh_add(acc.sketches[lv.index], seed[m], y[m])
+            elif m.any():
                 acc.seeds[lv.index].append(seed[m])
                 acc.ys[lv.index].append(y[m])
         return acc
@@ -373,6 +462,8 @@ class PEM:
     def merge(self, accumulators: Sequence[PEMAccumulator]) -> PEMAccumulator:
         out = self.create_accumulator()
         for acc in accumulators:
+            for j, sketch in acc.sketches.items():
+                out.sketches[j].merge(sketch)
             for j in range(len(self.levels)):
                 out.seeds[j].extend(acc.seeds[j])
                 out.ys[j].extend(acc.ys[j])
@@ -400,10 +491,21 @@ def _check_epsilon(epsilon: float) -> float:
     return eps
 
 
-def _check_weights(weights: Sequence[float] | None, levels: int) -> np.ndarray:
+def _sketch_candidates(candidates: int | None, top_k: int) -> int:
+    if candidates is None:
+        return max(SKETCH_KEEP, 2 * top_k)
+    if not 1 <= int(candidates) <= SKETCH_CANDIDATES // 2:
+        raise ValueError(f"candidates must be in [1, {SKETCH_CANDIDATES // 2}], got {candidates}")
+    return int(candidates)
+
+
+def _check_weights(weights: Sequence[float] | None, levels: Sequence[Level]) -> np.ndarray:
     if weights is None:
-        return np.full(levels, 1.0 / levels)
+        sketch = levels[0].sketch is not None
+        w = np.array([VERIFY_WEIGHT if lv.verify and sketch else 1.0 for lv in levels])
+        return w / w.sum()
     w = np.asarray(weights, dtype=np.float64)
+    levels = len(levels)
     if w.shape != (levels,) or not np.all(np.isfinite(w)) or np.any(w <= 0):
         raise ValueError(f"level_weights must be {levels} positive numbers, got {list(weights)!r}")
     return w / w.sum()

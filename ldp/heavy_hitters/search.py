@@ -10,13 +10,14 @@ bit strings a client could send: length at most ``B`` and zero bytes after it). 
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ldp.heavy_hitters.mersenne import extension_hash, level_keys, parent_hash
+from ldp.heavy_hitters.sketch_search import sketch_level
 from ldp.heavy_hitters.strings import StringBatch, bit_field, half_words, total_bits
+from ldp.selection import discoveries
 
 if TYPE_CHECKING:
     from ldp.heavy_hitters.pem import PEM, HeavyHitters, Level, LevelStats, PEMAccumulator
@@ -121,6 +122,14 @@ def run_levels(pem: PEM, acc: PEMAccumulator) -> HeavyHitters:
     survivors: np.ndarray | None = None
     last = pem.levels[-1].index
     for lv in pem.levels:
+        if lv.sketch is not None:
+            sk = acc.sketches[lv.index]
+            if sk.n == 0 or (survivors is not None and survivors.shape[0] == 0):
+                stats.append(_stats(lv, sk.n, 0, 0))
+                return HeavyHitters(n, (), tuple(stats), 0, None)
+            survivors, _, scored = sketch_level(lv, sk, survivors, pem.candidates, pem.max_length)
+            stats.append(_stats(lv, sk.n, scored, survivors.shape[0]))
+            continue
         seeds, y = acc.level(lv.index)
         parents, cands = _candidates(pem, lv, survivors)
         if seeds.size == 0 or cands.shape[0] == 0:
@@ -154,8 +163,10 @@ def _publish(
     z_cut = None
     if pem.alpha is not None and idx.size:
         null_sd = math.sqrt(lv.q * (1 - lv.q) / (nj * (lv.p - lv.q) ** 2))
-        z_cut = NormalDist().inv_cdf(1 - pem.alpha / idx.size)
-        idx = idx[f[idx] >= z_cut * null_sd]
+        flags = discoveries(f[idx], np.full(idx.size, null_sd), idx.size, pem.rule, pem.alpha)
+        kept = f[idx][flags]
+        z_cut = float(kept.min() / null_sd) if kept.size else None
+        idx = idx[flags]
     idx = idx[f[idx] > 0]
     idx = idx[np.argsort(-f[idx], kind="stable")][: pem.top_k]
     rows = tuple(
