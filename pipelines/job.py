@@ -1,8 +1,9 @@
 """One aggregation job for every kind of task: flags, checks, the pipeline, the run and its summary.
 
-A job module (``pipelines.frequency``, ``pipelines.range_queries``, and the sparse-vector and batch-query
-jobs to come) declares its own flags, says which kind of task it takes and how to build the task's
-:class:`~ldp.aggregate.Aggregator` from the flags, and calls :func:`run_job`:
+A job module (``pipelines.frequency``, ``pipelines.range_queries``, ...) declares its own flags, says which
+kind of task it takes and how to build the task's :class:`~ldp.aggregate.Aggregator` from the flags, and
+calls :func:`run_job`; any registered kind's job is :func:`kind_job` (its flags from the kind's entry),
+run by :func:`run` (``python -m pipelines.job KIND``, the ``ldp-beam`` command of a kind without a module):
 
 1. flags: ``pipelines.cli`` (the job's flags with ``parse_known_args``, the rest must be Beam options;
    unknown flags are errors); the shared flags are :func:`add_job_flags`;
