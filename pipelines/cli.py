@@ -743,10 +743,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f"; did you mean {close[0]}?" if close else ""
         fail(f"unknown command {name!r}{hint} (ldp-beam --help lists them)", 2, "ldp-beam")
     module = importlib.import_module(every[name][0])
-    sys.argv = [f"ldp-beam {name}", *rest]
+    saved, sys.argv = sys.argv, [f"ldp-beam {name}", *rest]
     if every[name][0] == GENERIC_JOB:
         rest = [kind_commands()[name], *rest]
-    result = module.run(rest)
+    try:
+        result = module.run(rest)
+    finally:
+        # Beam's PipelineOptions() without flags reads sys.argv: a caller in the same process (a test, an
+        # embedding program) must not inherit this command's flags
+        sys.argv = saved
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
