@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,9 @@ __all__ = [
     "shuffle_accounting",
     "meets_target",
     "largest_local_epsilon",
+    "largest_epsilon_for_task",
+    "TargetChoice",
+    "choose_for_target",
     "epsilon_for_target",
     "check_shuffled_task",
 ]
@@ -405,12 +408,14 @@ def round_down_epsilon(eps: float, floor: float) -> float:
 
 
 def shuffle_accounting(task: Any) -> tuple[str, int | None]:
-    """How the shuffled reports of ``task`` are accounted (``ldp.shuffle.accountant``'s ``mechanism`` and
-    ``domain_size``): ``("grr", k)`` when the task's oracle is GRR on ``[k]`` (its blanket bound, or the
-    general one when tighter), else ``("general", None)``: the bound for any eps0-LDP randomizer (OLH, the
-    unary and Hadamard oracles, a range method's per-group oracles)."""
-    k = task.grr_domain()
-    return ("grr", k) if k is not None else ("general", None)
+    """How the shuffled reports of ``task`` are accounted: the ``mechanism`` and ``domain_size`` of
+    ``ldp.shuffle.accountant`` for its randomizer (:func:`ldp.shuffle.accounting_for_task`): a frequency
+    task's oracle by its own parameters (``("grr", k)``, ``("olh", g)``, ``("oue", None)``, ...), a range
+    task's per-report randomizer (its groups' oracles), else ``("general", None)``, the bound for any
+    eps0-LDP randomizer."""
+    from ldp.shuffle import accounting_for_task
+
+    return accounting_for_task(task)
 
 
 def meets_target(eps0: float, target: float, delta: float, n: int, accounting: str, k: int | None) -> bool:
@@ -418,42 +423,155 @@ def meets_target(eps0: float, target: float, delta: float, n: int, accounting: s
     functions: the tests of its inverse (``ldp.shuffle.local_epsilon_for_central``: a dominating pair's
     ``delta(target)`` within ``delta``, or the closed form's epsilon within the target), then the central
     epsilon it reports (which also covers figures without a curve, e.g. exact binary randomized response)."""
-    from ldp.shuffle import central_epsilon, central_epsilon_fmt_closed_form, delta_curve
+    from ldp.shuffle import central_epsilon
 
-    if eps0 <= target:
+    return _meets_fast(eps0, target, delta, n, accounting, k) or \
+        central_epsilon(eps0, n, delta, accounting, k) <= target
+
+
+def _meets_fast(eps0: float, target: float, delta: float, n: int, accounting: str, k: int | None) -> bool:
+    """The curve tests of :func:`meets_target` alone (no epsilon search); an accounting the accountant
+    cannot evaluate at ``eps0`` (an SS subset size it cannot build there) does not meet it."""
+    from ldp.shuffle import central_epsilon_fmt_closed_form, delta_curve
+
+    if eps0 <= target or central_epsilon_fmt_closed_form(eps0, n, delta) <= target:
         return True
-    if central_epsilon_fmt_closed_form(eps0, n, delta) <= target:
-        return True
-    if float(delta_curve([target], eps0, n)[0]) <= delta:
-        return True
-    if accounting == "grr" and float(delta_curve([target], eps0, n, "grr", k)[0]) <= delta:
-        return True
-    return central_epsilon(eps0, n, delta, accounting, k) <= target
+    try:
+        return float(delta_curve([target], eps0, n, accounting, k)[0]) <= delta
+    except ValueError:
+        return False
 
 
 def largest_local_epsilon(target: float, delta: float, n: int, accounting: str, k: int | None) -> float:
-    """The largest local epsilon meeting ``(target, delta)`` at ``n``, rounded down to 0.001."""
+    """The largest local epsilon meeting ``(target, delta)`` at ``n`` for a randomizer whose accounting does
+    not change with its epsilon, rounded down to 0.001."""
     from ldp.shuffle import local_epsilon_for_central
 
     return round_down_epsilon(local_epsilon_for_central(target, delta, n, accounting, k), target)
 
 
-def epsilon_for_target(
-    grr_candidate: tuple[int, Callable[[float], bool]] | None,
-    settings: AnonymitySettings,
-    target: float,
-    n: int,
-) -> float:
-    """``epsilon: "auto"``: the largest local epsilon whose shuffled guarantee at ``n`` meets the target.
-    ``grr_candidate`` (the kind section's, ``(k, is_grr)``) is given when the task may be GRR on ``[k]``:
-    then GRR's bound is tried, and used when the task's oracle at that epsilon is GRR (``auto`` resolves
-    to GRR there, so the bound applies); every other task uses the general bound."""
-    general = largest_local_epsilon(target, settings.delta, n, "general", None)
-    if grr_candidate is None:
-        return general
-    k, is_grr = grr_candidate
-    grr = largest_local_epsilon(target, settings.delta, n, "grr", k)
-    return grr if is_grr(grr) else general
+#: the largest local epsilon a central target's search considers
+MAX_PLANNED_EPSILON = 30.0
+
+
+def _accounting_at(task: Any, eps0: float) -> tuple[str, int | None] | None:
+    """The accounting of ``task`` at another epsilon (its oracle may change with it: OLH's ``g``), None
+    when its randomizer cannot be built there."""
+    try:
+        return shuffle_accounting(dataclasses.replace(task, epsilon=float(eps0)))
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def largest_epsilon_for_task(task: Any, target: float, delta: float, n: int) -> float:
+    """The largest local epsilon (rounded down to 0.001) at which ``task``'s randomizer, rebuilt at that
+    epsilon, meets ``(target, delta)`` over ``n`` shuffled reports under its own bound
+    (:func:`shuffle_accounting` at each epsilon tried: OLH's ``g`` grows with epsilon). Bisection on the
+    curve tests (to 1e-4), then the figure is checked with :func:`meets_target` and stepped down until it
+    meets; exact binary randomized response (GRR on two values) uses the accountant's exact inverse."""
+
+    def meets(eps0: float) -> bool:
+        acc = _accounting_at(task, eps0)
+        return acc is not None and _meets_fast(eps0, target, delta, n, *acc)
+
+    lo, hi = float(target), MAX_PLANNED_EPSILON
+    if meets(hi):
+        lo = hi
+    while hi - lo > 1e-4:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if meets(mid) else (lo, mid)
+    acc = _accounting_at(task, lo)
+    if acc == ("grr", 2):  # exact binary RR, where computed, certifies more than the curves
+        lo = max(lo, _exact_binary_inverse(target, delta, n))
+    eps = round_down_epsilon(lo, target)
+    for _ in range(100):
+        acc = _accounting_at(task, eps)
+        if eps <= target or (acc is not None and meets_target(eps, target, delta, n, *acc)):
+            return eps
+        eps = round_down_epsilon(eps - EPSILON_STEP, target)
+    return float(target)
+
+
+def _exact_binary_inverse(target: float, delta: float, n: int) -> float:
+    from ldp.shuffle import local_epsilon_for_central
+
+    return local_epsilon_for_central(target, delta, n, "grr", 2, eps0_max=MAX_PLANNED_EPSILON)
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetChoice:
+    """What ``epsilon: "auto"`` chooses for a central target (:func:`choose_for_target`).
+
+    Attributes:
+        mechanism: the task's mechanism (an ``auto`` frequency task: the candidate chosen).
+        epsilon: its local epsilon, the largest meeting the target under its own bound (0.001 steps).
+        accounting: the accountant's mechanism at that epsilon; domain_size: its domain size.
+        table: per candidate ``mechanism``, ``epsilon``, ``accounting``, ``variance`` (``n * Var`` of one
+            frequency estimate at that epsilon, the closed form; None for other kinds) and ``status``
+            (``chosen``, ``higher variance`` or ``skipped: <reason>``).
+    """
+
+    mechanism: str
+    epsilon: float
+    accounting: str
+    domain_size: int | None
+    table: tuple[dict[str, Any], ...]
+
+
+def _variance_of(task: Any) -> float | None:
+    try:
+        return float(task.make_oracle().variance(1))
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def _candidate_row(task: Any, name: str, target: float, delta: float, n: int, bound: str) -> dict[str, Any]:
+    probe = dataclasses.replace(task, mechanism=name)
+    if bound == "general":
+        eps = largest_local_epsilon(target, delta, n, "general", None)
+        acc: tuple[str, int | None] | None = ("general", None)
+    else:
+        eps = largest_epsilon_for_task(probe, target, delta, n)
+        acc = _accounting_at(probe, eps)
+    variance = _variance_of(dataclasses.replace(probe, epsilon=eps))
+    if acc is None or (variance is None and task.mechanism == "auto"):
+        return {"mechanism": name, "epsilon": eps, "accounting": None, "variance": None,
+                "status": f"skipped: {name} cannot be built at epsilon {eps:g}"}
+    return {"mechanism": name, "epsilon": eps, "accounting": acc[0], "domain_size": acc[1],
+            "variance": variance, "status": ""}
+
+
+def choose_for_target(task: Any, target: float, delta: float, n: int, bound: str = "tight") -> TargetChoice:
+    """``epsilon: "auto"`` under a central target: for each candidate (an ``auto`` frequency task: the
+    frozen ``auto`` candidates of its ``schema_version``, ``ldp.oracles.auto_candidates``; otherwise the
+    task's own mechanism) the largest local epsilon whose shuffled guarantee at ``n`` meets ``(target,
+    delta)`` under that candidate's own bound (:func:`largest_epsilon_for_task`), then its closed-form
+    variance at that epsilon; the smallest variance wins (ties: candidate order). ``bound="general"``
+    plans every candidate on the bound for any eps0-LDP randomizer instead (what was done before the
+    mechanism-specific bounds; for comparison)."""
+    import ldp.oracles as _oracles
+
+    if bound not in ("tight", "general"):
+        raise ValueError(f"bound must be 'tight' or 'general', got {bound!r}")
+    names = _oracles.auto_candidates(task.schema_version) if task.mechanism == "auto" else (task.mechanism,)
+    rows = [_candidate_row(task, name, target, delta, n, bound) for name in names]
+    usable = [r for r in rows if r["accounting"] is not None]
+    if not usable:
+        raise ValueError("no candidate can be built at the local epsilon the central target allows: "
+                         + "; ".join(f"{r['mechanism']}: {r['status']}" for r in rows))
+    best = min(usable, key=lambda r: math.inf if r["variance"] is None else r["variance"])
+    for r in usable:
+        r["status"] = "chosen" if r is best else "higher variance"
+    return TargetChoice(best["mechanism"], best["epsilon"], best["accounting"], best["domain_size"],
+                        tuple(rows))
+
+
+def epsilon_for_target(task: Any, settings: AnonymitySettings, target: float, n: int) -> tuple[str, float]:
+    """``epsilon: "auto"``: ``(mechanism, epsilon)`` of :func:`choose_for_target` for ``task`` (parsed at a
+    placeholder epsilon). An ``auto`` frequency task gets the candidate chosen as its mechanism, so the task
+    means the same thing on every release (its ``resolved`` block records the oracle as for any task)."""
+    choice = choose_for_target(task, target, settings.delta, n)
+    return choice.mechanism, choice.epsilon
 
 
 def batch_target_reports(
@@ -504,7 +622,7 @@ def check_shuffled_task(task: Any, n: int | None, problems: list[str]) -> None:
         return
     accounting, k = shuffle_accounting(task)
     if not meets_target(task.epsilon, target, settings.delta, n, accounting, k):
-        best = largest_local_epsilon(target, settings.delta, n, accounting, k)
+        best = largest_epsilon_for_task(task, target, settings.delta, n)
         problems.append(
             f"epsilon {task.epsilon:g} does not meet anonymity.central_epsilon {target:g} (delta "
             f"{settings.delta:g}) at {n} reports per shuffled batch ({accounting} bound): the largest local "

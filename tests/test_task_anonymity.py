@@ -9,6 +9,7 @@ import json
 import jsonschema
 import pytest
 
+import ldp.oracles
 import ldp.shuffle
 import schemas
 from ldp import task as T
@@ -78,36 +79,61 @@ def test_shuffled_tasks_refuse_what_would_identify_a_sender_or_move_a_report():
     T.parse_task({**OLH, "mechanism": "memo-grr", "epsilon": 2.0, "anonymity": inert})
 
 
-def test_auto_epsilon_is_the_largest_meeting_the_target():
+def test_auto_epsilon_is_the_largest_meeting_the_target_under_the_mechanisms_own_bound():
     t = T.parse_task({**OLH, "epsilon": "auto", "anonymity": TARGET})
-    raw = ldp.shuffle.local_epsilon_for_central(1.0, 1e-9, 1_000_000, "general")
-    assert raw - 1e-3 < t.epsilon <= raw and round(t.epsilon * 1000) == t.epsilon * 1000  # rounded down
-    assert shuffle_accounting(t) == ("general", None)
-    assert ldp.shuffle.central_epsilon(t.epsilon, 1_000_000, 1e-9) <= 1.0
-    assert t.epsilon > 8  # the issue's figure: eps0 ~ 7.6 by the closed form, more by the numerical bound
+    acc, g = shuffle_accounting(t)
+    assert acc == "olh" and g == t.make_oracle().g  # OLH's own bound, at the g of the chosen epsilon
+    general = ldp.shuffle.local_epsilon_for_central(1.0, 1e-9, 1_000_000, "general")
+    assert t.epsilon > general + 0.02  # 9.551 against 9.523 on the general bound
+    assert round(t.epsilon * 1000) == t.epsilon * 1000  # rounded down to 0.001
+    assert ldp.shuffle.central_epsilon(t.epsilon, 1_000_000, 1e-9, "olh", g) <= 1.0
+    assert ldp.shuffle.central_epsilon(t.epsilon + 0.002, 1_000_000, 1e-9, "olh", g) > 1.0  # the largest
     # a number is accepted when it meets the target, refused (naming the largest) when it does not
     assert T.parse_task({**OLH, "epsilon": t.epsilon, "anonymity": TARGET}).epsilon == t.epsilon
     assert T.parse_task({**OLH, "epsilon": 2.0, "anonymity": TARGET}).epsilon == 2.0
     msg = _refused({**OLH, "epsilon": t.epsilon + 0.01, "anonymity": TARGET}, "does not meet")
-    assert f"the largest local epsilon that does is {t.epsilon:g}" in msg
+    assert f"the largest local epsilon that does is {t.epsilon:g}" in msg and "(olh bound)" in msg
     # fewer expected reports, smaller epsilon
     small = T.parse_task({**OLH, "epsilon": "auto", "anonymity": {**TARGET, "expected_reports": 10_000}})
     assert 1.0 < small.epsilon < t.epsilon
 
 
-def test_grr_and_auto_use_grrs_bound_only_when_the_oracle_is_grr():
-    general = T.parse_task({**OLH, "epsilon": "auto", "anonymity": TARGET}).epsilon
-    grr = T.parse_task({**OLH, "mechanism": "grr", "epsilon": "auto", "anonymity": TARGET})
-    assert shuffle_accounting(grr) == ("grr", 1024) and grr.epsilon > general
-    assert ldp.shuffle.central_epsilon(grr.epsilon, 1_000_000, 1e-9, "grr", 1024) <= 1.0
-    hidden = T.parse_task(
-        {**OLH, "mechanism": "grr", "epsilon": "auto", "hide_participation": True, "anonymity": TARGET}
-    )
-    assert shuffle_accounting(hidden) == ("grr", 1025)  # the dummy value is one more GRR value
-    auto = T.parse_task({**OLH, "mechanism": "auto", "epsilon": "auto", "anonymity": TARGET})
-    oracle = auto.make_oracle().name
-    assert auto.epsilon == (grr.epsilon if oracle == "grr" else general)
-    assert shuffle_accounting(auto)[0] == ("grr" if oracle == "grr" else "general")
+def test_every_frequency_oracle_is_accounted_by_its_own_bound():
+    for mech, want in (("grr", ("grr", 1024)), ("olh", ("olh", 8)), ("blh", ("blh", None)),
+                       ("oue", ("oue", None)), ("sue", ("sue", None)), ("hr", ("hr", None)),
+                       ("ss", ("ss", 1024))):
+        t = T.parse_task({**OLH, "mechanism": mech, "epsilon": 2.0, "anonymity": {}})
+        assert shuffle_accounting(t) == want, mech
+    with_g = T.parse_task({**OLH, "epsilon": 2.0, "hash": {"g": 4}, "anonymity": {}})
+    assert shuffle_accounting(with_g) == ("olh", 4)
+    memo = T.parse_task({**OLH, "mechanism": "memo-grr", "epsilon": 2.0})
+    assert shuffle_accounting(memo) == ("general", None)
+
+
+def test_auto_picks_the_mechanism_and_epsilon_of_the_smallest_predicted_variance():
+    """Under a central target ``auto`` chooses among the frozen candidates by their variance at each one's
+    largest epsilon under its own bound, and the task records the candidate chosen."""
+    from ldp.anonymity import choose_for_target
+
+    small = {**TARGET, "expected_reports": 10_000}
+    base = T.parse_task({**OLH, "mechanism": "auto", "epsilon": 1.0, "anonymity": small})
+    choice = choose_for_target(base, 1.0, 1e-9, 10_000)
+    rows = {r["mechanism"]: r for r in choice.table}
+    assert set(rows) == set(ldp.oracles.auto_candidates(2))
+    usable = [r for r in choice.table if r["variance"] is not None]
+    assert min(usable, key=lambda r: r["variance"])["mechanism"] == choice.mechanism
+    chosen = rows[choice.mechanism]
+    assert chosen["status"] == "chosen" and choice.epsilon == chosen["epsilon"]
+    for r in usable:  # each candidate's epsilon meets the target under its own bound
+        eps = ldp.shuffle.central_epsilon(r["epsilon"], 10_000, 1e-9, r["accounting"], r["domain_size"])
+        assert eps <= 1.0, r
+    t = T.parse_task({**OLH, "mechanism": "auto", "epsilon": "auto", "anonymity": small})
+    assert (t.mechanism, t.epsilon) == (choice.mechanism, choice.epsilon)
+    assert T.parse_task(t.to_dict()) == t  # the choice is part of the task: it means the same thing forever
+    # on the general bound every candidate gets the same epsilon: the tight bounds move the choice's epsilon
+    general = choose_for_target(base, 1.0, 1e-9, 10_000, bound="general")
+    assert len({r["epsilon"] for r in general.table if r["variance"] is not None}) == 1
+    assert choice.epsilon > general.epsilon
 
 
 def test_what_auto_epsilon_and_the_target_need():
@@ -134,8 +160,7 @@ def test_what_auto_epsilon_and_the_target_need():
 def test_range_tasks_default_the_expected_reports_to_the_expected_users():
     r = {"task_id": "r", "mechanism": "hdg", "attributes": ATTRS, "expected_users": 1_000_000}
     t = T.parse_task({**r, "epsilon": "auto", "anonymity": {"central_epsilon": 1.0}})
-    assert t.expected_reports == 1_000_000 and shuffle_accounting(t) == ("general", None)
-    assert t.epsilon == T.parse_task({**OLH, "epsilon": "auto", "anonymity": TARGET}).epsilon
+    assert t.expected_reports == 1_000_000 and shuffle_accounting(t)[0] != "olh"
     assert T.parse_task(t.to_dict()) == t
     _refused(
         {**r, "expected_users": 500, "epsilon": 1.0, "anonymity": {"central_epsilon": 1.0}},
@@ -152,7 +177,7 @@ def test_resolve_task_records_the_chosen_epsilon_and_every_load_checks(tmp_path,
         "central_epsilon": 1.0,
         "delta": 1e-9,
         "expected_reports": 1_000_000,
-        "accounting": "general",
+        "accounting": "olh",
     }
     assert _schema_ok(out)
     path = tmp_path / "t.json"

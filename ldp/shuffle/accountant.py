@@ -81,6 +81,7 @@ __all__ = [
     "BINARY_EXACT_MAX_N",
     "CentralEpsilon",
     "accounting_for_oracle",
+    "accounting_for_task",
     "central_epsilon",
     "central_epsilon_report",
     "delta_curve",
@@ -626,6 +627,24 @@ def accounting_for_oracle(oracle: Any) -> tuple[str, int | None]:
 
         if SubsetSelection(oracle.epsilon, oracle.d).k == oracle.k:
             return "ss", int(oracle.d)
+    return "general", None
+
+
+def accounting_for_task(task: Any) -> tuple[str, int | None]:
+    """``(mechanism, domain_size)`` for :func:`central_epsilon_report` from a task (``ldp.task``): a
+    frequency task's oracle (:func:`accounting_for_oracle`; a memoized mechanism's reports are linkable
+    across windows, so only the general figure of one report is given), a task that declares its per-report
+    randomizer (``shuffle_randomizer()``, a :class:`~ldp.shuffle.randomizers.Randomizer`), else
+    ``("general", None)``. Raises ``ValueError`` when the task's oracle cannot be built."""
+    if getattr(task, "is_memoized", False):
+        return "general", None
+    if getattr(task, "kind", None) == "frequency":
+        return accounting_for_oracle(task.make_oracle())
+    declared = getattr(task, "shuffle_randomizer", None)
+    if declared is not None:
+        randomizer = declared()
+        if randomizer is not None:
+            return randomizer, None
     return "general", None
 
 

@@ -23,7 +23,6 @@ from ldp.task.base import (
     POSTPROCESS_METHODS,
     REQUIRED,
     TASK_ID_RE,
-    JsonObject,
     Task,
 )
 
@@ -174,7 +173,10 @@ COMMON_FIELDS: dict[str, Field] = {
                     "central_epsilon": declare("number"),
                     "delta": declare("number"),
                     "expected_reports": declare("integer"),
-                    "accounting": declare("string", enum=("general", "grr")),
+                    "accounting": declare(
+                        "string", min_length=1,
+                        description="the shuffle accountant's bound (ldp.anonymity.shuffle_accounting)",
+                    ),
                 },
                 required=("epsilon", "central_epsilon", "delta", "expected_reports", "accounting"),
             ),
@@ -259,8 +261,6 @@ SEMANTIC_CHECKS: tuple[str, ...] = (
 
 
 
-#: ``(raw, common) -> (k, is_grr)`` or None (:attr:`TaskKind.grr_candidate`)
-GrrCandidate = Callable[[JsonObject, dict[str, object]], tuple[int, Callable[[float], bool]] | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,9 +287,6 @@ class TaskKind:
     #: a key of the kind's own whose value is the reports expected per shuffled window when the
     #: ``anonymity`` section gives no ``expected_reports`` (range: ``expected_users``)
     expected_reports_key: str | None = None
-    #: ``(raw, common) -> (k, is_grr(epsilon))`` when a task of the kind may be GRR on ``[k]`` (a central
-    #: target's ``epsilon: "auto"`` then tries GRR's own bound), else None
-    grr_candidate: GrrCandidate | None = None
 
 
 

@@ -75,10 +75,9 @@ def parse_task(
     plan = _plan_anonymity(obj, common, task_kind, problems) if anonymous else _Plan()
     task = None
     if task_kind is not None and mechanism is not None:
-        if plan.auto_epsilon and plan.n is not None and plan.goal is not None and not problems:
-            grr = task_kind.grr_candidate(obj, common) if task_kind.grr_candidate is not None else None
-            common["epsilon"] = _anonymity.epsilon_for_target(grr, plan.settings, plan.goal, plan.n)
         extra = {"base_dir": Path(base_dir or ".")} if task_kind.uses_base_dir else {}
+        if plan.auto_epsilon and plan.n is not None and plan.goal is not None and not problems:
+            _choose_for_target(obj, common, task_kind, plan, extra, problems)
         task = task_kind.build(obj, common, problems, **extra)
     if task is not None and plan.settings is not None:
         task = dataclasses.replace(task, anonymity=plan.settings, central_target=plan.target)
@@ -95,6 +94,28 @@ def parse_task(
             source,
         )
     return task
+
+
+def _choose_for_target(
+    obj: JsonObject,
+    common: dict[str, object],
+    task_kind: TaskKind,
+    plan: _Plan,
+    extra: dict[str, Path],
+    problems: Problems,
+) -> None:
+    """``epsilon: "auto"``: the task built at the placeholder epsilon, then the mechanism and epsilon that
+    meet the central target with the smallest predicted error (:func:`ldp.anonymity.epsilon_for_target`)
+    written into ``common``. A task that cannot be built leaves ``common`` alone (the build reports why)."""
+    base = task_kind.build(obj, dict(common), [], **extra)
+    if base is None or plan.settings is None or plan.goal is None or plan.n is None:
+        return
+    base = dataclasses.replace(base, anonymity=plan.settings, central_target=plan.target)
+    try:
+        common["mechanism"], common["epsilon"] = _anonymity.epsilon_for_target(
+            base, plan.settings, plan.goal, plan.n)
+    except ValueError as exc:
+        problems.append(f'epsilon "auto": {exc}')
 
 
 def _common_fields(

@@ -12,7 +12,6 @@ has nothing to report) and the ``"anonymity"`` section (:mod:`ldp.anonymity`). T
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -175,24 +174,6 @@ def build_frequency_task(
     return task
 
 
-def _grr_candidate(obj: JsonObject, common: dict[str, object]) -> tuple[int, Callable[[float], bool]] | None:
-    """A ``grr`` or ``auto`` task on a valid domain may be GRR on ``[k]`` (``k`` counts the dummy value of
-    ``hide_participation``): ``is_grr(epsilon)`` says whether its oracle is GRR at that epsilon."""
-    d, mech = obj.get("domain_size"), common["mechanism"]
-    if mech not in ("grr", "auto") or not (is_int(d) and 2 <= d < MAX_DOMAIN):  # type: ignore[operator]
-        return None
-    hide = obj.get("hide_participation") is True
-    k = int(d) + (1 if hide else 0)  # type: ignore[call-overload]
-
-    def is_grr(eps: float) -> bool:
-        if mech == "grr":
-            return True
-        probe = FrequencyTask(domain_size=int(d), hide_participation=hide, **{**common, "epsilon": eps})  # type: ignore[arg-type,call-overload]
-        return probe.grr_domain() is not None
-
-    return k, is_grr
-
-
 FREQUENCY_FIELDS: dict[str, Field] = {
     "domain_size": declare("integer", minimum=2, maximum=MAX_DOMAIN),
     "labels": declare(
@@ -221,5 +202,4 @@ FREQUENCY_TASK_KIND = TaskKind(
     fields=FREQUENCY_FIELDS,
     required=("domain_size",),
     exclusive=(("labels", "labels_file"),),
-    grr_candidate=_grr_candidate,
 )
