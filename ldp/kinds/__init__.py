@@ -27,7 +27,9 @@ A :class:`Kind` names, for one kind of task,
 * ``example`` (a small valid task) and ``example_aggregator(task)`` (an aggregator of it, for kinds whose
   aggregator needs a job's inputs such as queries or a workload; tests run every kind through it);
 * ``central_privacy(task, windows)``: the central-DP figures ``ldp-beam privacy`` prints for a kind without
-  ``ldp_reports`` (``central_epsilon``, ``central_delta``, ``central_epsilon_composed``, ``method``).
+  ``ldp_reports`` (``central_epsilon``, ``central_delta``, ``central_epsilon_composed``, ``method``);
+* ``plan(task, users, windows)``: the kind's predicted errors, eps0 and window costs (``ldp-beam plan``,
+  :mod:`ldp.plan`; each built-in kind's ``plan.predict``).
 
 Nothing here names a module above ``ldp``: the command line (``pipelines``) finds its own pieces for a
 kind (a job module, a richer ``ldp-beam show`` printer) by the kind's name, and prints any other kind's
@@ -220,6 +222,9 @@ class Kind:
     #: mechanisms the standing adversarial audit (``tests/audit``) does not run, each with the reason
     #: (``"*"``: the whole kind); any other mechanism of a kind with ``ldp_reports`` must pass it
     audit_exempt: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: ``(task, users, windows) -> prediction``: the errors, eps0 and costs ``ldp-beam plan`` reports
+    #: (``ldp.plan``; the kind's ``plan.predict``); None: the kind cannot be planned
+    plan: Callable[[Any, int, int], Mapping[str, Any]] | None = None
 
     def make_example_aggregator(self, task: Any) -> Any:
         """An aggregator of a task like :attr:`example`: ``example_aggregator(task)``, else
@@ -277,7 +282,8 @@ def _problems(kind: Kind, replace: bool) -> list[str]:
     if kind.typescript_client and not kind.ldp_reports:
         out.append("typescript_client needs ldp_reports (the client sends randomized reports)")
     out += _entry_problems(kind)
-    for name in ("population", "bad_template", "job_aggregator", "example_aggregator", "central_privacy"):
+    for name in ("population", "bad_template", "job_aggregator", "example_aggregator", "central_privacy",
+                 "plan"):
         v = getattr(kind, name)
         if v is not None and not callable(v):
             out.append(f"{name} must be callable")

@@ -70,4 +70,5 @@ KIND = Kind(
         "attributes": [{"name": "a", "domain_size": 16}],
         "delta": 1e-6,
     },
+    plan=ref(_HERE + "plan:predict"),
 )

@@ -37,4 +37,5 @@ KIND = Kind(
     shuffle_allowed=True,
     typescript_client=True,
     example={"task_id": "f", "mechanism": "grr", "epsilon": 1.0, "domain_size": 4},
+    plan=ref(_HERE + "plan:predict"),
 )

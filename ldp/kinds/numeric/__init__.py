@@ -51,4 +51,5 @@ KIND = Kind(
         "epsilon": 1.0,
         "attributes": [{"name": "x", "low": 0.0, "high": 10.0}],
     },
+    plan=ref(_HERE + "plan:predict"),
 )

@@ -69,4 +69,5 @@ KIND = Kind(
         "attributes": [{"name": "a", "domain_size": 16}, {"name": "b", "domain_size": 8}],
         "expected_users": 1000,
     },
+    plan=ref(_HERE + ".plan:predict"),
 )

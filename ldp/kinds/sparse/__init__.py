@@ -35,4 +35,5 @@ KIND = Kind(
     description="k-sparse vector mean estimation over reports (SVME and its baselines)",
     mechanism_registries={"sparse": ref("ldp.sparse.mechanisms:SPARSE_MECHANISM_CLASSES")},
     example={"task_id": "s", "mechanism": "svme", "epsilon": 1.0, "domain_size": 1000, "sparsity": 4},
+    plan=ref(_HERE + "plan:predict"),
 )

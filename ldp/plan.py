@@ -1,0 +1,265 @@
+"""What a collection will cost and deliver, before it runs (``ldp-beam plan``; ``docs/planning.md``).
+
+:func:`plan_task` takes a parsed task, the users expected per window and the number of windows, and
+returns one JSON-able dict:
+
+* ``mechanism`` / ``eps0``: what the task's mechanism resolves to (``auto``, and under a central target
+  the local epsilon the task model chose for it) and the epsilon of one report;
+* ``errors``: the predicted standard deviation of each published statistic (per value, per query, per
+  coordinate, per mean and quantile) and its 95% interval half-width, from the kind's own prediction
+  (the ``plan`` piece of its registry entry, ``ldp/kinds/<kind>/plan.py``);
+* ``detection`` (frequency): the smallest frequency flagged above 0 under the multiple-comparison rule of
+  :mod:`ldp.selection`;
+* ``privacy``: the local epsilon, and for a shuffled task the central epsilon of one batch and composed
+  over the windows (:mod:`ldp.shuffle`, the same bounds as ``ldp-beam privacy``); a central-DP kind's
+  figures from its entry's ``central_privacy``;
+* ``cost``: the memory and time of one window on the DirectRunner, from the accumulator's exact size and
+  the per-report and per-value costs in :data:`COSTS` (measured by ``python -m bench.plan_costs``).
+
+:func:`with_target` rewrites a task file's JSON for a central target given on the command line. Nothing
+here imports Beam, the store, the wire package or the command line.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from ldp.selection import ALPHA, DEFAULT_RULE, RULES, rule_text, simultaneous_z
+
+__all__ = [
+    "LEVEL",
+    "COSTS",
+    "PlanError",
+    "plan_task",
+    "with_target",
+    "z95",
+    "error_entry",
+    "smallest_flagged",
+    "window_cost",
+    "nbytes",
+]
+
+#: Level of every interval half-width in a plan.
+LEVEL = 0.95
+#: Power at which :func:`smallest_flagged` also states the frequency (besides the 50% point).
+POWER = 0.8
+
+#: Measured costs (``python -m bench.plan_costs --json bench/results/plan_costs.json``, a shared 2-core
+#: machine, load about 4; the figures are medians of 3 runs). ``runner_us_per_report``: the DirectRunner's
+#: cost per report beyond the aggregator (reading, decoding, validating, batching, combining), from
+#: ``bench/results/pipeline_n1e6_d1024.json`` (pipeline minus core seconds per report at n = 1e6);
+#: ``add_us_per_report``: the aggregator's ``add`` per report by mechanism (validation included);
+#: ``finalize_us_per_value``: estimate, post-processing and intervals per value of the domain, per group;
+#: ``fixed_s``: a window's fixed cost (one finalize call, writing its rows); ``runner_bytes``: the
+#: DirectRunner's working set beyond the accumulators (one process, ``--batch_size`` 8192).
+COSTS: dict[str, Any] = {
+    "source": "bench/results/plan_costs.json (python -m bench.plan_costs), "
+              "bench/results/pipeline_n1e6_d1024.json (runner overhead)",
+    "runner_us_per_report": 1.74,
+    "fixed_s": 0.05,
+    "runner_bytes": 200 * 2**20,
+    "finalize_us_per_value": 0.9,
+    "add_us_per_report": {
+        "grr": 0.02, "olh": 0.25, "blh": 0.05, "oue": 0.002, "sue": 0.002, "hr": 0.03, "ss": 0.04,
+        "range": 1.5, "sparse": 2.0, "numeric": 0.15, "batch_queries": 0.1,
+    },
+    "add_us_per_report_default": 1.0,
+    "oue_sue_us_per_report_per_value": 0.0012,
+}
+
+
+class PlanError(ValueError):
+    """A plan that cannot be made (one line: what is wrong and what to give instead)."""
+
+
+def z95() -> float:
+    """The two-sided normal quantile of :data:`LEVEL` (1.96)."""
+    return NormalDist().inv_cdf(0.5 + LEVEL / 2.0)
+
+
+def error_entry(statistic: str, std: float, unit: str, **extra: Any) -> dict[str, Any]:
+    """One predicted error: the statistic, its std, its 95% half-width (normal) and the unit."""
+    out: dict[str, Any] = {"statistic": statistic, "std": float(std), "half_width_95": float(z95() * std),
+                           "unit": unit}
+    out.update(extra)
+    return out
+
+
+def smallest_flagged(base: float, slope: float, d: int, rule: str = DEFAULT_RULE,
+                     alpha: float = ALPHA) -> dict[str, Any]:
+    """The smallest true frequency a value needs to be flagged above 0 over a domain of ``d`` values.
+
+    The estimate of a value of frequency ``f`` is normal with variance ``base + slope f`` (the oracle's
+    Eq. 4 at the planned ``n``); Bonferroni flags it when the estimate reaches ``z_d std`` (``z_d``
+    :func:`ldp.selection.simultaneous_z`), so it is flagged with probability 1/2 at the ``f`` solving
+    ``f = z_d sqrt(base + slope f)``, and with probability :data:`POWER` at ``f = (z_d + z_power) sqrt(...)``.
+    Benjamini-Hochberg flags at least what Bonferroni flags (at one true value it is Bonferroni), so the
+    figures are upper bounds under ``bh``.
+    """
+    if rule not in RULES:
+        raise PlanError(f"unknown multiple-comparison rule {rule!r}; one of {', '.join(RULES)}")
+    z = simultaneous_z(int(d), alpha)
+    zp = NormalDist().inv_cdf(POWER)
+
+    def root(c: float) -> float:  # f^2 = c (base + slope f)
+        return 0.5 * (c * slope + math.sqrt((c * slope) ** 2 + 4.0 * c * base))
+
+    return {
+        "rule": rule,
+        "rule_text": rule_text(rule, int(d), alpha),
+        "z": z,
+        "frequency_flagged_half_the_time": min(root(z * z), 1.0),
+        f"frequency_flagged_{round(100 * POWER)}pct": min(root((z + zp) ** 2), 1.0),
+        "bound": "exact" if rule == "bonferroni" else "upper bound (BH flags at least what Bonferroni does)",
+    }
+
+
+def nbytes(obj: Any, _depth: int = 0) -> int:
+    """Bytes held by an accumulator: numpy arrays' buffers, walked through tuples, lists, dicts and
+    attributes (3 levels deep); other objects count 0."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if _depth > 3 or obj is None or isinstance(obj, (int, float, str, bytes, bool)):
+        return 0
+    if isinstance(obj, Mapping):
+        return sum(nbytes(v, _depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(v, _depth + 1) for v in obj)
+    fields = getattr(obj, "__dict__", None)
+    if fields is None:
+        slots = getattr(type(obj), "__slots__", ())
+        fields = {s: getattr(obj, s, None) for s in slots}
+    return sum(nbytes(v, _depth + 1) for v in fields.values())
+
+
+def window_cost(users: int, accumulator_bytes: int, cost_key: str, values: int,
+                extra_bytes: int = 0) -> dict[str, Any]:
+    """Memory and time of one window: accumulators plus the finalize working set plus the runner's,
+    and ``users`` reports at the runner's and the mechanism's per-report costs plus ``values`` values
+    finalized (:data:`COSTS`)."""
+    add = COSTS["add_us_per_report"].get(cost_key, COSTS["add_us_per_report_default"])
+    if cost_key in ("oue", "sue"):
+        add += COSTS["oue_sue_us_per_report_per_value"] * values
+    per_report = COSTS["runner_us_per_report"] + add
+    finalize_s = COSTS["finalize_us_per_value"] * values * 1e-6
+    seconds = COSTS["fixed_s"] + users * per_report * 1e-6 + finalize_s
+    memory = accumulator_bytes + extra_bytes + COSTS["runner_bytes"]
+    return {
+        "accumulator_bytes": int(accumulator_bytes),
+        "memory_bytes": int(memory),
+        "seconds": float(seconds),
+        "us_per_report": float(per_report),
+        "finalize_s": float(finalize_s),
+        "runner": "DirectRunner, one process",
+        "source": COSTS["source"],
+    }
+
+
+def with_target(obj: Mapping[str, Any], users: int, central_epsilon: float | None,
+                delta: float | None) -> dict[str, Any]:
+    """A task file's JSON with a central target from the command line: ``anonymity`` shuffled, with
+    ``central_epsilon`` (and ``delta``), ``expected_reports`` = ``users`` and ``"epsilon": "auto"`` (the
+    task model picks the local epsilon, and ``auto`` the mechanism, for the target). Only ``delta``: the
+    task's section with that delta. Neither: the task unchanged. A recorded ``resolved`` block is dropped
+    (it records the task's own resolution)."""
+    out = copy.deepcopy(dict(obj))
+    if central_epsilon is None and delta is None:
+        return out
+    section = dict(out.get("anonymity") or {})
+    if central_epsilon is None and not section.get("shuffled"):
+        raise PlanError("--delta applies to a shuffled task (give --central_epsilon for a central target)")
+    if delta is not None:
+        section["delta"] = delta
+    if central_epsilon is not None:
+        section.update(shuffled=True, central_epsilon=central_epsilon, expected_reports=int(users))
+        out["epsilon"] = "auto"
+    out["anonymity"] = section
+    out.pop("resolved", None)
+    return out
+
+
+def _privacy(task: Any, kind: Any, users: int, windows: int) -> dict[str, Any]:
+    """The plan's privacy section (module docstring)."""
+    if not kind.ldp_reports:
+        if kind.central_privacy is None:
+            return {"model": "central DP", "central_epsilon": None}
+        return {"model": "central DP (raw records at a trusted aggregator)",
+                **dict(kind.central_privacy(task, windows))}
+    out: dict[str, Any] = {"model": "local DP", "local_epsilon": float(task.epsilon),
+                           "local_epsilon_composed": float(task.epsilon) * windows,
+                           "shuffled": bool(task.shuffled)}
+    if not task.shuffled:
+        return out
+    from ldp.anonymity import batch_reports, shuffle_accounting
+    from ldp.shuffle import ShuffleAccountingError, central_epsilon_report, compose_windows
+
+    settings = task.anonymity
+    n = batch_reports(int(users), task.window.size_s, settings.time_precision_s)
+    accounting, k = shuffle_accounting(task)
+    out.update(model="shuffled local DP", delta=settings.delta, batch_reports=n, accounting=accounting)
+    if n < settings.min_reports:
+        out["central_epsilon_per_batch"] = None
+        out["note"] = (f"{n} reports per batch is below anonymity.min_reports ({settings.min_reports}): "
+                       "the shuffler withholds such batches")
+        return out
+    try:
+        one = central_epsilon_report(float(task.epsilon), n, settings.delta, accounting, k)
+        comp = compose_windows(float(task.epsilon), n, settings.delta, windows=windows, mechanism=accounting,
+                               domain_size=k)
+    except ShuffleAccountingError as exc:
+        out["note"] = str(exc)
+        return out
+    out.update(central_epsilon_per_batch=float(one.epsilon), method=one.method,
+               central_epsilon_composed=float(comp["tight"]),
+               central_epsilon_composed_basic=float(comp["basic"]), windows=windows)
+    if task.central_target is not None and task.central_target.central_epsilon is not None:
+        out["target"] = task.central_target.to_dict()
+    return out
+
+
+def plan_task(task: Any, users: int, windows: int = 1, *, rule: str = DEFAULT_RULE) -> dict[str, Any]:
+    """The plan of ``task`` for ``users`` reports per window over ``windows`` windows (module docstring).
+
+    Raises:
+        PlanError: a bad number of users or windows, a kind without a ``plan`` piece, or a task its
+            kind cannot predict (one line).
+    """
+    from ldp.kinds import kind_of
+
+    if isinstance(users, bool) or not isinstance(users, (int, np.integer)) or users < 2:
+        raise PlanError(f"users must be an integer >= 2, got {users!r}")
+    if isinstance(windows, bool) or not isinstance(windows, (int, np.integer)) or windows < 1:
+        raise PlanError(f"windows must be an integer >= 1, got {windows!r}")
+    kind = kind_of(task)
+    predict = getattr(kind, "plan", None)
+    if predict is None:
+        raise PlanError(f"the {task.kind} kind has no plan piece (ldp.kinds.Kind.plan)")
+    try:
+        predicted = dict(predict(task, int(users), int(windows)))
+    except (ValueError, ArithmeticError) as exc:
+        raise PlanError(f"cannot plan task {task.task_id!r}: {exc}") from None
+    out: dict[str, Any] = {
+        "task_id": task.task_id,
+        "kind": task.kind,
+        "users": int(users),
+        "windows": int(windows),
+        "mechanism": task.mechanism,
+        "chosen_mechanism": predicted.pop("mechanism"),
+        "eps0": predicted.pop("eps0"),
+        "level": LEVEL,
+        "errors": predicted.pop("errors"),
+    }
+    detection = predicted.pop("detection", None)
+    if detection is not None:
+        out["detection"] = detection(rule) if callable(detection) else detection
+    out["privacy"] = _privacy(task, kind, int(users), int(windows))
+    cost = predicted.pop("cost")
+    out["cost"] = window_cost(int(users), **cost)
+    out.update(predicted)
+    return out
