@@ -301,6 +301,30 @@ class _MemoryClients:
 # ------------------------------------------------------------------------------------------------------------
 # the population
 # ------------------------------------------------------------------------------------------------------------
+def _check_population(
+    task: Task, users: int, *, drift: float, active: float, dataset: str | None, misconfigured: int,
+    misconfigured_reports: int,
+) -> bool:  # fmt: skip
+    """Refuses a population the clients cannot simulate (ValueError); True for a numeric task."""
+    inputs = _client_inputs(task)
+    numeric = inputs == "real"
+    if numeric and not getattr(task, "is_memoized", False):
+        raise ValueError(f"numeric task {task.task_id!r}: repeated-collection clients need the memoized "
+                         f"counter memo-one-bit-mean, not {task.mechanism}")
+    if inputs not in ("categorical", "real"):
+        raise ValueError(f"task {task.task_id!r} is a {task.kind} task; clients simulate frequency tasks "
+                         "and the numeric memoized counter")
+    if dataset is not None and not numeric:
+        raise ValueError("dataset is for numeric tasks (frequency values follow zipf)")
+    if users < 1:
+        raise ValueError(f"users must be >= 1, got {users}")
+    if not (0 <= drift <= 1 and 0 <= active <= 1):
+        raise ValueError("drift and active are probabilities in [0, 1]")
+    if not 0 <= misconfigured <= users or misconfigured_reports < 1:
+        raise ValueError("misconfigured must be in [0, users] and misconfigured_reports >= 1")
+    return numeric
+
+
 class ClientPopulation:
     """``users`` simulated users of a task with a budget (see the module docstring).
 
@@ -336,22 +360,10 @@ class ClientPopulation:
         noise_seed: int | None = None,
         dataset: str | None = None,
     ) -> None:
-        inputs = _client_inputs(task)
-        self.numeric = inputs == "real"
-        if self.numeric and not getattr(task, "is_memoized", False):
-            raise ValueError(f"numeric task {task.task_id!r}: repeated-collection clients need the memoized "
-                             f"counter memo-one-bit-mean, not {task.mechanism}")
-        if inputs not in ("categorical", "real"):
-            raise ValueError(f"task {task.task_id!r} is a {task.kind} task; clients simulate frequency tasks "
-                             "and the numeric memoized counter")
-        if dataset is not None and not self.numeric:
-            raise ValueError("dataset is for numeric tasks (frequency values follow zipf)")
-        if users < 1:
-            raise ValueError(f"users must be >= 1, got {users}")
-        if not (0 <= drift <= 1 and 0 <= active <= 1):
-            raise ValueError("drift and active are probabilities in [0, 1]")
-        if not 0 <= misconfigured <= users or misconfigured_reports < 1:
-            raise ValueError("misconfigured must be in [0, users] and misconfigured_reports >= 1")
+        self.numeric = _check_population(
+            task, users, drift=drift, active=active, dataset=dataset, misconfigured=misconfigured,
+            misconfigured_reports=misconfigured_reports,
+        )  # fmt: skip
         self.task = task
         self.users = users
         self.hide = bool(getattr(task, "hide_participation", False))
@@ -365,6 +377,18 @@ class ClientPopulation:
         self._noise_rng: np.random.Generator = (
             secure_rng() if noise_seed is None else np.random.default_rng(np.random.SeedSequence(noise_seed))
         )
+        self._set_value_model(zipf, dataset)
+        self.values = self._draw(users)
+        self.drift, self.active = drift, active
+        self.misconfigured, self.misconfigured_reports = misconfigured, misconfigured_reports
+        from ldp.longitudinal.client import ShuffledCollection  # dp_accounting: not at --help
+
+        #: a shuffled task's rule (times rounded to the precision, one report per window), else None
+        self.shuffled = ShuffledCollection.of_task(task)
+
+    def _set_value_model(self, zipf: float, dataset: str | None) -> None:
+        """Where values come from: a numeric task's dataset (a CSV column's rows pooled), else Zipf."""
+        task = self.task
         if self.numeric:
             a = task.attributes[0]  # type: ignore[attr-defined]
             self.dataset = dataset or f"uniform:{a.low!r}:{a.high!r}"
@@ -375,13 +399,6 @@ class ClientPopulation:
                 self._pool = sample_values(self.dataset, None, self._value_rng)
         else:
             self._probs = _zipf_probabilities(task.domain_size, zipf)  # type: ignore[attr-defined]
-        self.values = self._draw(users)
-        self.drift, self.active = drift, active
-        self.misconfigured, self.misconfigured_reports = misconfigured, misconfigured_reports
-        from ldp.longitudinal.client import ShuffledCollection  # dp_accounting: not at --help
-
-        #: a shuffled task's rule (times rounded to the precision, one report per window), else None
-        self.shuffled = ShuffledCollection.of_task(task)
 
     @property
     def client_ids(self) -> np.ndarray:
@@ -635,20 +652,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Runs the clients; returns (and writes to ``OUT/clients-truth.json``) the summary."""
-    ns, _ = parse_job_args(parser(), argv, beam=False)
-    from simulator import parse_iso8601_ms  # (the simulator's populations: not for --help)
-
+def _load_clients_task(path: str) -> Task:
+    """The task at ``path``, one the clients simulate and with a budget (else one line, exit 2)."""
     try:
-        task = load_task(ns.task)
+        task = load_task(path)
     except TaskError as exc:
         fail(exc.one_line())
     if _client_inputs(task) not in ("categorical", "real"):
-        fail(f"{ns.task}: task {task.task_id!r} is a {task.kind} task; the clients simulate frequency tasks "
+        fail(f"{path}: task {task.task_id!r} is a {task.kind} task; the clients simulate frequency tasks "
              "and numeric tasks of memo-one-bit-mean")
     if getattr(task, "budget", None) is None:
-        fail(f"{ns.task}: task {task.task_id!r} has no budget block; stateful clients need one")
+        fail(f"{path}: task {task.task_id!r} has no budget block; stateful clients need one")
+    return task
+
+
+def _window_grid(ns: argparse.Namespace) -> tuple[int, int]:
+    """Checks the output and window flags; returns (start of the first window, window length) in ms."""
+    from simulator import parse_iso8601_ms  # (the simulator's populations: not for --help)
+
     if sum(x is not None for x in (ns.output, ns.output_topic, ns.collector)) != 1:
         fail("give exactly one of --output DIR, --output_topic TOPIC and --collector URL")
     check_pubsub_path(ns.output_topic, "topic", flag="--output_topic")
@@ -658,48 +679,60 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if ns.windows < 1 or ns.users < 1:
         fail("--windows and --users must be >= 1")
     window_ms = int(round(ns.window_s * 1000))
-    if ns.start:
-        try:
-            start_ms = parse_iso8601_ms(ns.start)
-        except ValueError as exc:
-            fail(f"--start: {exc}")
-    else:
-        start_ms = int(time.time() * 1000) // window_ms * window_ms
+    if not ns.start:
+        return int(time.time() * 1000) // window_ms * window_ms, window_ms
     try:
-        pop = ClientPopulation(
+        return parse_iso8601_ms(ns.start), window_ms
+    except ValueError as exc:
+        fail(f"--start: {exc}")
+
+
+def _population_of_flags(task: Task, ns: argparse.Namespace) -> ClientPopulation:
+    try:
+        return ClientPopulation(
             task, ns.users, state_dir=ns.state_dir, seed=ns.seed, zipf=ns.zipf, drift=ns.drift,
             active=ns.active, misconfigured=ns.misconfigured, misconfigured_reports=ns.misconfigured_reports,
             noise_seed=ns.noise_seed, dataset=ns.dataset,
         )  # fmt: skip
     except ValueError as exc:
         fail(str(exc))
-    publisher = None
-    if ns.output_topic:
-        from google.api_core import exceptions as gexc
-        from google.cloud import pubsub_v1
 
-        publisher = pubsub_v1.PublisherClient()
+
+def _pubsub_publisher(topic: str) -> Any:
+    """A Pub/Sub publisher for ``topic``, creating the topic when it does not exist."""
+    from google.api_core import exceptions as gexc
+    from google.cloud import pubsub_v1
+
+    publisher = pubsub_v1.PublisherClient()
+    try:
+        publisher.get_topic(request={"topic": topic})
+    except gexc.NotFound:
+        publisher.create_topic(request={"name": topic})
+    return publisher
+
+
+def _send_window(batch: WindowBatch, task: Task, ns: argparse.Namespace, publisher: Any) -> None:
+    """Sends one window's reports where the flags say (after waiting for its end with --pace)."""
+    if ns.pace:
+        delay = batch.end_ms / 1000 - time.time()
+        if delay > 0:
+            time.sleep(delay)
+    if publisher is not None:
+        for f in publish_window(batch, task, publisher, ns.output_topic, message_size=ns.message_size):
+            f.result(timeout=60)
+    elif ns.collector is not None:
         try:
-            publisher.get_topic(request={"topic": ns.output_topic})
-        except gexc.NotFound:
-            publisher.create_topic(request={"name": ns.output_topic})
-    truths = []
-    for batch in iter_windows(pop, ns.windows, start_ms, window_ms):
-        if ns.pace:
-            delay = batch.end_ms / 1000 - time.time()
-            if delay > 0:
-                time.sleep(delay)
-        if publisher is not None:
-            for f in publish_window(batch, task, publisher, ns.output_topic, message_size=ns.message_size):
-                f.result(timeout=60)
-        elif ns.collector is not None:
-            try:
-                post_window(batch, task, ns.collector, request_size=min(ns.message_size, 100), token=ns.token)
-            except (CollectorRefused, ValueError) as exc:
-                fail(f"--collector: {exc}")
-        else:
-            write_window(batch, task, ns.output)
-        truths.append(batch.truth)
+            post_window(batch, task, ns.collector, request_size=min(ns.message_size, 100), token=ns.token)
+        except (CollectorRefused, ValueError) as exc:
+            fail(f"--collector: {exc}")
+    else:
+        write_window(batch, task, ns.output)
+
+
+def _write_summary(
+    task: Task, ns: argparse.Namespace, pop: ClientPopulation, truths: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The run's summary: written to ``OUT/clients-truth.json`` (with --output), one line printed."""
     spent = pop.spent()
     summary = {
         "task_id": task.task_id,
@@ -718,6 +751,20 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         flush=True,
     )
     return summary
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Runs the clients; returns (and writes to ``OUT/clients-truth.json``) the summary."""
+    ns, _ = parse_job_args(parser(), argv, beam=False)
+    task = _load_clients_task(ns.task)
+    start_ms, window_ms = _window_grid(ns)
+    pop = _population_of_flags(task, ns)
+    publisher = _pubsub_publisher(ns.output_topic) if ns.output_topic else None
+    truths = []
+    for batch in iter_windows(pop, ns.windows, start_ms, window_ms):
+        _send_window(batch, task, ns, publisher)
+        truths.append(batch.truth)
+    return _write_summary(task, ns, pop, truths)
 
 
 if __name__ == "__main__":
