@@ -89,6 +89,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "pipelines.privacy",
         "a task's privacy guarantees: local, and central per window and over windows when shuffled",
     ),
+    "plan": (
+        "pipelines.plan",
+        "plan a collection before it starts: mechanism, eps0, predicted errors, central epsilon, window cost",
+    ),
     "dashboard": ("pipelines.dashboard", "the live web dashboard over a latest-state store (--store URL)"),
     "dashboard-demo": (
         "pipelines.dashboard_demo",
