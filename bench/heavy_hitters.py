@@ -58,7 +58,11 @@ def score(result, truth: dict[bytes, float], heavy: float, useful: float) -> dic
 def run_once(args: argparse.Namespace, seed: int) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     batch, truth = zipf_population(args.n, args.strings, args.bytes, args.zipf, rng)
-    pem = PEM(args.epsilon, args.bytes, top_k=args.top_k, expected_n=args.n)
+    weights = [float(w) for w in args.level_weights.split(",")] if args.level_weights else None
+    pem = PEM(
+        args.epsilon, args.bytes, top_k=args.top_k, expected_n=args.n, search=args.search,
+        candidates=args.candidates, level_weights=weights, rule=args.rule,
+    )
     t0 = time.perf_counter()
     reports = pem.encode(batch, rng=np.random.default_rng([seed, 1]))
     t1 = time.perf_counter()
@@ -83,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heavy", type=float, default=0.002)
     ap.add_argument("--useful", type=float, default=0.001)
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--search", choices=("auto", "sketch", "olh"), default="auto")
+    ap.add_argument("--candidates", type=int, default=None, help="kept per level (default: auto)")
+    ap.add_argument("--level_weights", default="", help="comma-separated share per level (default: auto)")
+    ap.add_argument("--rule", choices=("bh", "bonferroni"), default="bh")
     args, extra = ap.parse_known_args(argv)
     if extra:
         print(f"error: unknown arguments {' '.join(extra)}", file=sys.stderr)

@@ -17,7 +17,19 @@ from ldp.heavy_hitters.mersenne import (
     parent_hash,
     reduce,
 )
-from ldp.heavy_hitters.search import _list_support, level_estimates
+from ldp.heavy_hitters.search import level_estimates, level_support
+from ldp.heavy_hitters.sketch import (
+    SketchAccumulator,
+    SketchSpec,
+    bucket_counts,
+    full_hash,
+    full_matrices,
+    full_support,
+    fwht,
+    gf2_hash,
+    score,
+    walsh_add,
+)
 from ldp.heavy_hitters.strings import bit_field, half_words, mask_prefix
 
 pytestmark: list = []  # markers per test: the statistical ones carry `statistical`
@@ -162,14 +174,15 @@ def test_grr_first_level_when_its_domain_is_small():
 
 
 @pytest.mark.statistical
-def test_fixed_candidate_is_unbiased_with_the_closed_form_variance():
+@pytest.mark.parametrize("search", ["olh", "sketch"])
+def test_fixed_candidate_is_unbiased_with_the_closed_form_variance(search):
     # 300 runs over one fixed population of 20,000 users (12% hold "target"); each run re-draws levels,
-    # seeds and noise and estimates "target" at the verification level. The mean must be within 4
-    # standard errors (sd / sqrt(300)) of 0.12, and the sample variance within the chi-square(299) range
-    # [0.72, 1.32] times the closed form's mean (both bounds beyond the 1e-4 quantiles).
+    # seeds and noise and estimates "target" at the verification level (Mersenne OLH or GF(2) OLH). The
+    # mean must be within 4 standard errors (sd / sqrt(300)) of 0.12, and the sample variance within the
+    # chi-square(299) range [0.72, 1.32] times the closed form's mean (both bounds beyond the 1e-4 quantiles).
     n, runs, f = 20_000, 300, 0.12
     values = ["target"] * int(f * n) + [f"u{i}" for i in range(n - int(f * n))]
-    pem = PEM(3.0, 6, first_bits=10, step_bits=20)
+    pem = PEM(3.0, 6, first_bits=10, step_bits=20, search=search)
     lv = pem.levels[-1]
     cand = encode_strings(["target"], 6).words()
     rng = np.random.default_rng(8)
@@ -177,7 +190,7 @@ def test_fixed_candidate_is_unbiased_with_the_closed_form_variance():
     for _ in range(runs):
         rep = pem.encode(values, rng=rng)
         m = rep.level == lv.index
-        s = _list_support(lv, rep.seed[m], rep.y[m], cand)
+        s = level_support(lv, rep.seed[m], rep.y[m], None, cand)
         e, sd = level_estimates(s, int(m.sum()), n, lv)
         est.append(e[0])
         var.append(sd[0] ** 2)
@@ -272,3 +285,79 @@ def test_olh_auto_layout_covers_every_bit_and_scales_with_n():
         assert pem.levels[-2].bits == total_bits(6) and pem.levels[-1].verify
         assert all(b.bits > a.bits for a, b in zip(pem.levels[:-2], pem.levels[1:-1]))
     assert small.candidates < large.candidates
+
+
+# ---------------------------------------------------------------- the sketch levels
+
+
+def test_walsh_sketch_support_equals_brute_force():
+    spec = SketchSpec(bits=30, d=6, rows=3, t=3, epsilon=2.0, key_seed=5)
+    rng = np.random.default_rng(20)
+    seeds = rng.integers(0, 2**63, 700, dtype=np.uint64)
+    y = rng.integers(0, spec.g, 700).astype(np.uint64)
+    acc = SketchAccumulator(spec)
+    walsh_add(acc, seeds[:300], y[:300])
+    other = SketchAccumulator(spec)
+    walsh_add(other, seeds[300:], y[300:])
+    acc.merge(other)  # a sketch merges by addition
+    s, c = spec.matrices(seeds)
+    row = spec.row_of(seeds)
+    brute = np.zeros((3, spec.m))
+    for b in range(spec.m):
+        h = gf2_hash(s, c, np.full(seeds.size, b, np.uint64))
+        brute[:, b] = np.bincount(row[h == y], minlength=3)
+    assert np.array_equal(fwht(acc.walsh) // spec.g, brute.astype(np.int64))
+    assert acc.counts.tolist() == np.bincount(row, minlength=3).tolist()
+
+
+def test_verification_hash_support_equals_own_hash():
+    rng = np.random.default_rng(21)
+    seeds = rng.integers(0, 2**63, 400, dtype=np.uint64)
+    words = encode_strings([bytes(rng.integers(0, 256, 9, dtype=np.uint8)) for _ in range(400)], 9).words()
+    s, c = full_matrices(seeds, 5, total_bits(9))
+    mine = full_hash(s, c, words)
+    cands = words[:7]
+    want = [int(np.count_nonzero(full_hash(s, c, np.repeat(w[None], 400, axis=0)) == mine)) for w in cands]
+    assert full_support(s, c, mine, cands).tolist() == want
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("bits, d, rows", [(12, 12, 1), (30, 8, 3)])
+def test_sketch_estimate_is_unbiased_at_the_closed_form_variance(bits, d, rows):
+    # 300 runs over one population of 20,000 users (10% hold "target", the rest distinct), re-drawing
+    # seeds, noise and (hashed level) the row keys. Closed form: c^2 [q(1-q) + f(p(1-p) - q(1-q))] /
+    # (n (p-q)^2) + c^2 V / k (sketch module docstring), V from the population. The mean must be within
+    # 4 standard errors of 0.1, the sample variance within [0.72, 1.32] times the closed form.
+    n, runs, f = 20_000, 300, 0.1
+    values = ["target"] * int(f * n) + [f"u{i}" for i in range(n - int(f * n))]
+    words = encode_strings(values, 6).words()
+    target = words[:1]
+    rng = np.random.default_rng(22)
+    est = []
+    for run in range(runs):
+        spec = SketchSpec(bits=bits, d=d, rows=rows, t=3, epsilon=2.0, key_seed=run)
+        seeds = rng.integers(0, 2**63, n, dtype=np.uint64)
+        s, c = spec.matrices(seeds)
+        h = gf2_hash(s, c, spec.buckets(words, spec.row_of(seeds)))
+        keep = rng.random(n) < spec.p
+        y = np.where(keep, h, (h + rng.integers(1, spec.g, n).astype(np.uint64)) % np.uint64(spec.g))
+        acc = SketchAccumulator(spec)
+        walsh_add(acc, seeds, y)
+        est.append(score(spec, bucket_counts(acc), n, target)[0])
+    p, q, m = spec.p, spec.q, spec.m
+    cc = 1.0 if spec.direct else m / (m - 1)
+    var = cc**2 * (q * (1 - q) + f * (p * (1 - p) - q * (1 - q))) / (n * (p - q) ** 2)
+    if not spec.direct:
+        var += cc**2 * (n - int(f * n)) * (1 / n) ** 2 * (1 - 1 / m) / m / rows
+    est = np.asarray(est)
+    assert abs(est.mean() - f) <= 4 * math.sqrt(var / runs)
+    assert 0.72 <= est.var(ddof=1) / var <= 1.32
+
+
+def test_sketch_layout_and_verification_oracle():
+    pem = PEM(4.0, 6)
+    assert [lv.bits for lv in pem.levels] == [22, 35, 51, 51]
+    assert pem.levels[0].sketch.direct and not pem.levels[1].sketch.direct
+    assert pem.levels[-1].oracle == "gf2" and pem.levels[-1].verify and pem.levels[-1].g == 64
+    with pytest.raises(ValueError, match="verify=True"):
+        PEM(4.0, 6, verify=False)

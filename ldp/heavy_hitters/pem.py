@@ -47,7 +47,14 @@ import scipy.sparse as sp
 
 from ldp.hashing import client_streams, public_seeds
 from ldp.heavy_hitters.mersenne import level_keys, own_hash
-from ldp.heavy_hitters.sketch import SketchAccumulator, SketchSpec, gf2_hash, walsh_add
+from ldp.heavy_hitters.sketch import (
+    SketchAccumulator,
+    SketchSpec,
+    full_hash,
+    full_matrices,
+    gf2_hash,
+    walsh_add,
+)
 from ldp.heavy_hitters.strings import StringBatch, bit_field, encode_strings, half_words, total_bits
 from ldp.selection import RULES
 
@@ -70,7 +77,7 @@ SKETCH_BITS = 20  # buckets per row of a hashed sketch level: 2**20
 SKETCH_ROWS = 4
 SKETCH_CANDIDATES = 1 << 24  # candidates scored per sketch level
 SEARCHES = ("auto", "sketch", "olh")
-SKETCH_KEEP = 1024  # default candidates kept per sketch level
+SKETCH_KEEP = 2048  # default candidates kept per sketch level (measured best of 512 to 4096)
 VERIFY_WEIGHT = 0.6  # the verification group's share relative to one search level's (default weights)
 BLOCK_PAIRS = 1 << 22
 
@@ -223,7 +230,7 @@ def plan_sketch_levels(
         )
         levels.append(Level(j, b, 0 if j == 0 else bits[j - 1], "sketch", 1 << t, epsilon, sketch=spec))
     last = levels[-1]
-    verify = Level(len(levels), width, last.parent_bits, "olh", _olh_g(epsilon), epsilon, verify=True)
+    verify = Level(len(levels), width, last.parent_bits, "gf2", 1 << t, epsilon, verify=True)
     return (*levels, verify)
 
 
@@ -413,6 +420,9 @@ class PEM:
         """Each value's bucket at ``lv`` under its report's seed (GRR: the prefix itself)."""
         if lv.oracle == "grr":
             return bit_field(words, 0, lv.bits)
+        if lv.oracle == "gf2":
+            s, c = full_matrices(seeds, lv.g.bit_length() - 1, lv.bits)
+            return full_hash(s, c, words)
         if lv.sketch is not None:
             spec = lv.sketch
             s, c = spec.matrices(seeds)

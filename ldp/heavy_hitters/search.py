@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ldp.heavy_hitters.mersenne import extension_hash, level_keys, parent_hash
+from ldp.heavy_hitters.sketch import full_matrices, full_support
 from ldp.heavy_hitters.sketch_search import sketch_level
 from ldp.heavy_hitters.strings import StringBatch, bit_field, half_words, total_bits
 from ldp.selection import discoveries
@@ -77,6 +78,9 @@ def level_support(
     lv: Level, seeds: np.ndarray, y: np.ndarray, parents: np.ndarray | None, cands: np.ndarray
 ) -> np.ndarray:
     """Support counts of ``cands`` at level ``lv``; ``parents`` given when ``cands`` is their full grid."""
+    if lv.oracle == "gf2":
+        s, c = full_matrices(seeds, lv.g.bit_length() - 1, lv.bits)
+        return full_support(s, c, y, cands)
     if lv.oracle == "grr":
         return np.bincount(y.astype(np.int64), minlength=lv.g)[: cands.shape[0]].astype(np.int64)
     if parents is not None:

@@ -50,6 +50,7 @@ from ldp.heavy_hitters.strings import bit_field, half_words
 
 __all__ = [
     "SketchSpec", "SketchAccumulator", "fwht", "gf2_hash", "walsh_add", "bucket_counts", "score", "null_std",
+    "full_matrices", "full_hash", "full_support",
 ]
 
 ROW_WORD = 64  # seed word streams: the row, then the matrix and offset
@@ -222,3 +223,39 @@ def null_std(spec: SketchSpec, n_level: int) -> float:
     """The standard deviation of a value held by nobody, without the buckets' other values."""
     c = 1.0 if spec.direct else spec.m / (spec.m - 1)
     return c * math.sqrt(spec.q * (1 - spec.q) / (max(1, n_level) * (spec.p - spec.q) ** 2))
+
+
+def full_matrices(seeds: np.ndarray, t: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """The verification level's hash ``H(x) = S x xor c`` over whole bit strings of ``bits`` bits:
+    ``S`` as ``(n, t, W)`` words (bits past ``bits`` cleared) and ``c`` ``(n,)`` below ``2**t``."""
+    width = (bits + 63) // 64
+    w = seed_words(seeds, t * width + 1, offset=MATRIX_WORD)
+    s = w[:, : t * width].reshape(-1, t, width).copy()
+    rest = bits - 64 * (width - 1)
+    if rest < 64:
+        s[:, :, -1] &= np.uint64(((1 << rest) - 1) << (64 - rest))
+    return s, w[:, -1] & np.uint64((1 << t) - 1)
+
+
+def full_hash(s: np.ndarray, c: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """``H(x)`` of each report's own value: ``s`` ``(n, t, W)``, ``words`` ``(n, W)``."""
+    parity = np.bitwise_count(s & words[:, None, :]).sum(axis=2) & 1
+    weights = np.uint64(1) << np.arange(s.shape[1], dtype=np.uint64)
+    return (parity.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64) ^ c
+
+
+def full_support(s: np.ndarray, c: np.ndarray, y: np.ndarray, cands: np.ndarray) -> np.ndarray:
+    """Support counts ``#{reports with H(x) = y}`` of every candidate ``x`` (``cands`` ``(C, W)``),
+    ``O(n C t W)`` word operations in blocks."""
+    total = np.zeros(cands.shape[0], dtype=np.int64)
+    t = s.shape[1]
+    block = max(1, (1 << 22) // max(1, cands.shape[0] * t))
+    v = c ^ y
+    for s0 in range(0, y.size, block):
+        sb, vb = s[s0 : s0 + block], v[s0 : s0 + block]
+        h = np.zeros((sb.shape[0], cands.shape[0]), dtype=np.uint64)
+        for i in range(t):
+            bits = np.bitwise_count(sb[:, i, None, :] & cands[None, :, :]).sum(axis=2, dtype=np.uint8)
+            h |= (bits & np.uint8(1)).astype(np.uint64) << np.uint64(i)
+        total += np.count_nonzero(h == vb[:, None], axis=0)
+    return total
