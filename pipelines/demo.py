@@ -17,8 +17,10 @@ file's ``labels_file`` format) names the values and lets a ``csv:PATH:COLUMN`` c
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +32,7 @@ from ldp.task import TaskError, read_labels_file
 from pipelines.cli import fail, job_parser, parse_job_args
 
 
-def run(argv: Sequence[str] | None = None) -> dict:
+def parser() -> argparse.ArgumentParser:
     ap = job_parser(__doc__.splitlines()[0], beam_options=False)
     ap.add_argument("--users", type=int, default=1_000_000, help="number of simulated users")
     ap.add_argument("--domain_size", type=int, default=1024, help="size of the categorical domain")
@@ -45,10 +47,13 @@ def run(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--seed", type=int, default=7, help="simulation seed (clients would use OS entropy)")
     ap.add_argument("--top", type=int, default=20, help="values printed, by true frequency")
     ap.add_argument("--labels_file", help="value labels, one per line or a JSON list (domain_size of them)")
-    args, _ = parse_job_args(ap, argv, beam=False)
+    return ap
 
-    rng = np.random.default_rng(args.seed)
-    t0 = time.perf_counter()
+
+def _oracle_and_population(
+    args: argparse.Namespace, rng: np.random.Generator
+) -> tuple[Any, np.ndarray, list[str] | None]:
+    """The oracle, the simulated values and their labels (None: numbered); a bad flag is one line, exit 2."""
     labels = None
     try:
         if args.labels_file:
@@ -59,25 +64,26 @@ def run(argv: Sequence[str] | None = None) -> dict:
         fail(exc.one_line())
     except ValueError as exc:
         fail(str(exc))
-    truth = np.bincount(values, minlength=args.domain_size) / len(values)
-    t1 = time.perf_counter()
-    reports = oracle.encode(values, rng=rng)
-    t2 = time.perf_counter()
-    est = oracle.estimate(oracle.add(oracle.create_accumulator(), reports))
-    t3 = time.perf_counter()
-    extra = {"p": oracle.p, "q": oracle.q} if args.postprocess.replace("_", "-") == "mle-apx" else {}
-    post = postprocess(est.frequencies, args.postprocess, variance=est.variance, n=est.n, **extra)
+    return oracle, values, labels
 
+
+def _print_oracle(oracle: Any, args: argparse.Namespace, seconds: tuple[float, float, float]) -> None:
     print(f"mechanism: {oracle!r} (p={oracle.p:.4f}, q={oracle.q:.4f}, {oracle.report_bits} bits/report)")
     if getattr(oracle, "choice", None):
         ranked = ", ".join(f"{r['mechanism']}={r['variance_factor']:.3f}" for r in oracle.choice)
         print(f"auto choice by n*Var (then report size within 2%): {ranked}")
+    simulate, encode, estimate = seconds
     print(
-        f"{args.users:,} users, d={args.domain_size}, epsilon={args.epsilon}: simulate {t1 - t0:.2f}s, "
-        f"encode {t2 - t1:.2f}s, aggregate+estimate {t3 - t2:.2f}s"
+        f"{args.users:,} users, d={args.domain_size}, epsilon={args.epsilon}: simulate {simulate:.2f}s, "
+        f"encode {encode:.2f}s, aggregate+estimate {estimate:.2f}s"
     )
+
+
+def _print_top(
+    args: argparse.Namespace, labels: list[str] | None, truth: np.ndarray, est: Any, post: np.ndarray, iv: Any
+) -> None:
+    """The ``--top`` values by true frequency: truth, estimate and published value, with intervals."""
     lo, hi = est.ci(0.95)
-    iv = frequency_intervals(oracle, est, args.postprocess.replace("_", "-"), post)
     top = np.argsort(-truth, kind="stable")[: args.top]
     width = max([6] + [len(lab) for lab in (labels or ())]) if labels else 6
     pp = args.postprocess
@@ -91,9 +97,16 @@ def run(argv: Sequence[str] | None = None) -> dict:
         pci = f"[{iv.ci_low[v]:>9.5f},{iv.ci_high[v]:>9.5f}]"
         print(f"{name:>{width + 1}}{truth[v]:>9.5f} {est.frequencies[v]:>9.5f} {ci}  {post[v]:>9.5f} {pci}")
     print("(* not shown above 0: Bonferroni over the domain at 5%, ldp.selection)")
+
+
+def _accuracy(
+    args: argparse.Namespace, oracle: Any, n: int, truth: np.ndarray, est: Any, post: np.ndarray, iv: Any
+) -> dict:
+    """Full-domain MSE against the closed-form variance and both intervals' coverage (printed, returned)."""
+    lo, hi = est.ci(0.95)
     mse_base = float(np.mean((est.frequencies - truth) ** 2))
     mse_post = float(np.mean((post - truth) ** 2))
-    theory = float(np.mean(oracle.variance(len(values), truth)))
+    theory = float(np.mean(oracle.variance(n, truth)))
     covered = float(np.mean((lo <= truth) & (truth <= hi)))
     covered_pub = float(np.mean((iv.ci_low <= truth) & (truth <= iv.ci_high)))
     print(
@@ -110,6 +123,25 @@ def run(argv: Sequence[str] | None = None) -> dict:
         "coverage_published": covered_pub,
         "ci_method": iv.ci_method,
     }
+
+
+def run(argv: Sequence[str] | None = None) -> dict:
+    args, _ = parse_job_args(parser(), argv, beam=False)
+    rng = np.random.default_rng(args.seed)
+    t0 = time.perf_counter()
+    oracle, values, labels = _oracle_and_population(args, rng)
+    truth = np.bincount(values, minlength=args.domain_size) / len(values)
+    t1 = time.perf_counter()
+    reports = oracle.encode(values, rng=rng)
+    t2 = time.perf_counter()
+    est = oracle.estimate(oracle.add(oracle.create_accumulator(), reports))
+    t3 = time.perf_counter()
+    extra = {"p": oracle.p, "q": oracle.q} if args.postprocess.replace("_", "-") == "mle-apx" else {}
+    post = postprocess(est.frequencies, args.postprocess, variance=est.variance, n=est.n, **extra)
+    _print_oracle(oracle, args, (t1 - t0, t2 - t1, t3 - t2))
+    iv = frequency_intervals(oracle, est, args.postprocess.replace("_", "-"), post)
+    _print_top(args, labels, truth, est, post, iv)
+    return _accuracy(args, oracle, len(values), truth, est, post, iv)
 
 
 if __name__ == "__main__":
