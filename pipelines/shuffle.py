@@ -66,6 +66,15 @@ _LOG = logging.getLogger(__name__)
 def parser() -> argparse.ArgumentParser:
     """The job's flags (plus every Beam pipeline option)."""
     p = job_parser(__doc__.split("\n")[0])
+    _add_source_flags(p)
+    _add_batch_flags(p)
+    _add_streaming_flags(p)
+    _add_reporting_flags(p)
+    return p
+
+
+def _add_source_flags(p: argparse.ArgumentParser) -> None:
+    """The task and where its reports come from (files or Pub/Sub)."""
     p.add_argument("--task", required=True, help="collection task JSON file (with an anonymity section)")
     add_input_flags(p)
     p.add_argument("--input_subscription", help="Pub/Sub subscription projects/P/subscriptions/S")
@@ -73,18 +82,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timestamp_attribute", help="Pub/Sub attribute holding the message time (ms or RFC 3339)"
     )
+
+
+def _add_batch_flags(p: argparse.ArgumentParser) -> None:
+    """Where the shuffled batches go, the key that signs them and the memory a bucket is permuted in."""
     p.add_argument("--output", required=True, help="output directory")
     p.add_argument(
         "--overwrite",
         action="store_true",
         help="clear an earlier run's --output first; refused once a batch is published there (published "
         "batches are never deleted: run again on the same --output to resume, or choose a new one)",
-    )
-    p.add_argument(
-        "--require_done_marker",
-        action="store_true",
-        help="streaming from --input: read a file only once its PATH.done marker exists (never at a pause "
-        "of its writer; a file without a marker is never read)",
     )
     p.add_argument(
         "--shuffle_key",
@@ -100,6 +107,16 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_MEMORY_MB,
         help="MiB of report columns held in memory while a bucket is permuted; a larger bucket is permuted "
         f"from its spill files in units of at most this (default {DEFAULT_MEMORY_MB})",
+    )
+
+
+def _add_streaming_flags(p: argparse.ArgumentParser) -> None:
+    """How a streaming job reads, closes its buckets and stops."""
+    p.add_argument(
+        "--require_done_marker",
+        action="store_true",
+        help="streaming from --input: read a file only once its PATH.done marker exists (never at a pause "
+        "of its writer; a file without a marker is never read)",
     )
     p.add_argument(
         "--streaming", action="store_true", help="streaming job: watch --input for new files, or read Pub/Sub"
@@ -127,6 +144,10 @@ def parser() -> argparse.ArgumentParser:
         "withheld) and the job ends DONE with its counts (a watched directory; Pub/Sub on the "
         "DirectRunner: the read stops, later messages stay in the subscription); 0 runs until interrupted",
     )
+
+
+def _add_reporting_flags(p: argparse.ArgumentParser) -> None:
+    """Read batch size, metrics, dead-letter and counts windows, and the tests' seeded permutation."""
     p.add_argument("--batch_size", type=int, default=1 << 15, help="records per batch read from files")
     add_metrics_flags(p)
     p.add_argument(
@@ -141,7 +162,6 @@ def parser() -> argparse.ArgumentParser:
         help="TESTS ONLY: permute with a seeded numpy generator (reproducible, so NOT anonymous) instead of "
         "the operating system's CSPRNG",
     )
-    return p
 
 
 def load_shuffled_task(path: str) -> tuple[ParsedTask, AnonymitySettings]:
