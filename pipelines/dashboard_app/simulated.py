@@ -288,6 +288,14 @@ def write_hostile_tasks(store: Any, now_ms: int) -> dict[str, str]:
     h = HOSTILE_TEXTS
     freq_id, range_id = f"freq {h[0]}", f"range {h[2]}"
     window = (now_ms - 70_000, now_ms - 10_000)
+    _write_hostile_frequency(store, freq_id, window, now_ms)
+    _write_hostile_range(store, range_id, window, now_ms)
+    return {"frequency": freq_id, "range": range_id}
+
+
+def _write_hostile_frequency(store: Any, freq_id: str, window: tuple[int, int], now_ms: int) -> None:
+    """The frequency task: hostile summary, run id, labels, method and dead-letter reasons; two panes."""
+    h = HOSTILE_TEXTS
     summary = {
         "labels": [f"{h[i % len(h)]} #{i}" for i in range(6)],
         "description": h[1],
@@ -332,6 +340,11 @@ def write_hostile_tasks(store: Any, now_ms: int) -> dict[str, str]:
         reasons={text: 2 + i for i, text in enumerate(h)},
         written_ms=window[1] + 1000,
     )
+
+
+def _write_hostile_range(store: Any, range_id: str, window: tuple[int, int], now_ms: int) -> None:
+    """The range task: a hostile summary key, attribute names in its queries and method; one pane."""
+    h = HOSTILE_TEXTS
     store.write_task(range_id, "range", "hdg", 1.0, {"labels": None, h[3]: {"budget": h[0]}}, now_ms)
     range_rows = [
         {
@@ -356,4 +369,3 @@ def write_hostile_tasks(store: Any, now_ms: int) -> dict[str, str]:
         written_ms=window[1] + 800,
         method=h[0],
     )
-    return {"frequency": freq_id, "range": range_id}
