@@ -292,70 +292,118 @@ def json_columns(body: bytes, task_id: str, decode: dict[str, Any], max_batch: i
     an integer outside int64, a field null in some reports only, ``bits`` / ``items`` / ``reals`` /
     ``client_id`` of different lengths within the batch or longer than the task's (``decode``:
     :func:`wire.validate.decode_params`)."""
-    from wire.decode import MAX_CLIENT_ID_BYTES, ColumnBatch
+    from wire.decode import ColumnBatch
 
-    try:
-        try:
-            reports = _JSON_BATCH.decode(body).reports
-        except msgspec.ValidationError:  # one report object (it has no member 'reports')
-            reports = [_JSON_ONE.decode(body)]
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
-    n = len(reports)
+    reports = _json_reports(body)
+    n = len(reports) if reports is not None else 0
     if n == 0 or n > max_batch:
         return None
     tid, sv, et, grp, value, seed, bits, items, reals, cid = zip(*map(_ROWS, reports))
     if tid.count(task_id) != n:
         return None
-    present: dict[str, np.ndarray] = {}
-    payload: dict[str, np.ndarray] = {}
-    lengths: dict[str, np.ndarray] = {}
-    yes, no = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+    cols = _JsonColumns(n)
     try:
         sv_a, et_a, grp_a = (np.array(c, dtype=np.int64) for c in (sv, et, grp))
-        for name, col in (("value", value), ("seed", seed)):
-            has = _uniform(col)
-            if has is None:
-                return None
-            present[name] = yes if has else no
-            payload[name] = np.array(col, dtype=np.int64) if has else np.zeros(n, dtype=np.int64)
+        cols.add_integers(value=value, seed=seed)
+        cols.add_lists(bits, items, decode)
+        cols.add_reals(reals, decode.get("reals_len"))
+        cols.add_client_ids(cid)
+    except (OverflowError, ValueError, _Decline):  # an integer outside int64, or a batch declined
+        return None
+    return ColumnBatch(task_id, sv_a, et_a, grp_a, cols.present, cols.payload, True, cols.lengths)
+
+
+def _json_reports(body: bytes) -> list[Any] | None:
+    """The body's reports as typed structs (a batch object or one report object); None: malformed."""
+    try:
+        try:
+            return _JSON_BATCH.decode(body).reports
+        except msgspec.ValidationError:  # one report object (it has no member 'reports')
+            return [_JSON_ONE.decode(body)]
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+class _Decline(Exception):
+    """A batch the column path leaves to the reference path (no verdict)."""
+
+
+class _JsonColumns:
+    """The payload columns of ``n`` JSON reports, in :class:`~wire.decode.ColumnBatch` form."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.present: dict[str, np.ndarray] = {}
+        self.payload: dict[str, np.ndarray] = {}
+        self.lengths: dict[str, np.ndarray] = {}
+        self._yes, self._no = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+
+    def _presence(self, name: str, col: tuple[Any, ...]) -> bool:
+        """Records whether field ``name`` is in every report (True) or in none (False); else declines."""
+        has = _uniform(col)
+        if has is None:
+            raise _Decline(name)
+        self.present[name] = self._yes if has else self._no
+        return has
+
+    def _width(self, col: tuple[Any, ...], has: bool) -> int:
+        """The entries' common length (0 when absent); declines ragged entries."""
+        w = _ragged_width(col) if has else 0
+        if w is None:
+            raise _Decline("ragged")
+        return w
+
+    def add_integers(self, **cols: tuple[Any, ...]) -> None:
+        n = self.n
+        for name, col in cols.items():
+            has = self._presence(name, col)
+            self.payload[name] = np.array(col, dtype=np.int64) if has else np.zeros(n, dtype=np.int64)
+
+    def add_lists(self, bits: tuple[Any, ...], items: tuple[Any, ...], decode: dict[str, Any]) -> None:
+        """``bits`` (bytes) and ``items`` (integer lists), no longer than the task's lengths."""
+        n = self.n
         for name, col, cap, dtype in (
             ("bits", bits, decode.get("bits_len"), np.uint8),
             ("items", items, decode.get("items_len"), np.int64),
         ):
-            has = _uniform(col)
-            w = _ragged_width(col) if has else 0
-            if has is None or w is None or (has and w > (cap or 0)):
-                return None
-            present[name] = yes if has else no
-            lengths[name] = np.full(n, w if has else 0, dtype=np.int64)
+            has = self._presence(name, col)
+            w = self._width(col, has)
+            if has and w > (cap or 0):
+                raise _Decline(name)
+            self.lengths[name] = np.full(n, w if has else 0, dtype=np.int64)
             if name == "bits":
-                payload[name] = np.frombuffer(b"".join(col), dtype=np.uint8).reshape(n, w) if has else (
+                self.payload[name] = np.frombuffer(b"".join(col), dtype=np.uint8).reshape(n, w) if has else (
                     np.zeros((n, 0), dtype=np.uint8))  # fmt: skip
             else:
-                payload[name] = np.array(col, dtype=dtype).reshape(n, w) if has else np.zeros((n, 0), dtype)
-        has = _uniform(reals)
-        w = _ragged_width(reals) if has else 0
-        want = decode.get("reals_len")
-        if has is None or w is None or (has and w != (1 if want is None else want)):
-            return None
-        present["reals"] = yes if has else no
-        lengths["reals"] = np.full(n, w if has else 0, dtype=np.int64)
+                self.payload[name] = (
+                    np.array(col, dtype=dtype).reshape(n, w) if has else np.zeros((n, 0), dtype)
+                )
+
+    def add_reals(self, reals: tuple[Any, ...], want: int | None) -> None:
+        """``reals`` of exactly the task's length (one scalar when the task gives none)."""
+        n = self.n
+        has = self._presence("reals", reals)
+        w = self._width(reals, has)
+        if has and w != (1 if want is None else want):
+            raise _Decline("reals")
+        self.lengths["reals"] = np.full(n, w if has else 0, dtype=np.int64)
         shape = (n,) if want is None else (n, want)
-        payload["reals"] = np.array(reals, dtype=np.float64).reshape(shape) if has else np.zeros(shape)
-        has = _uniform(cid)
-        w = _ragged_width(cid) if has else 0
-        if has is None or w is None or w > MAX_CLIENT_ID_BYTES:
-            return None
-        present["client_id"] = yes if has else no
+        self.payload["reals"] = np.array(reals, dtype=np.float64).reshape(shape) if has else np.zeros(shape)
+
+    def add_client_ids(self, cid: tuple[Any, ...]) -> None:
+        """Client ids as rows of (length, bytes...)."""
+        from wire.decode import MAX_CLIENT_ID_BYTES
+
+        n = self.n
+        has = self._presence("client_id", cid)
+        w = self._width(cid, has)
+        if w > MAX_CLIENT_ID_BYTES:
+            raise _Decline("client_id")
         ids = np.zeros((n, 1 + w), dtype=np.uint8)
         if has:
             ids[:, 0] = w
             ids[:, 1:] = np.frombuffer(b"".join(cid), dtype=np.uint8).reshape(n, w)
-        payload["client_id"] = ids
-    except (OverflowError, ValueError):  # an integer outside int64
-        return None
-    return ColumnBatch(task_id, sv_a, et_a, grp_a, present, payload, True, lengths)
+        self.payload["client_id"] = ids
 
 
 # ---- the column encoder of a request's block -----------------------------------------------------------
