@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from scipy import special
 
+from ldp.shuffle.randomizers import Randomizer, numeric_randomizer, range_randomizer
 from ldp.shuffle.variation import (
     VariationParameters,
     binom_cdf,
@@ -139,6 +140,8 @@ def _check(eps0: float, n: int, delta: float) -> tuple[float, int, float]:
 
 
 def _domain(mechanism: str, domain_size: int | None) -> int:
+    if isinstance(mechanism, Randomizer):  # a task's own randomizer: its parameters at each eps0
+        return 0
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(MECHANISMS)}")
     if mechanism not in _SIZED:
@@ -153,6 +156,8 @@ def _domain(mechanism: str, domain_size: int | None) -> int:
 def _variation_params(mechanism: str, eps0: float, k: int, subset_size: int | None) -> VariationParameters:
     """``(p, beta, q)`` of ``mechanism`` (``general`` for ``fmt_closed``); SS's subset size defaults to the
     oracle's (:class:`ldp.oracles.SubsetSelection`)."""
+    if isinstance(mechanism, Randomizer):
+        return mechanism.parameters(eps0)
     if mechanism == "ss" and subset_size is None:
         from ldp.oracles import SubsetSelection
 
@@ -633,19 +638,24 @@ def accounting_for_oracle(oracle: Any) -> tuple[str, int | None]:
 def accounting_for_task(task: Any) -> tuple[str, int | None]:
     """``(mechanism, domain_size)`` for :func:`central_epsilon_report` from a task (``ldp.task``): a
     frequency task's oracle (:func:`accounting_for_oracle`; a memoized mechanism's reports are linkable
-    across windows, so only the general figure of one report is given), a task that declares its per-report
-    randomizer (``shuffle_randomizer()``, a :class:`~ldp.shuffle.randomizers.Randomizer`), else
-    ``("general", None)``. Raises ``ValueError`` when the task's oracle cannot be built."""
+    across windows, so only the general figure of one report is given); a range task's per-report
+    randomizer (a group drawn at random, its oracle) and a numeric task's grid sampler (one attribute per
+    report) as a :class:`~ldp.shuffle.randomizers.Randomizer`; else ``("general", None)``. Raises
+    ``ValueError`` when the task's oracle cannot be built."""
     if getattr(task, "is_memoized", False):
         return "general", None
-    if getattr(task, "kind", None) == "frequency":
+    kind = getattr(task, "kind", None)
+    if kind == "frequency":
         return accounting_for_oracle(task.make_oracle())
-    declared = getattr(task, "shuffle_randomizer", None)
-    if declared is not None:
-        randomizer = declared()
-        if randomizer is not None:
-            return randomizer, None
-    return "general", None
+    found = _TASK_RANDOMIZERS[kind](task) if kind in _TASK_RANDOMIZERS else None
+    return (found, None) if found is not None else ("general", None)
+
+
+#: a task's per-report randomizer by its kind (``ldp.shuffle.randomizers``)
+_TASK_RANDOMIZERS: dict[str, Callable[[Any], Randomizer | None]] = {
+    "range": range_randomizer,
+    "numeric": numeric_randomizer,
+}
 
 
 def central_epsilon_report(eps0: float, n: int, delta: float, mechanism: str = "general",
@@ -723,10 +733,13 @@ def local_epsilon_for_central(target_eps: float, delta: float, n: int, mechanism
         e = np.array([float(target_eps)])
         if closed or float(_general_delta(e, eps0, n)[0]) <= delta:
             return True
-        names = dict.fromkeys([mechanism, "general"])
-        if any(float(variation_delta(e, n, _variation_params(name, eps0, k if name == mechanism else 0,
-                                                            subset_size))[0]) <= delta for name in names):
-            return True
+        for name in dict.fromkeys([mechanism, "general"]):
+            try:
+                params = _variation_params(name, eps0, k if name == mechanism else 0, subset_size)
+            except ValueError:  # the randomizer cannot be built at eps0 (an SS subset, a grid sampler)
+                continue
+            if float(variation_delta(e, n, params)[0]) <= delta:
+                return True
         return mechanism == "grr" and float(_blanket_delta(e, eps0, n, k)[0]) <= delta
 
     proved = _largest_meeting(meets, float(target_eps), float(eps0_max))

@@ -8,6 +8,7 @@ central epsilon may undercut, and the references the accountant's bounds are tes
 * :func:`histogram_delta`: a randomizer given as a channel matrix (input value x output), ``n`` users; the
   exact divergence of the shuffled output (its histogram) for neighbours ``x0`` / ``x1``, in both
   directions, maximized over every split of the other users' values (exhaustive: small ``n`` only).
+* :func:`three_count_delta`: the three-count pair of :mod:`ldp.shuffle.variation` summed directly.
 * :func:`grr_channel`, :func:`olh_channel`: channels for GRR and for OLH with the complete hash family
   ``[d] -> [g]`` (a report's set of supported values is a sufficient statistic: its output cell).
 """
@@ -29,6 +30,7 @@ __all__ = [
     "olh_channel",
     "histogram_delta",
     "epsilon_at",
+    "three_count_delta",
 ]
 
 
@@ -155,3 +157,34 @@ def histogram_delta(channel: np.ndarray, n: int, eps: Sequence[float] | np.ndarr
             dist, placed = add(dist, placed, channel[v]), placed + 1
             stack.append((v + 1, placed, dist))
     return worst
+
+
+def three_count_delta(eps: Sequence[float] | np.ndarray, n: int, p: float, beta: float, q: float,
+                      cut: int = 60) -> np.ndarray:
+    """The exact ``delta(eps)`` (from below: cells left out only lower it) of the three-count pair of
+    :mod:`ldp.shuffle.variation` for ``n`` users, by a direct sum over the label counts ``(a, b, m)``
+    (``a, b`` up to ``cut``): the reference the blocked evaluation is checked against, and how the pair's
+    growth in ``beta`` is checked (small ``n`` only)."""
+    alpha = beta / (p - 1.0)
+    w = 1.0 - alpha * (p + 1.0)
+    rho, m_ = min(1.0, (1.0 + beta) / q), n - 1
+    ab = 2.0 * alpha * p / q / rho
+    top = min(m_, int(m_ * rho + 12.0 * math.sqrt(m_ * rho) + 20))
+    pt = stats.binom.pmf(np.arange(top + 1), m_, rho)
+    f = np.zeros((cut + 1, cut + 1, top + 1))  # the others' counts of A, B and M labels
+    for t in range(top + 1):
+        for s in range(min(t, 2 * cut) + 1):
+            a = np.arange(s + 1)
+            mass = pt[t] * stats.binom.pmf(s, t, ab) * stats.binom.pmf(a, s, 0.5)
+            ok = (a <= cut) & (s - a <= cut)
+            f[a[ok], s - a[ok], t - s] += mass[ok]
+
+    def shift(da: int, db: int, dm: int) -> np.ndarray:
+        g = np.zeros((cut + 2, cut + 2, top + 2))
+        g[da:da + cut + 1, db:db + cut + 1, dm:dm + top + 1] = f
+        return g
+
+    with_a, with_b, with_m = shift(1, 0, 0), shift(0, 1, 0), shift(0, 0, 1)
+    p0 = alpha * p * with_a + alpha * with_b + w * with_m
+    p1 = alpha * with_a + alpha * p * with_b + w * with_m
+    return np.asarray([float(np.maximum(p0 - math.exp(x) * p1, 0.0).sum()) for x in np.atleast_1d(eps)])
