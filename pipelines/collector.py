@@ -937,6 +937,13 @@ class Adopted:
 LEDGER_SUFFIX = ".keys"
 
 
+def _remove_leftover(tmp: Path, ledger: Path, out: Adopted) -> None:
+    """Removes an adopted ``.tmp`` file and its ledger (counted as removed)."""
+    tmp.unlink()
+    ledger.unlink(missing_ok=True)
+    out.removed += 1
+
+
 def _ledger_path(tmp: Path) -> Path:
     """The block ledger beside an open report file: ``.collect-<stem>.keys``."""
     return tmp.with_name(tmp.name[: -len(TMP_SUFFIX)] + LEDGER_SUFFIX)
@@ -1417,43 +1424,12 @@ class RollingAvroWriter:
         for perm in self.directory.glob(f"{TMP_PREFIX}*{TMP_SUFFIX}.perm"):
             perm.unlink()
         for name in self.leftovers():
-            tmp = self.directory / name
-            ledger = _ledger_path(tmp)
-            stem = name[len(TMP_PREFIX) : -len(TMP_SUFFIX)]
-            final = self.directory / f"{FILE_PREFIX}{stem}.avro"
-            if final.exists():
-                if not final.with_name(final.name + DONE_SUFFIX).exists():
-                    _write_marker(final, _walk(final.read_bytes(), self.schema)[1])
-                    out.markers += 1
-                tmp.unlink()
-                ledger.unlink(missing_ok=True)
-                out.removed += 1
-                continue
-            data = tmp.read_bytes()
-            valid, _, sync, _, _, blocks = _walk(data, self.schema)
-            end, total = self._recorded_prefix(ledger, blocks, valid, out)
-            out.garbage_bytes += len(data) - end
-            if total == 0:
-                tmp.unlink()
-                ledger.unlink(missing_ok=True)
-                out.removed += 1
-                continue
-            fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
-            os.ftruncate(fd, end)
-            seg = _Segment(stem, tmp, final, fd, sync, end, None)  # senders unknown: the count stays 0
-            seg.committed = end
-            seg.marks = [(end, total)]
-            self.unfinished.append(seg)
-            self._publish(seg)  # records the kept blocks' keys before the rename
-            out.files += 1
-            out.reports += total
+            self._adopt_leftover(name, out)
         for ledger in self.directory.glob(f"{TMP_PREFIX}*{LEDGER_SUFFIX}"):
             if not ledger.with_name(ledger.name[: -len(LEDGER_SUFFIX)] + TMP_SUFFIX).exists():
                 ledger.unlink()
         for final in self.directory.glob(f"{FILE_PREFIX}*.avro"):
-            if not final.with_name(final.name + DONE_SUFFIX).exists():
-                _write_marker(final, _walk(final.read_bytes(), self.schema)[1])
-                out.markers += 1
+            self._mark_published(final, out)
         if out.files or out.removed or out.garbage_bytes or out.markers:
             _LOG.warning(
                 "adopted what an earlier collector left: %d reports published in %d files (%d idempotency "
@@ -1464,6 +1440,40 @@ class RollingAvroWriter:
         self.written_reports = 0
         self.written_files = []
         return out
+
+    def _mark_published(self, final: Path, out: Adopted) -> None:
+        """Writes the ``.done`` marker of a published file that has none."""
+        if not final.with_name(final.name + DONE_SUFFIX).exists():
+            _write_marker(final, _walk(final.read_bytes(), self.schema)[1])
+            out.markers += 1
+
+    def _adopt_leftover(self, name: str, out: Adopted) -> None:
+        """One ``.tmp`` file of a killed process: removed when already published or nothing is kept, else
+        cut to its recorded prefix and published (see :meth:`adopt`)."""
+        tmp = self.directory / name
+        ledger = _ledger_path(tmp)
+        stem = name[len(TMP_PREFIX) : -len(TMP_SUFFIX)]
+        final = self.directory / f"{FILE_PREFIX}{stem}.avro"
+        if final.exists():
+            self._mark_published(final, out)
+            _remove_leftover(tmp, ledger, out)
+            return
+        data = tmp.read_bytes()
+        valid, _, sync, _, _, blocks = _walk(data, self.schema)
+        end, total = self._recorded_prefix(ledger, blocks, valid, out)
+        out.garbage_bytes += len(data) - end
+        if total == 0:
+            _remove_leftover(tmp, ledger, out)
+            return
+        fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
+        os.ftruncate(fd, end)
+        seg = _Segment(stem, tmp, final, fd, sync, end, None)  # senders unknown: the count stays 0
+        seg.committed = end
+        seg.marks = [(end, total)]
+        self.unfinished.append(seg)
+        self._publish(seg)  # records the kept blocks' keys before the rename
+        out.files += 1
+        out.reports += total
 
     def _recorded_prefix(
         self, ledger: Path, blocks: list[tuple[int, int, int]], valid: int, out: Adopted
