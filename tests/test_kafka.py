@@ -88,6 +88,16 @@ def test_recovery_drops_unfinished_files_and_marks_renamed_ones(tmp_path):
     assert not (tmp_path / "other-00000-00000000000000000005.avro.done").exists()
 
 
+def test_a_spool_belongs_to_one_kafka_cluster(tmp_path):
+    spool = Spool(tmp_path, "t")
+    spool.check_cluster(None)  # a broker that does not say: nothing recorded, nothing refused
+    spool.check_cluster("cluster-a")
+    spool.check_cluster("cluster-a")
+    Spool(tmp_path, "other").check_cluster("cluster-b")  # another topic's record
+    with pytest.raises(KafkaSourceError, match="cluster 'cluster-a', but the broker is cluster 'c2'"):
+        spool.check_cluster("c2")
+
+
 class FakeConsumer:
     """Partitions of records, a committed offset per partition; each commit checks that the files of
     every committed offset are already in the spool (with markers)."""

@@ -42,8 +42,11 @@ from typing import Any
 
 _LOG = logging.getLogger(__name__)
 # kafka-python logs every reconnect and slow poll at WARNING; the bridge and the checks report what matters
+# ("Topic ... not found in cluster metadata" while a topic is created on first use, too)
 if logging.getLogger("kafka").level == logging.NOTSET:
     logging.getLogger("kafka").setLevel(logging.ERROR)
+if logging.getLogger("kafka.cluster").level == logging.NOTSET:
+    logging.getLogger("kafka.cluster").setLevel(logging.CRITICAL)
 
 SCHEME = "kafka://"
 #: Kafka's legal topic names (and never "." or "..").
@@ -187,6 +190,26 @@ class Spool:
         _fsync_dir(self.dir)
         return positions
 
+    def check_cluster(self, cluster_id: str | None) -> None:
+        """Ties the spool to the Kafka cluster its offsets came from: the first call records
+        ``cluster_id``; a later one with another id (a new broker, whose offsets start again at 0) is a
+        :class:`KafkaSourceError`, since resuming past the old files would skip the new messages."""
+        if not cluster_id:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / f".cluster-{self.topic}"
+        if path.exists():
+            known = path.read_text(encoding="utf-8").strip()
+            if known != cluster_id:
+                raise KafkaSourceError(
+                    f"spool {str(self.dir)!r} holds topic {self.topic!r} of Kafka cluster {known!r}, but the "
+                    f"broker is cluster {cluster_id!r} (offsets start again): give a new spool= or empty it"
+                )
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(cluster_id + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
     def write(self, messages: Sequence[tuple[int, int, bytes | None]]) -> None:
         """Writes ``(partition, offset, value)`` messages durably: every file fsynced under a temporary name,
         renamed, marked done, and the directory fsynced, before this returns."""
@@ -260,6 +283,8 @@ class Bridge:
         from kafka import TopicPartition
 
         found = consumer.partitions_for_topic(self.source.topic) or set()
+        if not self._assigned:  # the first metadata answer names the cluster
+            self.spool.check_cluster(cluster_id(consumer))
         if not found or set(found) == self._assigned:
             return
         tps = [TopicPartition(self.source.topic, p) for p in sorted(found)]
@@ -321,8 +346,16 @@ class Bridge:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def check_broker(source: KafkaTopic, timeout_s: float = 15.0) -> None:
-    """:class:`KafkaSourceError` unless a broker of ``source`` answers within ``timeout_s``."""
+def cluster_id(consumer: Any) -> str | None:
+    """The Kafka cluster id a kafka-python consumer learned from its last metadata answer (None: unknown)."""
+    client = getattr(consumer, "_client", None)
+    value = getattr(getattr(client, "cluster", None), "cluster_id", None)
+    return value if isinstance(value, str) and value else None
+
+
+def check_broker(source: KafkaTopic, timeout_s: float = 15.0) -> str | None:
+    """The cluster id of ``source``'s broker (None when it does not say); :class:`KafkaSourceError` unless
+    a broker answers within ``timeout_s``."""
     try:
         from kafka import KafkaConsumer
         from kafka.errors import KafkaError
@@ -337,7 +370,11 @@ def check_broker(source: KafkaTopic, timeout_s: float = 15.0) -> None:
         consumer = KafkaConsumer(
             bootstrap_servers=list(source.bootstrap), bootstrap_timeout_ms=int(timeout_s * 1000)
         )
-        consumer.close()
+        try:
+            consumer.topics()  # a metadata request: it carries the cluster id
+            return cluster_id(consumer)
+        finally:
+            consumer.close()
     except KafkaError as exc:
         raise KafkaSourceError(f"{source.url}: no Kafka broker answers at {','.join(source.bootstrap)} "
                                f"({type(exc).__name__})") from None  # fmt: skip
@@ -400,8 +437,9 @@ def open_kafka_source(ns: argparse.Namespace, streaming: bool, task_id: str) -> 
     others = [f"--{f}" for f in flags if getattr(ns, f, None)]
     if others:
         raise KafkaSourceError(f"--input_topic kafka://... cannot be combined with {', '.join(others)}")
-    check_broker(source)
+    cluster = check_broker(source)
     spool = source.spool_for(task_id)
+    Spool(spool, source.topic).check_cluster(cluster)  # a spool of an earlier broker: refused here
     bridge = BridgeProcess(source, spool, source.group_for(task_id)).start()
     ns.input = Spool(spool, source.topic).pattern
     ns.input_topic = None
@@ -500,7 +538,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     spool = os.path.abspath(ns.spool) if ns.spool else source.spool_for(None)
     bridge = Bridge(source, spool, group, poll_ms=ns.poll_ms, max_batch=ns.max_batch)
     _LOG.info("bridge %s -> %s (group %s)", source.url, spool, group)
-    stats = bridge.run(stop)
+    try:
+        stats = bridge.run(stop)
+    except KafkaSourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"bridge stopped: {stats.messages} messages ({stats.bytes} bytes) in {stats.batches} batches to "
           f"{spool}; {stats.commit_failures} failed commits", file=sys.stderr)  # fmt: skip
     return 0
