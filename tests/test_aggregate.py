@@ -201,9 +201,9 @@ def test_aggregators_pickle_without_their_oracles():
     f = FrequencyAggregator(_freq())
     r = RangeAggregator(_range())
     assert f.oracle is not None and r.mechanism is not None  # built (and cached)
-    assert f._oracle is not None and r._mech is not None
+    assert f._mech is not None and r._mech is not None
     f2, r2 = pickle.loads(pickle.dumps(f)), pickle.loads(pickle.dumps(r))
-    assert f2._oracle is None and r2._mech is None
+    assert f2._mech is None and r2._mech is None
     assert f2.oracle.name == f.oracle.name and r2.mechanism.n_groups == r.mechanism.n_groups
 
 

@@ -165,7 +165,7 @@ def test_combinefn_shard_merge_equals_one_pass(mech):
     import pickle
 
     fn2 = pickle.loads(pickle.dumps(fn))
-    assert fn2.aggregator._oracle is None
+    assert fn2.aggregator._mech is None
     one = fn2.add_inputs(fn2.create_accumulator(), [GroupReports(0, reports)])
     assert one.accs[0] == oracle.add(oracle.create_accumulator(), reports) and one.counts == {0: 1000}
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -47,6 +47,7 @@ __all__ = [
     "WindowInfo",
     "GLOBAL_WINDOW",
     "Aggregator",
+    "TaskAggregator",
     "GroupAccumulators",
     "accumulate",
     "merge_all",
@@ -151,6 +152,32 @@ class Aggregator(Protocol[Acc]):
         """All post-processing of one window and pane: ``{group: accumulator}`` (groups with at least one
         report) -> result rows."""
         ...
+
+
+class TaskAggregator:
+    """What the built-in aggregators share: the task, refused unless it is of the class's ``kind``, and its
+    mechanism (:meth:`build_mechanism`: ``task.make_mechanism()`` unless overridden), built on first use
+    and left out of the pickle (workers rebuild it from the small task)."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, task: Task) -> None:
+        if getattr(task, "kind", None) != self.kind:
+            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a {self.kind} task")
+        self.task = task
+        self._mech: Any = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_mech": None}
+
+    def build_mechanism(self) -> Any:
+        return self.task.make_mechanism()  # type: ignore[attr-defined]
+
+    @property
+    def mechanism(self) -> Any:
+        if self._mech is None:
+            self._mech = self.build_mechanism()
+        return self._mech
 
 
 @dataclasses.dataclass

@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.aggregate import OutputSpec, ResultRow, TaskAggregator, WindowInfo
 from ldp.dgauss import OsRandom, PrfStream, RandomSource
 from ldp.intervals import normal_interval
 from ldp.kinds.batch_queries.task import BatchTask
@@ -59,6 +59,7 @@ from ldp.matrix.workloads import Workload, all_ranges_1d, allrange, prefix, rang
 from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.rangequery.queries import parse_queries
 from ldp.reports import Reports
+from ldp.rows import pane_header
 
 __all__ = [
     "PRIVACY_MODEL",
@@ -306,7 +307,7 @@ class CellValidator:
 # ------------------------------------------------------------------------------------------------------------
 
 
-class BatchAggregator:
+class BatchAggregator(TaskAggregator):
     """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.kinds.batch_queries.task.BatchTask` answering
     ``workload``.
 
@@ -323,6 +324,7 @@ class BatchAggregator:
     Strategy and mechanism are built lazily (an LSA / OPT solve and one SVD) and not pickled.
     """
 
+    kind = "batch_queries"
     outputs = (BATCH_ANSWERS,)
     uniform_oracle = True
     #: The records are raw values (central DP): dead letters keep no record, exact counts are not published.
@@ -336,8 +338,7 @@ class BatchAggregator:
         noise_key: bytes | None = None,
         noise_seed: int | None = None,
     ) -> None:
-        if task.kind != "batch_queries":
-            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a batch_queries task")
+        super().__init__(task)
         if workload.workload.dims != task.domain_sizes:
             raise ValueError(f"the workload's domain {workload.workload.dims} is not the task's")
         if task.mechanism in ("lsa", "opt") and np.any(np.diag(workload.workload.gram) <= 0):
@@ -352,30 +353,23 @@ class BatchAggregator:
             raise ValueError("give a noise key or a noise seed, not both")
         if noise_key is not None and (not isinstance(noise_key, bytes) or len(noise_key) < 16):
             raise ValueError("a noise key must be at least 16 bytes")
-        self.task = task
         self.workload = workload
         self.noise_seed = noise_seed
         self.noise_key = noise_key
         self.dims = task.domain_sizes
         self.n = task.n_cells
-        self._mech: DiscreteGaussianMatrixMechanism | None = None
-
-    def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "_mech": None}
 
     @property
     def strategy(self) -> Strategy:
         return self.mechanism.strategy
 
-    @property
-    def mechanism(self) -> DiscreteGaussianMatrixMechanism:
-        if self._mech is None:
-            t = self.task
-            strategy = make_strategy(t.mechanism, self.workload.workload, **dict(t.params))
-            self._mech = DiscreteGaussianMatrixMechanism(
-                strategy, t.epsilon, t.delta, calibration=t.calibration, max_contributions=t.max_contributions
-            )
-        return self._mech
+    def build_mechanism(self) -> DiscreteGaussianMatrixMechanism:
+        """The task's strategy optimised for the workload, calibrated to the task's budget."""
+        t = self.task
+        strategy = make_strategy(t.mechanism, self.workload.workload, **dict(t.params))
+        return DiscreteGaussianMatrixMechanism(
+            strategy, t.epsilon, t.delta, calibration=t.calibration, max_contributions=t.max_contributions
+        )
 
     @property
     def noise_source_name(self) -> str:
@@ -445,14 +439,10 @@ class BatchAggregator:
         names = t.attribute_names
         source = self.noise_source_name
         lo, hi = self.workload.lo, self.workload.hi
+        header = pane_header(t, window, row_schema="batch_answer")
         return [
             BatchAnswerRow(
-                task_id=t.task_id,
-                schema_version=t.schema_version,
-                window_start=window.start_ms,
-                window_end=window.end_ms,
-                pane_timing=window.pane_timing,
-                pane_index=int(window.pane_index),
+                **header,  # type: ignore[arg-type]
                 query_index=i,
                 query={names[a]: [int(lo[i, a]), int(hi[i, a]) - 1] for a in range(len(names))},
                 answer=float(ans[i]),
@@ -468,8 +458,6 @@ class BatchAggregator:
                 ci_low=float(ci_lo[i]),
                 ci_high=float(ci_hi[i]),
                 ci_method="normal",
-                is_last_pane=bool(window.is_last_pane),
-                mechanism=t.mechanism,
             )
             for i in range(len(ans))
         ]

@@ -17,13 +17,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ldp.aggregate import OutputSpec, Record, ResultRow, WindowInfo, json_record
+from ldp.aggregate import OutputSpec, Record, ResultRow, TaskAggregator, WindowInfo, json_record
 from ldp.intervals import frequency_intervals
 from ldp.kinds.frequency.task import FrequencyTask
 from ldp.oracles import FrequencyEstimate, FrequencyOracle, SupportAccumulator
 from ldp.postprocess import postprocess
 from ldp.reports import Reports
-from ldp.rows import top_values
+from ldp.rows import pane_header, top_values
 from ldp.task import POSTPROCESS_METHODS
 
 __all__ = [
@@ -131,7 +131,7 @@ def postprocess_estimate(
     return est, np.asarray(freqs, dtype=np.float64)
 
 
-class FrequencyAggregator:
+class FrequencyAggregator(TaskAggregator):
     """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.kinds.frequency.task.FrequencyTask`.
 
     Args:
@@ -141,29 +141,26 @@ class FrequencyAggregator:
     The oracle is built lazily and not pickled (workers rebuild it from the small task).
     """
 
+    kind = "frequency"
     outputs = (ESTIMATES,)
     uniform_oracle = True
 
     def __init__(self, task: FrequencyTask, postprocess: str | None = None) -> None:
-        if task.kind != "frequency":
-            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a frequency task")
+        super().__init__(task)
         method = task.postprocess if postprocess is None else postprocess
         if method not in POSTPROCESS_METHODS:
             raise ValueError(
                 f"unknown post-processing method {method!r}; one of {', '.join(POSTPROCESS_METHODS)}"
             )
-        self.task = task
         self.method = method
-        self._oracle: FrequencyOracle | None = None
 
-    def __getstate__(self) -> dict[str, object]:
-        return {"task": self.task, "method": self.method, "_oracle": None}
+    def build_mechanism(self) -> FrequencyOracle:
+        return self.task.make_oracle()
 
     @property
     def oracle(self) -> FrequencyOracle:
-        if self._oracle is None:
-            self._oracle = self.task.make_oracle()
-        return self._oracle
+        """The task's frequency oracle (:attr:`mechanism`)."""
+        return self.mechanism
 
     def validation_oracle(self, group: int) -> FrequencyOracle:
         return self.oracle
@@ -180,6 +177,7 @@ class FrequencyAggregator:
     def finalize(self, accs: Mapping[int, SupportAccumulator], window: WindowInfo) -> list[ResultRow]:
         """One :class:`EstimateRow` per group with reports, in group order."""
         o = self.oracle
+        header = pane_header(self.task, window, mechanism=o.name, row_schema="estimate")
         rows: list[ResultRow] = []
         for group, acc in sorted(accs.items()):
             if acc.n == 0:
@@ -189,16 +187,9 @@ class FrequencyAggregator:
             labels = getattr(self.task, "labels", None)
             rows.append(
                 EstimateRow(
-                    task_id=self.task.task_id,
-                    schema_version=self.task.schema_version,
+                    **header,  # type: ignore[arg-type]
                     group=int(group),
-                    window_start=window.start_ms,
-                    window_end=window.end_ms,
-                    pane_timing=window.pane_timing,
-                    pane_index=window.pane_index,
-                    is_last_pane=window.is_last_pane,
                     n_reports=int(est.n),
-                    mechanism=o.name,
                     epsilon=float(o.epsilon),
                     domain_size=int(o.d),
                     postprocess=self.method,

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.aggregate import OutputSpec, ResultRow, TaskAggregator, WindowInfo
 from ldp.kinds.numeric.task import NumericAttribute, NumericTask
 from ldp.numeric import NumericAccumulator, NumericMechanism
 from ldp.numeric.memo import MemoAccumulator
@@ -77,7 +77,7 @@ class _Validator:
         return self.mech.validate(reports)
 
 
-class NumericAggregator:
+class NumericAggregator(TaskAggregator):
     """:class:`ldp.aggregate.Aggregator` of a :class:`NumericTask`: one group; its accumulator is the
     mechanism's (exact integer sums, so merges are exact; several attributes: one per attribute,
     :class:`~ldp.numeric.multi.MultiAccumulator`); finalize is ``mech.estimate``, one row per attribute
@@ -88,36 +88,25 @@ class NumericAggregator:
         replicas: bootstrap replicas of Square Wave's quantile intervals (``ldp.numeric.estimates``).
     """
 
+    kind = NumericTask.kind
     outputs = (NUMERIC_ESTIMATES,)
     uniform_oracle = True
 
     def __init__(self, task: NumericTask, *, replicas: int | None = None) -> None:
-        if getattr(task, "kind", None) != NumericTask.kind:
-            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a numeric task")
-        self.task = task
+        super().__init__(task)
         self.replicas = replicas
-        self._mech: NumericMechanism | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_mech": None}
-
-    @property
-    def mech(self) -> NumericMechanism:
-        if self._mech is None:
-            self._mech = self.task.make_mechanism()
-        return self._mech
 
     def validation_oracle(self, group: int) -> _Validator:
-        return _Validator(self.mech)
+        return _Validator(self.mechanism)
 
     def create_accumulator(self, group: int) -> NumericAccumulator:
-        return self.mech.create_accumulator()
+        return self.mechanism.create_accumulator()
 
     def add(self, group: int, acc: NumericAccumulator, reports: Reports) -> NumericAccumulator:
-        return self.mech.add(acc, reports)
+        return self.mechanism.add(acc, reports)
 
     def merge(self, group: int, accs: Sequence[NumericAccumulator]) -> NumericAccumulator:
-        return self.mech.merge(list(accs))
+        return self.mechanism.merge(list(accs))
 
     def finalize(self, accs: Mapping[int, Any], window: WindowInfo) -> list[ResultRow]:
         acc = accs.get(0)
@@ -125,7 +114,7 @@ class NumericAggregator:
             return []
         opts: dict[str, Any] = {} if self.replicas is None else {"replicas": self.replicas}
         if isinstance(acc, MultiAccumulator):
-            multi: MultiNumeric = self.mech  # type: ignore[assignment]
+            multi: MultiNumeric = self.mechanism  # type: ignore[assignment]
             return [
                 numeric_row(self.task, window, multi.estimate_attribute(acc, j, quantiles=self.task.quantiles,
                                                                          **opts), a, j)
@@ -134,7 +123,7 @@ class NumericAggregator:
         if (acc.n if isinstance(acc, MemoAccumulator) else acc.n[0]) == 0:
             return []
         a = self.task.attributes[0]
-        est = self.mech.estimate(acc, attribute=a.name, quantiles=self.task.quantiles, **opts)
+        est = self.mechanism.estimate(acc, attribute=a.name, quantiles=self.task.quantiles, **opts)
         return [numeric_row(self.task, window, est, a)]
 
 

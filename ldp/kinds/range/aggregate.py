@@ -29,6 +29,7 @@ from ldp.aggregate import (
     OutputSpec,
     Record,
     ResultRow,
+    TaskAggregator,
     ValidationOracle,
     WindowInfo,
     from_iso,
@@ -38,11 +39,12 @@ from ldp.aggregate import (
 )
 from ldp.intervals import answer_interval
 from ldp.kinds.range.task import RangeTask
-from ldp.rangequery.base import FORMAT_VERSION, RangeMechanism, RangeModel
+from ldp.rangequery.base import FORMAT_VERSION, RangeModel
 from ldp.rangequery.queries import RangeQuery, parse_queries
 from ldp.rangequery.registry import model_from_dict
 from ldp.rangequery.uni import NoPayloadOracle
 from ldp.reports import Reports
+from ldp.rows import pane_header
 from ldp.task import parse_task
 
 __all__ = [
@@ -187,6 +189,37 @@ def group_report_counts(n_groups: int, accs: Mapping[int, object]) -> list[int]:
     return out
 
 
+def _answer_intervals(
+    model: RangeModel,
+    queries: Sequence[RangeQuery],
+    published: np.ndarray,
+    raw: np.ndarray,
+    empty: int | None,
+) -> tuple[list[float | None], list[float | None], list[float | None], list[str | None]]:
+    """Per query: the std (None where unknown), the 95% interval around the unclipped answer and its
+    ``ci_method`` (None without an interval: no std, or a window with an ``empty`` group)."""
+    nones: list[None] = [None] * len(queries)
+    stds: list[float | None] = list(nones)
+    lows: list[float | None] = list(nones)
+    highs: list[float | None] = list(nones)
+    methods: list[str | None] = list(nones)
+    std = model.answer_std(queries)
+    if std is None:
+        return stds, lows, highs, methods
+    sd = np.asarray(std, dtype=np.float64)
+    stds = [float(s) if math.isfinite(s) else None for s in sd.tolist()]
+    if empty:
+        sd = np.full_like(sd, np.nan)
+    lo, hi = answer_interval(published, np.where(np.isfinite(sd), sd, np.nan), raw)
+    std_method = getattr(model, "std_method", None)
+    for i, q in enumerate(queries):
+        if math.isfinite(lo[i]) and math.isfinite(hi[i]):
+            lows[i], highs[i] = float(lo[i]), float(hi[i])
+            how = std_method(q.dimension) if callable(std_method) else "closed-form"
+            methods[i] = f"normal-clipped:{how}"
+    return stds, lows, highs, methods
+
+
 def answer_rows(
     task: RangeTask,
     model: RangeModel,
@@ -204,35 +237,14 @@ def answer_rows(
         raw = np.asarray(model.answer(queries, clip=False), dtype=np.float64)  # type: ignore[call-arg]
     except TypeError:
         raw = published
-    answers = published.tolist()
-    std = model.answer_std(queries)
-    stds: list[float | None] = [None] * len(queries)
-    lows: list[float | None] = [None] * len(queries)
-    highs: list[float | None] = [None] * len(queries)
-    methods: list[str | None] = [None] * len(queries)
     gr = None if group_reports is None else [int(x) for x in group_reports]
     empty = None if gr is None else sum(1 for x in gr if x == 0)
-    if std is not None:
-        sd = np.asarray(std, dtype=np.float64)
-        stds = [float(s) if math.isfinite(s) else None for s in sd.tolist()]
-        if empty:
-            sd = np.full_like(sd, np.nan)
-        lo, hi = answer_interval(published, np.where(np.isfinite(sd), sd, np.nan), raw)
-        std_method = getattr(model, "std_method", None)
-        for i, q in enumerate(queries):
-            if math.isfinite(lo[i]) and math.isfinite(hi[i]):
-                lows[i], highs[i] = float(lo[i]), float(hi[i])
-                how = std_method(q.dimension) if callable(std_method) else "closed-form"
-                methods[i] = f"normal-clipped:{how}"
+    stds, lows, highs, methods = _answer_intervals(model, queries, published, raw, empty)
     names = task.attribute_names
+    header = pane_header(task, window, row_schema="range_answer")
     return [
         AnswerRow(
-            task_id=task.task_id,
-            schema_version=task.schema_version,
-            window_start=window.start_ms,
-            window_end=window.end_ms,
-            pane_timing=window.pane_timing,
-            pane_index=int(window.pane_index),
+            **header,  # type: ignore[arg-type]
             query_index=i,
             query={k: [int(v[0]), int(v[1])] for k, v in q.to_json(names).items()},
             answer=float(a),
@@ -245,10 +257,8 @@ def answer_rows(
             ci_method=methods[i],
             group_reports=gr,
             empty_groups=empty,
-            is_last_pane=bool(window.is_last_pane),
-            mechanism=task.mechanism,
         )
-        for i, (q, a, s) in enumerate(zip(queries, answers, stds))
+        for i, (q, a, s) in enumerate(zip(queries, published.tolist(), stds))
     ]
 
 
@@ -259,12 +269,7 @@ def model_row(
     d = model.to_dict()
     gr = None if group_reports is None else [int(x) for x in group_reports]
     return ModelRow(
-        task_id=task.task_id,
-        schema_version=task.schema_version,
-        window_start=window.start_ms,
-        window_end=window.end_ms,
-        pane_timing=window.pane_timing,
-        pane_index=int(window.pane_index),
+        **pane_header(task, window, row_schema="range_model"),  # type: ignore[arg-type]
         method=task.mechanism,
         n_reports=int(model.n_users),
         format_version=int(d.get("format_version", FORMAT_VERSION)),
@@ -272,35 +277,22 @@ def model_row(
         model_json=_dumps(d),
         group_reports=gr,
         empty_groups=None if gr is None else sum(1 for x in gr if x == 0),
-        is_last_pane=bool(window.is_last_pane),
-        mechanism=task.mechanism,
     )
 
 
-class RangeAggregator:
+class RangeAggregator(TaskAggregator):
     """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.kinds.range.task.RangeTask` answering ``queries``.
 
     The mechanism is built lazily and not pickled (workers rebuild it from the small task).
     """
 
+    kind = "range"
     outputs = (ANSWERS, MODELS)
     uniform_oracle = False
 
     def __init__(self, task: RangeTask, queries: Sequence[RangeQuery] = ()) -> None:
-        if task.kind != "range":
-            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a range task")
-        self.task = task
+        super().__init__(task)
         self.queries = list(queries)
-        self._mech: RangeMechanism | None = None
-
-    def __getstate__(self) -> dict[str, object]:
-        return {"task": self.task, "queries": self.queries, "_mech": None}
-
-    @property
-    def mechanism(self) -> RangeMechanism:
-        if self._mech is None:
-            self._mech = self.task.make_mechanism()
-        return self._mech
 
     def validation_oracle(self, group: int) -> ValidationOracle:
         o = self.mechanism.group_oracle(group)

@@ -31,9 +31,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ldp.aggregate import OutputSpec, ResultRow, WindowInfo
+from ldp.aggregate import OutputSpec, ResultRow, TaskAggregator, WindowInfo
 from ldp.payload import PayloadField, PayloadSpec, Refusal, missing_fields, refuse
 from ldp.reports import Reports
+from ldp.rows import pane_header
 from ldp.sparse.accumulate import SVME
 from ldp.sparse.baselines import PCKV, DenseReports, Gaussian, Harmony, ItemReports, KFold, Sampling
 from ldp.sparse.encode import SparseReports
@@ -214,7 +215,7 @@ class SparseValidator:
         return np.equal(reasons, None), reasons
 
 
-class SparseAggregator:
+class SparseAggregator(TaskAggregator):
     """:class:`ldp.aggregate.Aggregator` of a :class:`~ldp.kinds.sparse.task.SparseTask`.
 
     Args:
@@ -223,25 +224,14 @@ class SparseAggregator:
             for seeded mechanisms, i.e. gf2-affine hashes and d <= 2**27).
     """
 
+    kind = "sparse"
     outputs = (SPARSE_ESTIMATES,)
     uniform_oracle = True
 
     def __init__(self, task, items: Sequence[int] | np.ndarray | None = None) -> None:
-        if getattr(task, "kind", None) != "sparse":
-            raise ValueError(f"task {task.task_id!r} is a {task.kind} task, not a sparse task")
-        self.task = task
+        super().__init__(task)
         self.items = None if items is None else np.asarray(items, dtype=np.uint64)
-        self._mech = None
         self.create_accumulator(0)  # refuse an impossible configuration now, not at the first report
-
-    def __getstate__(self) -> dict[str, object]:
-        return {"task": self.task, "items": self.items, "_mech": None}
-
-    @property
-    def mechanism(self):
-        if self._mech is None:
-            self._mech = self.task.make_mechanism()
-        return self._mech
 
     def validation_oracle(self, group: int) -> SparseValidator:
         return SparseValidator(self.mechanism)
@@ -262,6 +252,7 @@ class SparseAggregator:
     def finalize(self, accs: Mapping[int, object], window: WindowInfo) -> list[ResultRow]:
         rows: list[ResultRow] = []
         t = self.task
+        header = pane_header(t, window, row_schema="sparse_estimate")
         for group, acc in sorted(accs.items()):
             if acc.n == 0:
                 continue
@@ -273,16 +264,9 @@ class SparseAggregator:
                 method = "normal" if est.unbiased else "normal+clip_shrinkage"
             rows.append(
                 SparseEstimateRow(
-                    task_id=t.task_id,
-                    schema_version=t.schema_version,
+                    **header,  # type: ignore[arg-type]
                     group=int(group),
-                    window_start=window.start_ms,
-                    window_end=window.end_ms,
-                    pane_timing=window.pane_timing,
-                    pane_index=window.pane_index,
-                    is_last_pane=window.is_last_pane,
                     n_reports=int(est.n),
-                    mechanism=t.mechanism,
                     epsilon=float(t.epsilon),
                     domain_size=int(t.domain_size),
                     sparsity=int(t.sparsity),
