@@ -27,6 +27,7 @@ printed as one JSON line on stdout, exit 0 (1 when the last file could not be pu
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -465,9 +466,8 @@ def _parser():
     return p
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point: serves until SIGTERM / SIGINT; returns the exit status."""
-    ns, _ = parse_job_args(_parser(), argv, beam=False)
+def _check_limits(ns: argparse.Namespace) -> None:
+    """Refuses a non-positive size, count or duration and a port outside [0, 65535] (one line, exit 2)."""
     for flag, value in (("--roll_reports", ns.roll_reports), ("--max_body_bytes", ns.max_body_bytes),
                         ("--max_batch", ns.max_batch), ("--idempotency_keys", ns.idempotency_keys),
                         ("--max_connections", ns.max_connections or 1)):  # fmt: skip
@@ -481,26 +481,38 @@ def run(argv: Sequence[str] | None = None) -> int:
         fail(f"--roll_seconds must be > 0, got {ns.roll_seconds}")
     if not 0 <= ns.port <= 65535:
         fail(f"--port must be in [0, 65535], got {ns.port}")
+
+
+def _task_and_demo(ns: argparse.Namespace) -> tuple[Any, DemoPage | None]:
+    """The task of ``--task`` and the browser demo of ``--demo_page`` (None without it)."""
     try:
         task = load_task(ns.task)
     except TaskError as exc:
         fail(exc.one_line())
-    demo = None
-    if ns.demo_page is not None:
-        if not kind_of(task).typescript_client:
-            fail(f"--demo_page needs a frequency task (the TypeScript client's oracles), not {task.kind}")
-        try:
-            demo = DemoPage(ns.demo_page, json.dumps(resolve_task(task)))
-        except ValueError as exc:
-            fail(str(exc))
-    auth = None
+    if ns.demo_page is None:
+        return task, None
+    if not kind_of(task).typescript_client:
+        fail(f"--demo_page needs a frequency task (the TypeScript client's oracles), not {task.kind}")
+    try:
+        return task, DemoPage(ns.demo_page, json.dumps(resolve_task(task)))
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _sender_auth(ns: argparse.Namespace) -> SenderAuth | None:
+    """The senders' authentication of ``--client_tokens`` or ``--token_key`` (None: none required)."""
     try:
         if ns.client_tokens:
-            auth = SenderAuth.from_token_file(ns.client_tokens)
-        elif ns.token_key:
-            auth = SenderAuth.from_hmac_key(ns.token_key)
+            return SenderAuth.from_token_file(ns.client_tokens)
+        if ns.token_key:
+            return SenderAuth.from_hmac_key(ns.token_key)
     except (ValueError, OSError) as exc:
         fail(f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
+    return None
+
+
+def _open_collector(ns: argparse.Namespace, task: Any, auth: SenderAuth | None) -> Collector:
+    """The collector over ``--output_dir``, after adopting what an earlier process left there."""
     try:
         checker = make_checker(task)
         writer = RollingAvroWriter(
@@ -514,9 +526,17 @@ def run(argv: Sequence[str] | None = None) -> int:
         writer.adopt()  # keeps exactly the blocks whose ledger lines are durable; their keys join the journal
     except (ValueError, OSError) as exc:
         fail(str(exc))
-    collector = Collector(
+    return Collector(
         checker, writer, max_body_bytes=ns.max_body_bytes, max_batch=ns.max_batch, auth=auth, keys=keys
     )
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point: serves until SIGTERM / SIGINT; returns the exit status."""
+    ns, _ = parse_job_args(_parser(), argv, beam=False)
+    _check_limits(ns)
+    task, demo = _task_and_demo(ns)
+    collector = _open_collector(ns, task, _sender_auth(ns))
 
     def ready(port: int) -> None:
         _LOG.info(
