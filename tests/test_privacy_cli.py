@@ -36,13 +36,15 @@ def test_a_shuffled_task_reports_its_central_guarantee(write_json, tmp_path, cap
                 "method"):  # fmt: skip
         assert saved[key] is not None, key
     assert saved["local_epsilon"] == 2.0 and saved["windows"] == 12 and saved["central_delta"] == 1e-8
-    assert saved["central_epsilon"] == ldp.shuffle.central_epsilon(2.0, 100_000, 1e-8)
-    comp = ldp.shuffle.compose_windows(2.0, 100_000, 1e-8, windows=12)
+    assert saved["accounting"] == "olh" and saved["domain_size"] == 8  # OLH's own bound, its g at eps 2
+    assert saved["central_epsilon"] == ldp.shuffle.central_epsilon(2.0, 100_000, 1e-8, "olh", 8)
+    assert saved["central_epsilon"] < 0.8 * ldp.shuffle.central_epsilon(2.0, 100_000, 1e-8)  # 0.0331, 0.0437
+    comp = ldp.shuffle.compose_windows(2.0, 100_000, 1e-8, windows=12, mechanism="olh", domain_size=8)
     assert saved["central_epsilon_composed"] == comp["tight"]
     assert saved["central_epsilon_composed_basic"] == comp["basic"]
     assert saved["central_epsilon"] < saved["central_epsilon_composed"] <= comp["basic"] < 12 * 2.0
     assert set(saved["method"]) == {"local", "central", "composed", "composed_basic"}
-    assert saved["method"]["central"].startswith("variation_ratio (general, beta = ")
+    assert saved["method"]["central"].startswith("variation_ratio (olh, g = 8, beta = ")
     assert "PLD" in saved["method"]["composed"]
     assert "12 window(s)" in text and "(tight)" in text and "(basic)" in text and "variation_ratio" in text
     # --delta overrides the section's

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ldp.aggregate import iso_ms
-from ldp.anonymity import batch_reports
+from ldp.anonymity import batch_reports, shuffle_accounting
 from ldp.shuffle import central_epsilon, central_epsilon_binary_rr_exact, central_epsilon_report
 from ldp.task import TaskError, parse_task
 from pipelines.privacy import privacy_report
@@ -53,6 +53,20 @@ def test_six_batches_claim_at_least_the_exact_figure_of_the_smallest():
     assert w["central_epsilon"] == max(b["central_epsilon"] for b in w["per_batch"])
     assert out["provenance"] == {"key_given": True, "batches_verified": 6, "batches_unverified": 0,
                                  "reports_in_unverified_batches": 0, "unverified_reasons": {}}  # fmt: skip
+
+
+def test_an_olh_window_claim_names_the_variation_ratio_pair_and_is_tighter():
+    """OLH at eps0 = 4 (g = 64, a power of two for the gf2-affine family): the window's claim comes from
+    OLH's own variation-ratio pair, below the general bound's figure at the same n."""
+    olh = {**GRR2, "task_id": "bin", "mechanism": "olh", "epsilon": 4.0, "domain_size": 1024}
+    task = parse_task({**olh, "anonymity": ANON})
+    assert shuffle_accounting(task) == ("olh", 64)
+    out = window_privacy(task, [WINDOW], _six(), [], accepted={WINDOW: 6000}, key_given=True)
+    (w,) = out["windows"]
+    own = central_epsilon_report(4.0, 944, 1e-6, "olh", 64)
+    assert out["accounting"] == "olh" and w["central_epsilon"] == pytest.approx(own.epsilon)
+    assert "variation_ratio (olh, g = 64" in w["method"] and own.method in w["method"]
+    assert w["central_epsilon"] < 0.9 * central_epsilon(4.0, 944, 1e-6)
 
 
 @pytest.mark.parametrize("reason", ["no_key", "no_tag", "bad_tag", "n_mismatch", "bad_tag_version"])
@@ -127,7 +141,9 @@ def test_daily_target_with_hourly_buckets_plans_per_batch():
     8.842 earns no amplification in an hourly batch of ~41,667; planned per batch it meets the target."""
     task = parse_task({**OLH, "epsilon": "auto", "window": {"size_s": 86_400}, "anonymity": DAILY_TARGET})
     assert task.expected_batch_reports == 41_666
-    assert central_epsilon(task.epsilon, 41_666, 1e-9) <= 1.0 + 1e-9
+    assert shuffle_accounting(task) == ("olh", task.make_oracle().g)  # planned on OLH's own bound
+    assert central_epsilon(task.epsilon, 41_666, 1e-9, *shuffle_accounting(task)) <= 1.0 + 1e-9
+    assert central_epsilon(task.epsilon, 41_666, 1e-9) > 1.0  # the general bound would not certify it
     assert task.epsilon < 8.0
     with pytest.raises(TaskError, match="reports per shuffled batch"):
         parse_task({**OLH, "epsilon": 8.842, "window": {"size_s": 86_400}, "anonymity": DAILY_TARGET})
