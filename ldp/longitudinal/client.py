@@ -358,17 +358,7 @@ class Client:
             ledger = self._ledger(task_id, oracle, policy)
             if shuffled is not None:
                 t = shuffled.round_s(t)
-                last = ledger.state.last_time_s
-                if last is not None and t >= last and bool(
-                    shuffled.same_window(round(last * 1000), round(t * 1000))
-                ):
-                    raise WindowReportRefused(
-                        f"task {task_id!r} is collected through the shuffler: one report per user per "
-                        f"window, and this client already reported in the window holding t = {t:g} s "
-                        f"(its last report at t = {last:g} s, rounded to {shuffled.precision_s} s); "
-                        "no report produced",
-                        limit="one_report_per_window", spent=ledger.spent(), requested=0.0,
-                    )
+                _refuse_second_in_window(task_id, ledger, shuffled, t)
             if _memoized(oracle):  # authorize first: a refused report is never drawn
                 key = oracle.client_memo_key(self.__secret, task_id, value)
                 charge: Charge = ledger.authorize(t, memo_tag(self.__secret, task_id, key))
@@ -377,19 +367,42 @@ class Client:
                 check_values(np.asarray([value]), oracle.d)
                 charge = ledger.authorize(t)
                 rep = oracle.encode_one(value, rng=rng)
-            before = self._tasks.get(task_id)
-            self._tasks[task_id] = {"mechanism": _fingerprint(oracle), "policy": policy.to_dict(),
-                                    "ledger": charge.state.to_dict()}
-            try:
-                self._save()
-            except BaseException:
-                if before is None:
-                    self._tasks.pop(task_id, None)
-                else:
-                    self._tasks[task_id] = before
-                raise
+            self._save_charge(task_id, oracle, policy, charge)
             ledger.commit(charge)
         return rep
+
+    def _save_charge(
+        self, task_id: str, oracle: FrequencyOracle, policy: BudgetPolicy, charge: Charge
+    ) -> None:
+        """Writes the task's entry with the charged ledger to the state file; on failure the entry in
+        memory is put back as it was (nothing charged)."""
+        before = self._tasks.get(task_id)
+        self._tasks[task_id] = {"mechanism": _fingerprint(oracle), "policy": policy.to_dict(),
+                                "ledger": charge.state.to_dict()}
+        try:
+            self._save()
+        except BaseException:
+            if before is None:
+                self._tasks.pop(task_id, None)
+            else:
+                self._tasks[task_id] = before
+            raise
+
+
+def _refuse_second_in_window(
+    task_id: str, ledger: BudgetLedger, shuffled: ShuffledCollection, t: float
+) -> None:
+    """Raises :class:`WindowReportRefused` when the ledger's last report (at or before the rounded time
+    ``t``) falls in the same aggregation window as ``t``."""
+    last = ledger.state.last_time_s
+    if last is not None and t >= last and bool(shuffled.same_window(round(last * 1000), round(t * 1000))):
+        raise WindowReportRefused(
+            f"task {task_id!r} is collected through the shuffler: one report per user per "
+            f"window, and this client already reported in the window holding t = {t:g} s "
+            f"(its last report at t = {last:g} s, rounded to {shuffled.precision_s} s); "
+            "no report produced",
+            limit="one_report_per_window", spent=ledger.spent(), requested=0.0,
+        )
 
 
 # ------------------------------------------------------------------------------------------------
