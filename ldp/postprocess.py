@@ -36,7 +36,7 @@ Use :func:`postprocess` to dispatch by name and :func:`recommend` for the paper'
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from statistics import NormalDist
 
 import numpy as np
@@ -663,13 +663,37 @@ def postprocess(
         ValueError: unknown method, missing ``variance``/``p``/``q``, unexpected options or bad inputs.
     """
     m = _as_method(method)
-    allowed = {
-        Method.BASE_CUT: {"alpha"},
-        Method.MLE_APX: {"p", "q"},
-        Method.POWER: {"exponent", "fit"},
-        Method.POWER_NS: {"exponent", "fit"},
-        Method.POST_POS: {"subsets"},
-    }.get(m, set())
+    _check_options(m, options, variance)
+    plain = _PLAIN_METHODS.get(m)
+    if plain is not None:
+        return plain(estimates)
+    return _apply_with_options(m, estimates, variance, n, options)
+
+
+#: Methods that take the estimates alone.
+_PLAIN_METHODS: dict[Method, Callable[[np.ndarray], np.ndarray]] = {
+    Method.BASE: base,
+    Method.BASE_POS: base_pos,
+    Method.NORM: norm,
+    Method.NORM_MUL: norm_mul,
+    Method.NORM_SUB: norm_sub,
+    Method.NORM_CUT: norm_cut,
+    Method.CLS: cls,
+}
+
+#: The keyword options each method accepts (none for the others).
+_METHOD_OPTIONS: dict[Method, set[str]] = {
+    Method.BASE_CUT: {"alpha"},
+    Method.MLE_APX: {"p", "q"},
+    Method.POWER: {"exponent", "fit"},
+    Method.POWER_NS: {"exponent", "fit"},
+    Method.POST_POS: {"subsets"},
+}
+
+
+def _check_options(m: Method, options: dict[str, object], variance: float | np.ndarray | None) -> None:
+    """Refuses options the method does not take and a missing variance where the method needs one."""
+    allowed = _METHOD_OPTIONS.get(m, set())
     extra = set(options) - allowed
     if extra:
         raise ValueError(
@@ -677,24 +701,20 @@ def postprocess(
         )
     if m in METHODS_NEEDING_VARIANCE and variance is None:
         raise ValueError(f"method {m.value!r} needs variance= (the oracle's per-value variance)")
-    if m is Method.BASE:
-        return base(estimates)
-    if m is Method.BASE_POS:
-        return base_pos(estimates)
+
+
+def _apply_with_options(
+    m: Method,
+    estimates: np.ndarray,
+    variance: float | np.ndarray | None,
+    n: int | None,
+    options: dict[str, object],
+) -> np.ndarray:
+    """post-pos, base-cut, mle-apx, power and power-ns, with their options."""
     if m is Method.POST_POS:
         return post_pos(estimates, options.get("subsets"))  # type: ignore[arg-type]
     if m is Method.BASE_CUT:
         return base_cut(estimates, variance, alpha=float(options.get("alpha", 2.0)))  # type: ignore[arg-type]
-    if m is Method.NORM:
-        return norm(estimates)
-    if m is Method.NORM_MUL:
-        return norm_mul(estimates)
-    if m is Method.NORM_SUB:
-        return norm_sub(estimates)
-    if m is Method.NORM_CUT:
-        return norm_cut(estimates)
-    if m is Method.CLS:
-        return cls(estimates)
     if m is Method.MLE_APX:
         if "p" not in options or "q" not in options:
             raise ValueError("method 'mle-apx' needs the oracle's p= and q=")
