@@ -134,6 +134,8 @@ def test_auto_picks_the_mechanism_and_epsilon_of_the_smallest_predicted_variance
     general = choose_for_target(base, 1.0, 1e-9, 10_000, bound="general")
     assert len({r["epsilon"] for r in general.table if r["variance"] is not None}) == 1
     assert choice.epsilon > general.epsilon
+    # and they choose differently: GRR at 5.751 on its own bound, SS at 4.94 when all share the general one
+    assert (choice.mechanism, choice.epsilon) == ("grr", 5.751) and general.mechanism == "ss"
 
 
 def test_what_auto_epsilon_and_the_target_need():
