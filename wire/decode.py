@@ -414,6 +414,34 @@ def _flag(odd: np.ndarray, rows: np.ndarray | slice, bad: np.ndarray | None) -> 
 _EVERYONE = slice(None)
 
 
+def _open_union(
+    b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns, name: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The branch of field ``name``'s ``["null", X]`` union at ``p``, marked in ``cols.present``: (new
+    positions, the rows holding a value that are still read column-wise)."""
+    has, p, bad = _union(b, p)
+    _flag(odd, _EVERYONE, bad)
+    cols.present[name] = has
+    return p, np.flatnonzero(has & ~odd)
+
+
+def _lengths(
+    b: _Buf, p: np.ndarray, rows: np.ndarray, odd: np.ndarray, cap: int, *, of_bytes: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The length (or count) varint at ``p[rows]``, of at most ``cap`` (``of_bytes``: that many bytes
+    inside the block): (the rows where it is so, their lengths, their positions after the varint); the
+    other rows are marked ``odd``."""
+    ln, pv, bad = _varint(b, p[rows])
+    wrong = (ln < 0) | (ln > cap)
+    if of_bytes:
+        wrong |= pv + ln > b.size
+    if bad is not None:
+        wrong |= bad
+    _flag(odd, rows, wrong)
+    keep = ~wrong
+    return rows[keep], ln[keep], pv[keep]
+
+
 def _chained_starts(
     b: _Buf, prefix: bytes, n: int, splits: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -463,17 +491,9 @@ def _read_value_seed(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns) ->
 def _read_bits(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns, cap: int) -> np.ndarray:
     """The ``bits`` union (``["null", "bytes"]``, at most ``cap`` bytes) into ``cols``; returns the new
     positions (clamped to the block)."""
-    has, p, bad = _union(b, p)
-    _flag(odd, _EVERYONE, bad)
-    cols.present["bits"] = has
-    rows = np.flatnonzero(has & ~odd)
+    p, rows = _open_union(b, p, odd, cols, "bits")
     if len(rows):
-        ln, pv, bad = _varint(b, p[rows])
-        wrong = (ln < 0) | (ln > cap) | (pv + ln > b.size)
-        if bad is not None:
-            wrong |= bad
-        _flag(odd, rows, wrong)
-        rows, ln, pv = rows[~wrong], ln[~wrong], pv[~wrong]
+        rows, ln, pv = _lengths(b, p, rows, odd, cap, of_bytes=True)
         w = int(ln.max()) if len(ln) else 0
         if w:
             cols.widen("bits", w)
@@ -490,17 +510,9 @@ def _read_items(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns, cap: in
     The columns read one array block of 1..``cap`` entries then the 0 terminator, or just the 0; a row
     with another array block is left to fastavro.
     """
-    has, p, bad = _union(b, p)
-    _flag(odd, _EVERYONE, bad)
-    cols.present["items"] = has
-    rows = np.flatnonzero(has & ~odd)
+    p, rows = _open_union(b, p, odd, cols, "items")
     if len(rows):
-        cnt, q, bad = _varint(b, p[rows])
-        wrong = (cnt < 0) | (cnt > cap)
-        if bad is not None:
-            wrong |= bad
-        _flag(odd, rows, wrong)
-        rows, cnt, q = rows[~wrong], cnt[~wrong], q[~wrong]
+        rows, cnt, q = _lengths(b, p, rows, odd, cap, of_bytes=False)
         w = int(cnt.max()) if len(cnt) else 0
         local = np.zeros((len(rows), w), dtype=np.int64)
         broken = np.zeros(len(rows), dtype=bool)
@@ -535,10 +547,7 @@ def _read_reals(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns, reals_l
     The columns read one array block of one double (``reals_len`` None) or of ``reals_len`` doubles, then
     the 0 terminator; any other row is left to fastavro.
     """
-    has, p, bad = _union(b, p)
-    _flag(odd, _EVERYONE, bad)
-    cols.present["reals"] = has
-    rows = np.flatnonzero(has & ~odd)
+    p, rows = _open_union(b, p, odd, cols, "reals")
     if len(rows):
         q = p[rows]
         if reals_len is None:
@@ -561,17 +570,9 @@ def _read_client_id(b: _Buf, p: np.ndarray, odd: np.ndarray, cols: _Columns) -> 
     """The ``client_id`` union (``["null", "bytes"]`` of 0..:data:`MAX_CLIENT_ID_BYTES` bytes; the
     validator judges a length of 0) into ``cols`` as ``(n, 1 + w)`` rows (length, bytes); returns the new
     positions."""
-    has, p, bad = _union(b, p)
-    _flag(odd, _EVERYONE, bad)
-    cols.present["client_id"] = has
-    rows = np.flatnonzero(has & ~odd)
+    p, rows = _open_union(b, p, odd, cols, "client_id")
     if len(rows):
-        ln, pv, bad = _varint(b, p[rows])
-        wrong = (ln < 0) | (ln > MAX_CLIENT_ID_BYTES) | (pv + ln > b.size)
-        if bad is not None:
-            wrong |= bad
-        _flag(odd, rows, wrong)
-        rows, ln, pv = rows[~wrong], ln[~wrong], pv[~wrong]
+        rows, ln, pv = _lengths(b, p, rows, odd, MAX_CLIENT_ID_BYTES, of_bytes=True)
         w = int(ln.max()) if len(ln) else 0
         out = np.zeros((len(p), 1 + w), dtype=np.uint8)
         out[rows, 0] = ln
@@ -615,33 +616,45 @@ def decode_block(
     """
     tid = task_id.encode("utf-8")
     prefix = zigzag_varint_bytes(len(tid)) + tid
-    n = num_records
     b = _Buf(data)
-    chain = _chained_starts(b, prefix, n, splits)
+    chain = _chained_starts(b, prefix, num_records, splits)
     if chain is None:
         return None
     starts, ends = chain
-    odd = np.zeros(n, dtype=bool)  # rows left to fastavro
+    caps = {"bits": bits_len or _UNDECLARED_LEN, "items": items_len or _UNDECLARED_LEN}
+    odd = np.zeros(num_records, dtype=bool)  # rows left to fastavro
     sv, et, grp, p = _read_longs(b, starts + len(prefix), odd)
-    cols = _Columns(n, reals_len)
-    p = _read_value_seed(b, p, odd, cols)
-    p = _read_bits(b, p, odd, cols, bits_len or _UNDECLARED_LEN)
-    p = _read_items(b, p, odd, cols, items_len or _UNDECLARED_LEN)
-    p = _read_reals(b, p, odd, cols, reals_len)
-    if client_id:
-        p = _read_client_id(b, p, odd, cols)
+    cols = _Columns(num_records, reals_len)
+    p = _read_payload(b, p, odd, cols, caps, reals_len, client_id)
     # the chain: each record ends where the next starts, the last at the end of the block
     odd |= p != ends
     fallback = None
     if odd.any():
-        caps = {"bits": bits_len or _UNDECLARED_LEN, "items": items_len or _UNDECLARED_LEN}
         rows = np.flatnonzero(odd)
         fallback = _decode_rows(data, starts, ends, rows, task_id, cols, caps, client_id, sv, et, grp)
         if fallback is None:
             return None
-    return ColumnBatch(
-        task_id, sv, et, grp, cols.present, cols.payload, client_id, cols.lengths, fallback
-    )
+    return ColumnBatch(task_id, sv, et, grp, cols.present, cols.payload, client_id, cols.lengths, fallback)
+
+
+def _read_payload(
+    b: _Buf,
+    p: np.ndarray,
+    odd: np.ndarray,
+    cols: _Columns,
+    caps: dict[str, int],
+    reals_len: int | None,
+    client_id: bool,
+) -> np.ndarray:
+    """The fields after ``group`` (the payload unions, then ``client_id`` when the layout has it) into
+    ``cols``; returns the positions where the records end."""
+    p = _read_value_seed(b, p, odd, cols)
+    p = _read_bits(b, p, odd, cols, caps["bits"])
+    p = _read_items(b, p, odd, cols, caps["items"])
+    p = _read_reals(b, p, odd, cols, reals_len)
+    if client_id:
+        p = _read_client_id(b, p, odd, cols)
+    return p
 
 
 def _decode_rows(
@@ -662,6 +675,23 @@ def _decode_rows(
     group accepts) keep only their length in the columns; the validator refuses them by it. None when a
     row does not decode to exactly its bytes, or holds integers the columns cannot carry (the block is
     then declined)."""
+    recs = _fallback_records(data, starts, ends, rows, task_id, client_id)
+    if recs is None:
+        return None
+    _widen_for(cols, [rec for _, rec in recs], caps, client_id)
+    fallback = np.full(len(sv), None, dtype=object)
+    for i, rec in recs:
+        fallback[i] = rec
+        sv[i], et[i], grp[i] = rec["schema_version"], rec["event_time"], rec["group"]
+        _put_row(cols, i, rec, caps, client_id)
+    return fallback
+
+
+def _fallback_records(
+    data: bytes, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, task_id: str, client_id: bool
+) -> list[tuple[int, dict]] | None:
+    """``(row, fastavro record)`` of each of ``rows``, decoded from exactly its bytes; None when one does
+    not decode to exactly them, carries another task id, or holds an integer outside int64."""
     schema = _fallback_schema(client_id)
     recs = []
     for i in rows.tolist():
@@ -681,45 +711,50 @@ def _decode_rows(
         if items is not None and not all(_is_i64(x) for x in items):
             return None
         recs.append((i, rec))
-    fits = {f: [len(r[f]) for _, r in recs if r[f] is not None and len(r[f]) <= caps[f]] for f in caps}
+    return recs
+
+
+def _widen_for(cols: _Columns, recs: list[dict], caps: dict[str, int], client_id: bool) -> None:
+    """Widens the ``bits`` / ``items`` columns to the longest of ``recs`` within ``caps``, and the
+    ``client_id`` column to their longest id of at most :data:`MAX_CLIENT_ID_BYTES`."""
     for f in caps:
-        cols.widen(f, max(fits[f], default=0))
-    ids = cols.payload["client_id"]
+        cols.widen(f, max((len(r[f]) for r in recs if r[f] is not None and len(r[f]) <= caps[f]), default=0))
     if client_id:
-        w = max((len(r["client_id"]) for _, r in recs if r["client_id"] is not None), default=0)
+        w = max((len(r["client_id"]) for r in recs if r["client_id"] is not None), default=0)
         w = min(w, MAX_CLIENT_ID_BYTES)
+        ids = cols.payload["client_id"]
         if w + 1 > ids.shape[1]:
-            cols.payload["client_id"] = ids = np.pad(ids, ((0, 0), (0, w + 1 - ids.shape[1])))
+            cols.payload["client_id"] = np.pad(ids, ((0, 0), (0, w + 1 - ids.shape[1])))
+
+
+def _put_row(cols: _Columns, i: int, rec: dict, caps: dict[str, int], client_id: bool) -> None:
+    """Row ``i`` of the payload columns from its fastavro record (see :func:`_decode_rows`)."""
+    for f in ("value", "seed"):
+        cols.present[f][i] = rec[f] is not None
+        cols.payload[f][i] = 0 if rec[f] is None else rec[f]
+    for f in ("bits", "items", "reals"):
+        v = rec[f]
+        cols.present[f][i] = v is not None
+        cols.lengths[f][i] = 0 if v is None else len(v)
+        if f in caps:
+            cols.payload[f][i] = 0
+            if v and len(v) <= caps[f]:
+                cols.payload[f][i, : len(v)] = np.frombuffer(v, np.uint8) if f == "bits" else v
+    v = rec["reals"]
     reals = cols.payload["reals"]
-    fallback = np.full(len(sv), None, dtype=object)
-    for i, rec in recs:
-        fallback[i] = rec
-        sv[i], et[i], grp[i] = rec["schema_version"], rec["event_time"], rec["group"]
-        for f in ("value", "seed"):
-            cols.present[f][i] = rec[f] is not None
-            cols.payload[f][i] = 0 if rec[f] is None else rec[f]
-        for f in ("bits", "items", "reals"):
-            v = rec[f]
-            cols.present[f][i] = v is not None
-            cols.lengths[f][i] = 0 if v is None else len(v)
-            if f in caps:
-                cols.payload[f][i] = 0
-                if v and len(v) <= caps[f]:
-                    cols.payload[f][i, : len(v)] = np.frombuffer(v, np.uint8) if f == "bits" else v
-        v = rec["reals"]
-        if reals.ndim == 1:
-            reals[i] = v[0] if v is not None and len(v) == 1 else 0.0
-        else:
-            reals[i] = v if v is not None and len(v) == reals.shape[1] else 0.0
-        if client_id:
-            v = rec["client_id"]
-            cols.present["client_id"][i] = v is not None
-            ids[i] = 0
-            if v is not None and len(v) <= MAX_CLIENT_ID_BYTES:
-                ids[i, 0] = len(v)
-                ids[i, 1 : 1 + len(v)] = np.frombuffer(v, np.uint8)
-            # a longer id keeps length 0 and is present: the validator refuses it (invalid_client_id)
-    return fallback
+    if reals.ndim == 1:
+        reals[i] = v[0] if v is not None and len(v) == 1 else 0.0
+    else:
+        reals[i] = v if v is not None and len(v) == reals.shape[1] else 0.0
+    if client_id:
+        v = rec["client_id"]
+        ids = cols.payload["client_id"]
+        cols.present["client_id"][i] = v is not None
+        ids[i] = 0
+        if v is not None and len(v) <= MAX_CLIENT_ID_BYTES:
+            ids[i, 0] = len(v)
+            ids[i, 1 : 1 + len(v)] = np.frombuffer(v, np.uint8)
+        # a longer id keeps length 0 and is present: the validator refuses it (invalid_client_id)
 
 
 def _decode_reals(b: _Buf, p: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -796,6 +831,12 @@ class Loss:
     lost_bytes: int
     lost_blocks: int = 0
     lost_records: int = 0
+
+
+def _block_loss(reason: str, detail: str, offset: int, end: int, records: int = 0) -> Loss:
+    """The :class:`Loss` of the one block at ``offset`` .. ``end`` of the input (``records``: the count its
+    header declared, 0 when that cannot be trusted)."""
+    return Loss(reason, detail, offset, end - offset, 1, records)
 
 
 class _Stream:
@@ -1140,26 +1181,19 @@ def _read_block_header(
         count = s.read_long()
         if count is None:
             if s.pos > offset:
-                yield Loss("truncated", "the input ends inside a block header", offset, s.pos - offset, 1)
+                yield _block_loss("truncated", "the input ends inside a block header", offset, s.pos)
             return False
         size = s.read_long()
     except ValueError:
         size = -1
         count = 0
     if size is None:
-        declared = max(count, 0)
-        detail = "the input ends inside a block header"
-        yield Loss("truncated", detail, offset, s.pos - offset, 1, declared)
+        yield _block_loss("truncated", "the input ends inside a block header", offset, s.pos, max(count, 0))
         return False
     if size < 0 or count < 0 or size > MAX_BLOCK_BYTES or (count > 0 and size == 0):
         found = s.skip_to(header.sync)
-        yield Loss(
-            "bad_block_header",
-            f"block header declares {count} records in {size} bytes; skipped to the next sync marker",
-            offset,
-            s.pos - offset,
-            1,
-        )
+        detail = f"block header declares {count} records in {size} bytes; skipped to the next sync marker"
+        yield _block_loss("bad_block_header", detail, offset, s.pos)
         return found
     return count, size
 
@@ -1175,34 +1209,20 @@ def _read_block_body(
     """
     data = s.read(size)
     if len(data) < size:
-        yield Loss(
-            "truncated",
-            f"the input ends inside a block ({len(data)} of {size} bytes)",
-            offset,
-            s.pos - offset,
-            1,
-            count,
-        )
+        detail = f"the input ends inside a block ({len(data)} of {size} bytes)"
+        yield _block_loss("truncated", detail, offset, s.pos, count)
         return False
     sync = s.read(_SYNC)
     if sync != header.sync:
         if len(sync) < _SYNC:
-            yield Loss(
-                "truncated", "the input ends inside a sync marker", offset, s.pos - offset, 1, count
-            )
+            yield _block_loss("truncated", "the input ends inside a sync marker", offset, s.pos, count)
             return False
         if not _next_block_is_framed(s, header.sync):
             # the size may be wrong too: look for the next marker from the end of this block's header
             s.unread(data + sync)
         found = s.skip_to(header.sync)
-        yield Loss(
-            "bad_sync",
-            f"block of {count} records not followed by the sync marker; skipped to the next one",
-            offset,
-            s.pos - offset,
-            1,
-            count if 0 <= count * min_rec <= size else 0,
-        )
+        detail = f"block of {count} records not followed by the sync marker; skipped to the next one"
+        yield _block_loss("bad_sync", detail, offset, s.pos, count if 0 <= count * min_rec <= size else 0)
         return found
     return data
 
@@ -1224,36 +1244,18 @@ def _unpack_block(
             return Loss("trailing_bytes", f"block of 0 records holds {len(data)} bytes", offset, len(data))
         return None
     if decompress is None:
-        return Loss(
-            "unsupported_codec",
-            f"codec {header.codec!r} is not supported ({', '.join(CODECS)})",
-            offset,
-            end - offset,
-            1,
-            count,
-        )
+        detail = f"codec {header.codec!r} is not supported ({', '.join(CODECS)})"
+        return _block_loss("unsupported_codec", detail, offset, end, count)
     try:
         raw = decompress(data)
     except Exception as exc:  # noqa: BLE001 - zlib / cramjam / zstandard errors: the block is lost
         if isinstance(exc, MemoryError):
             raise
-        return Loss(
-            "corrupt_block",
-            f"{header.codec} block does not decompress ({type(exc).__name__}: {str(exc)[:200]})",
-            offset,
-            end - offset,
-            1,
-            count,
-        )
+        detail = f"{header.codec} block does not decompress ({type(exc).__name__}: {str(exc)[:200]})"
+        return _block_loss("corrupt_block", detail, offset, end, count)
     if count * min_rec > len(raw):
-        return Loss(
-            "bad_block_header",
-            f"block declares {count} records in {len(raw)} bytes",
-            offset,
-            end - offset,
-            1,
-            0,
-        )
+        detail = f"block declares {count} records in {len(raw)} bytes"
+        return _block_loss("bad_block_header", detail, offset, end)
     return _Block(raw, count, offset, header)
 
 
