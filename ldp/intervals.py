@@ -261,49 +261,63 @@ def inversion_interval(
         deviation of the published numbers across the replicas.
     """
     theta = np.asarray(published, dtype=np.float64)
-    d = theta.size
-    z = z_value(level)
-    alpha = 1.0 - level
-    s_hi = np.zeros(d)
-    ss_hi = np.zeros(d)
-    s_lo = np.zeros(d)
-    ss_lo = np.zeros(d)
-    n_lo = np.zeros(d)
-    n_inf = np.zeros(d)
-    s_g = np.zeros(d)
-    ss_g = np.zeros(d)
+    sums = _ReplicaSums(theta.size)
     for _ in range(n_replicas):
         u, g = replicas()
-        s_g += g
-        ss_g += g * g
+        sums.add(u, g, theta, floored)
+    return sums.interval(float(n_replicas), sigma, theta, level)
+
+
+class _ReplicaSums:
+    """Running sums over the replicas of the inversion: of the upper and lower inverses (the lower over
+    the replicas where it is finite, with a count of those where it is not) and of the published values."""
+
+    def __init__(self, d: int) -> None:
+        self.s_hi, self.ss_hi = np.zeros(d), np.zeros(d)
+        self.s_lo, self.ss_lo = np.zeros(d), np.zeros(d)
+        self.n_lo, self.n_inf = np.zeros(d), np.zeros(d)
+        self.s_g, self.ss_g = np.zeros(d), np.zeros(d)
+
+    def add(self, u: np.ndarray, g: np.ndarray, theta: np.ndarray, floored: bool) -> None:
+        """One replica's unbiased ``u`` and published ``g``, inverted at ``theta``."""
+        self.s_g += g
+        self.ss_g += g * g
         order = np.argsort(u, kind="stable")
         us = u[order]
         gs = np.maximum.accumulate(g[order])  # order-preserving methods; guards round-off only
         hi = _inverse(us, gs, theta, True, floored)
         lo = _inverse(us, gs, theta, False, floored)
-        s_hi += hi
-        ss_hi += hi * hi
+        self.s_hi += hi
+        self.ss_hi += hi * hi
         fin = np.isfinite(lo)
         lo0 = np.where(fin, lo, 0.0)
-        s_lo += lo0
-        ss_lo += lo0 * lo0
-        n_lo += fin
-        n_inf += ~fin
-    b = float(n_replicas)
-    m_hi = s_hi / b
-    v_hi = np.maximum(ss_hi / b - m_hi * m_hi, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        m_lo = np.where(n_lo > 0, s_lo / np.maximum(n_lo, 1), 0.0)
-        v_lo = np.where(n_lo > 0, np.maximum(ss_lo / np.maximum(n_lo, 1) - m_lo * m_lo, 0.0), 0.0)
-    sig2 = np.asarray(sigma, dtype=np.float64) ** 2
-    high = m_hi + z * np.sqrt(sig2 + v_hi)
-    low = m_lo - z * np.sqrt(sig2 + v_lo)
-    low = np.where(n_inf / b >= alpha / 2.0, 0.0, low)  # at the floor in enough replicas: no lower tail
-    low = np.minimum(np.clip(low, 0.0, 1.0), theta)
-    high = np.maximum(np.clip(high, 0.0, 1.0), theta)
-    m_g = s_g / b
-    std = np.sqrt(np.maximum(ss_g / b - m_g * m_g, 0.0))
-    return low, high, std
+        self.s_lo += lo0
+        self.ss_lo += lo0 * lo0
+        self.n_lo += fin
+        self.n_inf += ~fin
+
+    def interval(
+        self, b: float, sigma: np.ndarray, theta: np.ndarray, level: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(low, high, std)`` of :func:`inversion_interval` from the sums of ``b`` replicas."""
+        z = z_value(level)
+        alpha = 1.0 - level
+        m_hi = self.s_hi / b
+        v_hi = np.maximum(self.ss_hi / b - m_hi * m_hi, 0.0)
+        n_lo = self.n_lo
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m_lo = np.where(n_lo > 0, self.s_lo / np.maximum(n_lo, 1), 0.0)
+            v_lo = np.where(n_lo > 0, np.maximum(self.ss_lo / np.maximum(n_lo, 1) - m_lo * m_lo, 0.0), 0.0)
+        sig2 = np.asarray(sigma, dtype=np.float64) ** 2
+        high = m_hi + z * np.sqrt(sig2 + v_hi)
+        low = m_lo - z * np.sqrt(sig2 + v_lo)
+        # at the floor in enough replicas: no lower tail
+        low = np.where(self.n_inf / b >= alpha / 2.0, 0.0, low)
+        low = np.minimum(np.clip(low, 0.0, 1.0), theta)
+        high = np.maximum(np.clip(high, 0.0, 1.0), theta)
+        m_g = self.s_g / b
+        std = np.sqrt(np.maximum(self.ss_g / b - m_g * m_g, 0.0))
+        return low, high, std
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,23 +386,47 @@ def frequency_intervals(
     if kind == "normal":
         return FrequencyIntervals(std=sd, ci_low=ulo, ci_high=uhi, **common)
     if kind == "clipped":
-        cut = None
-        if method == "base-cut":
-            t = _pp.base_cut_threshold(d, estimate.variance)
-            cut = f < t
-            std = clipped_std(np.clip(f, 0.0, 1.0), sd, t, cut=True)
-        else:
-            std = clipped_std(np.clip(f, 0.0, 1.0), sd)
-        lo, hi = clipped_interval(f, sd, pub, cut=cut, level=level)
+        std, lo, hi = _clipped_intervals(estimate, method, f, sd, pub, level)
         return FrequencyIntervals(std=std, ci_low=lo, ci_high=hi, **common)
     if kind == "clipped-hull":
         lo, hi = clipped_interval(f, sd, pub, level=level)
         return FrequencyIntervals(std=sd, ci_low=lo, ci_high=hi, **common)
+    b = int(n_replicas) if n_replicas is not None else replica_count(d)
+    lo, hi, std = _simulated_intervals(oracle, estimate, method, pub, seed, b, level)
+    return FrequencyIntervals(std=std, ci_low=lo, ci_high=hi, replicas=b, **common)
+
+
+def _clipped_intervals(
+    estimate: Any, method: str, f: np.ndarray, sd: np.ndarray, pub: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(std, low, high)`` of a clipping method (base-cut: below its threshold the value is cut to 0)."""
+    cut = None
+    if method == "base-cut":
+        t = _pp.base_cut_threshold(f.size, estimate.variance)
+        cut = f < t
+        std = clipped_std(np.clip(f, 0.0, 1.0), sd, t, cut=True)
+    else:
+        std = clipped_std(np.clip(f, 0.0, 1.0), sd)
+    lo, hi = clipped_interval(f, sd, pub, cut=cut, level=level)
+    return std, lo, hi
+
+
+def _simulated_intervals(
+    oracle: Any,
+    estimate: Any,
+    method: str,
+    pub: np.ndarray,
+    seed: np.random.SeedSequence | None,
+    b: int,
+    level: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(low, high, std)`` of a consistency method: the inversion over ``b`` replicas simulated around
+    the norm-sub projection of the unbiased estimate."""
+    f = np.asarray(estimate.frequencies, dtype=np.float64)
     n = int(estimate.n)
     truth = _pp.norm_sub(f)
     var = np.maximum(np.asarray(oracle.variance(n, truth), dtype=np.float64), 1e-300)
-    total = float(oracle.variance_of_sum(n, np.arange(d), f=truth))
-    b = int(n_replicas) if n_replicas is not None else replica_count(d)
+    total = float(oracle.variance_of_sum(n, np.arange(f.size), f=truth))
     if seed is None:
         seed = data_seed(np.asarray(estimate.support_counts), method, n, getattr(oracle, "name", ""))
     rng = np.random.default_rng(seed)
@@ -401,8 +439,7 @@ def frequency_intervals(
         u = simulate_unbiased(truth, var, total, rng)
         return u, np.asarray(_pp.postprocess(u, method, variance=variance0, n=n, **opts), dtype=np.float64)
 
-    lo, hi, std = inversion_interval(pub, np.sqrt(var), one, b, floored=method in _FLOORED, level=level)
-    return FrequencyIntervals(std=std, ci_low=lo, ci_high=hi, replicas=b, **common)
+    return inversion_interval(pub, np.sqrt(var), one, b, floored=method in _FLOORED, level=level)
 
 
 def answer_interval(
