@@ -32,25 +32,7 @@ def sample_values(
     """
     name, _, rest = dataset.partition(":")
     if name == "csv":
-        path, sep, column = rest.rpartition(":")
-        if not sep or not path or not column:
-            raise ValueError(f"dataset {dataset!r}: expected csv:PATH:COLUMN")
-        try:
-            with open(path, newline="", encoding="utf-8") as fh:
-                reader = csv.DictReader(fh)
-                if column not in (reader.fieldnames or ()):
-                    raise ValueError(f"dataset {dataset!r}: no column {column!r} (has {reader.fieldnames})")
-                raw = [row[column] for row in reader]
-        except OSError as exc:
-            raise ValueError(f"dataset {dataset!r}: cannot read {path}: {exc.strerror or exc}") from None
-        try:
-            vals = np.array([float(v) for v in raw], dtype=np.float64)
-        except ValueError:
-            raise ValueError(
-                f"dataset {dataset!r}: column {column!r} holds a value that is not a number"
-            ) from None
-        if not np.all(np.isfinite(vals)):
-            raise ValueError(f"dataset {dataset!r}: column {column!r} holds a non-finite value")
+        vals = _csv_column(dataset, rest)
         if n is not None:
             if len(vals) < n:
                 raise ValueError(f"dataset {dataset!r}: {len(vals)} rows, {n} users asked for")
@@ -58,6 +40,48 @@ def sample_values(
         return vals
     if n is None:
         raise ValueError(f"dataset {dataset!r} needs a number of users (only csv: data defines its own)")
+    a, b = _model_parameters(dataset, name, rest, bounds)
+    if name == "normal":
+        if b < 0:
+            raise ValueError(f"dataset {dataset!r}: the std must be >= 0")
+        return rng.normal(a, b, n)
+    if name == "lognormal":
+        if b < 0:
+            raise ValueError(f"dataset {dataset!r}: sigma must be >= 0")
+        return rng.lognormal(a, b, n)
+    if not a < b:
+        raise ValueError(f"dataset {dataset!r}: uniform needs LOW < HIGH")
+    return rng.uniform(a, b, n)
+
+
+def _csv_column(dataset: str, rest: str) -> np.ndarray:
+    """Every row's number in the ``PATH:COLUMN`` of a ``csv:`` spec (ValueError naming the problem)."""
+    path, sep, column = rest.rpartition(":")
+    if not sep or not path or not column:
+        raise ValueError(f"dataset {dataset!r}: expected csv:PATH:COLUMN")
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            if column not in (reader.fieldnames or ()):
+                raise ValueError(f"dataset {dataset!r}: no column {column!r} (has {reader.fieldnames})")
+            raw = [row[column] for row in reader]
+    except OSError as exc:
+        raise ValueError(f"dataset {dataset!r}: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        vals = np.array([float(v) for v in raw], dtype=np.float64)
+    except ValueError:
+        why = f"column {column!r} holds a value that is not a number"
+        raise ValueError(f"dataset {dataset!r}: {why}") from None
+    if not np.all(np.isfinite(vals)):
+        raise ValueError(f"dataset {dataset!r}: column {column!r} holds a non-finite value")
+    return vals
+
+
+def _model_parameters(
+    dataset: str, name: str, rest: str, bounds: tuple[float, float] | None
+) -> tuple[float, float]:
+    """The two parameters of a ``normal`` / ``lognormal`` / ``uniform`` spec (its defaults when it gives
+    none; ``uniform``'s are the attribute's ``bounds`` when known)."""
     defaults = {"normal": (0.0, 1.0), "lognormal": (0.0, 1.0), "uniform": (0.0, 1.0)}
     if name not in defaults:
         raise ValueError(
@@ -70,18 +94,7 @@ def sample_values(
         raise ValueError(f"dataset {dataset!r}: parameters must be numbers") from None
     if len(args) != 2 or not all(math.isfinite(x) for x in args):
         raise ValueError(f"dataset {dataset!r}: give two finite parameters ({name}:A:B) or none")
-    a, b = args
-    if name == "normal":
-        if b < 0:
-            raise ValueError(f"dataset {dataset!r}: the std must be >= 0")
-        return rng.normal(a, b, n)
-    if name == "lognormal":
-        if b < 0:
-            raise ValueError(f"dataset {dataset!r}: sigma must be >= 0")
-        return rng.lognormal(a, b, n)
-    if not a < b:
-        raise ValueError(f"dataset {dataset!r}: uniform needs LOW < HIGH")
-    return rng.uniform(a, b, n)
+    return args[0], args[1]
 
 
 def sample_columns(
