@@ -42,6 +42,11 @@ __all__ = [
 DEFAULT_RHO = 0.5
 DEFAULT_SPREAD = 3.0
 
+#: The domain size of every attribute, or one per attribute.
+Sizes = int | Sequence[int]
+#: A generator, a seed or None (``numpy.random.default_rng`` normalises it).
+Rng = np.random.Generator | int | None
+
 
 @dataclass(frozen=True)
 class MultiDataset:
@@ -109,39 +114,30 @@ def _discretize(x: np.ndarray, c: int | Sequence[int], spread: float) -> np.ndar
     return np.clip(np.floor(u * sizes).astype(np.int64), 0, sizes - 1)
 
 
-def gaussian_records(
-    n: int,
-    d: int,
-    c: int | Sequence[int],
-    *,
-    rho: float = DEFAULT_RHO,
-    spread: float = DEFAULT_SPREAD,
-    rng: np.random.Generator | int | None = None,
-) -> np.ndarray:
+def gaussian_records(n: int, d: int, c: Sizes, *, rho: float = DEFAULT_RHO, spread: float = DEFAULT_SPREAD,
+                     rng: Rng = None) -> np.ndarray:  # fmt: skip
     """Correlated multivariate-normal records discretized to ``[0, c)`` (int64, shape (n, d))."""
-    rng = np.random.default_rng(rng)
-    return _discretize(_correlated_normal(int(n), int(d), rho, rng), c, spread)
+    return _elliptical_records(n, d, c, rho, spread, rng, laplace=False)
 
 
-def laplace_records(
-    n: int,
-    d: int,
-    c: int | Sequence[int],
-    *,
-    rho: float = DEFAULT_RHO,
-    spread: float = DEFAULT_SPREAD,
-    rng: np.random.Generator | int | None = None,
-) -> np.ndarray:
+def laplace_records(n: int, d: int, c: Sizes, *, rho: float = DEFAULT_RHO, spread: float = DEFAULT_SPREAD,
+                    rng: Rng = None) -> np.ndarray:  # fmt: skip
     """Correlated multivariate-Laplace records (``sqrt(W) Z``, ``W ~ Exp(1)``) discretized to ``[0, c)``."""
+    return _elliptical_records(n, d, c, rho, spread, rng, laplace=True)
+
+
+def _elliptical_records(
+    n: int, d: int, c: Sizes, rho: float, spread: float, rng: Rng, *, laplace: bool
+) -> np.ndarray:
+    """Equicorrelated normals ``Z`` (``laplace``: scaled by ``sqrt(W)``, ``W ~ Exp(1)``), discretized."""
     rng = np.random.default_rng(rng)
     z = _correlated_normal(int(n), int(d), rho, rng)
-    w = rng.standard_exponential((int(n), 1))
-    return _discretize(np.sqrt(w) * z, c, spread)
+    if laplace:
+        z = np.sqrt(rng.standard_exponential((int(n), 1))) * z
+    return _discretize(z, c, spread)
 
 
-def uniform_records(
-    n: int, d: int, c: int | Sequence[int], *, rng: np.random.Generator | int | None = None
-) -> np.ndarray:
+def uniform_records(n: int, d: int, c: Sizes, *, rng: Rng = None) -> np.ndarray:
     """Independent uniform records over ``[0, c_t)`` (int64, shape (n, d))."""
     rng = np.random.default_rng(rng)
     sizes = np.broadcast_to(np.asarray(c, dtype=np.int64), (int(d),))
