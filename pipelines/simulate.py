@@ -30,6 +30,9 @@ milliseconds); the jobs read them with ``--input_topic`` / ``--input_subscriptio
 
     ldp-beam simulate --task TASK.json --users 100000 --output_topic projects/P/topics/T --rate 5000
 
+Kafka (``--output_topic kafka://HOST:PORT/TOPIC``): the same messages, each acknowledged by the broker
+(``acks=all``) before the command ends (:class:`transforms.kafka.KafkaPublisher`; docs/kafka.md).
+
 ``--dataset``: frequency tasks ``zipf[:EXPONENT]`` (default), ``uniform`` or ``csv:PATH:COLUMN`` (the
 column holds integers in [0, d), or the task's value labels when it has some: ``"labels"`` or
 ``"labels_file"``); range tasks ``gaussian[:RHO]`` (default), ``laplace[:RHO]``, ``uniform`` or
