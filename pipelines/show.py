@@ -292,6 +292,15 @@ def load_rows(out: str) -> tuple[str, list[dict[str, Any]]]:
     if not os.path.isdir(out):
         raise ShowError(f"'{safe_text(out)}' is not a directory (give a job's --output directory)")
     files = _result_files(out)
+    _check_job_output(out, files)
+    kind, rows = _read_result_rows(files, _row_specs(out) if files else {})
+    if kind is None:
+        raise _no_rows_error(out)
+    return kind, rows
+
+
+def _check_job_output(out: str, files: list[str]) -> None:
+    """Refuses a directory of report files, or one no job wrote (no marker, counts or result files)."""
     marked = any(os.path.exists(os.path.join(out, name)) for name in (OUTPUT_MARKER, "counts.json"))
     reports = glob.glob(os.path.join(glob.escape(out), "*.avro"))
     if not files and reports:
@@ -306,9 +315,12 @@ def load_rows(out: str) -> tuple[str, list[dict[str, Any]]]:
             f"'{safe_text(out)}' is not an ldp-beam job's output (no {OUTPUT_MARKER}, counts.json, "
             "estimates-*.jsonl or answers-*.jsonl)"
         )
+
+
+def _read_result_rows(files: list[str], specs: Any) -> tuple[str | None, list[dict[str, Any]]]:
+    """Every row of the result files, checked against the row specs; the kind is None without a row."""
     kind: str | None = None
     rows: list[dict[str, Any]] = []
-    specs = _row_specs(out) if files else {}
     for path in files:
         try:
             with open(path, encoding="utf-8") as fh:
@@ -326,24 +338,27 @@ def load_rows(out: str) -> tuple[str, list[dict[str, Any]]]:
                     rows.append(row)
         except (OSError, UnicodeDecodeError) as exc:
             raise ShowError(f"cannot read {safe_text(path)}: {safe_text(exc)}") from None
-    if kind is None and not os.path.exists(os.path.join(out, "counts.json")):
+    return kind, rows
+
+
+def _no_rows_error(out: str) -> ShowError:
+    """Why a job's output has no result row: a report writer made it, or the job has none yet."""
+    if not os.path.exists(os.path.join(out, "counts.json")):
         made_by = _marker_command(out)
         name = os.path.splitext(made_by.split()[-1])[0] if made_by else ""
         if name in REPORT_WRITERS:
-            raise ShowError(
+            return ShowError(
                 f"'{safe_text(out)}' was written by {safe_text(made_by)}, not an aggregation job: give the "
                 "--output of frequency, range-queries, sparse-mean or batch-queries"
             )
-    if kind is None:
-        counts = load_counts(out)
-        ran = ""
-        if counts is not None:
-            ran = (f" (the job read {counts['read']:,} reports, accepted {counts['accepted']:,}, rejected "
-                   f"{counts['rejected']:,})")
-        raise ShowError(
-            f"'{safe_text(out)}' has no result rows yet (no line in estimates-*.jsonl, answers-*.jsonl){ran}"
-        )
-    return kind, rows
+    counts = load_counts(out)
+    ran = ""
+    if counts is not None:
+        ran = (f" (the job read {counts['read']:,} reports, accepted {counts['accepted']:,}, rejected "
+               f"{counts['rejected']:,})")
+    return ShowError(
+        f"'{safe_text(out)}' has no result rows yet (no line in estimates-*.jsonl, answers-*.jsonl){ran}"
+    )
 
 
 def as_int(value: object) -> int:
@@ -362,44 +377,63 @@ def load_counts(out: str) -> dict[str, Any] | None:
     summary: dict[str, Any] = {}
     path = os.path.join(out, "counts.json")
     if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as fh:
-                summary = json.load(fh, parse_constant=lambda _: None)
-            raw = summary.get("counts") if isinstance(summary, dict) else None
-            if not isinstance(raw, dict):
-                raise ValueError("no 'counts' object")
-        except (OSError, ValueError) as exc:
-            raise ShowError(f"{safe_text(path)}: not a job's counts ({safe_text(exc)})") from None
+        summary = _read_counts_json(path)
+        raw = summary["counts"]
         source = "counts.json"
     else:
         files = sorted(glob.glob(os.path.join(glob.escape(out), "counts", "counts-*.jsonl")))
         if not files:
             return None
-        by_window: dict[tuple[object, object], dict[str, Any]] = {}
-        loose: list[dict[str, Any]] = []
-        for name in files:
-            with open(name, encoding="utf-8") as fh:
-                for line in fh:
-                    if not line.strip():
-                        continue
-                    try:
-                        r = json.loads(line)
-                    except ValueError:
-                        raise ShowError(f"{safe_text(name)}: a line that is not JSON") from None
-                    if not isinstance(r, dict):
-                        continue
-                    if "window_start_ms" in r and "window_end_ms" in r:
-                        key = (r["window_start_ms"], r["window_end_ms"])
-                        if key not in by_window or as_int(r.get("read")) > as_int(by_window[key].get("read")):
-                            by_window[key] = r
-                    else:
-                        loose.append(r)
-        raw = {}
-        for r in (*loose, *by_window.values()):
-            for k, v in r.items():
-                if not k.startswith("window_"):
-                    raw[k] = raw.get(k, 0) + as_int(v)
-        source = f"counts/ (streaming: {len(by_window) + len(loose)} count window(s) summed)"
+        raw, windows = _sum_count_windows(files)
+        source = f"counts/ (streaming: {windows} count window(s) summed)"
+    return _counts_view(summary, raw, source)
+
+
+def _read_counts_json(path: str) -> dict[str, Any]:
+    """A batch job's ``counts.json`` (an object with a ``counts`` object), or :class:`ShowError`."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            summary = json.load(fh, parse_constant=lambda _: None)
+        raw = summary.get("counts") if isinstance(summary, dict) else None
+        if not isinstance(raw, dict):
+            raise ValueError("no 'counts' object")
+    except (OSError, ValueError) as exc:
+        raise ShowError(f"{safe_text(path)}: not a job's counts ({safe_text(exc)})") from None
+    return summary
+
+
+def _sum_count_windows(files: list[str]) -> tuple[dict[str, int], int]:
+    """The counts of a streaming job's count files summed over windows (of a window written twice, the
+    line that read the most), and the number of windows summed."""
+    by_window: dict[tuple[object, object], dict[str, Any]] = {}
+    loose: list[dict[str, Any]] = []
+    for name in files:
+        with open(name, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    raise ShowError(f"{safe_text(name)}: a line that is not JSON") from None
+                if not isinstance(r, dict):
+                    continue
+                if "window_start_ms" in r and "window_end_ms" in r:
+                    key = (r["window_start_ms"], r["window_end_ms"])
+                    if key not in by_window or as_int(r.get("read")) > as_int(by_window[key].get("read")):
+                        by_window[key] = r
+                else:
+                    loose.append(r)
+    raw: dict[str, int] = {}
+    for r in (*loose, *by_window.values()):
+        for k, v in r.items():
+            if not k.startswith("window_"):
+                raw[k] = raw.get(k, 0) + as_int(v)
+    return raw, len(by_window) + len(loose)
+
+
+def _counts_view(summary: dict[str, Any], raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """The dictionary :func:`load_counts` returns, from the summary (empty when streaming) and the counts."""
     reasons = sorted(
         ((k[len("rejected_") :], as_int(v)) for k, v in raw.items()
          if k.startswith("rejected_") and as_int(v)),
