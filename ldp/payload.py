@@ -252,8 +252,8 @@ def _inside(f: PayloadField) -> object:
 
 
 #: What a client encodes: one value of ``[0, d)``, one bounded real (or one per attribute), a sparse vector,
-#: a record of attribute values.
-WIRE_INPUTS: tuple[str, ...] = ("categorical", "real", "sparse", "records")
+#: a record of attribute values, a string of bytes (heavy hitters).
+WIRE_INPUTS: tuple[str, ...] = ("categorical", "real", "sparse", "records", "strings")
 #: The byte procedures of ``docs/wire_format.md``: frequency oracles (section 3), memoized mechanisms (6),
 #: numeric mechanisms on the integer grid (7), sparse vectors (8).
 WIRE_PROCEDURES: tuple[str, ...] = ("frequency", "memo", "numeric", "sparse")

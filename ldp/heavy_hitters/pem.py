@@ -56,6 +56,7 @@ from ldp.heavy_hitters.sketch import (
     walsh_add,
 )
 from ldp.heavy_hitters.strings import StringBatch, bit_field, encode_strings, half_words, total_bits
+from ldp.payload import WireSpec
 from ldp.selection import RULES
 
 __all__ = [
@@ -301,6 +302,9 @@ def support_product(hp: np.ndarray, he: np.ndarray, y: np.ndarray, g: int) -> np
 class PEM:
     """PEM over byte strings of at most ``max_length`` bytes (see the module docstring).
 
+    A report travels as the wire's ``group`` (its level), ``seed`` and ``value`` (``y``); :attr:`wire`
+    declares what a client encodes and that no byte procedure is specified yet.
+
     Args:
         epsilon: the eps of every report (eps-LDP).
         max_length: ``B``.
@@ -314,6 +318,14 @@ class PEM:
         alpha: family-wise rate of reporting a value nobody holds (``None``: no test, the ``top_k``).
         expected_n: the expected number of reports, for ``auto`` choices.
     """
+
+    name = "pem"
+    wire = WireSpec(
+        "strings",
+        reason="no byte procedure yet: the level's GF(2) hash matrices and the row keys are drawn from the "
+        "seed by ldp.hashing.seed_words, which docs/wire_format.md does not specify; the Python client is "
+        "the only one, so there are no conformance vectors",
+    )
 
     def __init__(
         self,

@@ -50,7 +50,7 @@ from ldp.heavy_hitters.strings import bit_field, half_words
 
 __all__ = [
     "SketchSpec", "SketchAccumulator", "fwht", "gf2_hash", "walsh_add", "bucket_counts", "score", "null_std",
-    "full_matrices", "full_hash", "full_support",
+    "full_matrices", "full_hash", "full_support", "walsh_dtype",
 ]
 
 ROW_WORD = 64  # seed word streams: the row, then the matrix and offset
@@ -133,12 +133,23 @@ def gf2_hash(s: np.ndarray, c: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64) ^ c
 
 
-class SketchAccumulator:
-    """``W`` (``rows x 2**d`` Walsh coefficients, ``int64``) and the reports per row; ``+`` merges."""
+def walsh_dtype(reports: int, g: int) -> np.dtype:
+    """The smallest signed integer type that holds ``W`` after ``reports`` reports: each adds ``g`` terms of
+    +-1, so ``|W[u]| <= reports * g`` (``int16``, ``int32``, else ``int64``)."""
+    bound = int(reports) * int(g)
+    for t in (np.int16, np.int32):
+        if bound <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
 
-    def __init__(self, spec: SketchSpec) -> None:
+
+class SketchAccumulator:
+    """``W`` (``rows x 2**d`` Walsh coefficients; ``int64``, or ``dtype`` when the caller bounds the reports
+    with :func:`walsh_dtype`) and the reports per row; ``merge`` adds."""
+
+    def __init__(self, spec: SketchSpec, dtype: np.dtype | type = np.int64) -> None:
         self.spec = spec
-        self.walsh = np.zeros((spec.rows, spec.m), dtype=np.int64)
+        self.walsh = np.zeros((spec.rows, spec.m), dtype=dtype)
         self.counts = np.zeros(spec.rows, dtype=np.int64)
 
     @property

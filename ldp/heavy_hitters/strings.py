@@ -18,11 +18,15 @@ cleared, so two prefixes are equal exactly when their words are. With ``L <= 64`
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["StringBatch", "encode_strings", "total_bits", "mask_prefix", "bit_field", "half_words"]
+__all__ = [
+    "StringBatch", "encode_strings", "total_bits", "mask_prefix", "bit_field", "half_words", "escape_bytes",
+    "unescape_text",
+]
 
 MAX_LENGTH_LIMIT = 1024
 
@@ -175,3 +179,50 @@ def half_words(words: np.ndarray, bits: int) -> np.ndarray:
         w = masked[:, i // 2]
         out[:, i] = (w >> np.uint64(32)) if i % 2 == 0 else (w & np.uint64(0xFFFFFFFF))
     return out
+
+
+_ESCAPED = frozenset([*range(0x20), 0x7F, *range(0x80, 0xA0)])  # C0, DEL and C1 control characters
+
+
+def escape_bytes(value: bytes) -> str:
+    """A value as printable text: its UTF-8 characters, ``\\`` for a backslash, and ``\\xNN`` for each byte
+    that is not valid UTF-8 or encodes a control character (C0, DEL, C1). :func:`unescape_text` inverts it,
+    so two values never print alike."""
+    out: list[str] = []
+    text = bytes(value).decode("utf-8", errors="surrogateescape")
+    for ch in text:
+        code = ord(ch)
+        if ch == "\\":
+            out.append("\\\\")
+        elif 0xDC80 <= code <= 0xDCFF:  # a byte that is not valid UTF-8
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code in _ESCAPED:
+            out.extend(f"\\x{b:02x}" for b in ch.encode("utf-8"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+_ESCAPE_RE = re.compile(r"\\(\\|x[0-9a-fA-F]{2})")
+
+
+def unescape_text(text: str) -> bytes:
+    """The bytes of a value printed by :func:`escape_bytes`.
+
+    Raises:
+        ValueError: a backslash that starts neither ``\\\\`` nor ``\\xNN``.
+    """
+    out = bytearray()
+    pos = 0
+    for m in _ESCAPE_RE.finditer(text):
+        chunk = text[pos : m.start()]
+        if "\\" in chunk:
+            raise ValueError(f"a stray backslash at {pos + chunk.index(chr(92))} in {text!r}")
+        out += chunk.encode("utf-8")
+        esc = m.group(1)
+        out += b"\\" if esc == "\\" else bytes([int(esc[1:], 16)])
+        pos = m.end()
+    rest = text[pos:]
+    if "\\" in rest:
+        raise ValueError(f"a stray backslash at {pos + rest.index(chr(92))} in {text!r}")
+    return bytes(out + rest.encode("utf-8"))
