@@ -27,6 +27,8 @@ from typing import Any
 __all__ = [
     "DashboardProcess",
     "browser_missing",
+    "element_rect",
+    "fit_page",
     "headless_chromium",
     "model_text",
     "page_sources",
@@ -260,36 +262,69 @@ def model_text(driver: Any, name: str) -> str | None:
     return driver.execute_script(_TEXT_JS, name)
 
 
+#: ``el``: the first element of CSS class ``arguments[0]``, looked for in the document and in every open
+#: shadow root (Bokeh renders its widgets inside them), or null.
+_FIND_CLASS_JS = """
+const cls = arguments[0];
+function find(root) {
+  const hit = root.querySelector('.' + cls);
+  if (hit) { return hit; }
+  for (const el of root.querySelectorAll('*')) {
+    if (el.shadowRoot) { const h = find(el.shadowRoot); if (h) { return h; } }
+  }
+  return null;
+}
+const el = find(document);
+"""
+
+_TEXT_OF_JS = _FIND_CLASS_JS + """
+if (!el) { return ''; }
+const parts = [];
+function collect(node) {
+  if (node.shadowRoot) { collect(node.shadowRoot); }
+  for (const c of node.childNodes) {
+    if (c.nodeType === 3) { parts.push(c.textContent); continue; }
+    const skip = c.nodeType === 1 && (c.tagName === 'STYLE' || c.tagName === 'SCRIPT');
+    if (!skip && (c.nodeType === 1 || c.nodeType === 11)) { collect(c); }
+  }
+}
+collect(el);
+return parts.join(' ').replace(/\\s+/g, ' ').trim();
+"""
+
+_RECT_JS = _FIND_CLASS_JS + """
+if (!el) { return null; }
+const r = el.getBoundingClientRect();
+return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height, window.devicePixelRatio];
+"""
+
+
 def shadow_text(driver: Any, css_class: str) -> str:
     """The rendered text of the element with CSS class ``css_class`` (a Bokeh widget renders inside a
     shadow root, so this looks into every open shadow root); ``""`` when the page has none."""
-    return driver.execute_script(
-        """
-        const cls = arguments[0];
-        function find(root) {
-          const hit = root.querySelector('.' + cls);
-          if (hit) { return hit; }
-          for (const el of root.querySelectorAll('*')) {
-            if (el.shadowRoot) { const h = find(el.shadowRoot); if (h) { return h; } }
-          }
-          return null;
-        }
-        const el = find(document);
-        if (!el) { return ''; }
-        const parts = [];
-        function collect(node) {
-          if (node.shadowRoot) { collect(node.shadowRoot); }
-          for (const c of node.childNodes) {
-            if (c.nodeType === 3) { parts.push(c.textContent); continue; }
-            const skip = c.nodeType === 1 && (c.tagName === 'STYLE' || c.tagName === 'SCRIPT');
-            if (!skip && (c.nodeType === 1 || c.nodeType === 11)) { collect(c); }
-          }
-        }
-        collect(el);
-        return parts.join(' ').replace(/\\s+/g, ' ').trim();
-        """,
-        css_class,
-    )
+    return driver.execute_script(_TEXT_OF_JS, css_class)
+
+
+def element_rect(driver: Any, css_class: str) -> list[float] | None:
+    """``[x, y, width, height, device pixel ratio]`` of the element with CSS class ``css_class`` in page
+    coordinates (CSS pixels; looked for in every open shadow root), or None when the page has none."""
+    return driver.execute_script(_RECT_JS, css_class)
+
+
+def fit_page(driver: Any, width: int, height: Callable[[], int] | None = None) -> None:
+    """Grows the browser window until the page (``height()``, default the document's scroll height) fits
+    in it, so that one screenshot holds all of it; the layout may reflow, so this tries five times."""
+    for _ in range(5):
+        if height is None:
+            want = int(driver.execute_script("return document.documentElement.scrollHeight;")) + 20
+        else:
+            want = int(height()) + 20
+        inner = int(driver.execute_script("return window.innerHeight;"))
+        if abs(want - inner) < 10:
+            return
+        outer = driver.get_window_size()["height"]
+        driver.set_window_size(width, want + outer - inner)
+        time.sleep(1.0)
 
 
 def wait_until(

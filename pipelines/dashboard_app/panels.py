@@ -87,6 +87,11 @@ def _time_figure(name: str, title: str, height: int, **kw: Any) -> Any:
     return fig
 
 
+def _hover(fig: Any, *tooltips: tuple[str, str], **kw: Any) -> None:
+    """Adds a hover tool showing ``tooltips`` (label, Bokeh field template) to ``fig``."""
+    fig.add_tools(HoverTool(tooltips=list(tooltips), **kw))
+
+
 def legend(items: list[LegendItem]) -> Legend:
     return Legend(items=items, location="top_left", click_policy="hide")
 
@@ -111,16 +116,13 @@ def topk_plot(source: ColumnDataSource) -> Any:
     # invisible ends of the whiskers, so the y range covers the intervals (annotations do not count)
     fig.scatter(x="name", y="ci_high", source=source, alpha=0, size=1)
     fig.scatter(x="name", y="ci_low", source=source, alpha=0, size=1)
-    fig.add_tools(
-        HoverTool(
-            tooltips=[
-                ("value", "@name (#@item)"),
-                ("estimate", "@estimate{0.0000}"),
-                ("interval", "[@ci_low{0.0000}, @ci_high{0.0000}] (see the table's note)"),
-                ("", "@noise"),
-                ("method", "@method"),
-            ]
-        )
+    _hover(
+        fig,
+        ("value", "@name (#@item)"),
+        ("estimate", "@estimate{0.0000}"),
+        ("interval", "[@ci_low{0.0000}, @ci_high{0.0000}] (see the table's note)"),
+        ("", "@noise"),
+        ("method", "@method"),
     )
     fig.xaxis.major_label_orientation = 0.6
     fig.yaxis.axis_label = "estimate"
@@ -192,15 +194,12 @@ def numeric_panel() -> NumericPanel:
         panel.legend_items.append(
             LegendItem(label=value(f"quantile {i}"), renderers=[q_line, q_band], visible=False)
         )
-    plot.add_tools(
-        HoverTool(
-            renderers=[dots],
-            tooltips=[
-                ("mean", "@estimate{0.0000}"),
-                ("95% CI", "[@lower{0.0000}, @upper{0.0000}]"),
-                ("pane", "@timing"),
-            ],
-        )
+    _hover(
+        plot,
+        ("mean", "@estimate{0.0000}"),
+        ("95% CI", "[@lower{0.0000}, @upper{0.0000}]"),
+        ("pane", "@timing"),
+        renderers=[dots],
     )
     plot.add_layout(legend(panel.legend_items), "right")
     plot.yaxis.axis_label = "value"
@@ -219,16 +218,13 @@ def windows_plot(source: ColumnDataSource) -> Any:
         x="x", top="n_reports", width="width", source=source, color="color", legend_field="timing",
         line_color="line", line_width=2,
     )  # fmt: skip
-    fig.add_tools(
-        HoverTool(
-            tooltips=[
-                ("window", "@window"),
-                ("n_reports", "@n_reports"),
-                ("latest pane", "#@pane_index @timing"),
-                ("", "@final"),
-                ("latency", "@latency_s{0.00} s"),
-            ]
-        )
+    _hover(
+        fig,
+        ("window", "@window"),
+        ("n_reports", "@n_reports"),
+        ("latest pane", "#@pane_index @timing"),
+        ("", "@final"),
+        ("latency", "@latency_s{0.00} s"),
     )
     fig.yaxis.axis_label = "n_reports"
     return fig
@@ -246,17 +242,14 @@ def counts_plot(source: ColumnDataSource) -> Any:
         color=["#4c72b0", "#c44e52", "#dd8452"], legend_label=["accepted", "rejected", "late dropped"],
     )  # fmt: skip
     fig.scatter(x="x", y="read", source=source, color="black", size=6, legend_label="read")
-    fig.add_tools(
-        HoverTool(
-            tooltips=[
-                ("window", "@window"),
-                ("read", "@read"),
-                ("accepted", "@accepted"),
-                ("rejected", "@rejected"),
-                ("late dropped", "@late_dropped"),
-                ("lost", "@lost"),
-            ]
-        )
+    _hover(
+        fig,
+        ("window", "@window"),
+        ("read", "@read"),
+        ("accepted", "@accepted"),
+        ("rejected", "@rejected"),
+        ("late dropped", "@late_dropped"),
+        ("lost", "@lost"),
     )
     fig.legend.location = "top_left"
     return fig
@@ -266,7 +259,7 @@ def latency_plot(source: ColumnDataSource) -> Any:
     """One dot per live pane: ``written_ms - window_end`` in seconds, coloured by timing."""
     fig = _time_figure("latency_plot", "pane latency: written_ms - window_end (s), per pane", 240)
     fig.scatter(x="x", y="latency_s", source=source, color="color", size=7, legend_field="timing")
-    fig.add_tools(HoverTool(tooltips=[("pane", "#@pane_index @timing"), ("latency", "@latency_s{0.00} s")]))
+    _hover(fig, ("pane", "#@pane_index @timing"), ("latency", "@latency_s{0.00} s"))
     fig.yaxis.axis_label = "seconds after window end"
     fig.xaxis.axis_label = "window end (UTC)"
     return fig

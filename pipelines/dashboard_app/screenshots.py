@@ -23,6 +23,8 @@ from typing import Any
 from pipelines.dashboard_app.browser import (
     DashboardProcess,
     browser_missing,
+    element_rect,
+    fit_page,
     headless_chromium,
     model_text,
     wait_until,
@@ -47,23 +49,6 @@ FREQUENCY_PANELS = (
     ("latency-plot", "latency_plot"),
 )
 NUMERIC_PANELS = (("numeric-plot", "numeric_plot"), ("numeric-table", "numeric_table"))
-
-_RECT_JS = """
-const cls = 'ldp-' + arguments[0];
-function find(root) {
-  const hit = root.querySelector('.' + cls);
-  if (hit) { return hit; }
-  for (const el of root.querySelectorAll('*')) {
-    if (el.shadowRoot) { const h = find(el.shadowRoot); if (h) { return h; } }
-  }
-  return null;
-}
-const el = find(document);
-if (!el) { return null; }
-const r = el.getBoundingClientRect();
-return [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height, window.devicePixelRatio];
-"""
-
 
 _SELECT_JS = "Bokeh.documents[0].get_model_by_name('task_select').value = arguments[0];"
 
@@ -123,30 +108,18 @@ def numeric_store(url: str, windows: int = 8, seed: int = 2026) -> str:
     return "delays"
 
 
-def _full_page(driver: Any, width: int) -> None:
-    """Grows the window until the whole page fits, so one screenshot holds every panel."""
-    for _ in range(5):
-        height = int(driver.execute_script("return document.documentElement.scrollHeight;")) + 20
-        inner = int(driver.execute_script("return window.innerHeight;"))
-        if abs(height - inner) < 10:
-            return
-        outer = driver.get_window_size()["height"]
-        driver.set_window_size(width, height + outer - inner)
-        time.sleep(1.0)
-
-
 def _shoot(driver: Any, panels: tuple[tuple[str, str], ...], out: Path, width: int) -> list[Path]:
     """One PNG per panel, cropped from a full-page screenshot; returns the files written."""
     from PIL import Image
 
-    _full_page(driver, width)
+    fit_page(driver, width)
     time.sleep(1.5)  # let the canvases finish drawing
     full = out / "_page.png"
     driver.save_screenshot(str(full))
     written = []
     with Image.open(full) as page:
         for css, name in panels:
-            rect = driver.execute_script(_RECT_JS, css)
+            rect = element_rect(driver, f"ldp-{css}")
             if not rect or rect[3] < 2:
                 print(f"screenshots: panel {css} not on the page", file=sys.stderr)
                 continue
