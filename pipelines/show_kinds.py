@@ -29,7 +29,7 @@ from pipelines.show import (
     top_indices,
 )
 
-__all__ = ["FREQUENCY", "SPARSE", "NUMERIC", "RANGE", "BATCH_QUERIES", "frequency_table"]
+__all__ = ["FREQUENCY", "SPARSE", "NUMERIC", "RANGE", "BATCH_QUERIES", "HEAVY_HITTERS", "frequency_table"]
 
 Row = dict[str, Any]
 
@@ -322,6 +322,48 @@ BATCH_QUERIES = ShowSpec(
     text=_batch_text,
 )
 
+# ------------------------------------------------------------------------------------------- heavy hitters
+
+
+def _heavy_hitters_tables(rows: Sequence[Row], top: int, batch: bool) -> list[dict[str, Any]]:
+    (row,) = latest_panes(rows, "task_id").values()
+    hitters = [h for h in row["heavy_hitters"] if isinstance(h, dict)]
+    entries = [{
+        "rank": rank,
+        "value": h.get("value"),
+        "estimate": number(h.get("estimate")),
+        "std": number(h.get("std")),
+        "ci_low": number(h.get("ci_low")),
+        "ci_high": number(h.get("ci_high")),
+    } for rank, h in enumerate(hitters[:top], 1)]
+    keys = ("mechanism", "epsilon", "max_length", "search", "rule", "alpha", "tested")
+    return [{
+        "group": None,
+        **pane_of(row, batch),
+        "n_reports": row["n_reports"],
+        "about": {k: row.get(k) for k in keys},
+        "shown": len(entries),
+        "of": len(hitters),
+        "rows": entries,
+    }]
+
+
+def _heavy_hitters_text(t: dict[str, Any]) -> TableText:
+    header = ["rank", "value", "frequency", "std", "95% low", "95% high"]
+    cells = [[str(e["rank"]), safe_text(e["value"]), fmt(e["estimate"]), fmt(e["std"]), fmt(e["ci_low"]),
+              fmt(e["ci_high"])] for e in t["rows"]]
+    what = f"top {t['shown']} of {t['of']} published strings by estimated frequency"
+    return header, cells, [True, False, True, True, True, True], what
+
+
+HEAVY_HITTERS = ShowSpec(
+    fields={"n_reports": (int,), "heavy_hitters": (list,), "levels": (list,)},
+    matches=lambda row: "heavy_hitters" in row and "levels" in row,
+    tables=_heavy_hitters_tables,
+    text=_heavy_hitters_text,
+)
+
+
 #: The built-in kinds' show pieces, by kind name (:func:`pipelines.show.show_specs`).
 BUILT_IN: dict[str, ShowSpec] = {
     "frequency": FREQUENCY,
@@ -329,6 +371,7 @@ BUILT_IN: dict[str, ShowSpec] = {
     "batch_queries": BATCH_QUERIES,
     "sparse": SPARSE,
     "numeric": NUMERIC,
+    "heavy_hitters": HEAVY_HITTERS,
 }
 
 for _name, _spec in BUILT_IN.items():
