@@ -16,12 +16,14 @@ BokehJS is served by this server (``/static/``), never from a CDN: the page work
 
 from __future__ import annotations
 
+import argparse
 import errno
 import logging
 import os
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from pipelines.cli import fail, job_parser, parse_job_args
 
@@ -124,8 +126,9 @@ def _parser():
     return parser
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    ns, _ = parse_job_args(_parser(), argv, beam=False)
+def _check_flags(ns: argparse.Namespace) -> int:
+    """Refuses flags out of range, a store that cannot be read and a port that cannot be bound (one line,
+    exit 2); returns the port to listen on."""
     if not 0.05 <= ns.refresh <= 3600:
         fail(f"--refresh {ns.refresh} is out of range (0.05 to 3600 seconds)")
     if not 1 <= ns.top_k <= 1000:
@@ -144,19 +147,24 @@ def run(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         fail(str(exc))
     try:
-        port = check_port(ns.address, ns.port)
+        return check_port(ns.address, ns.port)
     except OSError as exc:
         fail(str(exc))
 
-    # BokehJS from this server, never a CDN, whatever the environment says
+
+def _serve_bokehjs_locally() -> None:
+    """BokehJS from this server, never a CDN, whatever the environment says."""
     if os.environ.get("BOKEH_RESOURCES", "server") not in ("server", "server-dev"):
         _LOG.warning(
             "ignoring BOKEH_RESOURCES=%s: the dashboard serves BokehJS itself", os.environ["BOKEH_RESOURCES"]
         )
     os.environ["BOKEH_RESOURCES"] = "server"
 
+
+def _start_server(ns: argparse.Namespace, port: int, loop: Any) -> Any:
+    """The Bokeh server of the dashboard application on ``port``, started; it accepts the page from the
+    address it listens on, localhost and ``--allow_origin`` (any origin when it listens on all)."""
     from bokeh.server.server import Server
-    from tornado.ioloop import IOLoop
 
     app = make_application(
         ns.store,
@@ -169,7 +177,6 @@ def run(argv: Sequence[str] | None = None) -> int:
     origins = {f"{ns.address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}", *ns.allow_origin}
     if ns.address in ("0.0.0.0", "::"):
         origins.add("*")
-    loop = IOLoop.current()
     try:
         server = Server(
             {"/": app}, io_loop=loop, address=ns.address, port=port, allow_websocket_origin=sorted(origins)
@@ -177,6 +184,18 @@ def run(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         fail(f"cannot listen on {ns.address}:{port}: {exc.strerror or exc}")
     server.start()
+    return server
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    ns, _ = parse_job_args(_parser(), argv, beam=False)
+    port = _check_flags(ns)
+    _serve_bokehjs_locally()
+
+    from tornado.ioloop import IOLoop
+
+    loop = IOLoop.current()
+    server = _start_server(ns, port, loop)
     if ns.address in ("0.0.0.0", "::"):
         host = socket.gethostname()
     else:
