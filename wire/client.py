@@ -4,8 +4,8 @@
 with, the type of the value they hold, how many memoization keys a user can charge, and the parameters of
 the mechanism's byte procedure (``docs/wire_format.md``, section 5). It dispatches through the wire specs
 the mechanisms declare beside their payloads (:class:`ldp.payload.WireSpec`): the kind's mechanisms say what
-a client encodes (``inputs``: one category, one real, a sparse vector, a record) and which byte procedure
-gives the parameters, so no caller compares kind names.
+a client encodes (``inputs``: one category, one real, a sparse vector, a record, a string) and which
+byte procedure gives the parameters, so no caller compares kind names.
 
 ``python -m wire.client TASK.json [--out FILE]`` writes :func:`client_params_document`, the parameters
 (the thresholds as exact integers) a client reads with the task file.
@@ -29,7 +29,8 @@ from wire.vectors import (
     wire_params,
 )
 
-__all__ = ["ClientEncoder", "make_client_encoder", "client_wire_params", "client_params_document"]
+__all__ = ["ClientEncoder", "StringEncoder", "make_client_encoder", "client_wire_params",
+           "client_params_document"]
 
 #: byte procedure (:data:`ldp.payload.WIRE_PROCEDURES`) -> the parameters of a mechanism of it
 _PARAMS: dict[str, Callable[[Any], dict[str, Any]]] = {
@@ -136,8 +137,34 @@ class RecordEncoder(ClientEncoder):
         return 0
 
 
+class StringEncoder(ClientEncoder):
+    """One string (or bytes) of at most the task's ``max_length`` bytes per user, through the task's PEM;
+    each report's level travels as its group (:meth:`encode_grouped`)."""
+
+    inputs = "strings"
+    value_type = str
+
+    def encode(self, values: Any, rng: np.random.Generator | None = None) -> Reports:
+        raise ValueError(f"task {self.task.task_id!r}: a heavy-hitters report's level is its group: "
+                         "use encode_grouped")
+
+    def encode_grouped(
+        self, values: Any, rng: np.random.Generator | None = None
+    ) -> tuple[Reports, np.ndarray]:
+        """``(reports, groups)``: each value's report (``value`` = ``y``, ``seed``) and its level (the
+        task's ``truncate`` applies)."""
+        out = self.mechanism.encode(values, rng=rng, truncate=bool(self.task.truncate))
+        y = np.asarray(out.y, np.uint64).astype(np.int64)
+        reports = Reports(values=y, seeds=np.asarray(out.seed, np.uint64))
+        return reports, np.asarray(out.level).astype(np.int64)
+
+    @property
+    def memo_keys(self) -> int:
+        return 0
+
+
 _ENCODERS: dict[str, type[ClientEncoder]] = {
-    cls.inputs: cls for cls in (CategoricalEncoder, RealEncoder, SparseEncoder, RecordEncoder)
+    cls.inputs: cls for cls in (CategoricalEncoder, RealEncoder, SparseEncoder, RecordEncoder, StringEncoder)
 }
 
 
