@@ -157,7 +157,8 @@ class Aggregator(Protocol[Acc]):
 class TaskAggregator:
     """What the built-in aggregators share: the task, refused unless it is of the class's ``kind``, and its
     mechanism (:meth:`build_mechanism`: ``task.make_mechanism()`` unless overridden), built on first use
-    and left out of the pickle (workers rebuild it from the small task)."""
+    and left out of the pickle (workers rebuild it from the small task). Accumulators are the mechanism's
+    own, the same for every group, unless a subclass says otherwise."""
 
     kind: ClassVar[str]
 
@@ -178,6 +179,15 @@ class TaskAggregator:
         if self._mech is None:
             self._mech = self.build_mechanism()
         return self._mech
+
+    def create_accumulator(self, group: int) -> Any:
+        return self.mechanism.create_accumulator()
+
+    def add(self, group: int, acc: Any, reports: Reports) -> Any:
+        return self.mechanism.add(acc, reports)
+
+    def merge(self, group: int, accs: Sequence[Any]) -> Any:
+        return self.mechanism.merge(list(accs))
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ Output: the Avro file of a pane holds every value; its JSON Lines row holds at m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -22,7 +22,6 @@ from ldp.intervals import frequency_intervals
 from ldp.kinds.frequency.task import FrequencyTask
 from ldp.oracles import FrequencyEstimate, FrequencyOracle, SupportAccumulator
 from ldp.postprocess import postprocess
-from ldp.reports import Reports
 from ldp.rows import pane_header, top_values
 from ldp.task import POSTPROCESS_METHODS
 
@@ -164,15 +163,6 @@ class FrequencyAggregator(TaskAggregator):
 
     def validation_oracle(self, group: int) -> FrequencyOracle:
         return self.oracle
-
-    def create_accumulator(self, group: int) -> SupportAccumulator:
-        return self.oracle.create_accumulator()
-
-    def add(self, group: int, acc: SupportAccumulator, reports: Reports) -> SupportAccumulator:
-        return self.oracle.add(acc, reports)
-
-    def merge(self, group: int, accs: Sequence[SupportAccumulator]) -> SupportAccumulator:
-        return self.oracle.merge(list(accs))
 
     def finalize(self, accs: Mapping[int, SupportAccumulator], window: WindowInfo) -> list[ResultRow]:
         """One :class:`EstimateRow` per group with reports, in group order."""

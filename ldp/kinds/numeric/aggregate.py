@@ -4,14 +4,14 @@ sums); finalize gives one :class:`NumericEstimateRow` (``schemas/numeric_estimat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ldp.aggregate import OutputSpec, ResultRow, TaskAggregator, WindowInfo
 from ldp.kinds.numeric.task import NumericAttribute, NumericTask
-from ldp.numeric import NumericAccumulator, NumericMechanism
+from ldp.numeric import NumericMechanism
 from ldp.numeric.memo import MemoAccumulator
 from ldp.numeric.multi import MultiAccumulator, MultiNumeric
 from ldp.reports import Reports
@@ -98,15 +98,6 @@ class NumericAggregator(TaskAggregator):
 
     def validation_oracle(self, group: int) -> _Validator:
         return _Validator(self.mechanism)
-
-    def create_accumulator(self, group: int) -> NumericAccumulator:
-        return self.mechanism.create_accumulator()
-
-    def add(self, group: int, acc: NumericAccumulator, reports: Reports) -> NumericAccumulator:
-        return self.mechanism.add(acc, reports)
-
-    def merge(self, group: int, accs: Sequence[NumericAccumulator]) -> NumericAccumulator:
-        return self.mechanism.merge(list(accs))
 
     def finalize(self, accs: Mapping[int, Any], window: WindowInfo) -> list[ResultRow]:
         acc = accs.get(0)
