@@ -22,6 +22,7 @@ identical numbers for the same reports.
 Implementations: each kind's ``ldp.kinds.<kind>.aggregate`` (``FrequencyAggregator``,
 ``RangeAggregator``, ``BatchAggregator`` (central DP), ``SparseAggregator``, ``NumericAggregator``);
 :func:`make_aggregator` picks one for a parsed task from its kind's entry in the registry :mod:`ldp.kinds`.
+They build on :class:`TaskAggregator` (the kind check, the lazily built mechanism, its accumulator).
 A new kind of task is a new kind package and one registry entry, not a new pipeline stack. Every row
 carries the pane header (:data:`ldp.rows.PANE_HEADER`).
 """
