@@ -275,6 +275,52 @@ class NumericAdapter(Adapter):
         return [Segment("", ra, rb)]
 
 
+class HeavyHittersAdapter(Adapter):
+    """Heavy-hitters tasks (the kind's example, ``max_length`` 3); pairs: two strings that differ from the
+    first byte on, and two that differ only in their last byte (the same prefix at every level but the
+    last). The level, drawn independently of the value, travels as the group: one segment per level, each
+    decoded against the pair through the level's hash under the report's own seed."""
+
+    def tasks(self, example, mechanism, epsilon):
+        return [("", parse_task({**example, "mechanism": mechanism, "epsilon": epsilon}))]
+
+    def pairs(self, task):
+        b = task.max_length
+        return [Pair("first byte", b"a" * b, b"z" * b), Pair("last byte", b"a" * b, b"a" * (b - 1) + b"b")]
+
+    def resolved_name(self, task):
+        return task.resolved_mechanism
+
+    def encode_pair(self, task, pair, n, rng):
+        from wire.client import make_client_encoder
+
+        encoder = make_client_encoder(task)
+        out = [encoder.encode_grouped([v] * n, rng=rng) for v in (pair.a, pair.b)]
+        segs = []
+        for g in range(task.n_groups):
+            ra, rb = (r.take(np.flatnonzero(groups == g)) for r, groups in out)
+            segs.append(Segment(f"group {g}", ra, rb, _level_decoder(encoder.mechanism, g, pair)))
+        return segs
+
+
+def _level_decoder(pem: Any, level: int, pair: Pair) -> Callable[[Reports], np.ndarray]:
+    """Cells of a PEM report of ``level`` against the pair: whether its seed's hash collides the two values
+    and whether its value is the hash of either (what the aggregator counts as support)."""
+    from ldp.heavy_hitters.strings import encode_strings
+
+    lv = pem.levels[level]
+
+    def decode(r: Reports) -> np.ndarray:
+        n = len(r)
+        seeds = np.asarray(r.seeds, dtype=np.uint64)
+        words = [np.repeat(encode_strings([v], pem.max_length).words(), n, axis=0) for v in (pair.a, pair.b)]
+        ha, hb = (np.asarray(pem._buckets(lv, w, seeds), dtype=np.int64) for w in words)
+        v = np.asarray(r.values, dtype=np.int64)
+        return 4 * (ha == hb) + 2 * (v == ha) + (v == hb)
+
+    return decode
+
+
 #: kind name -> its audit adapter; a kind with LDP reports and no adapter fails the audit unless its
 #: registry entry declares ``audit_exempt["*"]``.
 ADAPTERS: dict[str, Adapter] = {
@@ -282,4 +328,5 @@ ADAPTERS: dict[str, Adapter] = {
     "range": RangeAdapter(),
     "sparse": SparseAdapter(),
     "numeric": NumericAdapter(),
+    "heavy_hitters": HeavyHittersAdapter(),
 }
