@@ -642,7 +642,7 @@ def _check_job(job: Job, ns: argparse.Namespace, options: PipelineOptions) -> _J
 
     streaming = bool(options.view_as(StandardOptions).streaming)
     task = load_task_or_exit(ns.task, job.kind)
-    try:  # --input_topic kafka://...: a bridge writes the topic into a spool the job watches
+    try:  # --input_topic kafka://...: a bridge (started by _execute) fills a spool the job watches
         kafka_bridge = open_kafka_source(ns, streaming, task.task_id)
     except KafkaSourceError as exc:
         fail(str(exc))
@@ -726,6 +726,8 @@ def _execute(run: _JobRun) -> None:
     from transforms.store import read_store_status
 
     ns, store, endpoint, plan = run.ns, run.store, run.endpoint, run.plan
+    if run.kafka_bridge is not None:  # every check passed: the topic's messages start filling the spool
+        run.kafka_bridge.start()
     p = beam.Pipeline(runner=plan.runner, options=run.options)
     outputs = build_pipeline(p, ns, run.agg, run.window, streaming=run.streaming, paced=plan.paced,
                              store=store)

@@ -424,9 +424,10 @@ class BridgeProcess:
 
 
 def open_kafka_source(ns: argparse.Namespace, streaming: bool, task_id: str) -> BridgeProcess | None:
-    """``--input_topic kafka://...``: starts the bridge and points the job's flags at its spool (``--input``
-    = the spool's glob, ``--require_done_marker``), so the job runs as a watched directory. None for any
-    other source; :class:`KafkaSourceError` for a URL, flag combination or broker it cannot use."""
+    """``--input_topic kafka://...``: the job's bridge (not started: :meth:`BridgeProcess.start` once the
+    job's other checks passed), with the job's flags pointed at its spool (``--input`` = the spool's glob,
+    ``--require_done_marker``), so the job runs as a watched directory. None for any other source;
+    :class:`KafkaSourceError` for a URL, flag combination, broker or spool it cannot use."""
     url = getattr(ns, "input_topic", None)
     if not is_kafka_url(url):
         return None
@@ -440,7 +441,7 @@ def open_kafka_source(ns: argparse.Namespace, streaming: bool, task_id: str) -> 
     cluster = check_broker(source)
     spool = source.spool_for(task_id)
     Spool(spool, source.topic).check_cluster(cluster)  # a spool of an earlier broker: refused here
-    bridge = BridgeProcess(source, spool, source.group_for(task_id)).start()
+    bridge = BridgeProcess(source, spool, source.group_for(task_id))
     ns.input = Spool(spool, source.topic).pattern
     ns.input_topic = None
     ns.require_done_marker = True
