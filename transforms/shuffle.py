@@ -743,32 +743,42 @@ class EmitBatchFn(beam.DoFn):
                     pass
 
     def _emit(self, start: int, end: int, n: int, refs: list[ChunkRef]) -> Iterator[Any]:
+        """A closed bucket's outputs: withheld (too few reports or senders) or published as a batch."""
         if n < self.settings.min_reports:
-            self.withheld.inc(n)
-            self.withheld_buckets.inc()
-            yield TaggedOutput("counts", {"shuffle_withheld": n, "shuffle_withheld_buckets": 1})
-            detail = (
-                f"bucket [{_iso(start)}, {_iso(end)}) pane 0 closed with {n} report(s), fewer than "
-                f"anonymity.min_reports = {self.settings.min_reports}: withheld"
-            )
-            yield TaggedOutput(
-                "dead_letter", make_dead_letter(SHORT_BUCKET_REASON, "shuffler", detail=detail)
-            )
+            yield from self._withhold_short(start, end, n)
             return
         senders = distinct_senders(refs)
         if senders is not None and senders < self.settings.min_reports:
-            self.few.inc(n)
-            self.few_buckets.inc()
-            yield TaggedOutput("counts", {"shuffle_few_senders": n, "shuffle_few_senders_buckets": 1})
-            detail = (
-                f"bucket [{_iso(start)}, {_iso(end)}) pane 0 closed with {n} report(s) from {senders} "
-                f"distinct sender(s), fewer than anonymity.min_reports = {self.settings.min_reports}"
-                ": withheld"
-            )
-            yield TaggedOutput("dead_letter", make_dead_letter(FEW_SENDERS_REASON, "shuffler", detail=detail))
+            yield from self._withhold_few_senders(start, end, n, senders)
             return
-        name = batch_name(self.task_id, start, end)
-        meta = {
+        yield from self._publish_bucket(start, end, n, refs, senders)
+
+    def _withhold_short(self, start: int, end: int, n: int) -> Iterator[Any]:
+        """A bucket of fewer than ``min_reports`` reports: counted and dead-lettered, never published."""
+        self.withheld.inc(n)
+        self.withheld_buckets.inc()
+        yield TaggedOutput("counts", {"shuffle_withheld": n, "shuffle_withheld_buckets": 1})
+        detail = (
+            f"bucket [{_iso(start)}, {_iso(end)}) pane 0 closed with {n} report(s), fewer than "
+            f"anonymity.min_reports = {self.settings.min_reports}: withheld"
+        )
+        yield TaggedOutput("dead_letter", make_dead_letter(SHORT_BUCKET_REASON, "shuffler", detail=detail))
+
+    def _withhold_few_senders(self, start: int, end: int, n: int, senders: int) -> Iterator[Any]:
+        """A bucket from fewer than ``min_reports`` distinct senders: counted and dead-lettered."""
+        self.few.inc(n)
+        self.few_buckets.inc()
+        yield TaggedOutput("counts", {"shuffle_few_senders": n, "shuffle_few_senders_buckets": 1})
+        detail = (
+            f"bucket [{_iso(start)}, {_iso(end)}) pane 0 closed with {n} report(s) from {senders} "
+            f"distinct sender(s), fewer than anonymity.min_reports = {self.settings.min_reports}"
+            ": withheld"
+        )
+        yield TaggedOutput("dead_letter", make_dead_letter(FEW_SENDERS_REASON, "shuffler", detail=detail))
+
+    def _batch_meta(self, start: int, end: int, n: int) -> dict[str, str]:
+        """The Avro metadata of the bucket's batch file."""
+        return {
             META_N: str(n),
             META_PREFIX + "task_id": self.task_id,
             META_PREFIX + "bucket_start_ms": str(start),
@@ -777,6 +787,14 @@ class EmitBatchFn(beam.DoFn):
             META_PREFIX + "min_reports": str(self.settings.min_reports),
             META_PREFIX + "pane": "0",
         }
+
+    def _publish_bucket(
+        self, start: int, end: int, n: int, refs: list[ChunkRef], senders: int | None
+    ) -> Iterator[Any]:
+        """Writes the bucket's permuted batch once (a batch published before is never rewritten) and
+        yields its counts and manifest line."""
+        name = batch_name(self.task_id, start, end)
+        meta = self._batch_meta(start, end, n)
         sources: dict[str, int] = {}
         for r in refs:
             sources[r.source] = sources.get(r.source, 0) + r.n
