@@ -91,6 +91,8 @@ def test_recovery_drops_unfinished_files_and_marks_renamed_ones(tmp_path):
 def test_a_spool_belongs_to_one_kafka_cluster(tmp_path):
     spool = Spool(tmp_path, "t")
     spool.check_cluster(None)  # a broker that does not say: nothing recorded, nothing refused
+    spool.check_cluster("c0", record=False)  # the job's check before its bridge starts: no record
+    assert not (tmp_path / ".cluster-t").exists()
     spool.check_cluster("cluster-a")
     spool.check_cluster("cluster-a")
     Spool(tmp_path, "other").check_cluster("cluster-b")  # another topic's record

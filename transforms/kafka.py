@@ -190,13 +190,13 @@ class Spool:
         _fsync_dir(self.dir)
         return positions
 
-    def check_cluster(self, cluster_id: str | None) -> None:
+    def check_cluster(self, cluster_id: str | None, *, record: bool = True) -> None:
         """Ties the spool to the Kafka cluster its offsets came from: the first call records
-        ``cluster_id``; a later one with another id (a new broker, whose offsets start again at 0) is a
-        :class:`KafkaSourceError`, since resuming past the old files would skip the new messages."""
+        ``cluster_id`` (unless ``record`` is false); a later one with another id (a new broker, whose
+        offsets start again at 0) is a :class:`KafkaSourceError`, since resuming past the old files would
+        skip the new messages."""
         if not cluster_id:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / f".cluster-{self.topic}"
         if path.exists():
             known = path.read_text(encoding="utf-8").strip()
@@ -206,6 +206,9 @@ class Spool:
                     f"broker is cluster {cluster_id!r} (offsets start again): give a new spool= or empty it"
                 )
             return
+        if not record:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(cluster_id + "\n", encoding="utf-8")
         os.replace(tmp, path)
@@ -440,7 +443,7 @@ def open_kafka_source(ns: argparse.Namespace, streaming: bool, task_id: str) -> 
         raise KafkaSourceError(f"--input_topic kafka://... cannot be combined with {', '.join(others)}")
     cluster = check_broker(source)
     spool = source.spool_for(task_id)
-    Spool(spool, source.topic).check_cluster(cluster)  # a spool of an earlier broker: refused here
+    Spool(spool, source.topic).check_cluster(cluster, record=False)  # a spool of an earlier broker
     bridge = BridgeProcess(source, spool, source.group_for(task_id))
     ns.input = Spool(spool, source.topic).pattern
     ns.input_topic = None
