@@ -304,28 +304,47 @@ def top_k(
     if ordered and simultaneous:
         view, rule_name = _domain_view(every, domain_size, rule)
     elif ordered:
-        for r in every:
-            lo, hi = _num(r.get("ci_low")), _num(r.get("ci_high"))
-            view[int(r["item"])] = None if lo != lo or hi != hi else (lo, hi, not lo <= 0.0 <= hi)
-    cols: Columns = {
-        key: []
-        for key in (
-            "rank",
-            "item",
-            "name",
-            "estimate",
-            "ci_low",
-            "ci_high",
-            "above_zero",
-            "noise",
-            "color",
-            "std",
-            "method",
-            "window_start",
-            "window_end",
-            "pane_index",
-        )
-    }
+        view = _per_value_view(every)
+    return _top_k_columns(ordered, view, labels, rule_name, simultaneous)
+
+
+#: The columns of :func:`top_k`.
+_TOP_K_COLUMNS = (
+    "rank",
+    "item",
+    "name",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "above_zero",
+    "noise",
+    "color",
+    "std",
+    "method",
+    "window_start",
+    "window_end",
+    "pane_index",
+)
+
+
+def _per_value_view(rows: list[Row]) -> dict[int, Any]:
+    """Per item, the row's own interval and whether it excludes 0 (None without an interval)."""
+    view: dict[int, Any] = {}
+    for r in rows:
+        lo, hi = _num(r.get("ci_low")), _num(r.get("ci_high"))
+        view[int(r["item"])] = None if lo != lo or hi != hi else (lo, hi, not lo <= 0.0 <= hi)
+    return view
+
+
+def _top_k_columns(
+    ordered: list[Row],
+    view: Mapping[int, Any],
+    labels: Mapping[int, str] | None,
+    rule_name: str,
+    simultaneous: bool,
+) -> Columns:
+    """The columns of the selected rows, in order, with their intervals and flags from ``view``."""
+    cols: Columns = {key: [] for key in _TOP_K_COLUMNS}
     names = [value_name(int(r["item"]), r.get("label"), labels) for r in ordered]
     for rank, (row, name) in enumerate(zip(ordered, names, strict=True), start=1):
         item = int(row["item"])
