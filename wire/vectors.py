@@ -416,22 +416,36 @@ def memo_report_bytes(
     params = memo_wire_params(oracle)
     v = int(check_values(np.asarray([value]), oracle.d)[0])
     ws = WordStream([bytes(random)])
-    row = np.zeros(1, dtype=np.int64)
-    t_inst = params["T_inst"]
-    info: dict[str, Any] = {}
     if isinstance(oracle, RAPPOR):
-        d = oracle.d
-        words = memo_prf_words(secret, task_id, "memo", v, d)
-        memo = np.array([(w >> 11) < (params["T_perm_p"] if j == v else params["T_perm_q"])
-                         for j, w in enumerate(words)], dtype=bool)
-        if t_inst is None:
-            bits = memo
-        else:
-            keep = (ws.take_block(row, d)[0] >> np.uint64(11)) < np.uint64(t_inst)
-            bits = memo == keep
-        info.update(memo_key=v, permanent=memo.astype(int).tolist())
-        reports = Reports(bits=np.packbits(bits[None, :], axis=1, bitorder="little"))
-        return reports, int(ws.consumed_bytes[0]), info
+        reports, info = _memo_rappor_report(oracle.d, secret, task_id, v, params, ws)
+    else:
+        reports, info = _memo_grr_report(oracle, secret, task_id, v, params, ws)
+    return reports, int(ws.consumed_bytes[0]), info
+
+
+def _memo_rappor_report(
+    d: int, secret: bytes, task_id: str, v: int, params: dict[str, Any], ws: WordStream
+) -> tuple[Reports, dict[str, Any]]:
+    """rappor's report: the permanent bits from the secret, each kept or flipped at ``T_inst``."""
+    words = memo_prf_words(secret, task_id, "memo", v, d)
+    memo = np.array([(w >> 11) < (params["T_perm_p"] if j == v else params["T_perm_q"])
+                     for j, w in enumerate(words)], dtype=bool)  # fmt: skip
+    t_inst = params["T_inst"]
+    if t_inst is None:
+        bits = memo
+    else:
+        keep = (ws.take_block(np.zeros(1, dtype=np.int64), d)[0] >> np.uint64(11)) < np.uint64(t_inst)
+        bits = memo == keep
+    info = {"memo_key": v, "permanent": memo.astype(int).tolist()}
+    return Reports(bits=np.packbits(bits[None, :], axis=1, bitorder="little")), info
+
+
+def _memo_grr_report(
+    oracle: MemoizedOracle, secret: bytes, task_id: str, v: int, params: dict[str, Any], ws: WordStream
+) -> tuple[Reports, dict[str, Any]]:
+    """memo-grr, memo-olh and loloha: GRR on ``[d]`` (or on ``[g]`` of the hashed value) from the secret,
+    then GRR at ``T_inst``; the local-hashing ones report their seed."""
+    info: dict[str, Any] = {}
     seed = None
     if isinstance(oracle, (MemoOLH, LOLOHA)):
         seed = memo_prf_words(secret, task_id, "seed", 0, 1)[0]
@@ -448,15 +462,14 @@ def memo_report_bytes(
         o = w1 % (size - 1)
         memo_value = o + (o >= start)
     info.update(memo_key=key, permanent=memo_value)
+    t_inst = params["T_inst"]
     if t_inst is None:
         y = np.array([memo_value], dtype=np.int64)
     else:
-        y = _grr_bytes(np.array([memo_value], dtype=np.int64), size, t_inst, ws, row)
+        y = _grr_bytes(np.array([memo_value], dtype=np.int64), size, t_inst, ws, np.zeros(1, dtype=np.int64))
     if seed is None:
-        reports = Reports(values=y)
-    else:
-        reports = Reports(seeds=np.array([seed], dtype=np.uint64), values=y)
-    return reports, int(ws.consumed_bytes[0]), info
+        return Reports(values=y), info
+    return Reports(seeds=np.array([seed], dtype=np.uint64), values=y), info
 
 
 # ------------------------------------------------------------------------------------------------
