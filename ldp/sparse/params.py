@@ -572,12 +572,7 @@ def choose_params(
             override is still checked for privacy).
     """
     eps, d, k, n = _check_choose_args(epsilon, domain_size, sparsity, rule, delta, expected_users, grid)
-    L = cleaned_L(privacy, k, values, d)
-    changed = items_changed(privacy, k, values, d)
-    notes: list[str] = []
-    if L > neighbour_L(privacy, k, values):
-        notes.append(f"L = {L}: truncation to k can turn one added item into one added and one evicted")
-    ctx = _RuleContext(eps, k, L, changed, delta, n, hash_family or DEFAULT_SPARSE_HASH, notes)
+    ctx = _rule_context(eps, d, k, n, privacy, values, delta, hash_family)
     choice = _paper_choice(ctx) if rule == "paper" else _theory_choice(ctx)
     if bins is not None or eta is not None or noise is not None:
         rule = "manual"
@@ -586,22 +581,20 @@ def choose_params(
     b, eta_, Delta, srule, chosen_noise = choice
     g, R = _grid_trunc(ctx, choice, grid)
     return SparseParams(
-        epsilon=eps,
-        domain_size=d,
-        sparsity=k,
-        privacy=privacy,
-        values=values,
-        L=L,
-        bins=b,
-        eta=eta_,
-        Delta=float(Delta),
-        sensitivity_rule=srule,
-        noise=chosen_noise,
-        grid=g,
-        trunc=R,
-        hash_family=ctx.fam,
-        delta=float(delta),
-        rule=rule,
-        expected_users=n,
-        notes=tuple(notes),
-    )
+        epsilon=eps, domain_size=d, sparsity=k, privacy=privacy, values=values, L=ctx.L, bins=b, eta=eta_,
+        Delta=float(Delta), sensitivity_rule=srule, noise=chosen_noise, grid=g, trunc=R,
+        hash_family=ctx.fam, delta=float(delta), rule=rule, expected_users=n, notes=tuple(ctx.notes),
+    )  # fmt: skip
+
+
+def _rule_context(
+    eps: float, d: int, k: int, n: int, privacy: str | int, values: str, delta: float, hash_family: str | None
+) -> _RuleContext:
+    """The fixed inputs of the rules: the cleaned L (noted when truncation raises it above the neighbour
+    relation's), the items one neighbour changes and the hash family."""
+    L = cleaned_L(privacy, k, values, d)
+    changed = items_changed(privacy, k, values, d)
+    notes: list[str] = []
+    if L > neighbour_L(privacy, k, values):
+        notes.append(f"L = {L}: truncation to k can turn one added item into one added and one evicted")
+    return _RuleContext(eps, k, L, changed, delta, n, hash_family or DEFAULT_SPARSE_HASH, notes)
