@@ -348,9 +348,17 @@ def _heavy_hitters_tables(rows: Sequence[Row], top: int, batch: bool) -> list[di
     }]
 
 
+def _string_text(value: object) -> str:
+    """A published string as its row prints it (already escaped: ``\\xNN``, ``\\\\``), else (a value no
+    heavy-hitters row could hold) made safe by :func:`safe_text`."""
+    from ldp.heavy_hitters.strings import is_escaped_text
+
+    return str(value) if is_escaped_text(value) else safe_text(value)
+
+
 def _heavy_hitters_text(t: dict[str, Any]) -> TableText:
     header = ["rank", "value", "frequency", "std", "95% low", "95% high"]
-    cells = [[str(e["rank"]), safe_text(e["value"]), fmt(e["estimate"]), fmt(e["std"]), fmt(e["ci_low"]),
+    cells = [[str(e["rank"]), _string_text(e["value"]), fmt(e["estimate"]), fmt(e["std"]), fmt(e["ci_low"]),
               fmt(e["ci_high"])] for e in t["rows"]]
     what = f"top {t['shown']} of {t['of']} published strings by estimated frequency"
     return header, cells, [True, False, True, True, True, True], what

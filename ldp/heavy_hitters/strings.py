@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import unicodedata
 from collections.abc import Iterable
 
 import numpy as np
 
 __all__ = [
     "StringBatch", "encode_strings", "total_bits", "mask_prefix", "bit_field", "half_words", "escape_bytes",
-    "unescape_text",
+    "unescape_text", "is_escaped_text", "UNPRINTABLE_CATEGORIES",
 ]
 
 MAX_LENGTH_LIMIT = 1024
@@ -181,13 +182,15 @@ def half_words(words: np.ndarray, bits: int) -> np.ndarray:
     return out
 
 
-_ESCAPED = frozenset([*range(0x20), 0x7F, *range(0x80, 0xA0)])  # C0, DEL and C1 control characters
+#: Unicode categories that could drive a terminal or hide text: control, format (bidirectional overrides,
+#: zero-width), surrogate, private use, unassigned, line and paragraph separators.
+UNPRINTABLE_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
 
 
 def escape_bytes(value: bytes) -> str:
-    """A value as printable text: its UTF-8 characters, ``\\`` for a backslash, and ``\\xNN`` for each byte
-    that is not valid UTF-8 or encodes a control character (C0, DEL, C1). :func:`unescape_text` inverts it,
-    so two values never print alike."""
+    """A value as printable text: its UTF-8 characters, ``\\\\`` for a backslash, and ``\\xNN`` for each
+    byte that is not valid UTF-8 or belongs to a character of :data:`UNPRINTABLE_CATEGORIES`.
+    :func:`unescape_text` inverts it, so two values never print alike."""
     out: list[str] = []
     text = bytes(value).decode("utf-8", errors="surrogateescape")
     for ch in text:
@@ -196,11 +199,19 @@ def escape_bytes(value: bytes) -> str:
             out.append("\\\\")
         elif 0xDC80 <= code <= 0xDCFF:  # a byte that is not valid UTF-8
             out.append(f"\\x{code - 0xDC00:02x}")
-        elif code in _ESCAPED:
+        elif unicodedata.category(ch) in UNPRINTABLE_CATEGORIES:
             out.extend(f"\\x{b:02x}" for b in ch.encode("utf-8"))
         else:
             out.append(ch)
     return "".join(out)
+
+
+def is_escaped_text(text: object) -> bool:
+    """True when ``text`` is a string :func:`escape_bytes` could print: no character of
+    :data:`UNPRINTABLE_CATEGORIES` and every backslash starting ``\\\\`` or ``\\xNN``."""
+    if not isinstance(text, str) or any(unicodedata.category(ch) in UNPRINTABLE_CATEGORIES for ch in text):
+        return False
+    return "\\" not in _ESCAPE_RE.sub("", text)
 
 
 _ESCAPE_RE = re.compile(r"\\(\\|x[0-9a-fA-F]{2})")
