@@ -115,24 +115,7 @@ def prepare_vectors(
     items, values = vectors.items, vectors.values.copy()
     stats = EncodeStats(users=vectors.n)
     user = vectors.user_index()
-    if items.size and vectors.max_item() >= d:
-        bad = int(np.argmax(items >= np.uint64(d)))
-        raise ValueError(f"client {user[bad]}: item id {int(items[bad])} outside [0, {d})")
-    if items.size:
-        span = int(items.max()) + 1
-        if vectors.n * span < 1 << 62:  # one int64 key: much faster than a two-key lexsort
-            key = user * span + items.astype(np.int64)
-            key.sort()
-            if not np.any(key[1:] == key[:-1]):
-                key = None
-        else:
-            key = True
-        if key is not None:
-            order = np.lexsort((items, user))
-            dup = (user[order][1:] == user[order][:-1]) & (items[order][1:] == items[order][:-1])
-        if key is not None and dup.any():
-            j = order[1:][dup][0]
-            raise ValueError(f"client {user[j]}: item {int(items[j])} appears more than once")
+    _check_items(vectors, user, d)
     if params.values == "binary":
         ok = (values == 0.0) | (values == 1.0)
         if not ok.all():
@@ -150,19 +133,46 @@ def prepare_vectors(
     over = counts > k
     if over.any():
         stats.truncated_users = int(over.sum())
-        # uniform random k-subset of each over-full client: rank entries by a random key
-        key = rng.random(user.size)
-        order = np.lexsort((key, user))
-        starts = np.concatenate(([0], np.cumsum(counts)))[:-1]
-        rank = np.arange(user.size) - starts[user[order]]
-        keep = np.zeros(user.size, dtype=bool)
-        keep[order[rank < k]] = True
+        keep = _random_k_subsets(user, counts, k, rng)
         stats.dropped_items = int((~keep).sum())
         user, items, values = user[keep], items[keep], values[keep]
         counts = np.bincount(user, minlength=vectors.n)
     stats.nonzeros_kept = int(user.size)
     indptr = np.concatenate(([0], np.cumsum(counts)))
     return SparseVectors(indptr, items, values), stats
+
+
+def _check_items(vectors: SparseVectors, user: np.ndarray, d: int) -> None:
+    """Refuses an item id outside ``[0, d)`` and an item repeated within one client (ValueError)."""
+    items = vectors.items
+    if not items.size:
+        return
+    if vectors.max_item() >= d:
+        bad = int(np.argmax(items >= np.uint64(d)))
+        raise ValueError(f"client {user[bad]}: item id {int(items[bad])} outside [0, {d})")
+    span = int(items.max()) + 1
+    if vectors.n * span < 1 << 62:  # one int64 key: much faster than a two-key lexsort
+        key = user * span + items.astype(np.int64)
+        key.sort()
+        if not np.any(key[1:] == key[:-1]):
+            return
+    order = np.lexsort((items, user))
+    dup = (user[order][1:] == user[order][:-1]) & (items[order][1:] == items[order][:-1])
+    if dup.any():
+        j = order[1:][dup][0]
+        raise ValueError(f"client {user[j]}: item {int(items[j])} appears more than once")
+
+
+def _random_k_subsets(user: np.ndarray, counts: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """The entries kept (a mask): a uniform random k-subset of each over-full client's entries, every entry
+    of the others (``user`` sorted, ``counts`` its entries per client)."""
+    key = rng.random(user.size)  # rank each client's entries by a random key
+    order = np.lexsort((key, user))
+    starts = np.concatenate(([0], np.cumsum(counts)))[:-1]
+    rank = np.arange(user.size) - starts[user[order]]
+    keep = np.zeros(user.size, dtype=bool)
+    keep[order[rank < k]] = True
+    return keep
 
 
 def stochastic_round(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
