@@ -54,6 +54,10 @@ def _oracle_and_population(
     args: argparse.Namespace, rng: np.random.Generator
 ) -> tuple[Any, np.ndarray, list[str] | None]:
     """The oracle, the simulated values and their labels (None: numbered); a bad flag is one line, exit 2."""
+    if args.users < 1:
+        fail(f"--users must be >= 1, got {args.users}")
+    if args.top < 0:
+        fail(f"--top must be >= 0, got {args.top}")
     labels = None
     try:
         if args.labels_file:

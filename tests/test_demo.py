@@ -19,6 +19,19 @@ def test_demo_runs_and_matches_theory(capsys):
     assert 0.88 < out["coverage"] <= 1.0
 
 
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [(["--users", "0"], "--users must be >= 1"), (["--top", "-1"], "--top must be >= 0"),
+     (["--domain_size", "1"], "domain_size must be"), (["--epsilon", "nan"], "epsilon must be")],
+)
+def test_demo_refuses_a_bad_flag_in_one_line(flags, words, capsys):
+    with pytest.raises(SystemExit) as exc:
+        demo.run(["--users", "100", *flags])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
+
+
 def test_demo_beam_reruns_in_its_workdir_without_mixing(tmp_path, capsys):
     """The Beam demo replaces its own reports/ and out-*/ on every run: a second run with fewer files and
     users reads exactly its own reports (an earlier run's files would inflate the counts)."""
