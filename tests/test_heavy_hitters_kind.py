@@ -283,3 +283,27 @@ def test_a_csv_population_takes_one_string_per_row_and_refuses_a_long_one(tmp_pa
         make_population(_task(), 10, "zipf:1.1", seed=1)
     with pytest.raises(ValueError, match="S must be > 0"):
         make_population(_task(), 10, "zipf-strings:-1", seed=1)
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+
+
+def test_the_plan_gives_the_verification_std_the_smallest_frequency_found_and_the_memory() -> None:
+    from ldp.plan import plan_task
+
+    task = _task(max_length=6, top_k=64)
+    pem = task.make_mechanism()
+    plan = plan_task(task, 1_000_000)
+    (err,) = plan["errors"]
+    n_v = int(1_000_000 * pem.weights[-1])
+    lv = pem.levels[-1]
+    assert err["std"] == pytest.approx((lv.q * (1 - lv.q) / (n_v * (lv.p - lv.q) ** 2)) ** 0.5)
+    assert err["reports_per_level"][-1] == n_v and sum(err["reports_per_level"]) <= 1_000_000
+    det = plan["detection"]
+    assert 0 < det["frequency_kept_by_every_search_level_half_the_time"] < det[
+        "frequency_kept_by_every_search_level_80pct"] < 0.01
+    small = plan_task(task, 100_000)["detection"]
+    assert small["frequency_kept_by_every_search_level_half_the_time"] > det[
+        "frequency_kept_by_every_search_level_half_the_time"]
+    # three sketch levels of 4 Mi buckets in int32 (n * g > 32767) plus the verification reports
+    assert 3 * 4 * 2**20 * 4 <= plan["cost"]["accumulator_bytes"] < 3 * 4 * 2**20 * 4 + 12 * n_v

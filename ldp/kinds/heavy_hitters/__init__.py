@@ -42,4 +42,5 @@ KIND = Kind(
         "epsilon": 4.0,
         "max_length": 3,
     },
+    plan=ref(_HERE + "plan:predict"),
 )
