@@ -289,6 +289,64 @@ class LsaState:
         return drift
 
 
+def _gram_and_dims(workload, dims) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The Gram matrix and box geometry of a Workload, or of a Gram matrix with ``dims`` (1-D default)."""
+    if isinstance(workload, Workload):
+        g, dims = workload.gram, workload.dims
+    else:
+        g = np.asarray(workload, dtype=float)
+        dims = tuple(dims) if dims is not None else (g.shape[0],)
+    if int(np.prod(dims)) != g.shape[0]:
+        raise ValueError(f"dims {dims} do not match the Gram size {g.shape[0]}")
+    return g, dims
+
+
+def _greedy_level(g: np.ndarray, dims: tuple[int, ...], m: np.ndarray, b: np.ndarray, tau: float,
+                  reinvert_every: int) -> LsaState:
+    """Grow one level from the root box by best-gain splits until no split gains more than tau * f'."""
+    state = LsaState(g, dims, m, b)
+    while state.c_box.size:
+        gains = state.gains()
+        c = int(np.argmax(gains))
+        if not gains[c] > tau * state.f:
+            break
+        state.split(c)
+        if state.splits % reinvert_every == 0:
+            state.reinvert()
+    state.reinvert()
+    return state
+
+
+def _best_duplicate(g: np.ndarray, levels: list[np.ndarray], m: np.ndarray
+                    ) -> tuple[float, int, np.ndarray, np.ndarray]:
+    """The existing level whose repetition gives the lowest tr(G M^-1): (f, index, M, M^-1)."""
+    best = None
+    seen = set()
+    for i, lab in enumerate(levels):
+        key = lab.tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        m_dup = m + _partition_gram(lab)
+        b_dup = _inv_spd(m_dup)
+        f_dup = float(np.einsum("ij,ji->", g, b_dup))
+        if best is None or f_dup < best[0]:
+            best = (f_dup, i, m_dup, b_dup)
+    return best
+
+
+def _lsa_strategy(levels: list[np.ndarray], m: np.ndarray, f: float, history: list[dict], *,
+                  total_splits: int, max_drift: float, k_max: int, bound: float | None) -> Strategy:
+    """The merged level strategy with its ``info`` (per-level history, ratios to ``bound`` if given)."""
+    if bound is not None:
+        for h in history:
+            h["ratio"] = h["error"] / bound
+    info = {"history": history, "splits": total_splits, "max_drift": max_drift, "k_max": k_max,
+            "error": len(levels) * f, "level_labels": [lab.copy() for lab in levels]}
+    strat = from_levels("lsa", levels, merge=True, info=info)
+    return Strategy("lsa", strat.matrix, levels=len(levels), info=info, gram_matrix=m)
+
+
 @limited
 def lsa(workload, *, k_max: int | None = None, tau: float = 1e-12, min_improvement: float = 0.0,
         duplicate_fallback: bool = True, reinvert_every: int = 128, dims=None, bound: float | None = None,
@@ -312,73 +370,35 @@ def lsa(workload, *, k_max: int | None = None, tau: float = 1e-12, min_improveme
         ``level_labels`` (one block-id array per level, duplicates repeated; not JSON).
     Cost: O(n^2) per split plus O(|S|^2) for the split box; O(n^3) per level (inverse, Y).
     """
-    if isinstance(workload, Workload):
-        g, dims = workload.gram, workload.dims
-    else:
-        g = np.asarray(workload, dtype=float)
-        dims = tuple(dims) if dims is not None else (g.shape[0],)
+    g, dims = _gram_and_dims(workload, dims)
     n = g.shape[0]
-    if int(np.prod(dims)) != n:
-        raise ValueError(f"dims {dims} do not match the Gram size {n}")
     if k_max is None:
         k_max = math.ceil(math.log2(max(n, 2))) + 2
     if k_max < 1:
         raise ValueError("k_max must be >= 1")
     levels = [np.arange(n)]
-    m = np.eye(n)
-    b = np.eye(n)
-    f = float(np.trace(g))
+    m, b, f = np.eye(n), np.eye(n), float(np.trace(g))
     history = [{"k": 1, "error": f, "how": "identity", "blocks": n}]
-    max_drift = 0.0
-    total_splits = 0
+    max_drift, total_splits = 0.0, 0
     while len(levels) < k_max:
-        state = LsaState(g, dims, m, b)
-        while state.c_box.size:
-            gains = state.gains()
-            c = int(np.argmax(gains))
-            if not gains[c] > tau * state.f:
-                break
-            state.split(c)
-            if state.splits % reinvert_every == 0:
-                state.reinvert()
-        state.reinvert()
+        state = _greedy_level(g, dims, m, b, tau, reinvert_every)
         max_drift = max(max_drift, state.max_drift)
         total_splits += state.splits
         k = len(levels)
-        new_err = (k + 1) * state.f
-        if new_err < (1 - min_improvement) * k * f:
+        if (k + 1) * state.f < (1 - min_improvement) * k * f:
             _, lab = np.unique(state.labels, return_inverse=True)
             levels.append(lab)
-            m = state.m_current()
-            b, f = state.b, state.f
-            history.append({"k": k + 1, "error": new_err, "how": "greedy", "blocks": int(lab.max() + 1)})
+            m, b, f = state.m_current(), state.b, state.f
+            history.append({"k": k + 1, "error": (k + 1) * f, "how": "greedy", "blocks": int(lab.max() + 1)})
             continue
         if not duplicate_fallback:
             break
-        best = None
-        seen = set()
-        for i, lab in enumerate(levels):
-            key = lab.tobytes()
-            if key in seen:
-                continue
-            seen.add(key)
-            m_dup = m + _partition_gram(lab)
-            b_dup = _inv_spd(m_dup)
-            f_dup = float(np.einsum("ij,ji->", g, b_dup))
-            if best is None or f_dup < best[0]:
-                best = (f_dup, i, m_dup, b_dup)
-        f_dup, i, m_dup, b_dup = best
-        if (k + 1) * f_dup < (1 - min_improvement) * k * f:
-            levels.append(levels[i].copy())
-            m, b, f = m_dup, b_dup, f_dup
-            history.append({"k": k + 1, "error": (k + 1) * f, "how": f"duplicate of level {i + 1}",
-                            "blocks": int(levels[i].max() + 1)})
-            continue
-        break
-    if bound is not None:
-        for h in history:
-            h["ratio"] = h["error"] / bound
-    info = {"history": history, "splits": total_splits, "max_drift": max_drift, "k_max": k_max,
-            "error": len(levels) * f, "level_labels": [lab.copy() for lab in levels]}
-    strat = from_levels("lsa", levels, merge=True, info=info)
-    return Strategy("lsa", strat.matrix, levels=len(levels), info=info, gram_matrix=m)
+        f_dup, i, m_dup, b_dup = _best_duplicate(g, levels, m)
+        if not (k + 1) * f_dup < (1 - min_improvement) * k * f:
+            break
+        levels.append(levels[i].copy())
+        m, b, f = m_dup, b_dup, f_dup
+        history.append({"k": k + 1, "error": (k + 1) * f, "how": f"duplicate of level {i + 1}",
+                        "blocks": int(levels[i].max() + 1)})
+    return _lsa_strategy(levels, m, f, history, total_splits=total_splits, max_drift=max_drift,
+                         k_max=k_max, bound=bound)
