@@ -18,6 +18,7 @@ from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate, finalize_wi
 from ldp.heavy_hitters.sketch import walsh_dtype
 from ldp.heavy_hitters.strings import escape_bytes, is_escaped_text, unescape_text
 from ldp.kinds.heavy_hitters.aggregate import HeavyHittersAggregator, LevelAccumulator, pem_reports
+from ldp.kinds.heavy_hitters.flatten import string_item
 from ldp.reports import Reports
 from ldp.task import TaskError, parse_task, task_json_schema
 
@@ -204,15 +205,18 @@ def test_rows_fit_their_avro_schema_and_the_store_keeps_each_string(tmp_path: Pa
     (pane,) = kinds.flatten_rows([row], max_items=2)
     assert pane.output == "heavy_hitters" and pane.n_items == len(row.heavy_hitters) and len(pane.items) == 2
     assert [i.label for i in pane.items] == [h["value"] for h in row.heavy_hitters[:2]]
+    assert [i.item for i in pane.items] == [string_item(h["value"]) for h in row.heavy_hitters[:2]]
+    assert string_item("ab") == string_item("ab") != string_item("ab ") and string_item("ab") < 2**52
     db = open_store(f"sqlite:///{tmp_path / 'store.db'}", shared=False)
     try:
         db.write_task(task.task_id, kind="heavy_hitters", mechanism="pem", epsilon=4.0, task_json=None)
         assert db.write_pane(task.task_id, 0, 60_000, 0, "ON_TIME", [row]) == len(row.heavy_hitters)
-        got = db._b.query("SELECT label, estimate FROM ldp_current WHERE task_id = 'hh' ORDER BY item")
+        got = db._b.query("SELECT item, label, estimate FROM ldp_current WHERE task_id = 'hh' "
+                          "ORDER BY estimate DESC")
     finally:
         db.close()
-    want = [(h["value"], h["estimate"]) for h in row.heavy_hitters]
-    assert [(g["label"], g["estimate"]) for g in got] == want
+    want = [(string_item(h["value"]), h["value"], h["estimate"]) for h in row.heavy_hitters]
+    assert [(g["item"], g["label"], g["estimate"]) for g in got] == want  # one item per string, stable
 
 
 def test_show_prints_the_strings_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import fastavro
+import numpy as np
 import pytest
 
 from ldp.task import load_task
@@ -78,7 +79,8 @@ def test_a_batch_job_finds_the_frequent_strings(tmp_path: Path, capsys, monkeypa
     assert record["heavy_hitters"] == row["heavy_hitters"]
     store = open_store(f"sqlite:///{db}", shared=False)
     try:
-        got = store._b.query("SELECT label, estimate FROM ldp_current WHERE task_id = 'words' ORDER BY item")
+        got = store._b.query("SELECT label, estimate FROM ldp_current WHERE task_id = 'words' "
+                             "ORDER BY estimate DESC")
     finally:
         store.close()
     assert [(g["label"], g["estimate"]) for g in got] == [(h["value"], h["estimate"])
@@ -101,9 +103,9 @@ def test_a_streaming_job_over_a_watched_directory_stores_each_windows_strings(tm
     now = int(time.time() * 1000) // 10_000 * 10_000
     truths = []
     (tmp_path / "in").mkdir()
-    for w in range(2):
-        truths.append(simulate_files(task, 40_000, DATASET, tmp_path / f"sim{w}", seed=10 + w, files=1,
-                                     start_ms=now - 20_000 + 10_000 * w, duration_s=9.0))
+    for w in range(2):  # the same users' strings (a CSV file), fresh reports
+        truths.append(simulate_files(task, None, _words_csv(tmp_path), tmp_path / f"sim{w}", seed=10 + w,
+                                     files=1, start_ms=now - 20_000 + 10_000 * w, duration_s=9.0))
         (tmp_path / f"sim{w}" / "reports-00000-of-00001.avro").rename(tmp_path / "in" / f"w{w}.avro")
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     db = tmp_path / "store.db"
@@ -129,5 +131,21 @@ def test_a_streaming_job_over_a_watched_directory_stores_each_windows_strings(tm
         store.close()
     assert len(windows) == 2 and all(w["is_final"] == 1 for w in windows)
     for (_, row), (_, items) in zip(sorted(by_window.items()), sorted(stored.items())):
+        items = sorted(items, key=lambda i: -i["estimate"])
         assert [i["label"] for i in items] == [h["value"] for h in row["heavy_hitters"]]
+    top = [{i["item"] for i in items if i["label"] == "foo"} for items in stored.values()]
+    assert len(top[0]) == 1 and top[0] == top[1]  # the most frequent string: one item in both windows
 
+
+
+def _words_csv(tmp_path: Path) -> str:
+    """``csv:PATH:word``: 40,000 rows, "foo" 30%, "bar" 20%, "baz" 10%, the rest random 3-letter strings
+    (each far below 5%)."""
+    path = tmp_path / "words.csv"
+    if not path.exists():
+        rng = np.random.default_rng(4)
+        pick = rng.choice(4, size=40_000, p=[0.3, 0.2, 0.1, 0.4])
+        other = ["".join(w) for w in rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=(40_000, 3))]
+        words = [("foo", "bar", "baz")[k] if k < 3 else other[i] for i, k in enumerate(pick)]
+        path.write_text("word\n" + "\n".join(words) + "\n", encoding="utf-8")
+    return f"csv:{path}:word"

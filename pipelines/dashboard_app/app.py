@@ -46,7 +46,7 @@ _LOG = logging.getLogger(__name__)
 #: The output of numeric tasks (``flatten_numeric``): item 0 the mean, 1 + i quantile i.
 NUMERIC_OUTPUT = "numeric"
 #: Outputs whose rows are frequency-like estimates (top-k by value); the others are query answers.
-ESTIMATE_OUTPUTS = ("estimates", "sparse")
+ESTIMATE_OUTPUTS = ("estimates", "sparse", "heavy_hitters")
 K_CHOICES = ("5", "10", "20", "50")
 
 
