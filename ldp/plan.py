@@ -43,6 +43,7 @@ __all__ = [
     "smallest_flagged",
     "window_cost",
     "nbytes",
+    "expected_vs_observed",
 ]
 
 #: Level of every interval half-width in a plan.
@@ -221,6 +222,22 @@ def _privacy(task: Any, kind: Any, users: int, windows: int) -> dict[str, Any]:
     if task.central_target is not None and task.central_target.central_epsilon is not None:
         out["target"] = task.central_target.to_dict()
     return out
+
+
+def expected_vs_observed(task: Any, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The plan's predicted std beside each result row's observed spread, for a kind whose plan module
+    (the module of its entry's ``plan``) defines ``expected_vs_observed(task, rows)`` (frequency: per
+    window, pane and group); None for the other kinds."""
+    import importlib
+
+    from ldp.kinds import kind_of, resolve_ref
+
+    piece = getattr(kind_of(task), "plan", None)
+    if piece is None:
+        return None
+    module = importlib.import_module(resolve_ref(piece).__module__)
+    check = getattr(module, "expected_vs_observed", None)
+    return None if check is None else check(task, rows)
 
 
 def plan_task(task: Any, users: int, windows: int = 1, *, rule: str = DEFAULT_RULE) -> dict[str, Any]:

@@ -16,8 +16,9 @@ run by :func:`run` (``python -m pipelines.job KIND``, the ``ldp-beam`` command o
    :class:`transforms.io.WriteResults` per output of the aggregator, dead letters and (streaming) counts;
 4. the summary: the run id, counts (``read = accepted + rejected``), the output path and the windows
    written, the privacy figures per window (``privacy_accounting``: local, and central from the
-   shuffler's n when the input came through it, :mod:`pipelines.window_privacy`), also saved as
-   ``OUT/counts.json`` (batch); with ``--store``, what the store took
+   shuffler's n when the input came through it, :mod:`pipelines.window_privacy`), the plan's std beside
+   each window's observed spread (``expected_vs_observed``, :func:`pipelines.plan.observed_from_output`),
+   also saved as ``OUT/counts.json`` (batch); with ``--store``, what the store took
    (``store_failed_panes``): a write that failed even after ``--store_retry_s`` of retries fails the job
    with exit status 1 and one line (docs/store.md, "Outages").
 """
@@ -791,6 +792,12 @@ def _summary(run: _JobRun) -> tuple[dict[str, object], dict[str, list]]:
     privacy = _privacy_accounting(task, ns, written, summary["counts"], agg, run.window)  # type: ignore[arg-type]
     if privacy is not None:  # per window: local, and central from the shuffler's n (pipelines.window_privacy)
         summary["privacy_accounting"] = privacy
+    if agg.outputs:  # the plan's std beside each window's observed spread (pipelines.plan, ldp.plan)
+        from pipelines.plan import observed_from_output
+
+        check = observed_from_output(task, ns.output, agg.outputs[0])
+        if check is not None:
+            summary["expected_vs_observed"] = check
     return summary, written
 
 

@@ -14,15 +14,17 @@ central epsilon per shuffled batch and composed over ``--windows``, and a window
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pipelines.cli import fail, job_parser, parse_job_args
 
-__all__ = ["parser", "run", "make_plan", "format_plan"]
+__all__ = ["parser", "run", "make_plan", "format_plan", "observed_from_output"]
 
 #: ``--flag_rule`` choices (``ldp.selection.RULES``, spelt out so ``--help`` imports no numpy).
 FLAG_RULES = ("bonferroni", "bh")
@@ -81,6 +83,36 @@ def make_plan(path: str, users: int, windows: int = 1, central_epsilon: float | 
     except TaskError as exc:
         raise ValueError(exc.one_line()) from None
     return plan_task(task, users, windows, rule=rule)
+
+
+def _pane_rows(jsonl: str) -> list[dict[str, Any]]:
+    """The rows of one pane's JSON Lines file; from its Avro twin when a row there holds only its
+    largest values (``--jsonl_max_values``), since the spread needs every value."""
+    with open(jsonl, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    avro = jsonl[: -len(".jsonl")] + ".avro"
+    if any("values" in r for r in rows) and os.path.exists(avro):
+        import fastavro
+
+        with open(avro, "rb") as fh:
+            rows = list(fastavro.reader(fh))
+    return rows
+
+
+def observed_from_output(task: Any, output: str, spec: Any) -> dict[str, Any] | None:
+    """:func:`ldp.plan.expected_vs_observed` over the rows of ``spec`` a job wrote under ``output`` (the
+    job's summary carries it as ``expected_vs_observed``); None for a kind without the check or without
+    rows. Never raises for unreadable files (the figures are informative)."""
+    from ldp.plan import expected_vs_observed
+
+    base = os.path.join(output, spec.subdir) if spec.subdir else output
+    rows: list[dict[str, Any]] = []
+    try:
+        for path in sorted(glob.glob(os.path.join(base, f"{spec.prefix}-*.jsonl"))):
+            rows.extend(_pane_rows(path))
+    except (OSError, ValueError) as exc:
+        return {"error": f"rows unreadable: {exc}"}
+    return expected_vs_observed(task, rows) if rows else None
 
 
 def _g(x: Any) -> str:

@@ -313,6 +313,32 @@ def guarantees_html(summary: Mapping[str, Any]) -> str:
     )
 
 
+def plan_check_html(summary: Mapping[str, Any]) -> str:
+    """Expected against observed error of each (newest) window (``shape.plan_check_rows``): the plan's
+    std at the window's n beside the observed spread, a window far off the plan flagged (the rule is
+    stated above the table); "" when the summary has none."""
+    rows, older, rule = shape.plan_check_rows(summary)
+    if not rows:
+        return ""
+    cells = "".join(
+        f"<tr class='{'flagged' if r['flag'] in ('above plan', 'below plan') else ''}'>"
+        f"<td class='name'>{shape.html_text(r['window'])}</td><td>{fmt(r['group'], spec='d')}</td>"
+        f"<td>{fmt(r['n'], spec=',')}</td><td>{fmt(r['predicted'], spec='.4g')}</td>"
+        f"<td>{fmt(r['observed'], spec='.4g')}</td><td>{fmt(r['ratio'], 3)}</td>"
+        f"<td>{fmt(r['negatives'], spec=',')}</td>"
+        f"<td class='name'>{shape.html_text(r['flag'] or 'as planned')}</td></tr>"
+        for r in rows
+    )
+    more = f"<span class='ldp-h'>({older} older row(s) not shown)</span>" if older else ""
+    return (
+        "<p class='ldp-headline' id='plan-rule'>expected vs observed error: "
+        f"{shape.html_text(rule or '')}</p>"
+        "<table class='ldp' id='plan-check'><tr><th class='name'>window</th><th>group</th><th>n</th>"
+        "<th>predicted std (plan)</th><th>observed std</th><th>observed / predicted</th>"
+        f"<th>estimates below 0</th><th class='name'>verdict</th></tr>{cells}</table>{more}"
+    )
+
+
 def _spent_html(rows: Sequence[Mapping[str, Any]]) -> str:
     """The privacy loss spent: the guaranteed (worst-case, any history) figures first, then the figures
     for the history named in the row; each row labelled (``data-key``: the summary's key path)."""
@@ -368,7 +394,7 @@ def budget_html(
     return (
         CSS + "<b class='ldp-h'>privacy budget and accounting</b> "
         f"<span class='ldp-h' id='budget-origin'>(from {shape.html_text(origin)})</span>"
-        f"{_budget_headline(spent)}{guarantees_html(summary)}{_spent_html(spent)}"
+        f"{_budget_headline(spent)}{guarantees_html(summary)}{plan_check_html(summary)}{_spent_html(spent)}"
         "<details><summary class='ldp-h'>all figures</summary><table class='ldp' id='budget-table'>"
         f"<tr><th class='name'>figure</th><th>value</th></tr>{body}</table></details>"
     )

@@ -784,6 +784,45 @@ def guarantee_rows(summary: Mapping[str, Any] | None, limit: int = 12) -> tuple[
     return rows[:limit], max(0, len(rows) - limit)
 
 
+def plan_check_rows(summary: Mapping[str, Any] | None,
+                    limit: int = 12) -> tuple[list[dict[str, Any]], int, str | None]:
+    """Expected against observed error (the summary's ``expected_vs_observed``, top level or in its run
+    summary ``run``; :func:`ldp.plan.expected_vs_observed`): the newest ``limit`` rows (latest pane of
+    each window and group), newest first, each ``window``, ``group``, ``n``, ``predicted``, ``observed``,
+    ``ratio``, ``negatives`` and ``flag`` (None, ``above plan``, ``below plan`` or ``not judged``); how
+    many older rows were left out; and the rule. ``([], 0, None)`` without the entry."""
+    entry = summary.get("expected_vs_observed") if isinstance(summary, Mapping) else None
+    run = summary.get("run") if isinstance(summary, Mapping) else None
+    if not isinstance(entry, Mapping) and isinstance(run, Mapping):
+        entry = run.get("expected_vs_observed")
+    windows = entry.get("windows") if isinstance(entry, Mapping) else None
+    if not isinstance(windows, list):
+        return [], 0, None
+    latest: dict[tuple[Any, Any, Any], Mapping[str, Any]] = {}
+    for w in windows:
+        if isinstance(w, Mapping):
+            key = (w.get("window_start"), w.get("window_end"), w.get("group"))
+            if key not in latest or (w.get("pane_index") or 0) >= (latest[key].get("pane_index") or 0):
+                latest[key] = w
+    rows = []
+    for (start, end, group), w in latest.items():
+        rows.append({
+            "window": "global" if start is None and end is None else f"{start} - {end}",
+            "sort": str(start or ""), "group": group,
+            "n": int(w["n_reports"]) if _is_number(w.get("n_reports")) else None,
+            "predicted": _float_or_none(w.get("predicted_std")),
+            "observed": _float_or_none(w.get("observed_std")),
+            "ratio": _float_or_none(w.get("ratio")),
+            "negatives": int(w["negatives"]) if _is_number(w.get("negatives")) else None,
+            "flag": w.get("flag") if w.get("judged") else "not judged",
+        })
+    rows.sort(key=lambda r: (r["sort"], -(r["group"] or 0)), reverse=True)
+    for r in rows:
+        del r["sort"]
+    rule = entry.get("rule") if isinstance(entry, Mapping) else None
+    return rows[:limit], max(0, len(rows) - limit), rule if isinstance(rule, str) else None
+
+
 def _batch_list(w: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     batches = w.get("per_batch")
     return [b for b in batches if isinstance(b, Mapping)] if isinstance(batches, list) else []

@@ -54,3 +54,49 @@ def predict(task: Any, users: int, windows: int) -> dict[str, Any]:
         "cost": {"accumulator_bytes": int(oracle.accumulator_bytes) * groups, "cost_key": oracle.name,
                  "values": d * groups, "extra_bytes": 8 * 80 * d},
     }
+
+
+#: At least this many negative estimates before a window is judged against its plan.
+MIN_NEGATIVES = 20
+#: The rule a window is flagged by (``expected_vs_observed``), as the dashboard states it.
+FLAG_RULE = (
+    "observed = RMS of the unbiased estimates below 0 (noise on values of small true frequency; for a "
+    "value of frequency 0 it is the std itself); flagged above plan when observed / predicted > 1.25 + "
+    "3 / sqrt(2 m) (m estimates below 0, at least 20), below plan when < 0.5"
+)
+
+
+def observed_spread(unbiased: Any) -> tuple[float | None, int]:
+    """``(RMS of the negative estimates, how many)`` of one row's unbiased estimates (None: none)."""
+    import numpy as np
+
+    u = np.asarray([x for x in unbiased if x is not None], dtype=float)
+    neg = u[np.isfinite(u) & (u < 0)]
+    return (float(np.sqrt(np.mean(neg**2))) if neg.size else None), int(neg.size)
+
+
+def expected_vs_observed(task: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per result row (window, pane, group) of a frequency job: the plan's std at the row's ``n_reports``
+    (:func:`frequency_std`, f = 0) beside the observed spread (:func:`observed_spread`), their ratio and a
+    flag under :data:`FLAG_RULE` (a wrong mechanism parameter, forged or duplicated reports, or an n
+    that is not the reports' show as noise far from the plan)."""
+    oracle = task.make_oracle()
+    out = []
+    for r in rows:
+        n, unbiased = r.get("n_reports"), r.get("unbiased")
+        if not isinstance(n, int) or n < 1 or not unbiased:
+            continue
+        predicted = frequency_std(oracle, n)
+        observed, m = observed_spread(unbiased)
+        ratio = None if observed is None else observed / predicted
+        flag = None
+        if ratio is not None and m >= MIN_NEGATIVES:
+            if ratio > 1.25 + 3.0 / math.sqrt(2.0 * m):
+                flag = "above plan"
+            elif ratio < 0.5:
+                flag = "below plan"
+        out.append({"window_start": r.get("window_start"), "window_end": r.get("window_end"),
+                    "pane_index": r.get("pane_index"), "group": r.get("group"), "n_reports": n,
+                    "predicted_std": predicted, "observed_std": observed, "negatives": m,
+                    "ratio": ratio, "judged": m >= MIN_NEGATIVES, "flag": flag})
+    return {"statistic": "frequency of one value (f = 0)", "rule": FLAG_RULE, "windows": out}
