@@ -51,27 +51,30 @@ LEVEL = 0.95
 #: Power at which :func:`smallest_flagged` also states the frequency (besides the 50% point).
 POWER = 0.8
 
-#: Measured costs (``python -m bench.plan_costs --json bench/results/plan_costs.json``, a shared 2-core
-#: machine, load about 4; the figures are medians of 3 runs). ``runner_us_per_report``: the DirectRunner's
-#: cost per report beyond the aggregator (reading, decoding, validating, batching, combining), from
-#: ``bench/results/pipeline_n1e6_d1024.json`` (pipeline minus core seconds per report at n = 1e6);
-#: ``add_us_per_report``: the aggregator's ``add`` per report by mechanism (validation included);
-#: ``finalize_us_per_value``: estimate, post-processing and intervals per value of the domain, per group;
-#: ``fixed_s``: a window's fixed cost (one finalize call, writing its rows); ``runner_bytes``: the
-#: DirectRunner's working set beyond the accumulators (one process, ``--batch_size`` 8192).
+#: Measured costs, microseconds unless named otherwise. ``add_us_per_report`` (the aggregator's
+#: ``validate`` and ``add`` per report, by mechanism for the frequency oracles at d = 1024, eps = 1, else by
+#: kind at its example task; OUE and SUE: ``unary_us_per_report_per_value`` times d, their reports being
+#: d bits) and ``finalize_us_per_value`` (one frequency finalize: estimate, Norm-Sub, intervals, per
+#: value) are from ``python -m bench.plan_costs --json bench/results/plan_costs.json``, measured on the
+#: shared 2-core machine at a load average of 30-40 (other jobs running), so they are upper figures;
+#: ``runner_us_per_report`` (the DirectRunner's reading, decoding, batching and combining per report,
+#: beyond the aggregator) is ``bench/results/pipeline_n1e6_d1024.json``'s pipeline minus core seconds per
+#: report at n = 1e6 (load about 1); ``fixed_s`` a window's fixed cost and ``runner_bytes`` the
+#: DirectRunner's working set beyond the accumulators (one process, batches of 8,192 reports) are
+#: round figures from the same runs.
 COSTS: dict[str, Any] = {
     "source": "bench/results/plan_costs.json (python -m bench.plan_costs), "
               "bench/results/pipeline_n1e6_d1024.json (runner overhead)",
     "runner_us_per_report": 1.74,
     "fixed_s": 0.05,
     "runner_bytes": 200 * 2**20,
-    "finalize_us_per_value": 0.9,
+    "finalize_us_per_value": 10.0,
     "add_us_per_report": {
-        "grr": 0.02, "olh": 0.25, "blh": 0.05, "oue": 0.002, "sue": 0.002, "hr": 0.03, "ss": 0.04,
-        "range": 1.5, "sparse": 2.0, "numeric": 0.15, "batch_queries": 0.1,
+        "grr": 0.11, "olh": 0.16, "blh": 0.29, "hr": 0.05, "ss": 3.9,
+        "range": 0.08, "sparse": 0.25, "numeric": 0.04, "batch_queries": 0.01,
     },
     "add_us_per_report_default": 1.0,
-    "oue_sue_us_per_report_per_value": 0.0012,
+    "unary_us_per_report_per_value": 0.0013,
 }
 
 
@@ -144,9 +147,10 @@ def window_cost(users: int, accumulator_bytes: int, cost_key: str, values: int,
     """Memory and time of one window: accumulators plus the finalize working set plus the runner's,
     and ``users`` reports at the runner's and the mechanism's per-report costs plus ``values`` values
     finalized (:data:`COSTS`)."""
-    add = COSTS["add_us_per_report"].get(cost_key, COSTS["add_us_per_report_default"])
     if cost_key in ("oue", "sue"):
-        add += COSTS["oue_sue_us_per_report_per_value"] * values
+        add = COSTS["unary_us_per_report_per_value"] * values
+    else:
+        add = COSTS["add_us_per_report"].get(cost_key, COSTS["add_us_per_report_default"])
     per_report = COSTS["runner_us_per_report"] + add
     finalize_s = COSTS["finalize_us_per_value"] * values * 1e-6
     seconds = COSTS["fixed_s"] + users * per_report * 1e-6 + finalize_s

@@ -27,9 +27,24 @@ NUMERIC_SW = {"task_id": "n", "kind": "numeric", "mechanism": "square-wave", "ep
               "params": {"bins": 64}}
 
 
+BUILT_IN = ("frequency", "range", "batch_queries", "sparse", "numeric")
+
+
+@pytest.fixture(autouse=True)
+def _quick_range_plans(monkeypatch):
+    """Range plans simulate collections for about 4 s; these tests need the shape, not the precision."""
+    from ldp.kinds.range import plan as range_plan
+
+    monkeypatch.setattr(range_plan, "PLAN_SECONDS", 0.2)
+
+
 def test_every_registered_kind_is_planned_from_its_entry():
     for kind in ldp.kinds.KINDS.values():
-        assert kind.plan is not None, kind.name
+        if kind.plan is None:  # a kind registered without a plan piece is refused in one line
+            assert kind.name not in BUILT_IN and kind.example is not None, kind.name
+            with pytest.raises(P.PlanError, match="has no plan piece"):
+                P.plan_task(parse_task(dict(kind.example)), 10_000)
+            continue
         task = parse_task(dict(kind.example))
         plan = P.plan_task(task, 10_000, 3)
         assert plan["kind"] == kind.name and plan["windows"] == 3 and plan["errors"], kind.name
