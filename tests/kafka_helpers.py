@@ -68,6 +68,13 @@ class Broker:
     def stop(self) -> None:
         self._script("stop", timeout=120)
 
+    def restart(self) -> Broker:
+        """Starts the broker again on the same run directory, address and data (after a stop or a kill)."""
+        done = self._script("restart")
+        if done.returncode != 0:
+            raise RuntimeError(f"tools/kafka/broker.sh restart failed: {done.stderr[-2000:]}")
+        return self
+
     def url(self, topic: str, **query: str) -> str:
         tail = "&".join(f"{k}={v}" for k, v in query.items())
         return f"kafka://{self.bootstrap}/{topic}" + (f"?{tail}" if tail else "")

@@ -5,6 +5,7 @@
 #   bash tools/kafka/broker.sh fetch    # resolve the jars only (Maven Central, tools/kafka/pom.xml)
 #   bash tools/kafka/broker.sh start    # format a fresh log directory, start, wait; last line of stdout:
 #                                       # the bootstrap address 127.0.0.1:PORT
+#   bash tools/kafka/broker.sh restart  # start again on the same run directory, address and data
 #   bash tools/kafka/broker.sh status   # running or not (exit 1: not running), the address
 #   bash tools/kafka/broker.sh stop     # SIGTERM, SIGKILL after 20 s; by PID
 #
@@ -115,8 +116,16 @@ cmd_start() {
   "${jvm[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$run/server.properties" \
     >>"$run/logs/format.log" 2>&1 || die "could not format $run/data (see $run/logs/format.log)"
   printf 'LDP_KAFKA_BOOTSTRAP=127.0.0.1:%s\nLDP_KAFKA_RUN_DIR=%s\n' "$port" "$run" > "$run/broker.env"
-  say "starting Kafka $version on 127.0.0.1:$port (controller 127.0.0.1:$controller, run dir $run)"
-  nohup "${jvm[@]}" kafka.Kafka "$run/server.properties" >"$run/logs/broker.out" 2>&1 < /dev/null &
+  launch "$port"
+}
+
+launch() {  # launch CLIENT_PORT: start the JVM on the run directory's configuration and wait until it serves
+  local port="$1" t0
+  local jvm=(java "-Xms$heap" "-Xmx$heap" -Dkafka.logs.dir="$run/logs"
+             -Dlog4j2.configurationFile="$run/log4j2.properties" -cp "$lib/*")
+  say "starting Kafka $version on 127.0.0.1:$port (run dir $run)"
+  : > "$run/logs/server.log"
+  nohup "${jvm[@]}" kafka.Kafka "$run/server.properties" >>"$run/logs/broker.out" 2>&1 < /dev/null &
   echo $! > "$run/broker.pid"
   t0=$(date +%s)
   until port_open "$port" 2>/dev/null && grep -q "Kafka Server started" "$run/logs/server.log" 2>/dev/null; do
@@ -126,6 +135,17 @@ cmd_start() {
   done
   say "up in $(( $(date +%s) - t0 )) s (pid $(cat "$run/broker.pid"))"
   echo "127.0.0.1:$port"
+}
+
+cmd_restart() {  # the same run directory, address and data (after a stop or a kill)
+  [ -f "$run/broker.env" ] && [ -f "$run/server.properties" ] || die "nothing to restart in $run (use start)"
+  if pid_alive "$run/broker.pid"; then
+    say "already running (pid $(cat "$run/broker.pid"))"
+  else
+    # shellcheck disable=SC1091
+    . "$run/broker.env"
+    launch "${LDP_KAFKA_BOOTSTRAP##*:}"
+  fi
 }
 
 cmd_stop() {
@@ -158,7 +178,8 @@ cmd_status() {
 case "${1:-}" in
   fetch) cmd_fetch ;;
   start) cmd_start ;;
+  restart) cmd_restart ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
-  *) echo "usage: $0 fetch|start|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 fetch|start|restart|stop|status" >&2; exit 2 ;;
 esac
