@@ -1,7 +1,9 @@
 """The HTTP collector: clients POST LDP reports; checked ones become rolling Avro files a job reads.
 
 The files land in ``--output_dir``, where an aggregation job reads them (batch ``--input 'DIR/*.avro'``,
-or a watched directory: ``--streaming --require_done_marker``)::
+or a watched directory: ``--streaming --require_done_marker``), or, with ``--output_topic
+kafka://HOST:PORT/TOPIC`` instead, as one Kafka message per request, answered once the broker acknowledged
+it (``pipelines.collect_topic``)::
 
     python -m pipelines.collect --task TASK.json --output_dir DIR [--port 8080] [--host 127.0.0.1] \\
         [--roll_reports 100000] [--roll_seconds 60] [--max_body_bytes 1048576] [--max_batch 100] \\
@@ -429,7 +431,13 @@ async def serve(
 def _parser():
     p = job_parser(__doc__.splitlines()[0], beam_options=False)
     p.add_argument("--task", required=True, help="collection task JSON file (frequency, range or sparse)")
-    p.add_argument("--output_dir", required=True, help="directory of the report files (created if missing)")
+    p.add_argument("--output_dir", help="directory of the report files (created if missing)")
+    p.add_argument("--output_topic", metavar="kafka://HOST:PORT/TOPIC",
+                   help="publish each accepted request as one message to this Kafka topic instead of files "
+                   "(answered 200 once the broker acknowledged it; docs/kafka.md)")  # fmt: skip
+    p.add_argument("--kafka_timeout_s", type=float, default=10.0,
+                   help="with --output_topic: how long a request waits for the broker's acknowledgement "
+                   "before it is answered 503")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (a front proxy does TLS)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (0: a free one, logged)")
     p.add_argument("--roll_reports", type=int, default=100_000, help="close a file after this many reports")
@@ -481,6 +489,10 @@ def _check_limits(ns: argparse.Namespace) -> None:
         fail(f"--roll_seconds must be > 0, got {ns.roll_seconds}")
     if not 0 <= ns.port <= 65535:
         fail(f"--port must be in [0, 65535], got {ns.port}")
+    if (ns.output_dir is None) == (ns.output_topic is None):
+        fail("give exactly one of --output_dir and --output_topic")
+    if not ns.kafka_timeout_s > 0:
+        fail(f"--kafka_timeout_s must be > 0, got {ns.kafka_timeout_s}")
 
 
 def _task_and_demo(ns: argparse.Namespace) -> tuple[Any, DemoPage | None]:
@@ -512,7 +524,10 @@ def _sender_auth(ns: argparse.Namespace) -> SenderAuth | None:
 
 
 def _open_collector(ns: argparse.Namespace, task: Any, auth: SenderAuth | None) -> Collector:
-    """The collector over ``--output_dir``, after adopting what an earlier process left there."""
+    """The collector over ``--output_dir``, after adopting what an earlier process left there, or over
+    ``--output_topic``."""
+    if ns.output_topic is not None:
+        return _open_topic_collector(ns, task, auth)
     try:
         checker = make_checker(task)
         writer = RollingAvroWriter(
@@ -531,6 +546,29 @@ def _open_collector(ns: argparse.Namespace, task: Any, auth: SenderAuth | None) 
     )
 
 
+def _open_topic_collector(ns: argparse.Namespace, task: Any, auth: SenderAuth | None) -> Collector:
+    """The collector publishing to ``--output_topic`` (a broker must answer; a shuffled task is refused:
+    one message per request would keep its arrival order and times)."""
+    from pipelines.collect_topic import TopicWriter
+    from transforms.kafka import KafkaSourceError, check_broker, is_kafka_url, parse_kafka_url
+
+    if not is_kafka_url(ns.output_topic):
+        fail(f"--output_topic must be kafka://HOST:PORT/TOPIC, got {ns.output_topic!r}")
+    try:
+        checker = make_checker(task)
+        if checker.shuffled:
+            fail("--output_topic cannot carry a shuffled task's reports (the shuffler reads files): "
+                 "use --output_dir")  # fmt: skip
+        check_broker(parse_kafka_url(ns.output_topic))
+        keys = IdempotencyKeys(None, window_s=ns.idempotency_window_s, max_keys=ns.idempotency_keys)
+        writer = TopicWriter(ns.output_topic, timeout_s=ns.kafka_timeout_s, keys=keys)
+    except (KafkaSourceError, ValueError, OSError) as exc:
+        fail(str(exc))
+    return Collector(  # type: ignore[arg-type]  # the file writer's interface, see collect_topic
+        checker, writer, max_body_bytes=ns.max_body_bytes, max_batch=ns.max_batch, auth=auth, keys=keys
+    )
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: serves until SIGTERM / SIGINT; returns the exit status."""
     ns, _ = parse_job_args(_parser(), argv, beam=False)
@@ -541,7 +579,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     def ready(port: int) -> None:
         _LOG.info(
             "collecting reports of task %r (%s) on http://%s:%d/v1/reports into %s", task.task_id, task.kind,
-            ns.host, port, ns.output_dir,
+            ns.host, port, ns.output_dir or ns.output_topic,
         )  # fmt: skip
         if demo is not None:
             _LOG.info("browser demo: http://%s:%d/", ns.host, port)
