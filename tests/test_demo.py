@@ -4,7 +4,11 @@ import pytest
 
 from pipelines import demo
 
+# no module-wide mark: the in-process demo tests are fast; the marks sit on the tests below
+pytestmark: list[pytest.MarkDecorator] = []
 
+
+@pytest.mark.statistical
 def test_demo_runs_and_matches_theory(capsys):
     argv = ["--users", "200000", "--domain_size", "256", "--epsilon", "1", "--mechanism", "olh"]
     argv += ["--seed", "3"]
@@ -32,6 +36,7 @@ def test_demo_refuses_a_bad_flag_in_one_line(flags, words, capsys):
     assert len(err.splitlines()) == 1 and words in err, err
 
 
+@pytest.mark.integration  # two whole Beam jobs on the DirectRunner: seconds each
 def test_demo_beam_reruns_in_its_workdir_without_mixing(tmp_path, capsys):
     """The Beam demo replaces its own reports/ and out-*/ on every run: a second run with fewer files and
     users reads exactly its own reports (an earlier run's files would inflate the counts)."""
