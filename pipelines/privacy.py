@@ -108,18 +108,9 @@ def _local(task: Any, windows: int) -> dict[str, Any]:
     }
 
 
-def privacy_report(
-    task: Any, users: int | None, windows: int = 1, delta: float | None = None
-) -> dict[str, Any]:
-    """The figures :func:`run` prints, as a dict. Raises ``ValueError`` (the message is one line) when the
-    inputs admit no figure: too few reports, a bad delta, a window count below 1."""
-    from ldp.anonymity import shuffle_accounting
-    from ldp.kinds import kind_of
-
-    if windows < 1:
-        raise ValueError(f"--windows must be >= 1, got {windows}")
-    local = _local(task, windows)
-    out: dict[str, Any] = {
+def _report_header(task: Any, users: int | None, windows: int, local: dict[str, Any]) -> dict[str, Any]:
+    """The figures every report carries; the central ones are None until a shuffled task fills them."""
+    return {
         "task_id": task.task_id,
         "kind": task.kind,
         "mechanism": task.mechanism,
@@ -134,19 +125,20 @@ def privacy_report(
         "central_epsilon_composed_basic": None,
         "method": {"local": local["method"], "central": NOT_SHUFFLED},
     }
-    kind = kind_of(task)
-    if not kind.ldp_reports:  # central DP at a trusted aggregator: not LDP, nothing shuffled
-        if kind.central_privacy is None:
-            raise ValueError(
-                f"a {task.kind} task is central DP (raw records) and its kind declares no central_privacy "
-                "figures (ldp.kinds.Kind.central_privacy)"
-            )
-        out["local_epsilon"] = None
-        out["local"] = None
-        out.update(kind.central_privacy(task, windows))
-        return out
-    if not task.shuffled:
-        return out
+
+
+def _central_dp_figures(task: Any, kind: Any, windows: int) -> dict[str, Any]:
+    """A trusted-aggregator kind's own figures (no local guarantee: it sees raw records)."""
+    if kind.central_privacy is None:
+        raise ValueError(
+            f"a {task.kind} task is central DP (raw records) and its kind declares no central_privacy "
+            "figures (ldp.kinds.Kind.central_privacy)"
+        )
+    return {"local_epsilon": None, "local": None, **kind.central_privacy(task, windows)}
+
+
+def _batch_reports_and_delta(task: Any, users: int | None, delta: float | None) -> tuple[int, float]:
+    """The reports of one shuffled batch and the total delta, checked against the task's anonymity section."""
     settings = task.anonymity
     n = users if users is not None else task.expected_batch_reports
     if n is None:
@@ -161,7 +153,12 @@ def privacy_report(
     d = settings.delta if delta is None else float(delta)
     if not (math.isfinite(d) and 0 < d < 1):
         raise ValueError(f"--delta must be in (0, 1), got {d}")
+    return n, d
 
+
+def _shuffled_figures(task: Any, n: int, d: float, windows: int) -> tuple[dict[str, Any], str]:
+    """One batch's central epsilon and its composition over ``windows``, with the accountant's method."""
+    from ldp.anonymity import shuffle_accounting
     from ldp.shuffle import ShuffleAccountingError, central_epsilon_report, compose_windows
 
     accounting, k = shuffle_accounting(task)
@@ -171,32 +168,65 @@ def privacy_report(
         comp = compose_windows(eps0, n, d, windows=windows, mechanism=accounting, domain_size=k)
     except ShuffleAccountingError as exc:
         raise ValueError(str(exc)) from None
-    out.update(
-        users=n,
-        accounting=accounting,
-        domain_size=k,
-        central_epsilon=float(one),
-        central_delta=d,
-        central_epsilon_composed=float(comp["tight"]),
-        central_epsilon_composed_basic=float(comp["basic"]),
-        per_window_epsilon_at_delta_over_windows=float(comp["per_window"][0]),
-        anonymity=settings.to_json(),
-    )
+    figures = {
+        "users": n,
+        "accounting": accounting,
+        "domain_size": k,
+        "central_epsilon": float(one),
+        "central_delta": d,
+        "central_epsilon_composed": float(comp["tight"]),
+        "central_epsilon_composed_basic": float(comp["basic"]),
+        "per_window_epsilon_at_delta_over_windows": float(comp["per_window"][0]),
+        "anonymity": task.anonymity.to_json(),
+    }
+    return figures, how
+
+
+def _target_check(task: Any, central_epsilon: float, d: float) -> dict[str, Any] | None:
+    """The task's central target and whether this batch size meets it (None when the delta differs)."""
+    target = None if task.central_target is None else task.central_target.central_epsilon
+    if target is None:
+        return None
+    settings = task.anonymity
+    met = central_epsilon <= target + 1e-6 + 1e-5 * target
+    return {
+        "central_epsilon": target,
+        "delta": settings.delta,
+        "expected_reports": task.expected_reports,
+        "expected_batch_reports": task.expected_batch_reports,
+        "met_at_users": bool(met) if d == settings.delta else None,
+    }
+
+
+def privacy_report(
+    task: Any, users: int | None, windows: int = 1, delta: float | None = None
+) -> dict[str, Any]:
+    """The figures :func:`run` prints, as a dict. Raises ``ValueError`` (the message is one line) when the
+    inputs admit no figure: too few reports, a bad delta, a window count below 1."""
+    from ldp.kinds import kind_of
+
+    if windows < 1:
+        raise ValueError(f"--windows must be >= 1, got {windows}")
+    local = _local(task, windows)
+    out = _report_header(task, users, windows, local)
+    kind = kind_of(task)
+    if not kind.ldp_reports:  # central DP at a trusted aggregator: not LDP, nothing shuffled
+        out.update(_central_dp_figures(task, kind, windows))
+        return out
+    if not task.shuffled:
+        return out
+    n, d = _batch_reports_and_delta(task, users, delta)
+    figures, how = _shuffled_figures(task, n, d, windows)
+    out.update(figures)
     out["method"] = {
         "local": local["method"],
         "central": _describe(how),
         "composed": _TIGHT_METHOD,
         "composed_basic": _BASIC_METHOD,
     }
-    target = None if task.central_target is None else task.central_target.central_epsilon
+    target = _target_check(task, figures["central_epsilon"], d)
     if target is not None:
-        out["target"] = {
-            "central_epsilon": target,
-            "delta": settings.delta,
-            "expected_reports": task.expected_reports,
-            "expected_batch_reports": task.expected_batch_reports,
-            "met_at_users": bool(one <= target + 1e-6 + 1e-5 * target) if d == settings.delta else None,
-        }
+        out["target"] = target
     return out
 
 
