@@ -590,22 +590,8 @@ def _writer_schema_problem(schema: object) -> str:
     return "report 0: the writer schema is not schemas/report.avsc (version 2, with or without client_id)"
 
 
-def parse_avro_body(
-    body: bytes, max_batch: int, *, task_id: str | None = None, decode: dict[str, Any] | None = None
-) -> AvroBody:
-    """An Avro object container body (codec ``null``, writer schema ``schemas/report.avsc``) -> its reports.
-
-    Work is bounded by the body, never by what it declares: the header's metadata count and lengths, each
-    block's record count (against ``max_batch`` and against its byte size, :data:`MIN_RECORD_BYTES` per
-    record) and byte size are checked before anything is read or allocated; blocks are then decoded
-    column-wise (:func:`wire.decode.decode_block`, ``task_id`` and ``decode``: the task's
-    lengths) or, when that declines, by fastavro from exactly the block's bytes.
-
-    Raises :class:`RequestError`: not a container, another codec, a count or length past the bytes
-    (400 ``undecodable``), more than ``max_batch`` reports (413 ``too_many_reports``), a writer schema
-    other than the report schema (422 ``invalid_payload``), no report (400 ``bad_batch``)."""
-    from wire.decode import ColumnBatch, decode_block, report_layout
-
+def _container_metadata(body: bytes) -> tuple[dict[str, bytes], _Cursor]:
+    """The header's metadata map of an Avro container, and a cursor at the sync marker that follows it."""
     if body[:4] != _MAGIC:
         raise _undecodable("no 'Obj\\x01' magic")
     cur = _Cursor(body)
@@ -623,6 +609,13 @@ def parse_avro_body(
         for _ in range(n):
             key = cur.take(cur.long("a metadata key length"), "a metadata key")
             meta[key.decode("utf-8", "replace")] = cur.take(cur.long("a metadata value length"), "a value")
+    return meta, cur
+
+
+def _report_writer_schema(meta: dict[str, bytes]) -> tuple[Any, Any]:
+    """The parsed writer schema and its report layout; refuses a codec other than null or another schema."""
+    from wire.decode import report_layout
+
     codec = meta.get("avro.codec", b"null")
     if codec != b"null":
         name = codec.decode("utf-8", "replace")
@@ -639,6 +632,12 @@ def parse_avro_body(
     layout = report_layout(parsed)
     if layout is None:
         raise RequestError(422, "invalid_payload", _writer_schema_problem(schema_obj), 0)
+    return parsed, layout
+
+
+def _container_blocks(cur: _Cursor, max_batch: int) -> tuple[list[tuple[int, bytes]], int]:
+    """The (record count, bytes) of every block after the sync marker, and the total count; each count and
+    size is checked against ``max_batch`` and the bytes left before the block is taken."""
     sync = cur.take(16, "the sync marker")
     blocks: list[tuple[int, bytes]] = []
     total = 0
@@ -658,18 +657,27 @@ def parse_avro_body(
         blocks.append((count, data))
     if not blocks:
         raise RequestError(400, "bad_batch", "the container holds no report")
+    return blocks, total
+
+
+def _column_batches(blocks: list[tuple[int, bytes]], task_id: str, decode: dict[str, Any] | None,
+                    layout: Any) -> list[Any]:
+    """Every block decoded column-wise, or ``[]`` when the column decoder declines any of them."""
+    from wire.decode import decode_block
+
+    kw = {k: v for k, v in (decode or {}).items() if k in ("bits_len", "items_len", "reals_len")}
     cbs: list[Any] = []
-    if task_id is not None:
-        kw = {k: v for k, v in (decode or {}).items() if k in ("bits_len", "items_len", "reals_len")}
-        for count, data in blocks:
-            cb = decode_block(data, count, task_id, client_id=layout, **kw)
-            if cb is None or cb.n_fallback:
-                cbs = []
-                break
-            cbs.append(cb)
-    raw = b"".join(d for _, d in blocks)
-    if cbs:
-        return AvroBody(ColumnBatch.concat(cbs), total, raw, layout)
+    for count, data in blocks:
+        cb = decode_block(data, count, task_id, client_id=layout, **kw)
+        if cb is None or cb.n_fallback:
+            return []
+        cbs.append(cb)
+    return cbs
+
+
+def _fastavro_records(blocks: list[tuple[int, bytes]], parsed: Any) -> list[object]:
+    """Every block's records read by fastavro from exactly its bytes, with ``client_id`` defaulted and an
+    aware ``event_time`` as epoch milliseconds."""
     records: list[object] = []
     for count, data in blocks:
         fo = io.BytesIO(data)
@@ -687,7 +695,33 @@ def parse_avro_body(
         et = rec["event_time"]
         if isinstance(et, _dt.datetime) and et.tzinfo is not None:
             rec["event_time"] = round((et - _EPOCH).total_seconds() * 1000)
-    return AvroBody(records, total, raw, layout)
+    return records
+
+
+def parse_avro_body(
+    body: bytes, max_batch: int, *, task_id: str | None = None, decode: dict[str, Any] | None = None
+) -> AvroBody:
+    """An Avro object container body (codec ``null``, writer schema ``schemas/report.avsc``) -> its reports.
+
+    Work is bounded by the body, never by what it declares: the header's metadata count and lengths, each
+    block's record count (against ``max_batch`` and against its byte size, :data:`MIN_RECORD_BYTES` per
+    record) and byte size are checked before anything is read or allocated; blocks are then decoded
+    column-wise (:func:`wire.decode.decode_block`, ``task_id`` and ``decode``: the task's
+    lengths) or, when that declines, by fastavro from exactly the block's bytes.
+
+    Raises :class:`RequestError`: not a container, another codec, a count or length past the bytes
+    (400 ``undecodable``), more than ``max_batch`` reports (413 ``too_many_reports``), a writer schema
+    other than the report schema (422 ``invalid_payload``), no report (400 ``bad_batch``)."""
+    from wire.decode import ColumnBatch
+
+    meta, cur = _container_metadata(body)
+    parsed, layout = _report_writer_schema(meta)
+    blocks, total = _container_blocks(cur, max_batch)
+    cbs = [] if task_id is None else _column_batches(blocks, task_id, decode, layout)
+    raw = b"".join(d for _, d in blocks)
+    if cbs:
+        return AvroBody(ColumnBatch.concat(cbs), total, raw, layout)
+    return AvroBody(_fastavro_records(blocks, parsed), total, raw, layout)
 
 
 def report_to_json(record: dict[str, Any]) -> dict[str, Any]:
