@@ -179,3 +179,15 @@ def test_plan_runs_with_apache_beam_blocked_subprocess(run_cli, write_json):
         out = run_cli(sys.executable, "-c", BLOCK_BEAM, str(task), "--users", "20000", timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         assert "predicted error" in out.stdout
+
+
+def test_every_mechanism_of_the_closed_form_kinds_is_planned():
+    """Frequency (memoized ones included), numeric (the memoized counter included) and sparse."""
+    for name in ("frequency", "numeric", "sparse"):
+        kind = ldp.kinds.get(name)
+        for mech in kind.task.mechanisms():
+            obj = {**kind.example, "mechanism": mech}
+            if mech == "square-wave":
+                obj["params"] = {"bins": 32}
+            plan = P.plan_task(parse_task(obj), 20_000)
+            assert plan["errors"] and all(0 < e["std"] < math.inf for e in plan["errors"]), (name, mech)

@@ -61,6 +61,10 @@ def quantile_stds(mech: Any, n: int, quantiles: tuple[float, ...], seed: int = 0
 
 
 def _attribute_errors(task: Any, mech: Any, name: str, n: int) -> list[dict[str, Any]]:
+    if not hasattr(mech, "variance"):  # the memoized counter: its bound over values, rounding and flips
+        worst = (mech.high - mech.low) * math.sqrt(mech.worst_case_unit_variance() / n)
+        return [error_entry(f"{name}: mean", worst, "attribute's units", std_worst=worst, reports=n,
+                            assumption="an upper bound over values (one report per user per window)")]
     std, worst = mean_stds(mech, n)
     out = [error_entry(f"{name}: mean", std, "attribute's units", std_worst=worst, reports=n,
                        assumption="values uniform over [low, high]; std_worst at the worst value")]
