@@ -1,6 +1,7 @@
 """The variation-ratio parameters ``(p, beta, q)`` of per-report randomizers beyond the named frequency
 oracles: any randomizer with a finite output set given by its transition matrix, the numeric mechanisms'
-integer-grid samplers, and a range task's per-report randomizer (its groups' oracles); and
+integer-grid samplers (Hybrid's mixture and ``k`` of ``m`` attributes per report included, from the
+extreme inputs' output classes), and a range task's per-report randomizer (its groups' oracles); and
 :class:`Randomizer`, how a task hands such a randomizer to the accountant.
 
 For a randomizer with output distributions ``mu_x``: ``p`` bounds ``mu_x / mu_x'`` for the pair in
@@ -20,6 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+from scipy import special
 
 from ldp.shuffle.variation import VariationParameters, variation_parameters
 
@@ -31,6 +33,8 @@ __all__ = [
     "oracle_parameters",
     "range_randomizer",
     "numeric_randomizer",
+    "extreme_pair",
+    "product_parameters",
 ]
 
 
@@ -137,29 +141,109 @@ def _oracle_label(oracle: Any) -> str:
     return name if size is None else f"{name} {size}"
 
 
+def extreme_pair(mechanism: Any) -> list[tuple[Fraction, Fraction]]:
+    """The output law of a numeric mechanism's two extreme grid inputs (``j = 0`` and ``N``), grouped by
+    likelihood ratio: ``(P[class | 0], P[class | N])`` per class, exactly. Every pair of inputs is a
+    post-processing of this pair (docs/shuffle_accounting.md), so products of it are the worst case.
+
+    TwoPoint (Duchi, one-bit-mean) and BlockGeometric (Laplace) are binary randomized response at their
+    ratio; a SlidingWindow (Piecewise, Square Wave) has its two windows' symmetric difference (``min(N s,
+    w)`` cells each side) and the rest (ratio 1); Hybrid is the coin's mixture of its Piecewise and Duchi
+    classes (disjoint messages)."""
+    from ldp.numeric.grid import BlockGeometric, SlidingWindow, TwoPoint
+
+    parts = getattr(mechanism, "_pm", None), getattr(mechanism, "_duchi", None)
+    if parts[0] is not None and parts[1] is not None:  # Hybrid: the coin is exactly T_alpha / 2^62
+        alpha = Fraction(int(mechanism.alpha_threshold), 1 << 62)
+        mixed = [(alpha * a, alpha * b) for a, b in extreme_pair(parts[0])]
+        mixed += [((1 - alpha) * a, (1 - alpha) * b) for a, b in extreme_pair(parts[1])]
+        return _merge_classes(mixed)
+    grid = getattr(mechanism, "grid", mechanism)
+    if isinstance(grid, TwoPoint):
+        low = Fraction(grid.base, grid.total)
+        return _merge_classes([(1 - low, low), (low, 1 - low)])
+    if isinstance(grid, BlockGeometric):
+        rho = grid.rho
+        return _merge_classes([(1 / (1 + rho), rho / (1 + rho)), (rho / (1 + rho), 1 / (1 + rho))])
+    if isinstance(grid, SlidingWindow):
+        moved = min(grid.n_steps * grid.step, grid.width)
+        hi, lo = Fraction(moved * grid.high, grid.total), Fraction(moved * grid.low, grid.total)
+        return _merge_classes([(hi, lo), (lo, hi), (1 - hi - lo, 1 - hi - lo)])
+    raise ValueError(f"no grid sampler for {type(mechanism).__name__}")
+
+
+def _merge_classes(classes: list[tuple[Fraction, Fraction]]) -> list[tuple[Fraction, Fraction]]:
+    """Outputs with one likelihood ratio merged (a sufficient statistic: products keep their divergence);
+    empty classes dropped."""
+    merged: dict[Fraction, tuple[Fraction, Fraction]] = {}
+    for a, b in classes:
+        if a == 0 and b == 0:
+            continue
+        if a == 0 or b == 0:
+            raise ValueError("an output with probability 0 under one extreme input: not eps-LDP")
+        old = merged.get(a / b, (Fraction(0), Fraction(0)))
+        merged[a / b] = (old[0] + a, old[1] + b)
+    return list(merged.values())
+
+
+def _compositions(k: int, parts: int) -> np.ndarray:
+    """Every vector of ``parts`` non-negative integers summing to ``k`` (one per row)."""
+    if parts == 1:
+        return np.array([[k]], dtype=np.int64)
+    rows = [np.column_stack([np.full(len(rest), first), rest])
+            for first in range(k, -1, -1) for rest in [_compositions(k - first, parts - 1)]]
+    return np.concatenate(rows)
+
+
+def product_parameters(classes: list[tuple[Fraction, Fraction]], k: int = 1) -> VariationParameters:
+    """``(p, beta, q)`` of ``k`` independent reports of the pair ``classes`` (:func:`extreme_pair`): ``p = q``
+    the largest class ratio to the power ``k``; ``beta`` the total variation of the ``k``-fold products,
+    summed over every composition of ``k`` into the classes (multinomial weights, in logs), plus a
+    relative allowance of ``1e-12`` for rounding, so never below the exact value (``k = 1``: exact in
+    rationals)."""
+    if k < 1 or not classes:
+        raise ValueError(f"a product of k >= 1 reports of a non-empty pair, got k = {k}")
+    ratio = max(max(a / b, b / a) for a, b in classes)
+    if k == 1:  # exact in rationals
+        exact = float(sum((max(a - b, Fraction(0)) for a, b in classes), Fraction(0)))
+        return VariationParameters(float(ratio), exact, float(ratio))
+    counts = _compositions(int(k), len(classes))
+    log_p = np.log(np.array([float(a) for a, _ in classes]))
+    log_q = np.log(np.array([float(b) for _, b in classes]))
+    multinom = special.gammaln(k + 1.0) - special.gammaln(counts + 1.0).sum(axis=1)
+    world0, world1 = np.exp(multinom + counts @ log_p), np.exp(multinom + counts @ log_q)
+    beta = float(np.maximum(world0 - world1, 0.0).sum()) + 1e-12 * float((world0 + world1).sum())
+    top = float(ratio) ** k
+    return VariationParameters(top, min(beta, (top - 1.0) / (top + 1.0)), top)
+
+
 def numeric_randomizer(task: Any) -> Randomizer | None:
-    """A numeric task's per-report randomizer when each report carries one attribute (one attribute, or
-    ``k = 1`` of several drawn at random): its mechanism's grid sampler (:func:`grid_parameters`); None for
-    several attributes per report or a mechanism without a grid (memoized)."""
+    """A numeric task's per-report randomizer on its grid: one attribute, or ``k`` of ``m`` attributes
+    drawn at random, each reported at ``epsilon / k``. The attribute choice does not depend on the values
+    and every pair of inputs is dominated by the pair differing on every attribute at its extremes, so the
+    parameters are those of ``k`` independent extreme pairs (:func:`extreme_pair`,
+    :func:`product_parameters`; Hybrid's mixture included). None for a memoized mechanism (reports
+    linkable across windows) or one without a grid sampler."""
     import dataclasses
 
-    if getattr(task, "is_memoized", False) or (task.is_multi and task.per_report != 1):
+    if getattr(task, "is_memoized", False):
         return None
 
-    def sampler_at(eps0: float) -> Any:
+    def parameters_at(eps0: float) -> VariationParameters:
         probe = dataclasses.replace(task, epsilon=float(eps0))
-        mech = probe.make_mechanism(0) if not task.is_multi else probe.make_mechanism().mechs[0]
-        grid = getattr(mech, "grid", None)
-        if grid is None:
-            raise ValueError(f"numeric mechanism {task.mechanism!r} has no grid sampler")
-        return grid
+        if not probe.is_multi:
+            return product_parameters(extreme_pair(probe.make_mechanism(0)), 1)
+        return product_parameters(extreme_pair(probe.make_mechanism().mechs[0]), probe.per_report)
 
     try:
-        sampler_at(task.epsilon)
+        parameters_at(task.epsilon)
     except (ValueError, AttributeError):
         return None
     name = f"numeric {task.resolved_mechanism} grid"
-    return Randomizer(name, lambda eps0: grid_parameters(sampler_at(eps0)))
+    if task.is_multi:
+        k = task.per_report
+        name += f" ({k} of {len(task.attributes)} attributes per report, each at eps0/{k})"
+    return Randomizer(name, parameters_at)
 
 
 def is_finite_ratio(params: VariationParameters) -> bool:
