@@ -202,3 +202,29 @@ def test_range_query_predictions_match_simulation(method):
     bar = TOLERANCE + 3.0 * math.sqrt(mc_error(plan_runs * 4) ** 2 + mc_error(runs * 4) ** 2)
     ratio = simulated / predicted
     assert np.all(np.abs(ratio - 1.0) <= bar), (method, ratio, bar)
+
+
+# -------------------------------------------------------------------------------------- the flag threshold
+
+@pytest.mark.parametrize("mechanism,eps", [("grr", 2.0), ("olh", 1.0)])
+def test_the_smallest_flagged_frequency_is_flagged_as_often_as_planned(mechanism, eps):
+    """One value at the plan's ``frequency_flagged_half_the_time`` (then at its 80% figure), the others
+    sharing the rest; over 1,000 collections the Bonferroni flag of ``ldp.selection`` (on the estimate and
+    its plug-in std, as the job computes it) fires for it half (80%) of the time: a binomial rate from
+    1,000 draws has a standard error of at most 1.6%, the bar is 0.06 (about four of them)."""
+    from ldp.selection import discoveries
+
+    d, n, runs = 64, 10_000, 1000
+    task = parse_task({"task_id": "flag", "mechanism": mechanism, "epsilon": eps, "domain_size": d})
+    det = plan_task(task, n)["detection"]
+    oracle = task.make_oracle()
+    rng = np.random.default_rng(31)
+    for key, rate in (("frequency_flagged_half_the_time", 0.5), ("frequency_flagged_80pct", 0.8)):
+        f = det[key]
+        hot = int(round(f * n))
+        values = np.r_[np.zeros(hot, dtype=np.int64), 1 + np.arange(n - hot, dtype=np.int64) % (d - 1)]
+        flags = 0
+        for _ in range(runs):
+            est = oracle.estimate(oracle.add(oracle.create_accumulator(), oracle.encode(values, rng=rng)))
+            flags += bool(discoveries(est.frequencies, np.sqrt(est.variance_with_f), d)[0])
+        assert abs(flags / runs - rate) <= 0.06, (mechanism, key, f, flags / runs)
