@@ -2,8 +2,8 @@
 
 A range method's published answer goes through Norm-Sub, consistency steps and (some methods) weighted
 update or inference, which shrink its error well below the std the method states for it
-(``RangeModel.answer_std``, a closed form before those steps: on uniform data 1.3-1.7x the true error for
-HDG and TDG, 6-8x for CALM). No closed form gives the published answer's error, so the plan measures it:
+(``RangeModel.answer_std``, a closed form before those steps: on uniform data 1.3-1.8x the true error for
+HDG and TDG, 6-8.5x for CALM). No closed form gives the published answer's error, so the plan measures it:
 :data:`RUNS` collections of ``min(users,`` :data:`SAMPLE_USERS` ``)`` users with records uniform over the
 domain, groups dealt evenly, each encoded, accumulated and finalized by the method (:mod:`ldp.rangequery`),
 and the RMS error of the standard queries (per attribute the lower half of its domain; per pair of
