@@ -563,7 +563,14 @@ class _Cursor:
         return out
 
 
+#: a Python object's repr (``<_io.BytesIO object at 0x7f...>``) inside a decoder's message: process internals
+_OBJECT_REPR = re.compile(r"<[A-Za-z_][\w.]* object at 0x[0-9a-fA-F]+>")
+
+
 def _undecodable(detail: str) -> RequestError:
+    """A 400 ``undecodable``; object reprs in the decoder's message become ``<stream>`` (the answer is the
+    same for the same body, and shows the client nothing of the process)."""
+    detail = _OBJECT_REPR.sub("<stream>", detail)
     return RequestError(400, "undecodable", f"the body is not an Avro object container: {detail}")
 
 
