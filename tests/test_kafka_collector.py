@@ -173,7 +173,14 @@ def test_the_output_flags_are_checked(tmp_path, frequency_task_file, repo_root):
             argv, cwd=repo_root, env=venv_env(), capture_output=True, text=True, timeout=120
         )
 
+    shuffled = frequency_task_file("shuffled.json", anonymity={"shuffled": True, "min_reports": 2})
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.collect", "--task", str(shuffled), "--output_topic", "kafka://127.0.0.1:1/t"],
+        cwd=repo_root, env=venv_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "cannot carry a shuffled task" in done.stderr, done.stderr
     for args, message in [
+        (("--output_topic", "kafka://127.0.0.1:1/t"), "no Kafka broker answers at 127.0.0.1:1"),
         ((), "exactly one of --output_dir and --output_topic"),
         (("--output_dir", str(tmp_path / "d"), "--output_topic", "kafka://127.0.0.1:1/t"), "exactly one of"),
         (("--output_topic", "http://x/t"), "--output_topic must be kafka://"),
