@@ -255,8 +255,8 @@ def _inside(f: PayloadField) -> object:
 #: a record of attribute values, a string of bytes (heavy hitters).
 WIRE_INPUTS: tuple[str, ...] = ("categorical", "real", "sparse", "records", "strings")
 #: The byte procedures of ``docs/wire_format.md``: frequency oracles (section 3), memoized mechanisms (6),
-#: numeric mechanisms on the integer grid (7), sparse vectors (8).
-WIRE_PROCEDURES: tuple[str, ...] = ("frequency", "memo", "numeric", "sparse")
+#: numeric mechanisms on the integer grid (7), sparse vectors (8), heavy hitters (10).
+WIRE_PROCEDURES: tuple[str, ...] = ("frequency", "memo", "numeric", "sparse", "heavy_hitters")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,9 @@ import pytest
 from scipy import stats
 
 import schemas
+from ldp.aggregate import make_aggregator
+from ldp.heavy_hitters.pem import PEM
+from ldp.heavy_hitters.strings import encode_strings
 from ldp.kinds.sparse.aggregate import to_reports
 from ldp.longitudinal.memo import make_memo_oracle, memo_words_hmac
 from ldp.numeric.mechanisms import make_numeric_mechanism
@@ -37,7 +40,7 @@ from wire.client import client_params_document
 from wire.client import main as vectors_main
 from wire.json_form import REPORT_JSON_FIELDS, report_from_json, report_to_json, reports_to_json
 from wire.records import REASONS, reports_to_records
-from wire.validate import ReportValidator
+from wire.validate import ReportValidator, TaskReportValidator
 from wire.vectors import (
     BYTE_MECHANISMS,
     MEMO_BYTE_MECHANISMS,
@@ -53,6 +56,10 @@ from wire.vectors import (
     memo_wire_params,
     numeric_encode_bytes,
     numeric_wire_params,
+    pem_bucket_one,
+    pem_encode_bytes,
+    pem_value_words,
+    pem_wire_params,
     sparse_encode_bytes,
     sparse_hash_one,
     sparse_item_bits,
@@ -800,7 +807,7 @@ def test_sparse_encode_bytes_refuses_bad_calls():
 # ------------------------------------------------------------------------------------------------
 def test_client_parameters_are_the_vectors_params(tmp_path, capsys):
     names = [f"encode_{m}.json" for m in BYTE_MECHANISMS] + [f"memo_{m}.json" for m in MEMO_BYTE_MECHANISMS] \
-        + [f"encode_sparse_{m}.json" for m in SPARSE_BYTE_MECHANISMS]
+        + [f"encode_sparse_{m}.json" for m in SPARSE_BYTE_MECHANISMS] + ["encode_pem.json"]
     for name in names:
         for case in _load(name)["cases"]:
             task = parse_task(case["task"])
@@ -814,3 +821,133 @@ def test_client_parameters_are_the_vectors_params(tmp_path, capsys):
     path.write_text(json.dumps({**case["task"], "epsilon": -1}), encoding="utf-8")
     assert vectors_main([str(path)]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+# ------------------------------------------------------------------------------------------------
+# heavy hitters (docs/wire_format.md, section 10)
+# ------------------------------------------------------------------------------------------------
+def test_pem_encode_vectors_reproduce():
+    doc = _load("encode_pem.json")
+    assert doc["mechanism"] == "pem" and len(doc["cases"]) >= 4
+    for case in doc["cases"]:
+        task = parse_task(case["task"])
+        pem = task.make_mechanism()
+        assert pem_wire_params(pem) == case["params"]
+        assert {v["level"] for v in case["vectors"]} == set(range(len(pem.levels)))
+        for vec in case["vectors"]:
+            value = bytes.fromhex(vec["value_hex"])
+            if vec["value_text"] is not None:
+                assert vec["value_text"].encode("utf-8") == value
+            raw = bytes.fromhex(vec["random"])
+            reports, used, hashes = pem_encode_bytes(pem, [value], [raw], np.array([int(vec["seed_u64"])],
+                                                                                    dtype=np.uint64))
+            assert int(used[0]) == len(raw)  # every byte consumed, no more
+            assert (int(reports.level[0]), hashes[0]) == (vec["level"], vec["hash"])
+            assert int(reports.y[0]) == vec["report"]["value"]
+            rec = report_from_json(vec["report"])
+            assert rec["group"] == vec["level"] and rec["seed"] % 2**64 == int(vec["seed_u64"])
+            batch = TaskReportValidator(make_aggregator(task)).validate([rec])
+            assert batch.n_accepted == 1
+            with pytest.raises(ValueError, match="random bytes exhausted"):
+                pem_encode_bytes(pem, [value], [raw[:-8]], np.array([1], dtype=np.uint64))
+        for bad in case["refused_inputs"]:
+            with pytest.raises(ValueError, match="more than max_length"):
+                pem_value_words(bytes.fromhex(bad["value_hex"]), pem.max_length)
+
+
+def test_pem_dead_letter_vectors_reproduce():
+    seen = set()
+    for case in _load("dead_letters_pem.json")["cases"]:
+        task = parse_task(case["task"])
+        if case["stage"] == "json":
+            with pytest.raises(ValueError) as err:
+                report_from_json(case["report"])
+            assert err.value.reason == case["reason"], case["what"]
+        else:
+            batch = TaskReportValidator(make_aggregator(task)).validate([report_from_json(case["report"])])
+            got = batch.dead_letters[0]["reason"] if batch.dead_letters else None
+            assert got == case["reason"], case["what"]
+        seen.add(case["reason"])
+    want = {None, "invalid_group", "out_of_domain", "missing_field", "invalid_seed", "invalid_payload"}
+    assert want <= seen
+
+
+@pytest.mark.parametrize("layout", [(6, 4.0, {}), (3, 1.0, {}), (9, 2.0, {"sketch_seed": 7}), (1, 0.5, {}),
+                                    (20, 3.0, {"first_bits": 9, "step_bits": 30})])
+def test_pem_reference_buckets_are_the_cores(layout):
+    """The pure-integer ``H(b)`` of every level (direct, hashed, full) equals the core client's."""
+    b, eps, extra = layout
+    pem = PEM(eps, b, **extra)
+    params = pem_wire_params(pem)
+    rng = _rng(50, b)
+    values = [bytes(rng.integers(0, 256, size=int(rng.integers(0, b + 1)), dtype=np.uint8))
+              for _ in range(200)]
+    seeds = rng.integers(0, 2**64 - 1, size=200, dtype=np.uint64, endpoint=True)
+    words = encode_strings(values, b).words()
+    for lv, lp in zip(pem.levels, params["levels"]):
+        core = pem._buckets(lv, words, seeds)
+        ref = [pem_bucket_one(lp, int(s), pem_value_words(v, b), params["total_bits"])
+               for v, s in zip(values, seeds)]
+        assert core.tolist() == ref, lp
+
+
+def test_pem_thresholds_realize_the_level_shares():
+    pem = PEM(2.0, 9)
+    params = pem_wire_params(pem)
+    edges = np.cumsum(pem.weights)[:-1]
+    assert len(params["T_level"]) == len(pem.levels) - 1
+    for t, e in zip(params["T_level"], edges):
+        assert abs(t / 2**53 - e) < 2**-53
+    for lv, lp in zip(pem.levels, params["levels"]):
+        assert abs(lp["T_p"] / 2**53 - lv.p) < 2**-53 and lp["g"] == lv.g == 2 ** lp["t"]
+    with pytest.raises(ValueError, match="sketch search only"):
+        pem_wire_params(PEM(2.0, 4, search="olh"))
+
+
+def _pem_keys(pem: PEM, level, seeds, y, v1: bytes, v2: bytes) -> np.ndarray:
+    """One integer per report: its level, and which of v1, v2 its ``y`` supports (and whether they
+    collide)."""
+    w1, w2 = encode_strings([v1], pem.max_length).words(), encode_strings([v2], pem.max_length).words()
+    key = np.zeros(len(y), dtype=np.int64)
+    for lv in pem.levels:
+        m = np.flatnonzero(np.asarray(level) == lv.index)
+        if m.size:
+            h1 = pem._buckets(lv, np.repeat(w1, m.size, axis=0), seeds[m])
+            h2 = pem._buckets(lv, np.repeat(w2, m.size, axis=0), seeds[m])
+            yy = np.asarray(y, dtype=np.uint64)[m]
+            key[m] = 8 * lv.index + 4 * (h1 == h2) + 2 * (yy == h1) + (yy == h2)
+    return key
+
+
+def _pem_byte_encode(pem: PEM, value: bytes, n: int, rng: np.random.Generator):
+    raw = [rng.integers(0, 256, size=8 * 24, dtype=np.uint8).tobytes() for _ in range(n)]
+    seeds = rng.integers(0, 2**64 - 1, size=n, dtype=np.uint64, endpoint=True)
+    return pem_encode_bytes(pem, [value] * n, raw, seeds)[0]
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
+def test_pem_byte_outputs_pass_the_epsilon_ldp_audit(eps):
+    pem, n = PEM(eps, 3), 20_000
+    rng = _rng(51, int(eps * 2))
+    v1, v2 = b"ab", b"ab\x00"  # differ only in the length trailer
+    r1, r2 = _pem_byte_encode(pem, v1, n, rng), _pem_byte_encode(pem, v2, n, rng)
+    k1 = _pem_keys(pem, r1.level, r1.seed, r1.y, v1, v2)
+    k2 = _pem_keys(pem, r2.level, r2.seed, r2.y, v1, v2)
+    assert _worst_ratio(k1, k2) <= math.exp(eps)
+
+
+@pytest.mark.statistical
+def test_pem_byte_outputs_match_the_core_encoder():
+    """Two-sample chi-square on (level, support of two values): byte-driven against ``PEM.encode``."""
+    pem, n = PEM(2.0, 6), 20_000
+    rng = _rng(52)
+    v1, v2 = "word", "wore"
+    a = _pem_byte_encode(pem, v1.encode(), n, rng)
+    b = pem.encode([v1] * n, rng=rng)
+    ka = _pem_keys(pem, a.level, a.seed, a.y, v1.encode(), v2.encode())
+    kb = _pem_keys(pem, b.level, b.seed, b.y, v1.encode(), v2.encode())
+    keys = np.union1d(ka, kb)
+    table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (ka, kb)])
+    table = table[:, table.sum(axis=0) >= 10]
+    assert stats.chi2_contingency(table)[1] > 1e-6

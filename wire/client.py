@@ -25,6 +25,7 @@ from wire.vectors import (
     WIRE_VECTORS_VERSION,
     memo_wire_params,
     numeric_wire_params,
+    pem_wire_params,
     sparse_wire_params,
     wire_params,
 )
@@ -38,6 +39,7 @@ _PARAMS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "memo": memo_wire_params,
     "numeric": numeric_wire_params,
     "sparse": sparse_wire_params,
+    "heavy_hitters": pem_wire_params,
 }
 
 

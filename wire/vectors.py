@@ -45,6 +45,10 @@ from typing import Any
 import numpy as np
 
 from ldp.hashing import GOLDEN, splitmix64
+from ldp.heavy_hitters.pem import PEM, HHReports
+from ldp.heavy_hitters.sketch import MATRIX_WORD, ROW_WORD
+from ldp.heavy_hitters.strings import total_bits
+from ldp.kinds.heavy_hitters.aggregate import MECHANISMS as HH_MECHANISMS
 from ldp.longitudinal.memo import (
     LOLOHA,
     MEMO_MECHANISMS,
@@ -108,6 +112,11 @@ __all__ = [
     "sparse_hash_one",
     "sparse_wire_params",
     "sparse_encode_bytes",
+    "PEM_BYTE_MECHANISMS",
+    "pem_wire_params",
+    "pem_value_words",
+    "pem_bucket_one",
+    "pem_encode_bytes",
 ]
 
 #: Version of the conformance vectors (``schemas/vectors/v<N>/``) and of the byte-level procedure.
@@ -967,3 +976,124 @@ def sparse_encode_bytes(
     else:
         raise ValueError(f"no byte-driven procedure for {mech!r}; known: {SPARSE_BYTE_MECHANISMS}")
     return reports, ws.consumed_bytes.copy()
+
+
+# ---------------------------------------------------------------------------------- heavy hitters (PEM)
+
+#: Heavy-hitters mechanisms (:mod:`ldp.heavy_hitters`) with a byte-driven client procedure (section 10).
+PEM_BYTE_MECHANISMS = byte_mechanisms("heavy_hitters", HH_MECHANISMS)
+
+
+def pem_wire_params(pem: PEM) -> dict[str, Any]:
+    """The numbers a client needs to run ``pem``'s procedure byte for byte (``docs/wire_format.md``,
+    section 10): the level thresholds ``T_level`` and, per level, its hash (``direct``, ``hashed`` or
+    ``full``), ``bits``, ``d``, ``rows``, ``t``, ``g``, ``key_seed`` (decimal string), ``p`` and ``T_p``."""
+    if pem.search != "sketch":
+        raise ValueError(f"{pem!r}: the byte-driven procedure covers the sketch search only")
+    edges = np.cumsum(pem.weights)[:-1]
+    levels = []
+    for lv in pem.levels:
+        if lv.sketch is None:
+            kind, d, rows, key_seed = "full", lv.bits, 1, None
+        else:
+            sk = lv.sketch
+            kind = "direct" if sk.direct else "hashed"
+            d, rows, key_seed = sk.d, sk.rows, None if sk.direct else str(sk.key_seed)
+        levels.append({
+            "level": lv.index, "hash": kind, "bits": lv.bits, "d": d, "rows": rows,
+            "t": lv.g.bit_length() - 1, "g": lv.g, "key_seed": key_seed, "p": lv.p,
+            "T_p": bernoulli_threshold(lv.p),
+        })
+    return {
+        "mechanism": "pem", "epsilon": pem.epsilon, "max_length": pem.max_length,
+        "total_bits": total_bits(pem.max_length), "weights": pem.weights.tolist(),
+        "T_level": [bernoulli_threshold(float(e)) for e in edges], "levels": levels,
+    }
+
+
+def pem_value_words(value: str | bytes, max_length: int) -> int:
+    """A value's bit string (``L`` bits: the padded bytes, then the length) as one integer, bit 0 of the
+    string its most significant of ``L`` bits; ``str`` is UTF-8. Refuses a value of more than ``B`` bytes."""
+    data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    b = int(max_length)
+    if len(data) > b:
+        raise ValueError(f"a value of {len(data)} bytes, more than max_length {b}")
+    h = b.bit_length()
+    return (int.from_bytes(data.ljust(b, b"\0"), "big") << h) | len(data)
+
+
+def _seed_word(seed: int, j: int) -> int:
+    return _splitmix64_int(int(seed) + (j + 1) * _GOLDEN_INT)
+
+
+def _prefix(x: int, width: int, bits: int) -> int:
+    """The first ``bits`` bits of an ``width``-bit string, as a ``bits``-bit integer."""
+    return x >> (width - bits)
+
+
+def pem_bucket_one(level: dict[str, Any], seed: int, x: int, width: int) -> int:
+    """``H(b)`` of one report (pure integers; section 10): the bucket ``b`` of the value's ``bits``-bit
+    prefix (``direct``: the prefix; ``hashed``: the row's multiply-shift hash), mapped by ``S b xor c``;
+    ``full``: ``S x xor c`` over the whole ``L``-bit string ``x``."""
+    t, d, bits = int(level["t"]), int(level["d"]), int(level["bits"])
+    if level["hash"] == "full":
+        nw = (width + 63) // 64
+        padded = x << (64 * nw - width)  # the words, big-endian, bits past L zero
+        words = [_seed_word(seed, MATRIX_WORD + i) for i in range(t * nw + 1)]
+        h = 0
+        for i in range(t):
+            row = 0
+            for k in range(nw):
+                row = (row << 64) | words[i * nw + k]
+            h |= (bin(row & padded).count("1") & 1) << i
+        return h ^ (words[t * nw] & ((1 << t) - 1))
+    prefix = _prefix(x, width, bits)
+    if level["hash"] == "direct":
+        b = prefix
+    else:
+        pieces = (bits + 31) // 32
+        piece = prefix << (32 * pieces - bits)
+        xs = [(piece >> (32 * (pieces - 1 - i))) & 0xFFFFFFFF for i in range(pieces)]
+        row = _seed_word(seed, ROW_WORD) % int(level["rows"])
+        key_seed = int(level["key_seed"])
+        keys = [_seed_word(key_seed, row * (pieces + 1) + i) for i in range(pieces + 1)]
+        acc = keys[pieces]
+        for a, xi in zip(keys, xs):
+            acc = (acc + a * xi) & _M64
+        b = acc >> (64 - d)
+    h = 0
+    for i in range(t):
+        h |= (bin(_seed_word(seed, MATRIX_WORD + i) & ((1 << d) - 1) & b).count("1") & 1) << i
+    return h ^ (_seed_word(seed, MATRIX_WORD + t) & ((1 << t) - 1))
+
+
+def pem_encode_bytes(
+    pem: PEM, values: Sequence[str | bytes], random: Sequence[bytes], seeds: np.ndarray
+) -> tuple[HHReports, np.ndarray, list[int]]:
+    """Encodes values with PEM's wire procedure (section 10) from explicit random bytes and public seeds.
+
+    Returns:
+        the reports, the bytes each consumed, and each report's ``H(b)`` (its bucket before randomization).
+    """
+    params = pem_wire_params(pem)
+    width = params["total_bits"]
+    n = len(values)
+    if len(random) != n or len(seeds) != n:
+        raise ValueError("values, random and seeds need one entry per report")
+    ws = WordStream(list(random))
+    level, y, hashes = np.zeros(n, np.uint8), np.zeros(n, np.uint64), []
+    for i, v in enumerate(values):
+        x = pem_value_words(v, pem.max_length)
+        row = np.array([i])
+        u = int(ws.take(row)[0] >> np.uint64(11))
+        j = sum(u >= t for t in params["T_level"])
+        lv = params["levels"][j]
+        h = pem_bucket_one(lv, int(seeds[i]), x, width)
+        if ws.bernoulli(lv["T_p"], row)[0]:
+            out = h
+        else:
+            o = int(ws.uniform(lv["g"] - 1, row)[0])
+            out = o + (o >= h)
+        level[i], y[i] = j, out
+        hashes.append(h)
+    return HHReports(level, np.asarray(seeds, np.uint64), y), ws.consumed_bytes.copy(), hashes

@@ -303,7 +303,8 @@ class PEM:
     """PEM over byte strings of at most ``max_length`` bytes (see the module docstring).
 
     A report travels as the wire's ``group`` (its level), ``seed`` and ``value`` (``y``); :attr:`wire`
-    declares what a client encodes and that no byte procedure is specified yet.
+    declares what a client encodes and its byte procedure (``docs/wire_format.md``, section 10: the
+    sketch search's levels; the ``olh`` search has no byte procedure).
 
     Args:
         epsilon: the eps of every report (eps-LDP).
@@ -320,12 +321,7 @@ class PEM:
     """
 
     name = "pem"
-    wire = WireSpec(
-        "strings",
-        reason="no byte procedure yet: the level's GF(2) hash matrices and the row keys are drawn from the "
-        "seed by ldp.hashing.seed_words, which docs/wire_format.md does not specify; the Python client is "
-        "the only one, so there are no conformance vectors",
-    )
+    wire = WireSpec("strings", "heavy_hitters", "encode_pem")
 
     def __init__(
         self,

@@ -22,6 +22,8 @@ Three kinds of file, all deterministic (explicit seeds):
 * ``encode_sparse_<mechanism>.json``, ``aggregate_sparse_<mechanism>.json``, ``dead_letters_sparse.json``:
   the sparse-vector mechanisms (:func:`wire.vectors.sparse_encode_bytes`; input entries, public seed and
   the hash of each entry, random bytes -> report; reports -> exact per-item sums and the estimates).
+* ``encode_pem.json``, ``dead_letters_pem.json``: heavy hitters (:func:`wire.vectors.pem_encode_bytes`;
+  input bytes, public seed, random bytes -> level, ``H(b)`` and report; inputs a client refuses).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ldp.aggregate import make_aggregator  # noqa: E402
 from ldp.kinds.sparse.aggregate import SparseAggregator  # noqa: E402
 from ldp.numeric.mechanisms import make_numeric_mechanism  # noqa: E402
 from ldp.reports import Reports  # noqa: E402
@@ -47,7 +50,7 @@ from ldp.sparse.accumulate import TableAccumulator, table_sums  # noqa: E402
 from ldp.sparse.vectors import SparseVectors  # noqa: E402
 from ldp.task import parse_task  # noqa: E402
 from wire.json_form import WireFormatError, report_from_json, reports_to_json  # noqa: E402
-from wire.validate import ReportValidator  # noqa: E402
+from wire.validate import ReportValidator, TaskReportValidator  # noqa: E402
 from wire.vectors import (  # noqa: E402
     MEMO_BYTE_MECHANISMS,
     WIRE_VECTORS_VERSION,
@@ -57,6 +60,8 @@ from wire.vectors import (  # noqa: E402
     memo_wire_params,
     numeric_encode_bytes,
     numeric_wire_params,
+    pem_encode_bytes,
+    pem_wire_params,
     sparse_encode_bytes,
     sparse_hash_one,
     sparse_wire_params,
@@ -455,6 +460,100 @@ def _sparse_dead_letter_cases() -> list[dict[str, Any]]:
     return _refusals(cases, sparse_validator)
 
 
+#: heavy-hitters (PEM) parameter sets: task keys beyond task_id, kind and mechanism
+PEM_CASES: list[dict[str, Any]] = [
+    {"epsilon": 4.0, "max_length": 6},
+    {"epsilon": 1.0, "max_length": 3},
+    {"epsilon": 2.0, "max_length": 9, "params": {"sketch_seed": 7}},
+    {"epsilon": 0.5, "max_length": 1},
+]
+#: inputs every PEM case encodes (when they fit in max_length): the empty string, a NUL byte after
+#: "ab" (told from "ab" only by the length trailer), multi-byte UTF-8, and a byte that is not UTF-8
+PEM_INPUTS: tuple[bytes, ...] = (b"", b"a", b"ab", b"ab\x00", "\u00e9".encode(), "\u65e5\u672c".encode(),
+                                  b"\xff\x00", b"zz")
+
+
+def _pem_task(index: int, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"task_id": f"wire-pem-{index}", "kind": "heavy_hitters", "mechanism": "pem", **extra}
+
+
+def _pem_input(value: bytes) -> dict[str, Any]:
+    try:
+        text: str | None = value.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    return {"value_hex": value.hex(), "value_text": text}
+
+
+def _pem_values(b: int, n: int, rng: np.random.Generator) -> list[bytes]:
+    fixed = [v for v in PEM_INPUTS if len(v) <= b]
+    fixed.append(bytes(rng.integers(0x61, 0x7B, size=b, dtype=np.uint8)))  # a value of max_length bytes
+    rand = [bytes(rng.integers(0, 256, size=int(rng.integers(0, b + 1)), dtype=np.uint8))
+            for _ in range(n - len(fixed))]
+    return fixed + rand
+
+
+def _pem_encode_case(index: int, extra: dict[str, Any], rng: np.random.Generator) -> dict:
+    task_json = _pem_task(index, extra)
+    task = parse_task(task_json)
+    pem = task.make_mechanism()
+    n = 96
+    values = _pem_values(pem.max_length, n, rng)
+    raw = [rng.integers(0, 256, size=8 * 48, dtype=np.uint8).tobytes() for _ in range(n)]
+    seeds = rng.integers(0, np.iinfo(np.uint64).max, size=n, dtype=np.uint64, endpoint=True)
+    seeds[1 : 1 + len(EDGE_SEEDS)] = np.array(EDGE_SEEDS, dtype=np.uint64)
+    reports, used, hashes = pem_encode_bytes(pem, values, raw, seeds)
+    pick = list(range(len([v for v in PEM_INPUTS if len(v) <= pem.max_length]) + 1))
+    for j in range(len(pem.levels)):  # at least two reports of every level
+        pick += [i for i in np.flatnonzero(reports.level == j).tolist() if i not in pick][:2]
+    most = int(np.argmax(used))
+    if most not in pick:
+        pick.append(most)
+    vectors = []
+    for k, i in enumerate(pick):
+        et = EVENT_MS + 1000 * k
+        rec = reports_to_json(task.task_id, Reports(values=reports.y[i : i + 1].astype(np.int64),
+                                                    seeds=reports.seed[i : i + 1]), et)[0]
+        rec["group"] = int(reports.level[i])
+        vectors.append({
+            **_pem_input(values[i]), "seed_u64": str(int(seeds[i])), "level": int(reports.level[i]),
+            "hash": hashes[i], "random": raw[i][: used[i]].hex(), "event_time": et, "report": rec,
+        })
+    too_long = [bytes(pem.max_length + 1), ("\u00e9" * pem.max_length).encode()]
+    refused = [{**_pem_input(v), "reason": "longer than max_length"} for v in too_long]
+    return {"task": task_json, "params": pem_wire_params(pem), "vectors": vectors, "refused_inputs": refused}
+
+
+def _pem_validator(task: Any) -> TaskReportValidator:
+    return TaskReportValidator(make_aggregator(task))
+
+
+def _pem_dead_letter_cases() -> list[dict[str, Any]]:
+    """Refused (and accepted) heavy-hitters reports, each a small change of a valid report."""
+    task = _pem_task(0, PEM_CASES[0])
+    levels = parse_task(task).make_mechanism().levels
+    g, top = levels[0].g, len(levels) - 1
+    r = {"task_id": task["task_id"], "schema_version": 2, "event_time": EVENT_MS, "group": 0,
+         "value": g - 1, "seed": "-6406931151052310911", "bits": None, "items": None, "reals": None,
+         "client_id": None}
+    cases: list[tuple[str, dict[str, Any], object]] = [
+        ("a valid report of level 0 (value g - 1)", task, r),
+        ("a valid report of the verification level", task, {**r, "group": top}),
+        ("group = the number of levels", task, {**r, "group": top + 1}),
+        ("group negative", task, {**r, "group": -1}),
+        ("value = g", task, {**r, "value": g}),
+        ("value negative", task, {**r, "value": -1}),
+        ("value not an integer", task, {**r, "value": 1.5}),
+        ("value absent", task, {**r, "value": None}),
+        ("seed absent", task, {**r, "seed": None}),
+        ("seed a JSON number", task, {**r, "seed": 5}),
+        ("seed 2**63", task, {**r, "seed": "9223372036854775808"}),
+        ("bits present (unused payload)", task, {**r, "bits": _b64(b"\x01")}),
+        ("items present (unused payload)", task, {**r, "items": [1]}),
+    ]
+    return _refusals(cases, _pem_validator)
+
+
 def _task(mechanism: str, index: int, extra: dict[str, Any]) -> dict[str, Any]:
     return {"task_id": f"wire-{mechanism}-{index}", "mechanism": mechanism, **extra}
 
@@ -677,6 +776,11 @@ def build_vectors() -> dict[str, Any]:
             "cases": [_sparse_aggregate_case(name, i, c, rng) for i, c in enumerate(cases)],
         }
     files["dead_letters_sparse.json"] = {**head, "cases": _sparse_dead_letter_cases()}
+    rng = np.random.default_rng(np.random.SeedSequence(20261201, spawn_key=(8, 0)))
+    files["encode_pem.json"] = {
+        **head, "mechanism": "pem", "cases": [_pem_encode_case(i, c, rng) for i, c in enumerate(PEM_CASES)],
+    }
+    files["dead_letters_pem.json"] = {**head, "cases": _pem_dead_letter_cases()}
     return files
 
 
