@@ -855,6 +855,17 @@ def test_pem_encode_vectors_reproduce():
                 pem_value_words(bytes.fromhex(bad["value_hex"]), pem.max_length)
 
 
+def test_pem_typescript_list_is_the_registrys():
+    """``HH_MECHANISMS`` of the TypeScript client names the heavy-hitters mechanisms whose wire spec lists
+    the ``typescript`` client (their vectors are reproduced by ``test/heavy_hitters.test.ts``)."""
+    from ldp.kinds.heavy_hitters.aggregate import MECHANISMS as HH
+    from wire.registry import client_mechanisms
+
+    src = (ROOT / "clients/typescript/src/heavy_hitters.ts").read_text(encoding="utf-8")
+    listed = src.split("export const HH_MECHANISMS = [", 1)[1].split("]", 1)[0]
+    assert tuple(x.strip().strip('"') for x in listed.split(",")) == client_mechanisms("typescript", HH)
+
+
 def test_pem_dead_letter_vectors_reproduce():
     seen = set()
     for case in _load("dead_letters_pem.json")["cases"]:

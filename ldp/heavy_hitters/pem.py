@@ -321,7 +321,7 @@ class PEM:
     """
 
     name = "pem"
-    wire = WireSpec("strings", "heavy_hitters", "encode_pem")
+    wire = WireSpec("strings", "heavy_hitters", "encode_pem", clients=("typescript",))
 
     def __init__(
         self,

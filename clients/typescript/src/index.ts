@@ -54,3 +54,19 @@ export {
 } from "./memo.js";
 export { hmacSha256, sha256 } from "./sha256.js";
 export { applyWire } from "./wire.js";
+export {
+  HH_MECHANISMS,
+  type HHMechanism,
+  MAX_LENGTH_LIMIT,
+  PemClient,
+  type PemEncodeOptions,
+  type PemLevel,
+  type PemOutput,
+  type PemParams,
+  encodePem,
+  pemHash,
+  pemParams,
+  totalBits,
+  valueBits,
+  valueBytes,
+} from "./heavy_hitters.js";
