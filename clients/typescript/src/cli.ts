@@ -15,12 +15,16 @@
  *
  * `--wire FILE`: the task's client parameters (`python -m wire.client TASK.json`), whose thresholds the
  * client then uses.
+ *
+ * Heavy-hitters tasks (`"kind": "heavy_hitters"`, `--wire` required): `--value` is the string itself; OUT.json
+ * also holds `group` (each report's level).
  */
 
 import { readFileSync, writeFileSync } from "node:fs";
 
 import { toBase64 } from "./base64.js";
 import { Client } from "./client.js";
+import { PemClient } from "./heavy_hitters.js";
 import { MEMO_MECHANISMS, MemoClient, fromHex, instantaneous, memoSpecFromTask, memoWireParams, newSecret } from "./memo.js";
 import { applyWire } from "./wire.js";
 import type { Payload } from "./oracles.js";
@@ -37,6 +41,22 @@ function parseArgs(argv: string[]): Map<string, string> {
   return out;
 }
 
+/** Heavy-hitters reports of one string: `group`, `value` and `seed` columns. */
+function pemSample(task: unknown, wire: unknown, value: string, count: number): Record<string, unknown> {
+  const client = PemClient.fromTask(task, { wire });
+  const src = new CryptoSource(65536);
+  const groups: number[] = [];
+  const values: number[] = [];
+  const seeds: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const r = client.output(value, src);
+    groups.push(r.level);
+    values.push(r.value);
+    seeds.push(BigInt.asIntN(64, r.seed).toString());
+  }
+  return { params: client.params, count, group: groups, value: values, seed: seeds };
+}
+
 function main(): void {
   const args = parseArgs(process.argv.slice(2));
   const task = JSON.parse(readFileSync(args.get("task")!, "utf-8"));
@@ -45,6 +65,10 @@ function main(): void {
   if (!Number.isInteger(count) || count < 1) throw new Error("--count must be a positive integer");
   const wireFile = args.get("wire");
   const wire = wireFile === undefined ? undefined : JSON.parse(readFileSync(wireFile, "utf-8"));
+  if (task !== null && typeof task === "object" && task.kind === "heavy_hitters") {
+    writeFileSync(args.get("out")!, JSON.stringify(pemSample(task, wire, args.get("value")!, count)));
+    return;
+  }
   const src = new CryptoSource(65536);
   let client: { params: object; payload(value: number, src: CryptoSource): Payload };
   if ((MEMO_MECHANISMS as readonly string[]).includes(task.mechanism)) {
