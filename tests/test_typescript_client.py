@@ -9,8 +9,10 @@ exceeds e^eps); and a two-sample chi-square test against ``oracle.encode`` of th
 p-value < 1e-6). The memoized mechanisms (``memo_<mechanism>.json`` under ``node --test``): the
 instantaneous step on two fixed memos audited against e^epsilon_instantaneous, and one report per fresh
 WebCrypto secret audited against e^epsilon_1 (eps 0.5, 1, 4), accepted by the validator and compared with
-``oracle.encode``. The client reads the task's client parameters (``wire.client.client_params_document``,
-``--wire``), so its thresholds equal the Python release's exactly.
+``oracle.encode``. Heavy-hitters reports (``pem``): the same audit on (level, which of two strings the value
+supports), the validator and a chi-square test against ``PEM.encode``. The client reads the task's client
+parameters (``wire.client.client_params_document``, ``--wire``), so its thresholds equal the Python release's
+exactly.
 
 Skipped, with the reason, when node or npm is missing, unless ``LDP_REQUIRE_NODE=1``.
 """
@@ -235,3 +237,39 @@ def test_typescript_memo_reports_of_fresh_users_pass_the_epsilon_ldp_audit(built
     table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (k1, py)])
     table = table[:, table.sum(axis=0) >= 10]
     assert table.shape[1] > 1 and stats.chi2_contingency(table)[1] > 1e-6
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
+@pytest.mark.statistical
+def test_typescript_heavy_hitters_reports_pass_the_epsilon_ldp_audit(built, eps, tmp_path):
+    """The client's heavy-hitters reports (WebCrypto seeds and words) for "ab" and "ba" (max_length 3): the
+    eps-LDP audit on (level, which of the two strings its value supports) per report, every report accepted
+    by the validator, and the same distribution as the Python core's ``PEM.encode`` (chi-square)."""
+    from ldp.kinds import make_aggregator
+    from tests.test_wire_vectors import _pem_keys
+    from wire.validate import TaskReportValidator
+
+    task_json = {"task_id": f"ts-pem-{eps}", "kind": "heavy_hitters", "mechanism": "pem", "epsilon": eps,
+                 "max_length": 3}
+    task = parse_task(task_json)
+    pem = task.make_mechanism()
+    a, b = "ab", "ba"
+    docs = [_sample(built, task_json, v, tmp_path / f"{v}.json") for v in (a, b)]
+    cols = [(np.array(d["group"]), np.array([int(s) % 2**64 for s in d["seed"]], dtype=np.uint64),
+             np.array(d["value"], dtype=np.uint64)) for d in docs]
+    k1, k2 = (_pem_keys(pem, g, s, y, a.encode(), b.encode()) for g, s, y in cols)
+    assert _worst_ratio(k1, k2) <= math.exp(eps)
+    rng = np.random.default_rng(np.random.SeedSequence(20261207, spawn_key=(int(2 * eps),)))
+    core = pem.encode([a] * N_PER_VALUE, rng=rng)
+    py = _pem_keys(pem, core.level, core.seed, core.y, a.encode(), b.encode())
+    keys = np.union1d(k1, py)
+    table = np.stack([np.bincount(np.searchsorted(keys, x), minlength=len(keys)) for x in (k1, py)])
+    table = table[:, table.sum(axis=0) >= 10]  # cells with enough mass for the chi-square approximation
+    assert stats.chi2_contingency(table)[1] > 1e-6
+    g, s, y = cols[0]
+    start = 1767225600000
+    records = [report_from_json({"task_id": task.task_id, "schema_version": 2, "event_time": start + i,
+                                 "group": int(g[i]), "value": int(y[i]),
+                                 "seed": str(int(np.uint64(s[i]).astype(np.int64))), "bits": None,
+                                 "items": None, "reals": None, "client_id": None}) for i in range(2000)]
+    assert TaskReportValidator(make_aggregator(task)).validate(records).n_accepted == 2000
