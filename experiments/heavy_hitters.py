@@ -15,7 +15,11 @@ With ``--peers`` the first ``--peer_n`` users of the same population go to pure-
 ``--peer_timeout`` seconds, and ours runs on the same subsample, so the two are compared at equal ``n``.
 pure-ldp's default oracle (OLH) allocates and scans an array of the whole domain per level (``2**(8 B)``
 entries: 32 GiB at 4 bytes), so the peers run over its Hadamard Count Mean Sketch (Apple's HCMS, the
-library's own sketch oracle, ``--peer_sketch K,M``) with the strings as bit strings (alphabet ``0``/``1``).
+library's own sketch oracle, ``--peer_sketch K,M``) with the strings as bit strings (alphabet ``0``/``1``);
+``--peer_oracle olh`` keeps the default, for short strings.
+
+``--summarize JSON [JSON ...]`` prints the markdown table of the write-up (means over seeds, and
+:func:`model_recall`'s expected recall for ours).
 
 This file is also the peer runner: ``PYTHON experiments/heavy_hitters.py --peer-run SPEC.json`` in the
 side environment reads the subsample and parameters and prints one JSON record per method; that code path
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -57,7 +62,7 @@ def _numpy2_compat() -> None:
 
 
 def _peer_objects(method: str, eps: float, bits: int, spec: dict[str, Any]) -> tuple[Any, Any]:
-    """A pure-ldp client and server for ``method`` over ``bits``-bit strings, both on HCMS."""
+    """A pure-ldp client and server for ``method`` over ``bits``-bit strings, on HCMS or OLH."""
     from pure_ldp.frequency_oracles.apple_cms import CMSClient, CMSServer
     from pure_ldp.heavy_hitters.apple_sfp import SFPClient, SFPServer
     from pure_ldp.heavy_hitters.prefix_extending import PEMClient, PEMServer
@@ -65,8 +70,11 @@ def _peer_objects(method: str, eps: float, bits: int, spec: dict[str, Any]) -> t
 
     _numpy2_compat()
     k, m = spec["sketch"]
-    server_fo = CMSServer(eps, k, m, is_hadamard=True)
-    client_fo = CMSClient(eps, server_fo.get_hash_funcs(), m, is_hadamard=True)
+    server_fo: Any = None  # the library's default oracle, OLH over the whole domain
+    client_fo: Any = None
+    if spec["oracle"] == "hcms":
+        server_fo = CMSServer(eps, k, m, is_hadamard=True)
+        client_fo = CMSClient(eps, server_fo.get_hash_funcs(), m, is_hadamard=True)
     frag = spec["fragment_bits"]
     if method == "PEM":
         start = spec["start_bits"]
@@ -137,6 +145,19 @@ def _truth_of(raw: np.ndarray) -> dict[bytes, float]:
     return {bytes(u): c / raw.shape[0] for u, c in zip(uniq, counts)}
 
 
+def recall_by_band(result: Any, truth: dict[bytes, float], heavy: float) -> list[dict[str, Any]]:
+    """Recall of the heavy strings per band of true frequency: ``[heavy, 1.5 heavy)``, ``[1.5, 2.5)``,
+    ``[2.5, 5)`` and ``>= 5`` times ``heavy``."""
+    found = {h.value for h in result.hitters}
+    edges = [heavy, 1.5 * heavy, 2.5 * heavy, 5 * heavy, float("inf")]
+    out = []
+    for lo, hi in zip(edges, edges[1:]):
+        band = [v for v, f in truth.items() if lo <= f < hi]
+        out.append({"low": lo, "high": None if hi == float("inf") else hi, "strings": len(band),
+                    "found": sum(1 for v in band if v in found)})  # fmt: skip
+    return out
+
+
 def run_ours(batch: Any, truth: dict[bytes, float], eps: float, args: argparse.Namespace, seed: int) -> dict:
     """Our PEM (default layout: sketch search and verification) on ``batch``, scored against ``truth``."""
     from bench.heavy_hitters import score
@@ -150,6 +171,7 @@ def run_ours(batch: Any, truth: dict[bytes, float], eps: float, args: argparse.N
     result = pem.estimate(pem.add(pem.create_accumulator(), reports))
     t2 = time.perf_counter()
     row = score(result, truth, args.heavy, args.useful)
+    row["recall_by_band"] = recall_by_band(result, truth, args.heavy)
     row.update(
         library="ldp-beam", method="pem", encode_s_per_million=(t1 - t0) * 1e6 / n,
         estimate_s_per_million=(t2 - t1) * 1e6 / n, layout=repr(pem),
@@ -169,7 +191,8 @@ def run_peer(method: str, raw: np.ndarray, eps: float, args: argparse.Namespace,
         np.save(os.path.join(tmp, "values.npy"), raw)
         spec = {
             "values": os.path.join(tmp, "values.npy"), "method": method, "epsilon": eps, "seed": seed,
-            "top_k": args.top_k, "sketch": [k, m], "fragment_bits": frag, "start_bits": frag,
+            "top_k": args.top_k, "sketch": [k, m], "oracle": args.peer_oracle, "fragment_bits": frag,
+            "start_bits": frag,
         }
         Path(tmp, "spec.json").write_text(json.dumps(spec), encoding="utf-8")
         cmd = [str(py), str(Path(__file__).resolve()), "--peer-run", os.path.join(tmp, "spec.json")]
@@ -188,10 +211,44 @@ def run_peer(method: str, raw: np.ndarray, eps: float, args: argparse.Namespace,
     row.pop("coverage")
     n = raw.shape[0]
     row.update(
-        library="pure-ldp", method=method, status="ok", wall_s=wall, sketch=[k, m], fragment_bits=frag,
+        library="pure-ldp", method=method, status="ok", wall_s=wall, oracle=args.peer_oracle,
+        sketch=[k, m] if args.peer_oracle == "hcms" else None, fragment_bits=frag,
         encode_s_per_million=rec["encode_s"] * 1e6 / n, estimate_s_per_million=rec["estimate_s"] * 1e6 / n,
     )
     return row
+
+
+def model_recall(
+    eps: float, n: int, nbytes: int, zipf: float, strings: int, heavy: float, reported: float
+) -> float:
+    """Expected recall of a Gaussian model of our default layout at one point (no hash collisions).
+
+    A heavy string of frequency ``f`` is published when its estimate clears every search level's cut and
+    the verification test: at a level of ``n_j`` users its estimate is ``f`` plus noise of sd
+    ``sqrt(var / n_j)`` (``var`` the level oracle's per-user variance); the first level keeps 2048 of
+    ``2**22`` prefixes (cut at the 2048th largest of ``2**22`` null z-scores, 3.3), the next ones 2048 of
+    ``2048 * 2**13`` (3.7), and Benjamini-Hochberg at 0.05 over 2048 verified strings with ``reported``
+    discoveries publishes above ``z = Phi^-1(1 - 0.05 reported / 2048)``. The frequencies are Zipf's
+    expected ones over ``strings`` values.
+    """
+    from scipy.stats import norm
+
+    from ldp.heavy_hitters import PEM
+
+    pem = PEM(eps, nbytes, top_k=64, expected_n=n)
+    w = np.arange(1, strings + 1, dtype=np.float64) ** -zipf
+    f = (w / w.sum())[: int(np.sum(w / w.sum() >= heavy))]
+    keep = float(pem.candidates)
+    z_verify = norm.isf(0.05 * max(reported, 1.0) / keep)
+    p_found = np.ones_like(f)
+    for j, lv in enumerate(pem.levels):
+        sd = math.sqrt(lv.q * (1 - lv.q) / (lv.p - lv.q) ** 2 / (pem.weights[j] * n))
+        if lv.verify:
+            z = z_verify
+        else:
+            z = norm.isf(keep / 2.0 ** lv.bits) if j == 0 else norm.isf(1.0 / 2.0 ** lv.extension_bits)
+        p_found *= norm.sf(z - f / sd)
+    return float(p_found.mean()) if f.size else 1.0
 
 
 def _point(args: argparse.Namespace, eps: float, n: int, zipf: float, nbytes: int, seed: int) -> list[dict]:
@@ -202,8 +259,11 @@ def _point(args: argparse.Namespace, eps: float, n: int, zipf: float, nbytes: in
     rng = np.random.default_rng([seed, nbytes, int(zipf * 100), n])
     batch, truth = zipf_population(n, args.strings, nbytes, zipf, rng)
     common = {"epsilon": eps, "zipf": zipf, "bytes": nbytes, "seed": seed}
-    rows = [{**run_ours(batch, truth, eps, args, seed), **common, "n": n, "truth": "population"}]
-    if args.peers and args.peer_n <= n and (n == min(args.ns)):
+    peers = args.peers and args.peer_n <= n and n == min(args.ns)
+    rows = []
+    if not (peers and args.peer_n == n):
+        rows.append({**run_ours(batch, truth, eps, args, seed), **common, "n": n, "truth": "population"})
+    if peers:
         raw = batch.data[: args.peer_n]
         sub = StringBatch(raw, batch.lengths[: args.peer_n], nbytes)
         sub_truth = _truth_of(raw)
@@ -224,6 +284,43 @@ def _fmt(r: dict) -> str:
         f"f1={r['f1']:.2f} heavy={r['heavy']} reported={r['reported']} "
         f"s/1e6={r['encode_s_per_million'] + r['estimate_s_per_million']:.1f}"
     )
+
+
+def summary_table(paths: list[str]) -> list[str]:
+    """Markdown rows: per method and point, the means over seeds, with our model's recall (ours only)."""
+    groups: dict[tuple, list[dict]] = {}
+    setups: dict[tuple, dict] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        for r in data["records"]:
+            key = (r["n"], r["zipf"], r["bytes"], r["epsilon"], r["library"], r["method"])
+            groups.setdefault(key, []).append(r)
+            setups[key] = data["setup"]
+    head = "method n Zipf B eps seeds heavy reported recall model precision F1 coverage encode estimate"
+    out = ["| " + " | ".join(head.split()) + " s/1e6 |", "| --- |" + " ---: |" * 14]
+    for key in sorted(groups):
+        n, zipf, nbytes, eps, lib, method = key
+        ok = [r for r in groups[key] if r.get("status", "ok") == "ok"]
+        name = f"{lib} {method}" + (f" ({ok[0]['oracle']})" if ok and ok[0].get("oracle") else "")
+        if not ok:
+            out.append(f"| {name} | {n:,} | {zipf:g} | {nbytes} | {eps:g} | - | {groups[key][0]['status']} |")
+            continue
+
+        def mean(k: str, rows: list[dict] = ok) -> float:
+            return float(np.mean([r[k] for r in rows]))
+
+        model, cov = "-", "-"
+        if lib == "ldp-beam":
+            st = setups[key]
+            model = f"{model_recall(eps, n, nbytes, zipf, st['strings'], st['heavy'], mean('reported')):.2f}"
+            cov = f"{mean('coverage'):.2f}"
+        out.append(
+            f"| {name} | {n:,} | {zipf:g} | {nbytes} | {eps:g} | {len(ok)} | {mean('heavy'):.0f} | "
+            f"{mean('reported'):.0f} | {mean('recall'):.2f} | {model} | {mean('precision'):.2f} | "
+            f"{mean('f1'):.2f} | {cov} | {mean('encode_s_per_million'):.1f} | "
+            f"{mean('estimate_s_per_million'):.1f} |"
+        )
+    return out
 
 
 def plot(result: dict[str, Any], path: str | Path) -> None:
@@ -287,7 +384,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ns", default="100000,1000000", help="n of our runs (comma-separated)")
     ap.add_argument("--zipfs", default="1.1,1.5", help="Zipf exponents")
     ap.add_argument("--lengths", default="4,6", help="string lengths B in bytes")
-    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--seeds", type=int, default=2, help="seeds per point")
+    ap.add_argument("--first_seed", type=int, default=0, help="the seeds are first_seed, first_seed + 1, ...")
     ap.add_argument("--strings", type=int, default=100_000, help="distinct random strings of the population")
     ap.add_argument("--top_k", type=int, default=64)
     ap.add_argument("--heavy", type=float, default=0.002, help="recall counts strings at or above this")
@@ -296,6 +394,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--peer_n", type=int, default=20_000, help="users of the peers' subsample")
     ap.add_argument("--peer_methods", default=",".join(PEER_METHODS))
     ap.add_argument("--peer_sketch", default="16,1024", help="HCMS hash functions k and width m")
+    ap.add_argument("--peer_oracle", choices=("hcms", "olh"), default="hcms",
+                    help="the peers' frequency oracle: HCMS, or pure-ldp's default OLH (whole domain)")
     ap.add_argument("--peer_fragment_bits", type=int, default=8, help="bits added per peer level")
     ap.add_argument("--peer_timeout", type=float, default=120.0, help="seconds before a peer run is killed")
     args, extra = ap.parse_known_args(argv)
@@ -321,17 +421,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     words = argv if argv is not None else sys.argv[1:]
     setup["command"] = "python -m experiments.heavy_hitters " + " ".join(words)
     result: dict[str, Any] = {"setup": setup, "records": [], "complete": False}
+    result["load_avg_start"] = os.getloadavg()[0]
     for n in sorted(args.ns):
         for eps in args.epsilons:
             for zipf in args.zipfs:
                 for nbytes in args.lengths:
-                    for seed in range(args.seeds):
+                    for seed in range(args.first_seed, args.first_seed + args.seeds):
                         for row in _point(args, eps, n, zipf, nbytes, seed):
                             print(_fmt(row), file=sys.stderr, flush=True)
                             result["records"].append(row)
                         result["seconds"] = time.perf_counter() - t0
                         Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     result["complete"] = True
+    result["load_avg_end"] = os.getloadavg()[0]
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     if args.plot:
         plot(result, args.plot)
@@ -341,4 +443,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--peer-run":
         sys.exit(peer_run(sys.argv[2]))
+    if len(sys.argv) > 2 and sys.argv[1] == "--summarize":
+        print("\n".join(summary_table(sys.argv[2:])))
+        sys.exit(0)
     main()
