@@ -19,7 +19,8 @@ library's own sketch oracle, ``--peer_sketch K,M``) with the strings as bit stri
 ``--peer_oracle olh`` keeps the default, for short strings.
 
 ``--summarize JSON [JSON ...]`` prints the markdown table of the write-up (means over seeds, and
-:func:`model_recall`'s expected recall for ours).
+:func:`model_recall`'s expected recall for ours); ``--replot PNG JSON [JSON ...]`` draws the records of
+several runs in one figure.
 
 This file is also the peer runner: ``PYTHON experiments/heavy_hitters.py --peer-run SPEC.json`` in the
 side environment reads the subsample and parameters and prints one JSON record per method; that code path
@@ -296,8 +297,8 @@ def summary_table(paths: list[str]) -> list[str]:
             key = (r["n"], r["zipf"], r["bytes"], r["epsilon"], r["library"], r["method"])
             groups.setdefault(key, []).append(r)
             setups[key] = data["setup"]
-    head = "method n Zipf B eps seeds heavy reported recall model precision F1 coverage encode estimate"
-    out = ["| " + " | ".join(head.split()) + " s/1e6 |", "| --- |" + " ---: |" * 14]
+    head = "method n Zipf B eps seeds heavy reported recall model precision F1 coverage".split()
+    out = ["| " + " | ".join([*head, "encode s/1e6", "estimate s/1e6"]) + " |", "| --- |" + " ---: |" * 14]
     for key in sorted(groups):
         n, zipf, nbytes, eps, lib, method = key
         ok = [r for r in groups[key] if r.get("status", "ok") == "ok"]
@@ -445,5 +446,12 @@ if __name__ == "__main__":
         sys.exit(peer_run(sys.argv[2]))
     if len(sys.argv) > 2 and sys.argv[1] == "--summarize":
         print("\n".join(summary_table(sys.argv[2:])))
+        sys.exit(0)
+    if len(sys.argv) > 3 and sys.argv[1] == "--replot":
+        runs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in sys.argv[3:]]
+        peer_n = [r["setup"]["peer_n"] for r in runs if r["setup"].get("peers")]
+        records = [x for r in runs for x in r["records"]]
+        merged = {"setup": {"peer_n": peer_n[0] if peer_n else 0}, "records": records}
+        plot(merged, sys.argv[2])
         sys.exit(0)
     main()
