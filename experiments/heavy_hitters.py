@@ -7,7 +7,8 @@ Population (``bench.heavy_hitters.zipf_population``): Zipf(``s``) over ``--strin
 strings, ``n`` users drawn from it. Grid: every epsilon x n x Zipf exponent x string length x seed.
 Scores (``bench.heavy_hitters.score``): recall of the strings with true frequency >= ``--heavy`` (0.2%),
 precision counting reported strings with true frequency >= ``--useful`` (0.1%), F1, and the coverage of the
-reported 95% intervals; time per million reports (encode, and aggregate + estimate).
+reported 95% intervals; time per million reports (encode, and aggregate + estimate), wall and CPU
+(``*_cpu_s_per_million``: the process's CPU time, steadier on a shared machine).
 
 With ``--peers`` the first ``--peer_n`` users of the same population go to pure-ldp 1.2.0's heavy hitters
 (``PEMServer``, ``TreeHistServer``, ``SFPServer``) in a subprocess of the side environment
@@ -106,13 +107,13 @@ def peer_run(spec_path: str) -> int:
     random.seed(spec["seed"])
     np.random.seed(spec["seed"] % 2**32)
     client, server = _peer_objects(spec["method"], spec["epsilon"], bits, spec)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     reports = [client.privatise(s) for s in strings]
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     for r in reports:
         server.aggregate(r)
     found, freqs = server.find_heavy_hitters(k=spec["top_k"])
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     whole = [v for v in found if len(v) == bits and set(v) <= {"0", "1"}]
     values = [int(v, 2).to_bytes(bits // 8, "big").hex() for v in whole]
     print(json.dumps({
@@ -120,6 +121,8 @@ def peer_run(spec_path: str) -> int:
         "estimates": [float(f) / len(strings) for f in list(freqs)[: len(values)]],
         "encode_s": t1 - t0,
         "estimate_s": t2 - t1,
+        "encode_cpu_s": c1 - c0,
+        "estimate_cpu_s": c2 - c1,
     }))
     return 0
 
@@ -166,16 +169,17 @@ def run_ours(batch: Any, truth: dict[bytes, float], eps: float, args: argparse.N
 
     n = len(batch)
     pem = PEM(eps, batch.max_length, top_k=args.top_k, expected_n=n)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     reports = pem.encode(batch, rng=np.random.default_rng([seed, 1]))
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     result = pem.estimate(pem.add(pem.create_accumulator(), reports))
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     row = score(result, truth, args.heavy, args.useful)
     row["recall_by_band"] = recall_by_band(result, truth, args.heavy)
     row.update(
         library="ldp-beam", method="pem", encode_s_per_million=(t1 - t0) * 1e6 / n,
         estimate_s_per_million=(t2 - t1) * 1e6 / n, layout=repr(pem),
+        encode_cpu_s_per_million=(c1 - c0) * 1e6 / n, estimate_cpu_s_per_million=(c2 - c1) * 1e6 / n,
     )
     return row
 
@@ -215,6 +219,8 @@ def run_peer(method: str, raw: np.ndarray, eps: float, args: argparse.Namespace,
         library="pure-ldp", method=method, status="ok", wall_s=wall, oracle=args.peer_oracle,
         sketch=[k, m] if args.peer_oracle == "hcms" else None, fragment_bits=frag,
         encode_s_per_million=rec["encode_s"] * 1e6 / n, estimate_s_per_million=rec["estimate_s"] * 1e6 / n,
+        encode_cpu_s_per_million=rec["encode_cpu_s"] * 1e6 / n,
+        estimate_cpu_s_per_million=rec["estimate_cpu_s"] * 1e6 / n,
     )
     return row
 
