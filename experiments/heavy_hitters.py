@@ -232,10 +232,12 @@ def model_recall(
 
     A heavy string of frequency ``f`` is published when its estimate clears every search level's cut and
     the verification test: at a level of ``n_j`` users its estimate is ``f`` plus noise of sd
-    ``sqrt(var / n_j)`` (``var`` the level oracle's per-user variance); the first level keeps 2048 of
-    ``2**22`` prefixes (cut at the 2048th largest of ``2**22`` null z-scores, 3.3), the next ones 2048 of
-    ``2048 * 2**13`` (3.7), and Benjamini-Hochberg at 0.05 over 2048 verified strings with ``reported``
-    discoveries publishes above ``z = Phi^-1(1 - 0.05 reported / 2048)``. The frequencies are Zipf's
+    ``sqrt((var + f (1 - f)) / n_j)`` (``var`` the level oracle's per-user variance, ``f (1 - f)`` the
+    sampling of the level's users), against a cut at ``z`` null sds ``sqrt(var / n_j)``. The first level
+    keeps 2048 of ``2**22`` prefixes (cut at the 2048th largest of ``2**22`` null z-scores, 3.3), the next
+    ones 2048 of ``2048 * 2**e`` for ``e`` extension bits (3.7 for 13), and Benjamini-Hochberg at 0.05
+    over 2048 verified strings with ``reported`` discoveries publishes above
+    ``z = Phi^-1(1 - 0.05 reported / 2048)``. The frequencies are Zipf's
     expected ones over ``strings`` values.
     """
     from scipy.stats import norm
@@ -249,12 +251,15 @@ def model_recall(
     z_verify = norm.isf(0.05 * max(reported, 1.0) / keep)
     p_found = np.ones_like(f)
     for j, lv in enumerate(pem.levels):
-        sd = math.sqrt(lv.q * (1 - lv.q) / (lv.p - lv.q) ** 2 / (pem.weights[j] * n))
+        var = lv.q * (1 - lv.q) / (lv.p - lv.q) ** 2
+        nj = pem.weights[j] * n
+        sd0 = math.sqrt(var / nj)  # a null prefix's sd; a heavy one's adds who lands in the level
+        sd = np.sqrt((var + f * (1 - f)) / nj)
         if lv.verify:
             z = z_verify
         else:
             z = norm.isf(keep / 2.0 ** lv.bits) if j == 0 else norm.isf(1.0 / 2.0 ** lv.extension_bits)
-        p_found *= norm.sf(z - f / sd)
+        p_found *= norm.sf((z * sd0 - f) / sd)
     return float(p_found.mean()) if f.size else 1.0
 
 
@@ -304,19 +309,23 @@ def summary_table(paths: list[str]) -> list[str]:
             groups.setdefault(key, []).append(r)
             setups[key] = data["setup"]
     head = "method n Zipf B eps seeds heavy reported recall model precision F1 coverage".split()
-    out = ["| " + " | ".join([*head, "encode s/1e6", "estimate s/1e6"]) + " |", "| --- |" + " ---: |" * 14]
+    cols = [*head, "encode s/1e6", "estimate s/1e6", "CPU s/1e6"]
+    out = ["| " + " | ".join(cols) + " |", "| --- |" + " ---: |" * (len(cols) - 1)]
     for key in sorted(groups):
         n, zipf, nbytes, eps, lib, method = key
         ok = [r for r in groups[key] if r.get("status", "ok") == "ok"]
         name = f"{lib} {method}" + (f" ({ok[0]['oracle']})" if ok and ok[0].get("oracle") else "")
         if not ok:
-            out.append(f"| {name} | {n:,} | {zipf:g} | {nbytes} | {eps:g} | - | {groups[key][0]['status']} |")
+            out.append(f"| {name} | {n:,} | {zipf:g} | {nbytes} | {eps:g} | - | {groups[key][0]['status']} |"
+                       + " |" * 9)
             continue
 
         def mean(k: str, rows: list[dict] = ok) -> float:
             return float(np.mean([r[k] for r in rows]))
 
-        model, cov = "-", "-"
+        model, cov, cpu = "-", "-", "-"
+        if all("estimate_cpu_s_per_million" in r for r in ok):
+            cpu = f"{mean('encode_cpu_s_per_million') + mean('estimate_cpu_s_per_million'):.1f}"
         if lib == "ldp-beam":
             st = setups[key]
             model = f"{model_recall(eps, n, nbytes, zipf, st['strings'], st['heavy'], mean('reported')):.2f}"
@@ -325,7 +334,7 @@ def summary_table(paths: list[str]) -> list[str]:
             f"| {name} | {n:,} | {zipf:g} | {nbytes} | {eps:g} | {len(ok)} | {mean('heavy'):.0f} | "
             f"{mean('reported'):.0f} | {mean('recall'):.2f} | {model} | {mean('precision'):.2f} | "
             f"{mean('f1'):.2f} | {cov} | {mean('encode_s_per_million'):.1f} | "
-            f"{mean('estimate_s_per_million'):.1f} |"
+            f"{mean('estimate_s_per_million'):.1f} | {cpu} |"
         )
     return out
 
