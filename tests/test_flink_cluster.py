@@ -45,7 +45,7 @@ import pytest
 
 beam = pytest.importorskip("apache_beam")
 
-import simulator
+import simulator  # noqa: E402
 from ldp.rangequery.queries import RangeQuery, random_queries  # noqa: E402
 from pipelines import frequency, range_queries  # noqa: E402
 from wire.records import now_ms  # noqa: E402

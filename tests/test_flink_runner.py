@@ -31,7 +31,7 @@ import pytest
 
 beam = pytest.importorskip("apache_beam")
 
-import simulator
+import simulator  # noqa: E402
 from pipelines import frequency  # noqa: E402
 from wire.records import now_ms  # noqa: E402
 
