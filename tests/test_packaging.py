@@ -21,7 +21,7 @@ import pytest
 
 import ldp
 
-PACKAGES = ("ldp", "transforms", "pipelines", "schemas", "store", "simulator")
+PACKAGES = ("ldp", "wire", "store", "simulator", "transforms", "pipelines", "schemas")
 LEFT_OUT = ("bench", "experiments", "tests", "tools", "docs")
 
 
