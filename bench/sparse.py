@@ -54,6 +54,118 @@ def _best(fn, repeat: int):
     return best, out
 
 
+def _encode_families(
+    vec: np.ndarray, users: int, d: int, k: int, epsilon: float, priv: str, stream: np.random.SeedSequence
+) -> dict[str, tuple]:
+    """Per hash family: the parameters, the mechanism, the reports of ``vec`` and the encoding seconds."""
+    results = {}
+    for fam in ("gf2-affine", "mix64"):
+        p = choose_params(epsilon, d, k, priv, expected_users=users, hash_family=fam)
+        m = SVME(p)
+        t0 = time.perf_counter()
+        rep, _ = m.encode(vec, rng=np.random.default_rng(stream))
+        enc_s = time.perf_counter() - t0
+        results[fam] = (p, m, rep, enc_s)
+    return results
+
+
+def _aggregate_records(base: dict, m: SVME, rep, rb: int, cfg: dict, repeat: int) -> tuple[list[dict], int]:
+    """The ``aggregate`` and ``top128`` records, and the whole-vector accumulator's size in bytes."""
+    n = len(rep)
+
+    def aggregate():
+        return m.add(m.create_accumulator(), rep)
+
+    agg_s, acc = _best(aggregate, repeat)
+    top_s, top = _best(lambda: m.estimate(acc).top(128), repeat)
+    return [
+        base
+        | {
+            "stage": "aggregate",
+            "seconds": agg_s,
+            "reports_per_s": n / agg_s,
+            "bytes_per_report": rb,
+            "accumulator_bytes": acc.nbytes,
+            "config": cfg,
+        },
+        base
+        | {
+            "stage": "top128",
+            "seconds": top_s,
+            "aggregate_plus_top128_seconds": agg_s + top_s,
+            "accumulator_bytes": acc.nbytes,
+            "config": cfg,
+            "max_std": float(top.std.max()),
+        },
+    ], acc.nbytes
+
+
+def _query_and_full_records(
+    base: dict, m: SVME, rep, rb: int, cfg: dict, repeat: int, acc_bytes: int
+) -> list[dict]:
+    """The ``query128`` (known 128-id query set) and ``full_vector`` (all ``d`` coordinates) records."""
+    n = len(rep)
+    items = np.arange(128, dtype=np.uint64)
+    q_s, _ = _best(lambda: m.estimate(m.add(m.create_accumulator(items), rep)), repeat)
+
+    def full():
+        return m.estimate(m.add(m.create_accumulator(), rep))
+
+    full_s, est = _best(full, repeat)
+    return [
+        base
+        | {
+            "stage": "query128",
+            "seconds": q_s,
+            "reports_per_s": n / q_s,
+            "accumulator_bytes": int(items.size * 8 * 2 + 16),
+            "config": cfg,
+        },
+        base
+        | {
+            "stage": "full_vector",
+            "seconds": full_s,
+            "reports_per_s": n / full_s,
+            "accumulator_bytes": acc_bytes,
+            "bytes_per_report": rb,
+            "config": cfg,
+            "coordinates": int(est.mean.size),
+        },
+    ]
+
+
+def _brute_force_records(
+    base: dict, results: dict[str, tuple], d: int, brute_reports: int, cfg: dict
+) -> list[dict]:
+    """The ``brute_force_full_vector`` record of each hash family, timed on a prefix and scaled to ``n``."""
+    m, rep = results["gf2-affine"][1:3]
+    n = len(rep)
+    sub = min(brute_reports, n)
+    records = []
+    for fam in ("mix64", "gf2-affine"):
+        _, mf, repf, _ = results[fam]
+        part = repf.take(slice(0, sub))
+        bf_s, bf = _best(lambda mf=mf, part=part: mf.brute_force(part), 1)
+        if fam == "gf2-affine":
+            # the brute-force sums over the subset equal the table route's on the same reports
+            tab = m.estimate(m.add(m.create_accumulator(), part))
+            assert np.array_equal(tab.mean, bf.mean)
+        records.append(
+            base
+            | {
+                "stage": "brute_force_full_vector",
+                "hash_family": fam,
+                "seconds": bf_s * n / sub,
+                "measured_seconds": bf_s,
+                "scaled_from": sub,
+                "note": f"timed on {sub} reports x {d} items, scaled linearly to {n} reports",
+                "hash_evaluations": n * d,
+                "config": cfg | {"hash_family": fam},
+            }
+        )
+    return records
+
+
 def bench(
     users: int,
     d: int,
@@ -64,22 +176,15 @@ def bench(
     brute_reports: int,
     seed: int,
 ) -> list[dict]:
+    """The in-process records of every privacy level, in stage order (see the module docstring)."""
     ss = np.random.SeedSequence(seed)
     data_ss, enc_ss = ss.spawn(2)
     vec = supersparse(users, d, k, np.random.default_rng(data_ss))
     records = []
     for priv, stream in zip(privacies, enc_ss.spawn(len(privacies))):
         base = {"privacy": priv, "users": users, "domain": d, "sparsity": k, "epsilon": epsilon}
-        results = {}
-        for fam in ("gf2-affine", "mix64"):
-            p = choose_params(epsilon, d, k, priv, expected_users=users, hash_family=fam)
-            m = SVME(p)
-            t0 = time.perf_counter()
-            rep, _ = m.encode(vec, rng=np.random.default_rng(stream))
-            enc_s = time.perf_counter() - t0
-            results[fam] = (p, m, rep, enc_s)
+        results = _encode_families(vec, users, d, k, epsilon, priv, stream)
         p, m, rep, enc_s = results["gf2-affine"]
-        n = len(rep)
         cfg = {"bins": p.bins, "noise": p.noise, "Delta": p.Delta, "eta": p.eta, "hash_family": p.hash_family}
         rb = p.report_bytes
         records.append(
@@ -87,92 +192,15 @@ def bench(
             | {
                 "stage": "encode",
                 "seconds": enc_s,
-                "reports_per_s": n / enc_s,
+                "reports_per_s": len(rep) / enc_s,
                 "bytes_per_report": rb,
                 "config": cfg,
             }
         )
-
-        def aggregate(m=m, rep=rep):
-            return m.add(m.create_accumulator(), rep)
-
-        agg_s, acc = _best(aggregate, repeat)
-        records.append(
-            base
-            | {
-                "stage": "aggregate",
-                "seconds": agg_s,
-                "reports_per_s": n / agg_s,
-                "bytes_per_report": rb,
-                "accumulator_bytes": acc.nbytes,
-                "config": cfg,
-            }
-        )
-        top_s, top = _best(lambda m=m, acc=acc: m.estimate(acc).top(128), repeat)
-        records.append(
-            base
-            | {
-                "stage": "top128",
-                "seconds": top_s,
-                "aggregate_plus_top128_seconds": agg_s + top_s,
-                "accumulator_bytes": acc.nbytes,
-                "config": cfg,
-                "max_std": float(top.std.max()),
-            }
-        )
-        items = np.arange(128, dtype=np.uint64)
-        q_s, _ = _best(
-            lambda m=m, rep=rep, it=items: m.estimate(m.add(m.create_accumulator(it), rep)), repeat
-        )
-        records.append(
-            base
-            | {
-                "stage": "query128",
-                "seconds": q_s,
-                "reports_per_s": n / q_s,
-                "accumulator_bytes": int(items.size * 8 * 2 + 16),
-                "config": cfg,
-            }
-        )
-
-        def full(m=m, rep=rep):
-            return m.estimate(m.add(m.create_accumulator(), rep))
-
-        full_s, est = _best(full, repeat)
-        records.append(
-            base
-            | {
-                "stage": "full_vector",
-                "seconds": full_s,
-                "reports_per_s": n / full_s,
-                "accumulator_bytes": acc.nbytes,
-                "bytes_per_report": rb,
-                "config": cfg,
-                "coordinates": int(est.mean.size),
-            }
-        )
-        sub = min(brute_reports, n)
-        for fam in ("mix64", "gf2-affine"):
-            pf, mf, repf, _ = results[fam]
-            part = repf.take(slice(0, sub))
-            bf_s, bf = _best(lambda mf=mf, part=part: mf.brute_force(part), 1)
-            if fam == "gf2-affine":
-                # the brute-force sums over the subset equal the table route's on the same reports
-                tab = m.estimate(m.add(m.create_accumulator(), part))
-                assert np.array_equal(tab.mean, bf.mean)
-            records.append(
-                base
-                | {
-                    "stage": "brute_force_full_vector",
-                    "hash_family": fam,
-                    "seconds": bf_s * n / sub,
-                    "measured_seconds": bf_s,
-                    "scaled_from": sub,
-                    "note": f"timed on {sub} reports x {d} items, scaled linearly to {n} reports",
-                    "hash_evaluations": n * d,
-                    "config": cfg | {"hash_family": fam},
-                }
-            )
+        agg_records, acc_bytes = _aggregate_records(base, m, rep, rb, cfg, repeat)
+        records += agg_records
+        records += _query_and_full_records(base, m, rep, rb, cfg, repeat, acc_bytes)
+        records += _brute_force_records(base, results, d, brute_reports, cfg)
     return records
 
 
