@@ -160,7 +160,7 @@ def _bare(port: int) -> None:
     asyncio.run(main())
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bare", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=1, help="collector / bare server alternations (0: no bare)")
@@ -169,16 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time_limit", type=float, default=120.0, help="seconds for the whole run, at most")
     ap.add_argument("--seed", type=int, default=7, help="seed of the simulated reports")
     ap.add_argument("--json", help="write the results here")
-    ns = ap.parse_args(argv)
-    if ns.bare is not None:
-        _bare(ns.bare)
-        return 0
-    if ns.requests < 1 or ns.concurrency < 1 or not ns.time_limit > 0:
-        ap.error("--requests and --concurrency must be >= 1, --time_limit > 0")
-    n = ns.requests
-    singles = _bodies(n, ns.seed)
-    batch = _bodies(100 * n, ns.seed + 1)
-    modes = [
+    return ap
+
+
+def _modes(n: int, seed: int) -> list[tuple[str, str, list[bytes], int]]:
+    """The request bodies of every mode: (name, content type, bodies, reports per request)."""
+    singles = _bodies(n, seed)
+    batch = _bodies(100 * n, seed + 1)
+    return [
         ("json_single", "application/json", [json.dumps(report_to_json(r)).encode() for r in singles], 1),
         ("json_batch100", "application/json",
          [json.dumps({"reports": [report_to_json(r) for r in batch[100 * i : 100 * i + 100]]}).encode()
@@ -186,63 +184,92 @@ def main(argv: list[str] | None = None) -> int:
         ("avro_batch100", "application/avro",
          [encode_report_container(batch[100 * i : 100 * i + 100]) for i in range(n)], 100),
     ]  # fmt: skip
-    tmp = tempfile.mkdtemp(prefix="ldp-bench-collect-")
-    task_path = Path(tmp) / "task.json"
-    task_path.write_text(json.dumps(TASK))
+
+
+def _start_server(server: str, port: int, tmp: str, rnd: int, env: dict[str, str]) -> subprocess.Popen:
+    """Starts the collector (writing into ``tmp``) or the bare server on ``port``, in its own session."""
+    if server == "collector":
+        out_dir = Path(tmp) / f"reports-{rnd}"
+        cmd = [
+            sys.executable, "-m", "pipelines.collect", "--task", str(Path(tmp) / "task.json"),
+            "--output_dir", str(out_dir), "--port", str(port), "--log_level", "WARNING",
+        ]  # fmt: skip
+    else:
+        cmd = [sys.executable, "-m", "bench.collect", "--bare", str(port)]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _mode_row(server: str, rnd: int, name: str, per: int, n_bodies: int, r: dict) -> dict[str, Any]:
+    """One result row: counts, rates and latency percentiles (ms) of the requests answered 200."""
+    lat = np.asarray(r["latencies"]) * 1000
+    ok = len(lat)
+    return {
+        "server": server, "round": rnd, "mode": name, "reports_per_request": per,
+        "requests": ok, "reports": ok * per, "seconds": round(r["seconds"], 2),
+        "requests_per_s": round(ok / r["seconds"]),
+        "reports_per_s": round(ok * per / r["seconds"]),
+        "p50_ms": round(float(np.percentile(lat, 50)), 2) if ok else None,
+        "p99_ms": round(float(np.percentile(lat, 99)), 2) if ok else None,
+        "errors": r["errors"], "complete": ok == n_bodies,
+    }  # fmt: skip
+
+
+def _load_modes(
+    server: str, rnd: int, port: int, modes: list, ns: argparse.Namespace, deadline: float, rows: list
+) -> int:
+    """Sends every mode's bodies to the server on ``port``; appends and prints a row per mode.
+
+    Returns the count of reports the server answered 200."""
+    sent_reports = 0
+    for name, ctype, bodies, per in modes:
+        r = _load(port, bodies, ctype, ns.concurrency, deadline)
+        row = _mode_row(server, rnd, name, per, len(bodies), r)
+        sent_reports += row["reports"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return sent_reports
+
+
+def _stop(proc: subprocess.Popen) -> tuple[str, str]:
+    """Stops the server with SIGTERM (SIGKILL after 60 s); its stdout and stderr."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
+def _run_rounds(ns: argparse.Namespace, modes: list, tmp: str, results: list, bare_rows: list) -> dict | None:
+    """Alternates the collector and the bare server over the rounds; the collector's last summary, or
+    None (after printing its exit and stderr) when it failed or wrote other than the reports accepted."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     deadline = time.monotonic() + ns.time_limit
-    results: list[dict[str, Any]] = []
-    bare_rows: list[dict[str, Any]] = []
     summary = None
-    try:
-        for rnd in range(max(1, ns.rounds)):
-            for server in ("collector", "bare") if ns.rounds else ("collector",):
-                port = _free_port()
-                if server == "collector":
-                    out_dir = Path(tmp) / f"reports-{rnd}"
-                    cmd = [
-                        sys.executable, "-m", "pipelines.collect", "--task", str(task_path),
-                        "--output_dir", str(out_dir), "--port", str(port), "--log_level", "WARNING",
-                    ]  # fmt: skip
-                else:
-                    cmd = [sys.executable, "-m", "bench.collect", "--bare", str(port)]
-                proc = subprocess.Popen(
-                    cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                    start_new_session=True,
-                )  # fmt: skip
-                sent_reports = 0
-                try:
-                    _wait_ready(port, proc)
-                    for name, ctype, bodies, per in modes:
-                        r = _load(port, bodies, ctype, ns.concurrency, deadline)
-                        lat = np.asarray(r["latencies"]) * 1000
-                        ok = len(lat)
-                        sent_reports += ok * per
-                        row = {
-                            "server": server, "round": rnd, "mode": name, "reports_per_request": per,
-                            "requests": ok, "reports": ok * per, "seconds": round(r["seconds"], 2),
-                            "requests_per_s": round(ok / r["seconds"]),
-                            "reports_per_s": round(ok * per / r["seconds"]),
-                            "p50_ms": round(float(np.percentile(lat, 50)), 2) if ok else None,
-                            "p99_ms": round(float(np.percentile(lat, 99)), 2) if ok else None,
-                            "errors": r["errors"], "complete": ok == len(bodies),
-                        }  # fmt: skip
-                        (results if server == "collector" else bare_rows).append(row)
-                        print(json.dumps(row), flush=True)
-                finally:
-                    proc.send_signal(signal.SIGTERM)
-                    try:
-                        stdout, stderr = proc.communicate(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        stdout, stderr = proc.communicate()
-                if server == "collector":
-                    summary = json.loads(stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
-                    if summary is None or summary["reports_written"] != sent_reports:
-                        print(f"collector exit {proc.returncode}: {stderr.strip()[-2000:]}", file=sys.stderr)
-                        return 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    for rnd in range(max(1, ns.rounds)):
+        for server in ("collector", "bare") if ns.rounds else ("collector",):
+            port = _free_port()
+            proc = _start_server(server, port, tmp, rnd, env)
+            sent_reports = 0
+            try:
+                _wait_ready(port, proc)
+                rows = results if server == "collector" else bare_rows
+                sent_reports = _load_modes(server, rnd, port, modes, ns, deadline, rows)
+            finally:
+                stdout, stderr = _stop(proc)
+            if server == "collector":
+                summary = json.loads(stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+                if summary is None or summary["reports_written"] != sent_reports:
+                    print(f"collector exit {proc.returncode}: {stderr.strip()[-2000:]}", file=sys.stderr)
+                    return None
+    return summary
+
+
+def _ratios(modes: list, results: list[dict[str, Any]], bare_rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per mode, the median over the rounds of the collector's reports/s over the bare server's."""
     ratios = {}
     for name, _, _, _ in modes:
         per_round = [
@@ -252,6 +279,29 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         if per_round:
             ratios[name] = round(float(np.median(per_round)), 3)
+    return ratios
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
+    ns = ap.parse_args(argv)
+    if ns.bare is not None:
+        _bare(ns.bare)
+        return 0
+    if ns.requests < 1 or ns.concurrency < 1 or not ns.time_limit > 0:
+        ap.error("--requests and --concurrency must be >= 1, --time_limit > 0")
+    modes = _modes(ns.requests, ns.seed)
+    tmp = tempfile.mkdtemp(prefix="ldp-bench-collect-")
+    (Path(tmp) / "task.json").write_text(json.dumps(TASK))
+    results: list[dict[str, Any]] = []
+    bare_rows: list[dict[str, Any]] = []
+    try:
+        summary = _run_rounds(ns, modes, tmp, results, bare_rows)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if summary is None:
+        return 1
+    ratios = _ratios(modes, results, bare_rows)
     if ratios:
         print(json.dumps({"ratio_to_bare": ratios}), flush=True)
     out = {
