@@ -132,6 +132,128 @@ def run_method(mech, vec, items, rng, want_all: bool):
     return mech.estimate(acc), (mech.estimate(table) if table is not None else None)
 
 
+def query_items(query: str, d: int, k: int) -> np.ndarray:
+    """The query set Q of ``--query`` (``first2k``, ``all`` or an integer m) over the domain [0, d)."""
+    if query == "first2k":
+        return np.arange(min(2 * k, d), dtype=np.uint64)
+    if query == "all":
+        if d > _ALL_D_LIMIT:
+            raise ValueError(f"--query all needs d <= {_ALL_D_LIMIT}")
+        return np.arange(d, dtype=np.uint64)
+    return np.arange(min(int(query), d), dtype=np.uint64)
+
+
+def score_trial(mech, est, whole, vec, items, truth, truth_all, secs: float) -> dict:
+    """The per-trial metrics of one method's estimate (see the module docstring)."""
+    raw = est.mean - truth
+    clip = np.clip(est.mean, -1, 1) - truth
+    rec = {
+        "linf": float(np.abs(clip).max()),
+        "mse": float((clip**2).mean()),
+        "linf_raw": float(np.abs(raw).max()),
+        "mse_raw": float((raw**2).mean()),
+        "theory_mse": float(np.mean(mech.variance(vec, items))),
+        "mean_std2": float(np.mean(est.variance)),
+        "seconds": secs,
+    }
+    if whole is not None:
+        e_all = np.clip(whole.mean, -1, 1) - truth_all
+        rec["linf_all"] = float(np.abs(e_all).max())
+        rec["mse_all"] = float((e_all**2).mean())
+    return rec
+
+
+def describe_cell(name: str, mech, n: int, items: np.ndarray, priv) -> dict:
+    """What a (method, privacy, eps, k, d) cell reports besides its metrics (taken from its first trial)."""
+    return {
+        "bytes_per_report": report_bytes(mech),
+        "paper_bytes_per_report": paper_bytes(name, mech),
+        "config": mech.describe(),
+        "users": n,
+        "query_size": int(items.size),
+        "privacy_value": priv,
+    }
+
+
+def run_trial(
+    ss: np.random.SeedSequence,
+    *,
+    d: int,
+    k: int,
+    users: int | None,
+    dataset: str,
+    query: str,
+    epsilons: list[float],
+    privacies: list,
+    methods: list[str],
+    delta: float,
+    hash_family: str,
+    cells: dict[tuple, list[dict]],
+    meta: dict[tuple, dict],
+) -> tuple[float, int, float]:
+    """One trial of every (eps, privacy, method) on one fresh population; adds its records to ``cells``.
+
+    Returns ``(seconds spent drawing the data, n, mean non-zeros per user)``.
+    """
+    data_ss, mech_ss = ss.spawn(2)
+    t0 = time.perf_counter()
+    vec = sample_sparse(dataset, users, d, k, np.random.default_rng(data_ss))
+    n = vec.n
+    items = query_items(query, d, k)
+    truth = vec.mean_at(items)
+    want_all = d <= _ALL_D_LIMIT and query != "all"
+    truth_all = vec.mean_vector(d) if want_all else None
+    gen_s = time.perf_counter() - t0
+    streams = iter(mech_ss.spawn(len(epsilons) * len(privacies) * len(methods)))
+    for eps in epsilons:
+        for priv in privacies:
+            for name in methods:
+                rng = np.random.default_rng(next(streams))
+                t1 = time.perf_counter()
+                mech = make_method(name, eps, d, k, priv, n, delta, hash_family)
+                est, whole = run_method(mech, vec, items, rng, want_all)
+                secs = time.perf_counter() - t1
+                key = (name, str(priv), eps, k, d)
+                cells.setdefault(key, []).append(
+                    score_trial(mech, est, whole, vec, items, truth, truth_all, secs)
+                )
+                if key not in meta:
+                    meta[key] = describe_cell(name, mech, n, items, priv)
+    return gen_s, n, vec.nnz.mean()
+
+
+def summarise_cell(key: tuple, recs: list[dict], m: dict, common: dict) -> dict:
+    """One output record: a cell's trial means, standard deviations and per-trial values."""
+    name, _, eps, k, d = key
+    out = {
+        "method": name,
+        "privacy": m["privacy_value"],
+        "epsilon": eps,
+        "sparsity": k,
+        "domain": d,
+        "users": m["users"],
+        "dataset": common["dataset"],
+        "query": common["query"],
+        "query_size": m["query_size"],
+        "trials": len(recs),
+        "delta": common["delta"],
+        "hash_family": common["hash_family"],
+    }
+    for f in recs[0]:
+        vals = np.array([r[f] for r in recs])
+        out[f] = float(vals.mean())
+        if f != "seconds":
+            out[f + "_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
+            out[f + "_trials"] = [float(v) for v in vals]
+    lb = lower_bound_rate(out["privacy"], out["users"], d, k, eps)
+    out["lb_rate"] = lb
+    out["linf_over_rate"] = out["linf"] / lb if lb else None
+    out["bytes_per_report"] = m["bytes_per_report"]
+    out["paper_bytes_per_report"] = m["paper_bytes_per_report"]
+    out["config"] = m["config"]
+    return out
+
+
 def run(
     *,
     users: int | None,
@@ -158,91 +280,14 @@ def run(
             for t in range(trials):
                 # one stream per (d, k, trial): the same population whatever else the run sweeps
                 ss = np.random.SeedSequence([seed, d % (1 << 32), d >> 32, k, t])
-                data_ss, mech_ss = ss.spawn(2)
-                t0 = time.perf_counter()
-                vec = sample_sparse(dataset, users, d, k, np.random.default_rng(data_ss))
-                n = vec.n
-                if query == "first2k":
-                    items = np.arange(min(2 * k, d), dtype=np.uint64)
-                elif query == "all":
-                    if d > _ALL_D_LIMIT:
-                        raise ValueError(f"--query all needs d <= {_ALL_D_LIMIT}")
-                    items = np.arange(d, dtype=np.uint64)
-                else:
-                    items = np.arange(min(int(query), d), dtype=np.uint64)
-                truth = vec.mean_at(items)
-                want_all = d <= _ALL_D_LIMIT and query != "all"
-                truth_all = vec.mean_vector(d) if want_all else None
-                gen_s = time.perf_counter() - t0
-                streams = iter(mech_ss.spawn(len(epsilons) * len(privacies) * len(methods)))
-                for eps in epsilons:
-                    for priv in privacies:
-                        for name in methods:
-                            rng = np.random.default_rng(next(streams))
-                            t1 = time.perf_counter()
-                            mech = make_method(name, eps, d, k, priv, n, delta, hash_family)
-                            est, whole = run_method(mech, vec, items, rng, want_all)
-                            secs = time.perf_counter() - t1
-                            raw = est.mean - truth
-                            clip = np.clip(est.mean, -1, 1) - truth
-                            rec = {
-                                "linf": float(np.abs(clip).max()),
-                                "mse": float((clip**2).mean()),
-                                "linf_raw": float(np.abs(raw).max()),
-                                "mse_raw": float((raw**2).mean()),
-                                "theory_mse": float(np.mean(mech.variance(vec, items))),
-                                "mean_std2": float(np.mean(est.variance)),
-                                "seconds": secs,
-                            }
-                            if whole is not None:
-                                e_all = np.clip(whole.mean, -1, 1) - truth_all
-                                rec["linf_all"] = float(np.abs(e_all).max())
-                                rec["mse_all"] = float((e_all**2).mean())
-                            key = (name, str(priv), eps, k, d)
-                            cells.setdefault(key, []).append(rec)
-                            if key not in meta:
-                                meta[key] = {
-                                    "bytes_per_report": report_bytes(mech),
-                                    "paper_bytes_per_report": paper_bytes(name, mech),
-                                    "config": mech.describe(),
-                                    "users": n,
-                                    "query_size": int(items.size),
-                                    "privacy_value": priv,
-                                }
-                nnz = vec.nnz.mean()
+                gen_s, n, nnz = run_trial(
+                    ss, d=d, k=k, users=users, dataset=dataset, query=query, epsilons=epsilons,
+                    privacies=privacies, methods=methods, delta=delta, hash_family=hash_family,
+                    cells=cells, meta=meta,
+                )  # fmt: skip
                 log(f"d={d} k={k} trial {t + 1}/{trials}: data {gen_s:.1f}s, n={n}, nnz/user={nnz:.1f}")
-    records = []
-    for key, recs in cells.items():
-        name, _, eps, k, d = key
-        m = meta[key]
-        out = {
-            "method": name,
-            "privacy": m["privacy_value"],
-            "epsilon": eps,
-            "sparsity": k,
-            "domain": d,
-            "users": m["users"],
-            "dataset": dataset,
-            "query": query,
-            "query_size": m["query_size"],
-            "trials": len(recs),
-            "delta": delta,
-            "hash_family": hash_family,
-        }
-        for f in recs[0]:
-            vals = np.array([r[f] for r in recs])
-            out[f] = float(vals.mean())
-            if f != "seconds":
-                out[f + "_sd"] = float(vals.std(ddof=1)) if len(vals) > 1 else 0.0
-                out[f + "_trials"] = [float(v) for v in vals]
-        lb = lower_bound_rate(out["privacy"], out["users"], d, k, eps)
-        out["lb_rate"] = lb
-        out["linf_over_rate"] = out["linf"] / lb if lb else None
-        out["bytes_per_report"] = m["bytes_per_report"]
-        out["paper_bytes_per_report"] = m["paper_bytes_per_report"]
-        out["config"] = m["config"]
-        records.append(out)
-    return records
+    common = {"dataset": dataset, "query": query, "delta": delta, "hash_family": hash_family}
+    return [summarise_cell(key, recs, meta[key], common) for key, recs in cells.items()]
 
 
 def ratios(records: list[dict]) -> list[dict]:
