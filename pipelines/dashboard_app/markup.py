@@ -67,7 +67,8 @@ def state_markup(state: str, text: str, partial: bool | None = None) -> str:
     """A status or freshness line: ``text`` escaped in a span carrying ``data-state`` (and
     ``data-partial`` when given)."""
     extra = "" if partial is None else f" data-partial='{int(partial)}'"
-    return STATE_CSS + f"<span class='ldp-state' data-state='{state}'{extra}>{shape.html_text(text)}</span>"
+    return (STATE_CSS + f"<span class='ldp-state' data-state='{shape.html_text(state)}'{extra}>"
+            f"{shape.html_text(text)}</span>")
 
 
 # -- the current window's values ------------------------------------------------------------------------
@@ -81,7 +82,7 @@ def topk_html(
         return CSS + "<span class='ldp-h'>no rows in the current window yet</span>"
     low, high = ("sim. 95% low", "sim. 95% high") if simultaneous else ("95% low", "95% high")
     head = (
-        f"<tr><th>rank</th><th class='name'>{noun}</th>"
+        f"<tr><th>rank</th><th class='name'>{shape.html_text(noun)}</th>"
         f"<th>index</th><th>estimate</th><th>{low}</th><th>{high}</th><th "
         "class='name'>vs 0</th></tr>"
     )
@@ -251,7 +252,7 @@ def latency_text(summ: Mapping[str, Any], n_same: int, n_back: int, backfill_s: 
         )
     text = (
         "window end to pane in the store, live panes written after their window closed (ON_TIME, LATE): "
-        f"n = {summ['n']}, median {fmt(summ['median_s'], 2)} s, max {fmt(summ['max_s'], 2)} s"
+        f"n = {fmt(summ['n'], spec=',')}, median {fmt(summ['median_s'], 2)} s, max {fmt(summ['max_s'], 2)} s"
     )
     left = []
     if n_same:
