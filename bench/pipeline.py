@@ -49,33 +49,10 @@ def _time(fn, *args, **kw) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def measure_batch(
-    n: int,
-    d: int,
-    epsilon: float,
-    mechanism: str,
-    files: int,
-    workdir: Path,
-    beam_args: list[str],
-    seed: int = 1,
-) -> dict[str, Any]:
-    import fastavro
-
-    import simulator
-    from ldp.reports import Reports
-    from ldp.task import parse_task
+def _run_pipeline(workdir: Path, beam_args: list[str]) -> tuple[float, dict, dict]:
+    """``pipelines.frequency.run`` end to end on the simulated files: seconds, summary, first estimate row."""
     from pipelines import frequency
-    from wire.decode import iter_report_batches
-    from wire.validate import ReportValidator, fast_decode_params
 
-    task = parse_task({"task_id": "bench", "mechanism": mechanism, "epsilon": epsilon, "domain_size": d})
-    task.save(workdir / "task.json")
-    oracle = task.make_oracle()
-    t_sim, _ = _time(simulator.simulate_files, task, n, "zipf", workdir / "in", seed=seed, files=files)
-    paths = sorted(glob.glob(str(workdir / "in" / "reports-*.avro")))
-    size = sum(os.path.getsize(p) for p in paths)
-
-    # the pipeline, end to end
     argv = [
         "--task",
         str(workdir / "task.json"),
@@ -88,39 +65,69 @@ def measure_batch(
     t_pipe, summary = _time(frequency.run, argv)
     with open(glob.glob(str(workdir / "out" / "estimates-*.jsonl"))[0]) as fh:
         pipe_est = json.loads(fh.readline())
+    return t_pipe, summary, pipe_est
 
-    # in process without Beam: decode + validate + accumulate + estimate
-    def inprocess():
-        v = ReportValidator(task, oracle)
-        acc = oracle.create_accumulator()
-        kept = []
-        for p in paths:
-            with open(p, "rb") as fh:
-                for b in iter_report_batches(fh, 1 << 15, task_id=task.task_id, **fast_decode_params(oracle)):
-                    vb = v.validate(b, p)
-                    oracle.add(acc, vb.reports)
-                    kept.append(vb.reports)
-        return oracle.estimate(acc), Reports.concat(kept)
 
-    t_inproc, (est_inproc, reports) = _time(inprocess)
+def _inprocess_job(task, oracle, paths: list[str]) -> tuple[Any, Any]:
+    """The job without Beam (column decode, validate, accumulate, estimate): the estimate and the reports."""
+    from ldp.reports import Reports
+    from wire.decode import iter_report_batches
+    from wire.validate import ReportValidator, fast_decode_params
 
-    # the core alone on the in-memory reports
-    def core():
-        acc = oracle.add(oracle.create_accumulator(), reports)
-        return oracle.estimate(acc)
+    v = ReportValidator(task, oracle)
+    acc = oracle.create_accumulator()
+    kept = []
+    for p in paths:
+        with open(p, "rb") as fh:
+            for b in iter_report_batches(fh, 1 << 15, task_id=task.task_id, **fast_decode_params(oracle)):
+                vb = v.validate(b, p)
+                oracle.add(acc, vb.reports)
+                kept.append(vb.reports)
+    return oracle.estimate(acc), Reports.concat(kept)
 
-    t_core, est_core = _time(core)
 
-    # the peer library: fastavro decoding every record
-    def peer():
-        k = 0
-        for p in paths:
-            with open(p, "rb") as fh:
-                for _ in fastavro.reader(fh):
-                    k += 1
-        return k
+def _core_job(oracle, reports) -> Any:
+    """The core alone: every in-memory report added to a fresh accumulator, then estimated."""
+    acc = oracle.add(oracle.create_accumulator(), reports)
+    return oracle.estimate(acc)
 
-    t_peer, k = _time(peer)
+
+def _fastavro_count(paths: list[str]) -> int:
+    """The peer library decoding every record of the files; the number of records."""
+    import fastavro
+
+    k = 0
+    for p in paths:
+        with open(p, "rb") as fh:
+            for _ in fastavro.reader(fh):
+                k += 1
+    return k
+
+
+def measure_batch(
+    n: int,
+    d: int,
+    epsilon: float,
+    mechanism: str,
+    files: int,
+    workdir: Path,
+    beam_args: list[str],
+    seed: int = 1,
+) -> dict[str, Any]:
+    """Simulate ``n`` reports; time the pipeline and the three in-process floors on them."""
+    import simulator
+    from ldp.task import parse_task
+
+    task = parse_task({"task_id": "bench", "mechanism": mechanism, "epsilon": epsilon, "domain_size": d})
+    task.save(workdir / "task.json")
+    oracle = task.make_oracle()
+    t_sim, _ = _time(simulator.simulate_files, task, n, "zipf", workdir / "in", seed=seed, files=files)
+    paths = sorted(glob.glob(str(workdir / "in" / "reports-*.avro")))
+    size = sum(os.path.getsize(p) for p in paths)
+    t_pipe, summary, pipe_est = _run_pipeline(workdir, beam_args)
+    t_inproc, (est_inproc, reports) = _time(_inprocess_job, task, oracle, paths)
+    t_core, est_core = _time(_core_job, oracle, reports)
+    t_peer, k = _time(_fastavro_count, paths)
     assert k == n
     identical = (
         pipe_est["frequencies"] == est_core.frequencies.tolist() == est_inproc.frequencies.tolist()
