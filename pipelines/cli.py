@@ -39,6 +39,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "require_inputs",
     "runner_problem",
     "setup_logging",
+    "write_json_or_fail",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -174,6 +176,15 @@ class JobArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         fail(f"{message} (see {self.prog} --help)", 2, self.prog)
+
+
+def write_json_or_fail(flag: str, path: str, doc: object) -> None:
+    """Writes ``doc`` as indented JSON to ``path`` (the value of ``flag``); a write that fails is a one-line
+    error (:func:`fail`)."""
+    try:
+        Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        fail(f"{flag} {path}: cannot write: {exc.strerror or exc}")
 
 
 def _default_prog() -> str | None:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipelines.cli import fail, job_parser, parse_job_args
+from pipelines.cli import fail, job_parser, parse_job_args, write_json_or_fail
 
 __all__ = ["parser", "run", "make_plan", "format_plan", "observed_from_output"]
 
@@ -174,10 +174,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         fail(str(exc))
     print(format_plan(plan))
     if ns.json:
-        try:
-            Path(ns.json).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            fail(f"--json {ns.json}: cannot write: {exc.strerror or exc}")
+        write_json_or_fail("--json", ns.json, plan)
     return plan
 
 

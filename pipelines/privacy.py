@@ -22,13 +22,11 @@ Runs no pipeline and imports no Beam. Errors are one line on stderr, exit status
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from pipelines.cli import fail, job_parser, parse_job_args
+from pipelines.cli import fail, job_parser, parse_job_args, write_json_or_fail
 
 __all__ = ["parser", "run", "privacy_report", "format_report"]
 
@@ -306,10 +304,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         fail(str(exc))
     print(format_report(report))
     if ns.json:
-        try:
-            Path(ns.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            fail(f"--json {ns.json}: cannot write: {exc.strerror or exc}")
+        write_json_or_fail("--json", ns.json, report)
     return report
 
 
