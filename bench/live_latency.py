@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ldp.task import parse_task
+from ldp.task import Task, parse_task
 from pipelines.cli import fail, job_parser, parse_job_args
 from pipelines.live import ChildJob, FileFeeder, PaneWatcher, PubSubFeeder, latency_summary
 
@@ -65,6 +65,102 @@ def _runner_args(runner: str) -> list[str]:
     raise ValueError(f"unknown runner {runner!r}")
 
 
+def _job_command(
+    workdir: Path, out: Path, runner: str, window_s: int, early_s: int, lateness_s: int, extra_args: list[str]
+) -> list[str]:
+    """The streaming frequency job's command line, before its input arguments."""
+    return [
+        sys.executable, "-m", "pipelines.frequency", "--task", str(workdir / "task.json"), "--streaming",
+        "--output", str(out), "--window_size", str(window_s), "--early_firing", str(early_s),
+        "--allowed_lateness", str(lateness_s), "--accumulating", "--counts_window", str(window_s),
+        "--dead_letter_window", str(window_s), *_runner_args(runner), *extra_args,
+    ]  # fmt: skip
+
+
+def _start_pubsub(workdir: Path, env: dict[str, str]) -> tuple[Any, str, str]:
+    """Start the emulator, point this process and ``env`` at it, create the topic and subscription."""
+    from google.cloud import pubsub_v1
+
+    from pipelines.pubsub_emulator import PubSubEmulator
+
+    emulator = PubSubEmulator(project=PROJECT, log_path=str(workdir / "emulator.log")).start()
+    os.environ["PUBSUB_EMULATOR_HOST"] = env["PUBSUB_EMULATOR_HOST"] = emulator.host
+    pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic = pub.topic_path(PROJECT, "reports")
+    subscription = sub.subscription_path(PROJECT, "aggregator")
+    pub.create_topic(name=topic)
+    sub.create_subscription(name=subscription, topic=topic)
+    return emulator, topic, subscription
+
+
+def _input_args(
+    source: str, runner: str, workdir: Path, env: dict[str, str], *, bounded_s: float, watch_interval_s: float
+) -> tuple[list[str], Any, str | None]:
+    """The job's input arguments for ``source``: ``(arguments, emulator or None, topic or None)``."""
+    if source == "directory":
+        incoming = workdir / "incoming"
+        incoming.mkdir()
+        args = ["--input", str(incoming / "*.avro"), "--watch_interval", str(watch_interval_s)]
+        if runner == "direct":  # the FnApiRunner needs a bounded watch (it emits when the watch ends)
+            args += ["--streaming_duration", str(bounded_s)]
+        return args, None, None
+    emulator, topic, subscription = _start_pubsub(workdir, env)
+    return ["--input_subscription", subscription, "--timestamp_attribute", "event_time"], emulator, topic
+
+
+def _wait_until_running(job: ChildJob, out: Path) -> None:
+    """Wait (at most 2 min) for the job's output directory, so that start-up is not measured."""
+    deadline = time.time() + 120
+    while not (out / ".ldp-beam-output.json").exists() and job.running() and time.time() < deadline:
+        time.sleep(0.2)
+    if not job.running():
+        raise RuntimeError(f"the job exited with status {job.proc.returncode}:\n{job.tail()}")
+
+
+def _measured_window_ends(
+    job: ChildJob,
+    watcher: PaneWatcher,
+    *,
+    t_start: float,
+    seconds: float,
+    warmup_s: float,
+    window_s: int,
+    bounded: bool,
+) -> list[int]:
+    """Warm up, feed for the measured period, then wait for the on-time panes of the windows ending in it.
+
+    Returns those windows' ends (ms). A bounded job's panes come when its watch ends, so it has no
+    first-pane warm-up and a longer wait.
+    """
+    # warm-up: until the job has written its first pane (a Flink job starts processing well after
+    # it was submitted), then warmup_s seconds; the measured windows start after that
+    while not bounded and not watcher.panes and job.running() and time.time() < t_start + 300:
+        time.sleep(0.2)
+    t_measure = time.time() + warmup_s
+    t_feed_end = t_measure + seconds
+    while time.time() < t_feed_end and job.running():
+        time.sleep(0.5)
+    ends = range(int(t_measure // window_s + 1) * window_s, int(t_feed_end), window_s)
+    ends_ms = [e * 1000 for e in ends]
+    limit = time.time() + 60 + (seconds if bounded else 0)  # at most a minute more (unbounded)
+    while time.time() < limit and job.running():
+        got = {p.window_end_ms for p in watcher.panes if p.pane_timing != "EARLY"}
+        if all(e in got for e in ends_ms):
+            break
+        time.sleep(0.5)
+    return ends_ms
+
+
+def _start_feeder(task: Task, target: Path | str, rate: float, budget_s: float) -> FileFeeder | PubSubFeeder:
+    """Start feeding ``rate`` reports/s: Avro files into a directory, or messages to a Pub/Sub topic."""
+    if isinstance(target, Path):
+        feeder: FileFeeder | PubSubFeeder = FileFeeder(task, target, rate=rate, duration_s=budget_s, seed=7)
+    else:
+        feeder = PubSubFeeder(task, target, rate=rate, duration_s=budget_s, seed=7)
+    feeder.start()
+    return feeder
+
+
 def measure(
     source: str,
     runner: str,
@@ -86,70 +182,25 @@ def measure(
     )
     task.save(workdir / "task.json")
     out = workdir / "out"
-    cmd = [
-        sys.executable, "-m", "pipelines.frequency", "--task", str(workdir / "task.json"), "--streaming",
-        "--output", str(out), "--window_size", str(window_s), "--early_firing", str(early_s),
-        "--allowed_lateness", str(lateness_s), "--accumulating", "--counts_window", str(window_s),
-        "--dead_letter_window", str(window_s), *_runner_args(runner), *extra_args,
-    ]  # fmt: skip
-    emulator = None
+    cmd = _job_command(workdir, out, runner, window_s, early_s, lateness_s, extra_args)
     env = dict(os.environ)
-    if source == "directory":
-        incoming = workdir / "incoming"
-        incoming.mkdir()
-        cmd += ["--input", str(incoming / "*.avro"), "--watch_interval", str(watch_interval_s)]
-        if runner == "direct":  # the FnApiRunner needs a bounded watch (it emits when the watch ends)
-            cmd += ["--streaming_duration", str(seconds + warmup_s + 5)]
-    else:
-        from google.cloud import pubsub_v1
-
-        from pipelines.pubsub_emulator import PubSubEmulator
-
-        emulator = PubSubEmulator(project=PROJECT, log_path=str(workdir / "emulator.log")).start()
-        os.environ["PUBSUB_EMULATOR_HOST"] = env["PUBSUB_EMULATOR_HOST"] = emulator.host
-        pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-        topic = pub.topic_path(PROJECT, "reports")
-        subscription = sub.subscription_path(PROJECT, "aggregator")
-        pub.create_topic(name=topic)
-        sub.create_subscription(name=subscription, topic=topic)
-        cmd += ["--input_subscription", subscription, "--timestamp_attribute", "event_time"]
+    inputs, emulator, topic = _input_args(
+        source, runner, workdir, env, bounded_s=seconds + warmup_s + 5, watch_interval_s=watch_interval_s
+    )
+    cmd += inputs
     job = ChildJob(cmd, workdir / "job.log", env=env)
     watcher = PaneWatcher(out).start()
     feeder = None
+    bounded = source == "directory" and runner == "direct"  # its panes come when the watch ends
     try:
-        # start feeding once the job runs (its output directory exists), so start-up is not measured
-        deadline = time.time() + 120
-        while not (out / ".ldp-beam-output.json").exists() and job.running() and time.time() < deadline:
-            time.sleep(0.2)
-        if not job.running():
-            raise RuntimeError(f"the job exited with status {job.proc.returncode}:\n{job.tail()}")
+        _wait_until_running(job, out)
         t_start = time.time()
         budget = seconds + warmup_s + 330  # the longest warm-up; the feeding stops at the measured end
-        if source == "directory":
-            feeder = FileFeeder(task, workdir / "incoming", rate=rate, duration_s=budget, seed=7)
-        else:
-            feeder = PubSubFeeder(task, topic, rate=rate, duration_s=budget, seed=7)
-        feeder.start()
-        # warm-up: until the job has written its first pane (a Flink job starts processing well after
-        # it was submitted), then --warmup seconds; the measured windows start after that
-        bounded = source == "directory" and runner == "direct"  # its panes come when the watch ends
-        while not bounded and not watcher.panes and job.running() and time.time() < t_start + 300:
-            time.sleep(0.2)
-        t_measure = time.time() + warmup_s
-        t_feed_end = t_measure + seconds
-        while time.time() < t_feed_end and job.running():
-            time.sleep(0.5)
-        # the windows ending in the measured period: wait for their on-time panes (at most a minute)
-        ends = [
-            e for e in range(int(t_measure // window_s + 1) * window_s, int(t_feed_end), window_s)
-        ]
-        ends_ms = [e * 1000 for e in ends]
-        limit = time.time() + 60 + (seconds if bounded else 0)
-        while time.time() < limit and job.running():
-            got = {p.window_end_ms for p in watcher.panes if p.pane_timing != "EARLY"}
-            if all(e in got for e in ends_ms):
-                break
-            time.sleep(0.5)
+        feeder = _start_feeder(task, workdir / "incoming" if source == "directory" else topic, rate, budget)
+        ends_ms = _measured_window_ends(
+            job, watcher, t_start=t_start, seconds=seconds, warmup_s=warmup_s, window_s=window_s,
+            bounded=bounded,
+        )  # fmt: skip
         feeder.end_reports()  # Pub/Sub: keep-alive messages from now on (the watermark moves)
         if bounded:
             job.wait(120)  # the bounded watch ends by itself and writes every window
@@ -160,7 +211,6 @@ def measure(
         watcher.stop()
         if emulator is not None:
             emulator.stop()
-    summary = latency_summary(watcher.panes, ends_ms)
     return {
         "source": source,
         "runner": runner,
@@ -177,7 +227,7 @@ def measure(
         "panes_seen": len(watcher.panes),
         "machine": f"{platform.machine()} {os.cpu_count()} cpu, load {os.getloadavg()[0]:.1f}",
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        **summary,
+        **latency_summary(watcher.panes, ends_ms),
     }
 
 
