@@ -37,10 +37,12 @@ import glob
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +196,41 @@ def _pct(xs: list[float], q: float) -> float | None:
     return float(np.percentile(xs, q)) if xs else None
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+class MemorySampler(threading.Thread):
+    """Samples every 5 s the resident memory of each component's process tree, seconds since ``t_start``."""
+
+    def __init__(self, job_pid: int, run_dir: Path | None, t_start: float) -> None:
+        super().__init__(daemon=True)
+        self.job_pid, self.run_dir, self.t_start = job_pid, run_dir, t_start
+        self.rows: list[dict[str, Any]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            row: dict[str, Any] = {"t": time.time() - self.t_start}
+            for name, pid in _components(self.job_pid, self.run_dir).items():
+                row[name] = _tree_rss(pid)
+            self.rows.append(row)
+            self.stop.wait(5.0)
+
+
+@dataclass
+class SoakRun:
+    """What one run observed: the job's command and exit code, its clock marks, the feeder, the panes
+    seen (file -> when it appeared) and the memory series."""
+
+    cmd: list[str]
+    rc: int
+    t_start: float
+    t_feed: float
+    t_fed: float
+    t_end: float
+    feeder: Feeder
+    seen: dict[str, float]
+    memory: list[dict[str, Any]]
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=600.0, help="how long to feed (default 600)")
     ap.add_argument("--rate", type=int, default=2000, help="reports per second (default 2000)")
@@ -210,77 +246,88 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--png", type=Path)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    beam_args: list[str] = []
+    return ap
+
+
+def _split_beam_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The benchmark's own arguments and the runner's (those after ``--``)."""
     if "--" in argv:
         i = argv.index("--")
-        argv, beam_args = argv[:i], argv[i + 1 :]
-    ns = ap.parse_args(argv)
-    run_dir = None
-    if not ns.no_cluster_memory:
-        cand = ns.cluster_run_dir or REPO / ".cache" / "flink" / "cluster"
-        run_dir = cand if (cand / "cluster.env").is_file() else None
+        return argv[:i], argv[i + 1 :]
+    return argv, []
 
-    import shutil
 
-    work = ns.workdir.resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    watched, out = work / "in", work / "out"
-    watched.mkdir(parents=True)
-    (work / "task.json").write_text(json.dumps(TASK))
+def _cluster_run_dir(ns: argparse.Namespace) -> Path | None:
+    """The Flink run dir whose processes are sampled too, when it has a ``cluster.env``."""
+    if ns.no_cluster_memory:
+        return None
+    cand = ns.cluster_run_dir or REPO / ".cache" / "flink" / "cluster"
+    return cand if (cand / "cluster.env").is_file() else None
+
+
+def _job_command(ns: argparse.Namespace, work: Path, beam_args: list[str]) -> list[str]:
+    """The streaming frequency job over ``work/in``, writing ``work/out``, watching a little past the feed."""
     margin = 60.0
     launch = ["-m", "pipelines.frequency"]
     if ns.without_late_drop:
         launch = ["-c", _WITHOUT_LATE_DROP]
-    cmd = [
+    return [
         sys.executable, *launch, "--task", str(work / "task.json"), "--streaming",
-        "--input", str(watched / "*.avro"), "--output", str(out), "--watch_interval", "1",
+        "--input", str(work / "in" / "*.avro"), "--output", str(work / "out"), "--watch_interval", "1",
         "--window_size", str(WINDOW_S), "--allowed_lateness", "10", "--accumulating",
         "--counts_window", "30", "--streaming_duration", str(ns.seconds + margin), *beam_args,
     ]  # fmt: skip
-    log = open(work / "job.log", "wb")
-    t_start = time.time()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    memory: list[dict[str, Any]] = []
-    stop = threading.Event()
 
-    def sample() -> None:
-        while not stop.is_set():
-            row: dict[str, Any] = {"t": time.time() - t_start}
-            for name, pid in _components(proc.pid, run_dir).items():
-                row[name] = _tree_rss(pid)
-            memory.append(row)
-            stop.wait(5.0)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    watcher = OutputWatcher(out)
-    watcher.start()
-    # the job runs once its source ticks: wait for the first count window (an empty directory still
-    # has none), or just give it the start-up time
+def _wait_job_running(proc: subprocess.Popen, out: Path, t_start: float) -> None:
+    """Waits until the job's first count window appears (its source ticks), at most 45 s after launch."""
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
         if glob.glob(str(out / "counts" / "counts-*.jsonl")) or time.time() - t_start > 45:
             break
         time.sleep(0.5)
-    t_feed = time.time()
-    feeder = Feeder(watched, ns.rate, ns.seconds, ns.seed)
-    feeder.start()
-    feeder.join()
-    t_fed = time.time()
-    rc = proc.wait()
-    t_end = time.time()
-    stop.set()
-    watcher.stop.set()
-    watcher.join()
-    sampler.join()
-    log.close()
 
-    panes = _panes(watcher.seen)
-    ev = np.concatenate(feeder.event_ms) if feeder.event_ms else np.zeros(0, np.int64)
+
+def _run_soak(ns: argparse.Namespace, beam_args: list[str], run_dir: Path | None) -> SoakRun:
+    """Starts the job in a fresh work dir, feeds it for ``--seconds`` and waits for it to end."""
+    work = ns.workdir.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    watched, out = work / "in", work / "out"
+    watched.mkdir(parents=True)
+    (work / "task.json").write_text(json.dumps(TASK))
+    cmd = _job_command(ns, work, beam_args)
+    with open(work / "job.log", "wb") as log:
+        t_start = time.time()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        sampler = MemorySampler(proc.pid, run_dir, t_start)
+        sampler.start()
+        watcher = OutputWatcher(out)
+        watcher.start()
+        _wait_job_running(proc, out, t_start)
+        t_feed = time.time()
+        feeder = Feeder(watched, ns.rate, ns.seconds, ns.seed)
+        feeder.start()
+        feeder.join()
+        t_fed = time.time()
+        rc = proc.wait()
+        t_end = time.time()
+        sampler.stop.set()
+        watcher.stop.set()
+        watcher.join()
+        sampler.join()
+    return SoakRun(cmd, rc, t_start, t_feed, t_fed, t_end, feeder, watcher.seen, sampler.rows)
+
+
+def _expected_per_window(ev: np.ndarray) -> dict[int, int]:
+    """Window end (ms) -> the count of reports fed with event times in that window."""
     want = {}
     for s, c in zip(*np.unique((ev // (WINDOW_S * 1000)) * WINDOW_S * 1000, return_counts=True)):
         want[int(s) + WINDOW_S * 1000] = int(c)
+    return want
+
+
+def _first_and_final(panes: list[dict[str, Any]]) -> tuple[dict[int, dict], dict[int, dict]]:
+    """Per window end: the pane seen first, and the most complete pane (the most reports)."""
     final: dict[int, dict[str, Any]] = {}
     first: dict[int, dict[str, Any]] = {}
     for p in panes:
@@ -289,89 +336,122 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             final[e] = p
         if e not in first or p["seen"] < first[e]["seen"]:
             first[e] = p
-    exact = {e: final.get(e, {}).get("n_reports") == c for e, c in want.items()}
-    fed = int(len(ev))
-    counted = int(sum(p["n_reports"] for p in final.values()))
-    # latency per window over time (windows that ended while the feed ran)
-    wins = sorted(e for e in first if t_feed * 1000 < e <= t_fed * 1000)
-    lat_first = [first[e]["latency_s"] for e in wins]
-    lat_final = [final[e]["latency_s"] for e in wins]
+    return first, final
+
+
+def _by_tenth(lat: list[float]) -> list[dict[str, float | None]]:
+    """Median, p95 and max latency per tenth of the windows, in order."""
     tenths = []
-    for part in np.array_split(np.arange(len(wins)), 10):
-        xs = [lat_first[i] for i in part]
+    for part in np.array_split(np.arange(len(lat)), 10):
+        xs = [lat[i] for i in part]
         if xs:
             tenths.append({"median_s": _pct(xs, 50), "p95_s": _pct(xs, 95), "max_s": max(xs)})
+    return tenths
+
+
+def _latency_stats(xs: list[float]) -> dict[str, float | None]:
+    return {"median": _pct(xs, 50), "p95": _pct(xs, 95), "max": max(xs, default=None)}
+
+
+def _memory_summary(run: SoakRun) -> dict[str, dict[str, float | None]]:
+    """Per component: mean RSS (MiB) over the first and the last minute of the feed, and the peak."""
+    memory = run.memory
+    t_feed, t_fed = run.t_feed - run.t_start, run.t_fed - run.t_start
     comps = sorted({k for row in memory for k in row if k != "t"})
-    feed_rows = [r for r in memory if t_feed - t_start <= r["t"] <= t_fed - t_start]
+    feed_rows = [r for r in memory if t_feed <= r["t"] <= t_fed]
     mem_summary = {}
     for c in comps:
-        first_min = [r.get(c, 0) for r in feed_rows if r["t"] <= t_feed - t_start + 60]
-        last_min = [r.get(c, 0) for r in feed_rows if r["t"] >= t_fed - t_start - 60]
+        first_min = [r.get(c, 0) for r in feed_rows if r["t"] <= t_feed + 60]
+        last_min = [r.get(c, 0) for r in feed_rows if r["t"] >= t_fed - 60]
         mem_summary[c] = {
             "first_minute_mean_mib": float(np.mean(first_min)) / 2**20 if first_min else None,
             "last_minute_mean_mib": float(np.mean(last_min)) / 2**20 if last_min else None,
             "peak_mib": max(r.get(c, 0) for r in memory) / 2**20,
         }
-    total_first = sum(v["first_minute_mean_mib"] or 0 for v in mem_summary.values())
-    total_last = sum(v["last_minute_mean_mib"] or 0 for v in mem_summary.values())
+    return mem_summary
+
+
+def _window_rows(first: dict, final: dict, want: dict[int, int]) -> list[dict[str, Any]]:
+    return [
+        {
+            "window_end_ms": e,
+            "first_latency_s": first[e]["latency_s"],
+            "first_timing": first[e]["pane_timing"],
+            "final_latency_s": final[e]["latency_s"],
+            "n_reports": final[e]["n_reports"],
+            "expected": want.get(e, 0),
+        }
+        for e in sorted(first)
+    ]
+
+
+def _result(
+    ns: argparse.Namespace, beam_args: list[str], run: SoakRun
+) -> tuple[dict[str, Any], list, list, list]:
+    """The JSON result of a run, with the windows that ended during the feed and their latencies."""
+    first, final = _first_and_final(_panes(run.seen))
+    feeder = run.feeder
+    ev = np.concatenate(feeder.event_ms) if feeder.event_ms else np.zeros(0, np.int64)
+    want = _expected_per_window(ev)
+    exact = {e: final.get(e, {}).get("n_reports") == c for e, c in want.items()}
+    wins = sorted(e for e in first if run.t_feed * 1000 < e <= run.t_fed * 1000)
+    lat_first = [first[e]["latency_s"] for e in wins]
+    lat_final = [final[e]["latency_s"] for e in wins]
+    mem_summary = _memory_summary(run)
     res: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
-        "command": " ".join(cmd),
+        "command": " ".join(run.cmd),
         "beam_args": beam_args,
         "without_late_drop": ns.without_late_drop,
-        "exit_code": rc,
-        "seconds_fed": t_fed - t_feed,
+        "exit_code": run.rc,
+        "seconds_fed": run.t_fed - run.t_feed,
         "rate_reports_per_s": ns.rate,
         "window_s": WINDOW_S,
         "files_fed": feeder.files,
         "feeder_max_behind_s": feeder.behind_s,
-        "reports_fed": fed,
-        "reports_counted_in_final_panes": counted,
+        "reports_fed": int(len(ev)),
+        "reports_counted_in_final_panes": int(sum(p["n_reports"] for p in final.values())),
         "windows_expected": len(want),
         "windows_exact": int(sum(exact.values())),
         "all_windows_exact": bool(exact) and all(exact.values()),
-        "job_start_to_feed_s": t_feed - t_start,
-        "feed_end_to_job_end_s": t_end - t_fed,
-        "latency_first_pane_s": {
-            "median": _pct(lat_first, 50),
-            "p95": _pct(lat_first, 95),
-            "max": max(lat_first, default=None),
-        },
-        "latency_final_pane_s": {
-            "median": _pct(lat_final, 50),
-            "p95": _pct(lat_final, 95),
-            "max": max(lat_final, default=None),
-        },
-        "latency_first_pane_by_tenth": tenths,
+        "job_start_to_feed_s": run.t_feed - run.t_start,
+        "feed_end_to_job_end_s": run.t_end - run.t_fed,
+        "latency_first_pane_s": _latency_stats(lat_first),
+        "latency_final_pane_s": _latency_stats(lat_final),
+        "latency_first_pane_by_tenth": _by_tenth(lat_first),
         "memory": mem_summary,
-        "memory_total_first_minute_mib": total_first,
-        "memory_total_last_minute_mib": total_last,
-        "windows": [
-            {
-                "window_end_ms": e,
-                "first_latency_s": first[e]["latency_s"],
-                "first_timing": first[e]["pane_timing"],
-                "final_latency_s": final[e]["latency_s"],
-                "n_reports": final[e]["n_reports"],
-                "expected": want.get(e, 0),
-            }
-            for e in sorted(first)
-        ],  # fmt: skip
-        "memory_series": memory,
-        "t_feed": t_feed - t_start,
-        "t_fed": t_fed - t_start,
+        "memory_total_first_minute_mib": sum(v["first_minute_mean_mib"] or 0 for v in mem_summary.values()),
+        "memory_total_last_minute_mib": sum(v["last_minute_mean_mib"] or 0 for v in mem_summary.values()),
+        "windows": _window_rows(first, final, want),
+        "memory_series": run.memory,
+        "t_feed": run.t_feed - run.t_start,
+        "t_fed": run.t_fed - run.t_start,
     }
+    return res, wins, lat_first, lat_final
+
+
+def _print_summary(res: dict[str, Any]) -> None:
+    lat = res["latency_first_pane_s"]
     print(
-        f"soak: fed {fed:,} reports over {res['seconds_fed']:.0f} s in {feeder.files} files; "
-        f"counted {counted:,}; windows exact {res['windows_exact']}/{len(want)}; latency first pane median "
-        f"{res['latency_first_pane_s']['median']} s p95 {res['latency_first_pane_s']['p95']} s; memory total "
-        f"{total_first:.0f} MiB (first minute) -> {total_last:.0f} MiB (last minute); exit {rc}"
+        f"soak: fed {res['reports_fed']:,} reports over {res['seconds_fed']:.0f} s in {res['files_fed']} "
+        f"files; counted {res['reports_counted_in_final_panes']:,}; windows exact {res['windows_exact']}/"
+        f"{res['windows_expected']}; latency first pane median {lat['median']} s p95 {lat['p95']} s; "
+        f"memory total {res['memory_total_first_minute_mib']:.0f} MiB (first minute) -> "
+        f"{res['memory_total_last_minute_mib']:.0f} MiB (last minute); exit {res['exit_code']}"
     )
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv, beam_args = _split_beam_args(sys.argv[1:] if argv is None else list(argv))
+    ns = _parser().parse_args(argv)
+    run = _run_soak(ns, beam_args, _cluster_run_dir(ns))
+    res, wins, lat_first, lat_final = _result(ns, beam_args, run)
+    _print_summary(res)
     if ns.json:
         ns.json.parent.mkdir(parents=True, exist_ok=True)
         ns.json.write_text(json.dumps(res, indent=1) + "\n")
     if ns.png:
-        _plot(ns.png, res, wins, lat_first, lat_final, t_start)
+        _plot(ns.png, res, wins, lat_first, lat_final, run.t_start)
     return res
 
 
