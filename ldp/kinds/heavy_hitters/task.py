@@ -8,6 +8,7 @@ Keys beyond the common ones::
      "truncate": false,          # clients cut a longer value to max_length bytes instead of refusing it
      "top_k": 20,                # the most strings published per window
      "expected_users": 1000000,  # reports expected per window (the olh search's candidates; the plan)
+     "mode": "one_window",       # or "trie": one level per window, the survivors published between windows
      "params": {"first_bits": 22, "step_bits": 13, "candidates": 2048, "search": "auto",
                 "rule": "bh", "alpha": 0.05, "sketch_seed": 0}}
 
@@ -18,6 +19,10 @@ Keys beyond the common ones::
 
 A report's group is its level: ``n_groups`` is derived from the layout (the search levels plus the
 verification level) and never written in the task.
+
+``mode``: ``one_window`` (default) assigns each user a level at random and runs the whole search in every
+window; ``trie`` has every client of a window report at the one level the previous window published
+(levels 0, 1, ..., the verification level, then level 0 again; :mod:`ldp.heavy_hitters.trie`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ __all__ = [
     "DEFAULT_TOP_K",
     "MAX_TOP_K",
     "MAX_EXPECTED_USERS",
+    "MODES",
 ]
 
 #: the task's mechanisms: PEM, and ``auto`` (PEM with the core's parameters)
@@ -50,7 +56,9 @@ DEFAULT_TOP_K = 20
 MAX_TOP_K = 100_000
 MAX_EXPECTED_USERS = 10**12
 MAX_SKETCH_SEED = 2**53
-_KEYS = ("max_length", "truncate", "top_k", "expected_users")
+#: ``mode``: the whole search in every window, or one level per window with the survivors published between
+MODES: tuple[str, ...] = ("one_window", "trie")
+_KEYS = ("max_length", "truncate", "top_k", "expected_users", "mode")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -62,6 +70,7 @@ class HeavyHittersTask(Task):
     truncate: bool = False
     top_k: int = DEFAULT_TOP_K
     expected_users: int | None = None
+    mode: str = "one_window"
 
     @property
     def resolved_mechanism(self) -> str:
@@ -78,6 +87,8 @@ class HeavyHittersTask(Task):
         out.update(max_length=self.max_length, truncate=self.truncate, top_k=self.top_k)
         if self.expected_users is not None:
             out["expected_users"] = self.expected_users
+        if self.mode != "one_window":
+            out["mode"] = self.mode
         return out
 
 
@@ -179,6 +190,9 @@ def _build(obj: JsonObject, common: dict[str, object], problems: Problems) -> He
     truncate = obj.get("truncate", False)
     if not isinstance(truncate, bool):
         problems.append(f"truncate must be true or false, got {truncate!r}")
+    mode = obj.get("mode", "one_window")
+    if mode not in MODES:
+        problems.append(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if obj.get("n_groups") is not None:
         problems.append("n_groups is derived from the levels (one group per level) in heavy_hitters tasks: "
                         "leave it out")
@@ -194,7 +208,7 @@ def _build(obj: JsonObject, common: dict[str, object], problems: Problems) -> He
         problems.append(f"mechanism parameters rejected by ldp.heavy_hitters: {exc}")
         return None
     return HeavyHittersTask(
-        max_length=max_length, truncate=bool(truncate), top_k=top_k, expected_users=expected,
+        max_length=max_length, truncate=bool(truncate), top_k=top_k, expected_users=expected, mode=str(mode),
         **{**common, "params": params, "n_groups": len(pem.levels)},  # type: ignore[arg-type]
     )
 
@@ -210,6 +224,9 @@ HEAVY_HITTERS_FIELDS: dict[str, Field] = {
     "expected_users": declare("integer", "null", minimum=1, maximum=MAX_EXPECTED_USERS,
                               description="reports expected per window (the olh search's candidates; "
                               "the plan)"),
+    "mode": declare("string", enum=MODES, default="one_window",
+                    description="one_window: the whole search in every window; trie: every client of a "
+                    "window reports at the one level the previous window published"),
     "epsilon": declare("number", exclusive_minimum=0, maximum=20),
     "schema_version": declare("integer", enum=(2,), default=2),
     "n_groups": declare("null", description="derived: one group per level (search levels and verification)"),
