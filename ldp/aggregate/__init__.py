@@ -23,6 +23,12 @@ Implementations: each kind's ``ldp.kinds.<kind>.aggregate`` (``FrequencyAggregat
 ``RangeAggregator``, ``BatchAggregator`` (central DP), ``SparseAggregator``, ``NumericAggregator``);
 :func:`make_aggregator` picks one for a parsed task from its kind's entry in the registry :mod:`ldp.kinds`.
 They build on :class:`TaskAggregator` (the kind check, the lazily built mechanism, its accumulator).
+
+A kind whose windows depend on each other (the heavy_hitters kind's trie mode: each window's survivors
+decide what the next window's clients report) gives a :class:`WindowSequence` through
+:meth:`TaskAggregator.window_sequence`: the stack then finalizes the windows one after the other, in order of
+window start, through ``sequence.step`` instead of ``finalize``, carrying a picklable state between them and
+publishing what ``step`` returns for the clients.
 A new kind of task is a new kind package and one registry entry, not a new pipeline stack. Every row
 carries the pane header (:data:`ldp.rows.PANE_HEADER`).
 """
@@ -48,6 +54,7 @@ __all__ = [
     "WindowInfo",
     "GLOBAL_WINDOW",
     "Aggregator",
+    "WindowSequence",
     "TaskAggregator",
     "GroupAccumulators",
     "accumulate",
@@ -155,6 +162,28 @@ class Aggregator(Protocol[Acc]):
         ...
 
 
+class WindowSequence(Protocol):
+    """Finalizes windows IN ORDER OF WINDOW START, carrying a state from one window to the next.
+
+    The stack calls :meth:`initial_state` once per task, then :meth:`step` once per finalized window (only
+    its on-time or batch pane) with the state the previous step returned. ``step`` returns the new state,
+    the window's result rows (written like ``finalize``'s) and a publication: a JSON-able dict (keys
+    ``task_id``, ``generation`` (windows finalized so far, from 1), ``level`` (what the next window's
+    clients report at), ``window_end`` (ms or None), plus the kind's own) or None (nothing to publish).
+    """
+
+    def initial_state(self) -> Any:
+        """The state before the first window (picklable)."""
+        ...
+
+    def step(
+        self, state: Any, accs: Mapping[int, Any], window: WindowInfo
+    ) -> tuple[Any, list[ResultRow], Mapping[str, Any] | None]:
+        """``(new state, the window's rows, the publication or None)`` of one window's
+        ``{group: accumulator}`` (groups with reports)."""
+        ...
+
+
 class TaskAggregator:
     """What the built-in aggregators share: the task, refused unless it is of the class's ``kind``, and its
     mechanism (:meth:`build_mechanism`: ``task.make_mechanism()`` unless overridden), built on first use
@@ -189,6 +218,11 @@ class TaskAggregator:
 
     def merge(self, group: int, accs: Sequence[Any]) -> Any:
         return self.mechanism.merge(list(accs))
+
+    def window_sequence(self) -> WindowSequence | None:
+        """The ordered finalize of a task whose windows depend on each other (:class:`WindowSequence`);
+        None (the default): every window is finalized on its own by ``finalize``."""
+        return None
 
 
 @dataclasses.dataclass
