@@ -402,8 +402,13 @@ class PEM:
         *,
         rng: np.random.Generator | np.random.SeedSequence | int | None = None,
         truncate: bool = False,
+        level: int | None = None,
     ) -> HHReports:
-        """Reports for ``values`` (``rng=None``: OS CSPRNG noise and seeds, what a client does)."""
+        """Reports for ``values`` (``rng=None``: OS CSPRNG noise and seeds, what a client does).
+
+        ``level`` None: each report at a random level (``level_weights``); an index: every report at that
+        level (the clients of a trie-mode window, :mod:`ldp.heavy_hitters.trie`). Either way the level does
+        not depend on the value, so each report stays eps-LDP."""
         if isinstance(values, StringBatch):
             batch = values
         else:
@@ -412,17 +417,28 @@ class PEM:
             raise ValueError(f"values have max_length {batch.max_length}, the task {self.max_length}")
         perturb, seed_rng = client_streams(rng)
         n = len(batch)
-        edges = np.cumsum(self.weights)[:-1]
-        level = np.searchsorted(edges, perturb.random(n), side="right").astype(np.uint8)
+        if level is None:
+            edges = np.cumsum(self.weights)[:-1]
+            levels = np.searchsorted(edges, perturb.random(n), side="right").astype(np.uint8)
+        else:
+            levels = np.full(n, self.check_level(level), dtype=np.uint8)
         seeds = public_seeds(n, seed_rng)
         y = np.zeros(n, dtype=np.uint64)
         words = batch.words()
         for lv in self.levels:
-            idx = np.flatnonzero(level == lv.index)
+            idx = np.flatnonzero(levels == lv.index)
             if idx.size:
                 bucket = self._buckets(lv, words[idx], seeds[idx])
                 y[idx] = _randomize(bucket, lv, perturb)
-        return HHReports(level, seeds, y)
+        return HHReports(levels, seeds, y)
+
+    def check_level(self, level: object) -> int:
+        """``level`` as a level index (ValueError naming the levels otherwise)."""
+        if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or not (
+            0 <= int(level) < len(self.levels)
+        ):
+            raise ValueError(f"level must be an integer in [0, {len(self.levels) - 1}], got {level!r}")
+        return int(level)
 
     def _buckets(self, lv: Level, words: np.ndarray, seeds: np.ndarray) -> np.ndarray:
         """Each value's bucket at ``lv`` under its report's seed (GRR: the prefix itself)."""

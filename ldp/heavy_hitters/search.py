@@ -23,7 +23,7 @@ from ldp.selection import discoveries
 if TYPE_CHECKING:
     from ldp.heavy_hitters.pem import PEM, HeavyHitters, Level, LevelStats, PEMAccumulator
 
-__all__ = ["run_levels", "level_support", "level_estimates"]
+__all__ = ["run_levels", "level_support", "level_estimates", "verify_survivors", "level_stats"]
 
 BLOCK_WORK = 1 << 23  # matching triples (or pairs) per block of reports
 
@@ -139,6 +139,8 @@ def run_levels(pem: PEM, acc: PEMAccumulator) -> HeavyHitters:
         if seeds.size == 0 or cands.shape[0] == 0:
             stats.append(_stats(lv, seeds.size, cands.shape[0], 0))
             return HeavyHitters(n, (), tuple(stats), 0, None)
+        if lv.verify:
+            return verify_survivors(pem, lv, seeds, y, cands, n, stats)
         f, std = level_estimates(level_support(lv, seeds, y, parents, cands), seeds.size, n, lv)
         full = lv.bits == full_bits
         if lv.index == last:
@@ -147,6 +149,22 @@ def run_levels(pem: PEM, acc: PEMAccumulator) -> HeavyHitters:
         stats.append(_stats(lv, seeds.size, cands.shape[0], kept.size))
         survivors = cands[kept]
     raise AssertionError("unreachable: the last level publishes")
+
+
+def verify_survivors(
+    pem: PEM, lv: Level, seeds: np.ndarray, y: np.ndarray, survivors: np.ndarray, n: int,
+    stats: list[LevelStats],
+) -> HeavyHitters:
+    """The published heavy hitters: the verification level's reports (``seeds``, ``y``) estimate the full
+    values ``survivors`` exactly (frequencies among ``n`` users), then the publication rule; ``stats``
+    (the search levels' statistics) gets the verification level's appended."""
+    f, std = level_estimates(level_support(lv, seeds, y, None, survivors), seeds.size, n, lv)
+    return _publish(pem, lv, survivors, f, std, seeds.size, stats, n)
+
+
+def level_stats(lv: Level, reports: int, candidates: int, kept: int) -> LevelStats:
+    """One level's :class:`~ldp.heavy_hitters.pem.LevelStats`."""
+    return _stats(lv, reports, candidates, kept)
 
 
 def _stats(lv: Level, reports: int, candidates: int, kept: int):
