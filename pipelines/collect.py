@@ -430,7 +430,8 @@ async def serve(
 
 def _parser():
     p = job_parser(__doc__.splitlines()[0], beam_options=False)
-    p.add_argument("--task", required=True, help="collection task JSON file (frequency, range or sparse)")
+    p.add_argument("--task", required=True, help="collection task JSON file (any kind whose devices send LDP "
+                   "reports: frequency, range, sparse, numeric, heavy_hitters)")  # fmt: skip
     p.add_argument("--output_dir", help="directory of the report files (created if missing)")
     p.add_argument("--output_topic", metavar="kafka://HOST:PORT/TOPIC",
                    help="publish each accepted request as one message to this Kafka topic instead of files "
