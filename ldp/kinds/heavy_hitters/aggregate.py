@@ -14,6 +14,12 @@ known only once the search ends.
 ``finalize`` rebuilds the core's accumulator and runs :meth:`ldp.heavy_hitters.PEM.estimate` (the level
 search, then the verification group's exact estimates and the publication rule): one
 :class:`HeavyHittersRow` (``schemas/heavy_hitters_estimate.avsc``) per window and pane.
+
+In ``trie`` mode (the task's ``mode``) :meth:`HeavyHittersAggregator.window_sequence` gives
+:class:`HeavyHittersTrie`, the :class:`ldp.aggregate.WindowSequence` the stack finalizes the windows with, in
+order: each window scores its scheduled level only (:class:`ldp.heavy_hitters.trie.TrieSearch`), its row
+carries the ``trie`` record (the level, its reports and stale ones, the surviving prefixes) and its
+publication (:func:`trie_publication`) tells the next window's clients their level.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from ldp.aggregate import OutputSpec, ResultRow, TaskAggregator, WindowInfo
 from ldp.heavy_hitters.pem import PEM, HeavyHitters, HHReports, Level, PEMAccumulator
 from ldp.heavy_hitters.sketch import SketchAccumulator, walsh_add, walsh_dtype
 from ldp.heavy_hitters.strings import StringBatch, escape_bytes
+from ldp.heavy_hitters.trie import TrieSearch, TrieState, TrieWindow, prefix_records
 from ldp.kinds.heavy_hitters.task import HeavyHittersTask
 from ldp.payload import PayloadField, PayloadSpec, Refusal
 from ldp.reports import Reports
@@ -40,6 +47,9 @@ __all__ = [
     "LevelValidator",
     "pem_reports",
     "heavy_hitters_row",
+    "HeavyHittersTrie",
+    "trie_row",
+    "trie_publication",
     "MECHANISMS",
 ]
 
@@ -55,7 +65,8 @@ class HeavyHittersRow(NamedTuple):
     the estimate the frequency among all ``n_reports`` users with its 95% interval; ``levels``: per level
     its bits, oracle, ``g``, reports, candidates scored and prefixes kept (published at the last);
     ``tested``: values tested by the ``rule`` at ``alpha``; ``threshold_z``: the smallest published
-    estimate in null standard deviations (None: nothing passed, or no test)."""
+    estimate in null standard deviations (None: nothing passed, or no test); ``trie``: in trie mode the
+    window's step (:func:`trie_row`), else None."""
 
     task_id: str
     schema_version: int
@@ -78,6 +89,7 @@ class HeavyHittersRow(NamedTuple):
     threshold_z: float | None
     #: the row type (``schemas/heavy_hitters_estimate.avsc``): readers dispatch on it
     row_schema: str | None = "heavy_hitters_estimate"
+    trie: dict[str, Any] | None = None
     output = "estimates"
 
 
@@ -224,6 +236,43 @@ class HeavyHittersAggregator(TaskAggregator):
         result = pem.estimate(core_accumulator(pem, accs.values()))
         return [heavy_hitters_row(self.task, window, pem, result)]
 
+    def window_sequence(self) -> HeavyHittersTrie | None:
+        """In ``trie`` mode the ordered, stateful finalize (:class:`HeavyHittersTrie`); else None."""
+        return HeavyHittersTrie(self.task) if self.task.mode == "trie" else None  # type: ignore[attr-defined]
+
+
+class HeavyHittersTrie:
+    """The :class:`ldp.aggregate.WindowSequence` of a trie-mode task: ``step`` runs
+    :meth:`~ldp.heavy_hitters.trie.TrieSearch.step` on the scheduled level's accumulator (the other levels'
+    reports are counted as stale, never folded) and returns the window's row and publication. Pickles as
+    its task (the core is rebuilt on first use)."""
+
+    def __init__(self, task: HeavyHittersTask) -> None:
+        self.task = task
+        self._search: TrieSearch | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"task": self.task, "_search": None}
+
+    @property
+    def search(self) -> TrieSearch:
+        if self._search is None:
+            self._search = TrieSearch(self.task.make_mechanism())
+        return self._search
+
+    def initial_state(self) -> TrieState:
+        return self.search.initial_state()
+
+    def step(self, state: TrieState, accs: Mapping[int, LevelAccumulator], window: WindowInfo
+             ) -> tuple[TrieState, list[ResultRow], dict[str, Any]]:
+        pem = self.search.pem
+        scheduled = accs.get(state.level)
+        stale = sum(a.n for g, a in accs.items() if g != state.level)
+        core = core_accumulator(pem, [scheduled] if scheduled is not None else [])
+        new, out = self.search.step(state, core, stale)
+        row = trie_row(self.task, window, pem, new, out)
+        return new, [row], trie_publication(self.task, window, new, out)
+
 
 def core_accumulator(pem: PEM, levels: Iterable[LevelAccumulator]) -> PEMAccumulator:
     """The core's accumulator of the levels' reports (a level without reports stays empty)."""
@@ -272,3 +321,46 @@ def encode_values(task: HeavyHittersTask, values: Sequence[str | bytes] | String
     """A client's reports of ``values`` and their groups (levels), through the task's PEM (``rng`` None:
     the OS CSPRNG)."""
     return pem_reports(task.make_mechanism().encode(values, rng=rng, truncate=task.truncate))
+
+
+def _trie_record(task: HeavyHittersTask, state: TrieState, out: TrieWindow) -> dict[str, Any]:
+    return {
+        "generation": int(state.generation),
+        "level": int(out.level),
+        "status": out.status,
+        "prefix_bits": int(state.prefix_bits),
+        "reports_at_level": int(out.reports),
+        "stale_reports": int(out.stale),
+        "survivors": state.survivors,
+        "prefixes": prefix_records(state, task.max_length),
+    }
+
+
+def trie_row(task: HeavyHittersTask, window: WindowInfo, pem: PEM, state: TrieState, out: TrieWindow
+             ) -> HeavyHittersRow:
+    """The row of one trie-mode window: at the verification level the heavy hitters as in one-window mode
+    (frequencies among the level's ``n_reports`` users), else none; ``trie`` the step (``generation``,
+    ``level`` scored, ``status``, ``prefix_bits``, ``reports_at_level``, ``stale_reports``, ``survivors`` and
+    the best :data:`~ldp.heavy_hitters.trie.MAX_PUBLISHED_PREFIXES` ``prefixes``)."""
+    result = out.hitters
+    if result is None:
+        result = HeavyHitters(out.reports, (), out.stats, 0, None)
+    row = heavy_hitters_row(task, window, pem, result)
+    return row._replace(trie=_trie_record(task, state, out))
+
+
+def trie_publication(task: HeavyHittersTask, window: WindowInfo, state: TrieState, out: TrieWindow
+                     ) -> dict[str, Any]:
+    """What the next window's clients fetch: ``task_id``, ``generation``, ``level`` (where they report),
+    ``window_end``, and for the dashboard ``prefix_bits``, ``survivors`` and the best ``prefixes``."""
+    record = _trie_record(task, state, out)
+    return {
+        "task_id": task.task_id,
+        "generation": record["generation"],
+        "level": int(state.level),
+        "window_end": window.end_ms,
+        "status": out.status,
+        "prefix_bits": record["prefix_bits"],
+        "survivors": record["survivors"],
+        "prefixes": record["prefixes"],
+    }

@@ -1,4 +1,6 @@
-"""The store form of heavy-hitters rows: one pane per row (group 0), one item per published string.
+"""The store form of heavy-hitters rows: one pane per row (group 0), one item per published string; a
+trie-mode row (its ``trie`` record) adds a pane of store output ``heavy_hitters_trie``, group = the level
+scored, one item per published prefix (:func:`flatten_trie`).
 
 A string's item is a stable id (:func:`string_item`: 52 bits of a hash of the string, so the same string
 has the same item in every window and a chart follows it across windows; 52 bits stay exact as a
@@ -11,9 +13,16 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from ldp.heavy_hitters.pem import Z95
 from ldp.rows import FlatItem, FlatPane, get, num
 
-__all__ = ["flatten_heavy_hitters", "string_item"]
+__all__ = ["flatten_heavy_hitters", "flatten_trie", "string_item", "TRIE_OUTPUT"]
+
+#: the store output of a trie-mode window's published prefixes
+TRIE_OUTPUT = "heavy_hitters_trie"
+_TRIE_EXTRA = (
+    "generation", "level", "status", "prefix_bits", "reports_at_level", "stale_reports", "survivors",
+)
 
 _EXTRA = ("mechanism", "epsilon", "max_length", "top_k", "search", "rule", "alpha", "tested", "threshold_z")
 ITEM_BITS = 52
@@ -45,9 +54,35 @@ def flatten_heavy_hitters(
             items.append(_item(item, h))
         extra = {k: get(row, k) for k in _EXTRA if get(row, k) is not None}
         extra["levels"] = list(get(row, "levels") or [])
-        n = int(row.n_reports)
+        n = int(get(row, "n_reports"))
         panes.append(FlatPane("heavy_hitters", 0, get(row, "mechanism"), n, len(hitters), items, extra))
+        trie = get(row, "trie")
+        if trie is not None:
+            panes.append(flatten_trie(trie, get(row, "mechanism"), max_items))
     return panes
+
+
+def flatten_trie(trie: dict[str, Any], mechanism: str | None, max_items: int) -> FlatPane:
+    """The ``heavy_hitters_trie`` pane of a row's ``trie`` record: group = the level scored, one item per
+    published prefix (its item a stable id of its bits, :func:`string_item` of its ``hex`` (a level fixes
+    the length); its label its text), the estimate with a 95% interval; ``extra`` the step's counts."""
+    prefixes = list(trie.get("prefixes") or [])
+    taken: set[int] = set()
+    items = []
+    for pr in prefixes[:max_items]:
+        item = string_item(str(pr["hex"]))
+        while item in taken:
+            item = (item + 1) % (1 << ITEM_BITS)
+        taken.add(item)
+        est, std = num(pr["estimate"]), num(pr["std"])
+        lo = hi = None
+        if est is not None and std is not None:
+            lo, hi = est - Z95 * std, est + Z95 * std
+        items.append(_item(item, {"value": pr["value"], "estimate": est, "std": std, "ci_low": lo,
+                                  "ci_high": hi}))
+    extra = {k: trie.get(k) for k in _TRIE_EXTRA}
+    level, reports = int(trie["level"]), int(trie["reports_at_level"])
+    return FlatPane(TRIE_OUTPUT, level, mechanism, reports, len(prefixes), items, extra)
 
 
 def _item(item: int, h: dict[str, Any]) -> FlatItem:
