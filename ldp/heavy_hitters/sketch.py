@@ -49,13 +49,13 @@ from ldp.hashing import seed_words
 from ldp.heavy_hitters.strings import bit_field, half_words
 
 __all__ = [
-    "SketchSpec", "SketchAccumulator", "fwht", "gf2_hash", "walsh_add", "bucket_counts", "score", "null_std",
-    "full_matrices", "full_hash", "full_support", "walsh_dtype",
+    "SketchSpec", "SketchAccumulator", "fwht", "gf2_hash", "walsh_keys", "walsh_add", "bucket_counts",
+    "score", "null_std", "full_matrices", "full_hash", "full_support", "walsh_dtype",
 ]
 
 ROW_WORD = 64  # seed word streams: the row, then the matrix and offset
 MATRIX_WORD = 65
-BLOCK_REPORTS = 1 << 15
+FOLD_TERMS = 1 << 22  # (report, z) terms per histogram of walsh_add
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,29 +171,44 @@ class SketchAccumulator:
         )
 
 
+def walsh_keys(spec: SketchSpec, seeds: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``2 S^T z + (z . (c xor y) mod 2)`` for every ``z`` in ``[g]`` (rows) and report (columns), ``int64``:
+    the Walsh index and the sign bit of each of the report's ``g`` terms. Row ``z`` with its top set bit
+    ``i`` is row ``z - 2**i`` xor the report's ``(S_i, v_i)``, so the table is ``t`` doublings."""
+    s, c = spec.matrices(seeds)
+    v = (c ^ y).astype(np.int64)
+    keys = np.empty((spec.g, seeds.size), dtype=np.int64)
+    keys[0] = 0
+    h = 1
+    for i in range(spec.t):
+        step = (s[:, i].astype(np.int64) << 1) | ((v >> i) & 1)
+        np.bitwise_xor(keys[:h], step, out=keys[h : 2 * h])
+        h *= 2
+    return keys
+
+
 def walsh_add(acc: SketchAccumulator, seeds: np.ndarray, y: np.ndarray) -> None:
     """Adds reports to ``W`` (module docstring): for each report and each ``z`` in ``[g]``, ``+-1`` at
-    ``S^T z`` of its row, the sign ``(-1)**(z . (c xor y))``."""
+    ``S^T z`` of its row, the sign ``(-1)**(z . (c xor y))``. Row by row, a histogram of
+    :func:`walsh_keys` (``2 m`` bins: index and sign) in blocks of ``FOLD_TERMS`` terms gives the row's
+    ``+1`` and ``-1`` counts per index; exact integers, so any split or order gives the same ``W``."""
     spec = acc.spec
-    g, m = spec.g, spec.m
-    for s0 in range(0, seeds.size, BLOCK_REPORTS):
-        sd, yy = seeds[s0 : s0 + BLOCK_REPORTS], y[s0 : s0 + BLOCK_REPORTS]
-        s, c = spec.matrices(sd)
-        row = spec.row_of(sd)
-        v = c ^ yy
-        freq = np.zeros((sd.size, g), dtype=np.uint64)
-        sign = np.zeros((sd.size, g), dtype=np.uint8)
-        for z in range(1, g):  # Gray-style: z = (z without its lowest bit) + that bit
-            low = (z & -z).bit_length() - 1
-            prev = z & (z - 1)
-            freq[:, z] = freq[:, prev] ^ s[:, low]
-            sign[:, z] = sign[:, prev] ^ ((v >> np.uint64(low)) & np.uint64(1)).astype(np.uint8)
-        index = (row[:, None] * m + freq.astype(np.int64)).ravel()
-        weight = 1.0 - 2.0 * sign.ravel()
-        acc.walsh += np.rint(np.bincount(index, weights=weight, minlength=spec.rows * m)).astype(
-            np.int64
-        ).reshape(spec.rows, m)
-        acc.counts += np.bincount(row, minlength=spec.rows)
+    seeds = np.asarray(seeds, dtype=np.uint64)
+    y = np.asarray(y, dtype=np.uint64)
+    rows = spec.row_of(seeds)
+    block = max(1, FOLD_TERMS // spec.g)
+    for r in range(spec.rows):
+        mine = rows == r
+        sr, yr = (seeds, y) if mine.all() else (seeds[mine], y[mine])
+        if sr.size == 0:
+            continue
+        signs = np.zeros(2 * spec.m, dtype=np.int64)
+        for s0 in range(0, sr.size, block):
+            keys = walsh_keys(spec, sr[s0 : s0 + block], yr[s0 : s0 + block])
+            signs += np.bincount(keys.ravel(), minlength=2 * spec.m)
+        pairs = signs.reshape(spec.m, 2)
+        acc.walsh[r] += (pairs[:, 0] - pairs[:, 1]).astype(acc.walsh.dtype)
+    acc.counts += np.bincount(rows, minlength=spec.rows)
 
 
 def fwht(a: np.ndarray) -> np.ndarray:

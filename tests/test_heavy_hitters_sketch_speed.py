@@ -1,0 +1,122 @@
+"""ldp.heavy_hitters.sketch: the fast fold and scoring give exactly what the reference code gives.
+
+The references below are the straightforward forms: term by term in Python (tiny cases), and the
+earlier vectorized fold (a ``reports x g`` table of indices and signs summed by a weighted histogram),
+kept here; the library's versions must give bit-identical Walsh arrays and the same heavy hitters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ldp.heavy_hitters.pem as pem_module
+from ldp.heavy_hitters import PEM
+from ldp.heavy_hitters import sketch as sketch_module
+from ldp.heavy_hitters.sketch import SketchAccumulator, SketchSpec, walsh_add, walsh_dtype
+
+pytestmark: list[pytest.MarkDecorator] = []  # the fast tier
+
+
+def reference_walsh_add(acc: SketchAccumulator, seeds: np.ndarray, y: np.ndarray) -> None:
+    """``W[row, S^T z] += (-1)**(z . (c xor y))`` for every report and ``z``, one report at a time."""
+    spec = acc.spec
+    s, c = spec.matrices(seeds)
+    rows = spec.row_of(seeds)
+    v = c ^ y
+    for i in range(seeds.size):
+        for z in range(spec.g):
+            u, sign = 0, 0
+            for bit in range(spec.t):
+                if z >> bit & 1:
+                    u ^= int(s[i, bit])
+                    sign ^= int(v[i]) >> bit & 1
+            acc.walsh[rows[i], u] += 1 - 2 * sign
+    acc.counts += np.bincount(rows, minlength=spec.rows)
+
+
+def previous_walsh_add(acc: SketchAccumulator, seeds: np.ndarray, y: np.ndarray) -> None:
+    """The earlier fold: per block of reports, the ``(reports, g)`` indices and signs built column by
+    column (Gray order), then one weighted ``bincount`` over ``rows x m``."""
+    spec = acc.spec
+    g, m = spec.g, spec.m
+    for s0 in range(0, seeds.size, 1 << 15):
+        sd, yy = seeds[s0 : s0 + (1 << 15)], y[s0 : s0 + (1 << 15)]
+        s, c = spec.matrices(sd)
+        row = spec.row_of(sd)
+        v = c ^ yy
+        freq = np.zeros((sd.size, g), dtype=np.uint64)
+        sign = np.zeros((sd.size, g), dtype=np.uint8)
+        for z in range(1, g):
+            low = (z & -z).bit_length() - 1
+            prev = z & (z - 1)
+            freq[:, z] = freq[:, prev] ^ s[:, low]
+            sign[:, z] = sign[:, prev] ^ ((v >> np.uint64(low)) & np.uint64(1)).astype(np.uint8)
+        index = (row[:, None] * m + freq.astype(np.int64)).ravel()
+        weight = 1.0 - 2.0 * sign.ravel()
+        total = np.bincount(index, weights=weight, minlength=spec.rows * m)
+        acc.walsh += np.rint(total).astype(np.int64).reshape(spec.rows, m)
+        acc.counts += np.bincount(row, minlength=spec.rows)
+
+
+def _reports(spec: SketchSpec, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 2**64, n, dtype=np.uint64), rng.integers(0, spec.g, n).astype(np.uint64)
+
+
+@pytest.mark.parametrize("bits, d, rows, t", [(9, 9, 1, 1), (12, 12, 1, 4), (30, 8, 3, 3), (40, 10, 4, 6)])
+def test_fold_equals_the_reference_term_by_term(bits, d, rows, t):
+    spec = SketchSpec(bits=bits, d=d, rows=rows, t=t, epsilon=4.0, key_seed=3)
+    seeds, y = _reports(spec, 150, bits + t)
+    want = SketchAccumulator(spec)
+    reference_walsh_add(want, seeds, y)
+    got = SketchAccumulator(spec)
+    walsh_add(got, seeds, y)
+    assert got == want and got.walsh.any()
+
+
+@pytest.mark.parametrize(
+    "bits, d, rows, t", [(22, 22, 1, 10), (51, 20, 4, 10), (35, 20, 4, 6), (35, 20, 4, 3)]
+)
+def test_fold_equals_the_previous_fold_at_the_default_shapes(bits, d, rows, t):
+    spec = SketchSpec(bits=bits, d=d, rows=rows, t=t, epsilon=8.0, key_seed=2)
+    seeds, y = _reports(spec, 3000, t)
+    want = SketchAccumulator(spec)
+    previous_walsh_add(want, seeds, y)
+    got = SketchAccumulator(spec)
+    walsh_add(got, seeds, y)
+    assert got == want
+
+
+def test_fold_is_the_same_in_blocks_in_small_types_and_in_any_split(monkeypatch):
+    spec = SketchSpec(bits=30, d=12, rows=4, t=10, epsilon=8.0, key_seed=1)
+    seeds, y = _reports(spec, 700, 7)
+    whole = SketchAccumulator(spec)
+    previous_walsh_add(whole, seeds, y)
+    monkeypatch.setattr(sketch_module, "FOLD_TERMS", 3 * spec.g + 5)  # blocks of 3 reports
+    parts = SketchAccumulator(spec, walsh_dtype(seeds.size, spec.g))
+    assert parts.walsh.dtype == np.int32
+    walsh_add(parts, seeds[:1], y[:1])
+    walsh_add(parts, seeds[1:1], y[1:1])  # no reports: nothing changes
+    walsh_add(parts, seeds[1:400], y[1:400])
+    rest = SketchAccumulator(spec, np.int32)
+    walsh_add(rest, seeds[400:], y[400:])
+    parts.merge(rest)
+    assert np.array_equal(parts.walsh, whole.walsh) and np.array_equal(parts.counts, whole.counts)
+    assert int(parts.counts.sum()) == seeds.size
+
+
+def test_seeded_search_publishes_the_same_heavy_hitters_as_the_reference_fold(monkeypatch):
+    # A small layout (16, 24 and 35 bits, 64 kept) at eps 8 over a Zipf population of 4-byte strings.
+    rng = np.random.default_rng(11)
+    pool = rng.integers(0, 256, size=(300, 4), dtype=np.uint8)
+    weights = np.arange(1, 301, dtype=np.float64) ** -1.2
+    values = [bytes(pool[i]) for i in rng.choice(300, size=4000, p=weights / weights.sum())]
+    pem = PEM(8.0, 4, top_k=16, candidates=64, first_bits=16, step_bits=8)
+    reports = pem.encode(values, rng=np.random.default_rng(12))
+    fast_acc = pem.add(pem.create_accumulator(), reports)
+    monkeypatch.setattr(pem_module, "walsh_add", previous_walsh_add)
+    slow_acc = pem.add(pem.create_accumulator(), reports)
+    assert all(slow_acc.sketches[j] == sketch for j, sketch in fast_acc.sketches.items())
+    fast, slow = pem.estimate(fast_acc), pem.estimate(slow_acc)
+    assert len(fast.hitters) >= 8 and fast.hitters == slow.hitters and fast.levels == slow.levels
