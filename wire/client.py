@@ -31,7 +31,7 @@ from wire.vectors import (
 )
 
 __all__ = ["ClientEncoder", "StringEncoder", "make_client_encoder", "client_wire_params",
-           "client_params_document"]
+           "client_params_document", "published_level"]
 
 #: byte procedure (:data:`ldp.payload.WIRE_PROCEDURES`) -> the parameters of a mechanism of it
 _PARAMS: dict[str, Callable[[Any], dict[str, Any]]] = {
@@ -141,7 +141,8 @@ class RecordEncoder(ClientEncoder):
 
 class StringEncoder(ClientEncoder):
     """One string (or bytes) of at most the task's ``max_length`` bytes per user, through the task's PEM;
-    each report's level travels as its group (:meth:`encode_grouped`)."""
+    each report's level travels as its group (:meth:`encode_grouped`). A trie-mode task's clients report at
+    the level the last publication names (:func:`published_level`; level 0 before the first)."""
 
     inputs = "strings"
     value_type = str
@@ -151,11 +152,21 @@ class StringEncoder(ClientEncoder):
                          "use encode_grouped")
 
     def encode_grouped(
-        self, values: Any, rng: np.random.Generator | None = None
+        self, values: Any, rng: np.random.Generator | None = None, level: int | None = None
     ) -> tuple[Reports, np.ndarray]:
         """``(reports, groups)``: each value's report (``value`` = ``y``, ``seed``) and its level (the
-        task's ``truncate`` applies)."""
-        out = self.mechanism.encode(values, rng=rng, truncate=bool(self.task.truncate))
+        task's ``truncate`` applies). One-window mode: a random level per report (``level`` must be None);
+        trie mode: every report at ``level`` (None: level 0, what a client without a publication sends).
+
+        Raises:
+            ValueError: a level outside the task's levels, or a level for a one-window task."""
+        trie = getattr(self.task, "mode", "one_window") == "trie"
+        if level is not None and not trie:
+            raise ValueError(f"task {self.task.task_id!r}: a one-window task's clients draw their level at "
+                             "random; a level applies to trie-mode tasks")
+        if trie:
+            level = self.mechanism.check_level(0 if level is None else level)
+        out = self.mechanism.encode(values, rng=rng, truncate=bool(self.task.truncate), level=level)
         y = np.asarray(out.y, np.uint64).astype(np.int64)
         reports = Reports(values=y, seeds=np.asarray(out.seed, np.uint64))
         return reports, np.asarray(out.level).astype(np.int64)
@@ -181,6 +192,28 @@ def make_client_encoder(task: Any) -> ClientEncoder:
         raise ValueError(f"task {task.task_id!r}: {task.kind} tasks have no device client (no registered "
                          "mechanism declares what a client encodes)")
     return _ENCODERS[inputs](task)
+
+
+def published_level(task: Any, directory: str | None) -> int:
+    """The level a trie-mode client of ``task`` reports at: the ``level`` of the newest publication in
+    ``directory`` (:func:`wire.publication.read_latest`), 0 when there is none yet.
+
+    Raises:
+        ValueError: a malformed publication, another task's, or a level the task does not have.
+    """
+    from wire.publication import read_latest
+
+    if directory is None:
+        return 0
+    latest = read_latest(directory, task.task_id)
+    if latest is None:
+        return 0
+    levels = int(task.n_groups)
+    level = latest.get("level")
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < levels:
+        raise ValueError(f"{directory}: the publication's level {level!r} is not a level of task "
+                         f"{task.task_id!r} (0 to {levels - 1})")
+    return level
 
 
 def client_wire_params(task: Any) -> dict[str, Any]:

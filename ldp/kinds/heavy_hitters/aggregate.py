@@ -317,10 +317,12 @@ def heavy_hitters_row(task: HeavyHittersTask, window: WindowInfo, pem: PEM, resu
 
 
 def encode_values(task: HeavyHittersTask, values: Sequence[str | bytes] | StringBatch,
-                  rng: np.random.Generator | None = None) -> tuple[Reports, np.ndarray]:
+                  rng: np.random.Generator | None = None, level: int | None = None
+                  ) -> tuple[Reports, np.ndarray]:
     """A client's reports of ``values`` and their groups (levels), through the task's PEM (``rng`` None:
-    the OS CSPRNG)."""
-    return pem_reports(task.make_mechanism().encode(values, rng=rng, truncate=task.truncate))
+    the OS CSPRNG); ``level``: every report at that level (trie mode)."""
+    pem = task.make_mechanism()
+    return pem_reports(pem.encode(values, rng=rng, truncate=task.truncate, level=level))
 
 
 def _trie_record(task: HeavyHittersTask, state: TrieState, out: TrieWindow) -> dict[str, Any]:

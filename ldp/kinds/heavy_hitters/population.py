@@ -17,7 +17,7 @@ the rows print them (:func:`ldp.heavy_hitters.strings.escape_bytes`).
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +110,14 @@ class _StringPopulation:
     def __init__(self, task: HeavyHittersTask, users: int | None, dataset: str, ss: np.random.SeedSequence,
                  batch_size: int) -> None:
         self.task, self.dataset, self.batch_size = task, dataset, batch_size
-        r_table, self.r_val, self.r_enc, self.time_rng, self.bad_rng = (
+        #: trie mode: block ``k``'s clients report at ``level_of(k)`` (called when the block is encoded)
+        self.level_of: Callable[[int], int] | None = None
+        _, self.r_val, self.r_enc, self.time_rng, self.bad_rng = (
             np.random.default_rng(s) for s in ss.spawn(5)
         )
+        # the strings depend on the run's entropy only: every segment of a stream (a child of the run's
+        # seed sequence) draws the same table (for a fresh sequence, the same as its own first child)
+        r_table = np.random.default_rng(np.random.SeedSequence(ss.entropy).spawn(1)[0])
         name = dataset.partition(":")[0]
         if name == "zipf-strings":
             if users is None:
@@ -151,13 +156,19 @@ class _StringPopulation:
             idx = self._values(start, stop)
             self.counts += np.bincount(idx, minlength=self.counts.size)
             batch = StringBatch(self.table.data[idx], self.table.lengths[idx], self.task.max_length)
-            reports, groups = encode_values(self.task, batch, self.r_enc)
+            if self.level_of is None:
+                reports, groups = encode_values(self.task, batch, self.r_enc)
             k = int(np.searchsorted(bounds, start, side="right")) - 1
             while k < len(bounds) - 1 and bounds[k] < stop:
                 lo, hi = max(int(bounds[k]), start), min(int(bounds[k + 1]), stop)
                 if lo < hi:
                     rows = slice(lo - start, hi - start)
-                    yield k, Chunk(slice(lo, hi), reports.take(rows), groups[rows])
+                    if self.level_of is None:
+                        yield k, Chunk(slice(lo, hi), reports.take(rows), groups[rows])
+                    else:  # trie mode: the block's level, read when the block is encoded
+                        part = StringBatch(batch.data[rows], batch.lengths[rows], batch.max_length)
+                        r, g = encode_values(self.task, part, self.r_enc, level=self.level_of(k))
+                        yield k, Chunk(slice(lo, hi), r, g)
                 k += 1
 
     def truth(self) -> dict[str, Any]:
