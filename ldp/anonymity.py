@@ -433,8 +433,13 @@ def _meets_fast(eps0: float, target: float, delta: float, n: int, accounting: st
     """The curve tests of :func:`meets_target` alone (no epsilon search); an accounting the accountant
     cannot evaluate at ``eps0`` (an SS subset size it cannot build there) does not meet it."""
     from ldp.shuffle import central_epsilon_fmt_closed_form, delta_curve
+    from ldp.shuffle.randomizers import LevelledRandomizer
 
-    if eps0 <= target or central_epsilon_fmt_closed_form(eps0, n, delta) <= target:
+    if eps0 <= target:
+        return True
+    # a levelled randomizer's reports hide per level, never among the whole batch: its curve only
+    levelled = isinstance(accounting, LevelledRandomizer)
+    if not levelled and central_epsilon_fmt_closed_form(eps0, n, delta) <= target:
         return True
     try:
         return float(delta_curve([target], eps0, n, accounting, k)[0]) <= delta
@@ -534,7 +539,7 @@ def _candidate_row(task: Any, name: str, target: float, delta: float, n: int, bo
         eps = largest_epsilon_for_task(probe, target, delta, n)
         acc = _accounting_at(probe, eps)
     variance = _variance_of(dataclasses.replace(probe, epsilon=eps))
-    if acc is None or (variance is None and task.mechanism == "auto"):
+    if acc is None or (variance is None and task.mechanism == "auto" and task.kind == "frequency"):
         return {"mechanism": name, "epsilon": eps, "accounting": None, "variance": None,
                 "status": f"skipped: {name} cannot be built at epsilon {eps:g}"}
     return {"mechanism": name, "epsilon": eps, "accounting": acc[0], "domain_size": acc[1],
@@ -553,7 +558,8 @@ def choose_for_target(task: Any, target: float, delta: float, n: int, bound: str
 
     if bound not in ("tight", "general"):
         raise ValueError(f"bound must be 'tight' or 'general', got {bound!r}")
-    names = _oracles.auto_candidates(task.schema_version) if task.mechanism == "auto" else (task.mechanism,)
+    oracle_auto = task.mechanism == "auto" and task.kind == "frequency"
+    names = _oracles.auto_candidates(task.schema_version) if oracle_auto else (task.mechanism,)
     rows = [_candidate_row(task, name, target, delta, n, bound) for name in names]
     usable = [r for r in rows if r["accounting"] is not None]
     if not usable:

@@ -32,9 +32,11 @@ _AUTO = 'epsilon "auto" needs'
 SEMANTIC: dict[tuple[str, str], tuple[str, ...]] = {
     ("frequency", "epsilon"): (_MECH, _AUTO),  # GRR's sampler at the extremes of (0, 50]; "auto"
     ("range", "epsilon"): (_AUTO,),
+    ("heavy_hitters", "epsilon"): (_AUTO,),
     # a central target without expected_reports, expected_reports below min_reports, a target not met
     ("frequency", "anonymity"): ("anonymity.",),
     ("range", "anonymity"): ("anonymity.",),
+    ("heavy_hitters", "anonymity"): ("anonymity.",),
     ("frequency", "domain_size"): (_MECH,),  # an accumulator above ldp.oracles.MAX_ACCUMULATOR_CELLS
     ("frequency", "hash"): ("hash.g applies to mechanism 'olh' only",),
     ("frequency", "labels_file"): ("cannot read",),

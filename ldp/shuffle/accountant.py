@@ -48,13 +48,19 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import special
 
-from ldp.shuffle.randomizers import Randomizer, numeric_randomizer, range_randomizer
+from ldp.shuffle.randomizers import (
+    LevelledRandomizer,
+    Randomizer,
+    heavy_hitters_randomizer,
+    numeric_randomizer,
+    range_randomizer,
+)
 from ldp.shuffle.variation import (
     VariationParameters,
     binom_cdf,
@@ -640,8 +646,9 @@ def accounting_for_task(task: Any) -> tuple[str, int | None]:
     frequency task's oracle (:func:`accounting_for_oracle`; a memoized mechanism's reports are linkable
     across windows, so only the general figure of one report is given); a range task's per-report
     randomizer (a group drawn at random, its oracle) and a numeric task's grid sampler (one attribute per
-    report) as a :class:`~ldp.shuffle.randomizers.Randomizer`; else ``("general", None)``. Raises
-    ``ValueError`` when the task's oracle cannot be built."""
+    report) as a :class:`~ldp.shuffle.randomizers.Randomizer`; a heavy-hitters task's levels as a
+    :class:`~ldp.shuffle.randomizers.LevelledRandomizer` (one bound per level); else ``("general", None)``.
+    Raises ``ValueError`` when the task's oracle cannot be built."""
     if getattr(task, "is_memoized", False):
         return "general", None
     kind = getattr(task, "kind", None)
@@ -652,19 +659,28 @@ def accounting_for_task(task: Any) -> tuple[str, int | None]:
 
 
 #: a task's per-report randomizer by its kind (``ldp.shuffle.randomizers``)
-_TASK_RANDOMIZERS: dict[str, Callable[[Any], Randomizer | None]] = {
+_TASK_RANDOMIZERS: dict[str, Callable[[Any], str | None]] = {
     "range": range_randomizer,
     "numeric": numeric_randomizer,
+    "heavy_hitters": heavy_hitters_randomizer,
 }
 
 
 def central_epsilon_report(eps0: float, n: int, delta: float, mechanism: str = "general",
-                           domain_size: int | None = None, subset_size: int | None = None) -> CentralEpsilon:
+                           domain_size: int | None = None, subset_size: int | None = None,
+                           group_counts: Mapping[int, int] | Sequence[int] | None = None) -> CentralEpsilon:
     """:func:`central_epsilon` with the method that gave it (:class:`CentralEpsilon`): the smallest of the
     valid figures: exact binary RR where it is computed; else the variation-ratio figure with the
     mechanism's parameters and with the general ones, GRR's blanket figure, and the general figure
-    (FMT numerical and closed form). ``fmt_closed`` is the closed form alone."""
+    (FMT numerical and closed form). ``fmt_closed`` is the closed form alone. A
+    :class:`~ldp.shuffle.randomizers.LevelledRandomizer` is accounted per level (:mod:`ldp.shuffle.levels`:
+    the largest level figure, at ``group_counts``, the batch's reports per group, else the plan's split of
+    ``n``); other mechanisms ignore ``group_counts``."""
     eps0, n, delta = _check(eps0, n, delta)
+    if isinstance(mechanism, LevelledRandomizer):
+        from ldp.shuffle.levels import levelled_report
+
+        return CentralEpsilon(*levelled_report(eps0, n, delta, mechanism, group_counts))
     k = _domain(mechanism, domain_size)
     if mechanism == "grr":
         return _grr_report(eps0, n, delta, k)
@@ -693,6 +709,10 @@ def delta_curve(eps: Sequence[float] | np.ndarray, eps0: float, n: int, mechanis
     docstring)."""
     eps0, n, _ = _check(eps0, n, 0.5)
     grid = np.asarray(eps, dtype=float)
+    if isinstance(mechanism, LevelledRandomizer):
+        from ldp.shuffle.levels import levelled_delta_curve
+
+        return levelled_delta_curve(grid, eps0, n, mechanism)
     if mechanism == "binary_equal_split":
         return _binary_rr_delta(grid, eps0, n)
     k = _domain(mechanism, domain_size)
@@ -721,6 +741,10 @@ def local_epsilon_for_central(target_eps: float, delta: float, n: int, mechanism
     if not (math.isfinite(target_eps) and target_eps > 0):
         raise ValueError(f"target_eps must be a finite number > 0, got {target_eps!r}")
     _check(1.0, n, delta)
+    if isinstance(mechanism, LevelledRandomizer):
+        from ldp.shuffle.levels import levelled_local_epsilon
+
+        return levelled_local_epsilon(float(target_eps), delta, int(n), mechanism, eps0_max)
     k = _domain(mechanism, domain_size)
     n = int(n)
 
@@ -831,6 +855,10 @@ def compose_windows(eps0: float, reports_per_window: int | Sequence[int], delta:
             f"a window of {min(small)} shuffled reports is below the minimum of {min_reports}: no shuffled "
             "guarantee is reported for it")
     eps0, _, delta = _check(eps0, ns[0], delta)
+    if isinstance(mechanism, LevelledRandomizer):
+        from ldp.shuffle.levels import levelled_composition
+
+        return levelled_composition(eps0, ns, delta, mechanism)
     k = _domain(mechanism, domain_size)
     if mechanism == "fmt_closed":
         raise ValueError("composition needs a privacy curve: use a mechanism other than 'fmt_closed'")

@@ -11,6 +11,10 @@ variation is exactly ``beta`` with any ``p`` at least its ratio (the decompositi
 mu_x``); charging every pair the largest ``beta`` of the randomizer relies on the pair's divergence
 growing with ``beta``, which is checked on a grid (``tests/test_shuffle_randomizers.py``), not proved,
 as for OLH's per-seed ``beta`` (docs/shuffle_accounting.md).
+
+:class:`LevelledRandomizer` describes reports that fall into visible groups drawn independently of the
+value (a heavy-hitters task's levels, :func:`heavy_hitters_randomizer`): each group has its own randomizer,
+and a batch is accounted per group at that group's report count (``ldp.shuffle.accountant``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import special
@@ -35,6 +39,9 @@ __all__ = [
     "numeric_randomizer",
     "extreme_pair",
     "product_parameters",
+    "LevelAccounting",
+    "LevelledRandomizer",
+    "heavy_hitters_randomizer",
 ]
 
 
@@ -249,3 +256,72 @@ def numeric_randomizer(task: Any) -> Randomizer | None:
 def is_finite_ratio(params: VariationParameters) -> bool:
     """Whether the parameters describe an LDP randomizer (finite ratios, ``beta`` in ``[0, 1)``)."""
     return math.isfinite(params.p) and math.isfinite(params.q) and 0 <= params.beta < 1 and params.p > 1
+
+
+class LevelAccounting(NamedTuple):
+    """One group of a :class:`LevelledRandomizer`: its label, the share of a batch's reports it is planned
+    to hold, and its randomizer as the accountant names it (``mechanism``, ``domain_size``: ``("olh", g)``,
+    ``("grr", k)``)."""
+
+    label: str
+    share: float
+    mechanism: str
+    domain_size: int | None
+
+
+class LevelledRandomizer(str):
+    """Reports in visible groups (levels) whose group does not depend on the value: a string (its name) that
+    carries ``levels(eps0)``, each group's :class:`LevelAccounting` when the task runs at local epsilon
+    ``eps0`` (a group's randomizer may change with it: OLH's ``g``).
+
+    Only reports of one group can stand in for one another, so a batch is accounted per group at the
+    number of its reports in that group, and the batch's figure is the largest (docs/shuffle_accounting.md,
+    "Heavy hitters: one bound per level"). Planned figures split a batch of ``n`` by the shares
+    (:meth:`planned_counts`)."""
+
+    levels: Callable[[float], tuple[LevelAccounting, ...]]
+
+    def __new__(cls, name: str, levels: Callable[[float], tuple[LevelAccounting, ...]]) -> LevelledRandomizer:
+        out = super().__new__(cls, name)
+        out.levels = levels
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as its name: the levels are a closure
+        return str, (str(self),)
+
+    def planned_counts(self, n: int, eps0: float) -> dict[int, int]:
+        """The reports per group planned in a batch of ``n``: ``floor(n * share)``, at least 1."""
+        return {j: max(1, int(n * lv.share)) for j, lv in enumerate(self.levels(eps0))}
+
+
+def _level_accounting(level: Any, share: float) -> LevelAccounting:
+    """A PEM level (``ldp.heavy_hitters.pem.Level``) as the accountant names it: GRR on its ``2**bits``
+    prefixes, or OLH over its ``g`` buckets (the sketch levels, the ``gf2`` verification level and the
+    ``olh`` search's Mersenne hash: given the public seed, randomized response over ``[g]`` applied to a
+    bucket that is a function of the value)."""
+    kind = "verification" if level.verify else f"{level.bits} bits"
+    if level.oracle == "grr":
+        return LevelAccounting(f"level {level.index} ({kind}, grr k = {level.g})", share, "grr", int(level.g))
+    return LevelAccounting(f"level {level.index} ({kind}, olh g = {level.g})", share, "olh", int(level.g))
+
+
+def heavy_hitters_randomizer(task: Any) -> LevelledRandomizer:
+    """A heavy-hitters task's per-report randomizer: a level (one-window mode: drawn by the level weights;
+    trie mode: the level the window collects, every report of a batch at it) and the level's oracle. The
+    level and the public seed do not depend on the value and travel in the report, so each level is its
+    own group (:class:`LevelledRandomizer`). Planned shares: the level weights (one-window), or the whole
+    batch at every level (trie: whichever level a window collects)."""
+    import dataclasses
+
+    trie = getattr(task, "mode", "one_window") == "trie"
+
+    def levels_at(eps0: float) -> tuple[LevelAccounting, ...]:
+        pem = dataclasses.replace(task, epsilon=float(eps0)).make_mechanism()
+        shares = [1.0] * len(pem.levels) if trie else [float(w) for w in pem.weights]
+        return tuple(_level_accounting(lv, w) for lv, w in zip(pem.levels, shares))
+
+    here = levels_at(float(task.epsilon))
+    kinds = sorted({f"{lv.mechanism} {lv.domain_size}" for lv in here})
+    mode = "trie: one level per window" if trie else "one level per report"
+    name = f"heavy_hitters pem ({len(here)} levels: {', '.join(kinds)}; {mode})"
+    return LevelledRandomizer(name, levels_at)

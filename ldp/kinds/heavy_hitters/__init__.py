@@ -43,4 +43,5 @@ KIND = Kind(
         "max_length": 3,
     },
     plan=ref(_HERE + "plan:predict"),
+    shuffle_allowed=True,
 )

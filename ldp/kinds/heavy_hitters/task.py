@@ -9,6 +9,7 @@ Keys beyond the common ones::
      "top_k": 20,                # the most strings published per window
      "expected_users": 1000000,  # reports expected per window (the olh search's candidates; the plan)
      "mode": "one_window",       # or "trie": one level per window, the survivors published between windows
+     "anonymity": {"shuffled": true, "central_epsilon": 1.0},  # optional: through the shuffler
      "params": {"first_bits": 22, "step_bits": 13, "candidates": 2048, "search": "auto",
                 "rule": "bh", "alpha": 0.05, "sketch_seed": 0}}
 
@@ -19,6 +20,11 @@ Keys beyond the common ones::
 
 A report's group is its level: ``n_groups`` is derived from the layout (the search levels plus the
 verification level) and never written in the task.
+
+``anonymity`` (:mod:`ldp.anonymity`, docs/shuffler.md): reports collected through the shuffler, with an
+optional central target (``"epsilon": "auto"`` picks the largest local epsilon at which every level meets
+it, ``expected_reports`` defaulting to ``expected_users``); each level is accounted at its own reports
+(:mod:`ldp.shuffle.levels`).
 
 ``mode``: ``one_window`` (default) assigns each user a level at random and runs the whole search in every
 window; ``trie`` has every client of a window report at the one level the previous window published
@@ -34,9 +40,9 @@ from typing import Any, ClassVar
 from ldp.heavy_hitters.pem import DIRECT_BITS, PEM, SEARCHES, SKETCH_CANDIDATES
 from ldp.heavy_hitters.strings import MAX_LENGTH_LIMIT
 from ldp.selection import RULES
-from ldp.task.base import JsonObject, Problems, Task
+from ldp.task.base import AUTO_EPSILON, JsonObject, Problems, Task
 from ldp.task.checks import is_int, is_num
-from ldp.task.fields import HASH_WITHOUT_G, NO_RESOLUTION, Field, TaskKind, declare
+from ldp.task.fields import ANONYMITY, HASH_WITHOUT_G, NO_RESOLUTION, Field, TaskKind, declare
 
 __all__ = [
     "HeavyHittersTask",
@@ -58,7 +64,7 @@ MAX_EXPECTED_USERS = 10**12
 MAX_SKETCH_SEED = 2**53
 #: ``mode``: the whole search in every window, or one level per window with the survivors published between
 MODES: tuple[str, ...] = ("one_window", "trie")
-_KEYS = ("max_length", "truncate", "top_k", "expected_users", "mode")
+_KEYS = ("max_length", "truncate", "top_k", "expected_users", "mode", "anonymity")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -76,6 +82,10 @@ class HeavyHittersTask(Task):
     def resolved_mechanism(self) -> str:
         """What clients and aggregator run: ``pem`` (``auto`` has no other candidate)."""
         return "pem"
+
+    def default_expected_reports(self) -> int | None:
+        """The reports per shuffled window when ``anonymity.expected_reports`` is not given."""
+        return self.expected_users
 
     def make_mechanism(self) -> PEM:
         """The task's :class:`~ldp.heavy_hitters.PEM` (``params`` over the core's defaults)."""
@@ -227,7 +237,11 @@ HEAVY_HITTERS_FIELDS: dict[str, Field] = {
     "mode": declare("string", enum=MODES, default="one_window",
                     description="one_window: the whole search in every window; trie: every client of a "
                     "window reports at the one level the previous window published"),
-    "epsilon": declare("number", exclusive_minimum=0, maximum=20),
+    "epsilon": Field((), any_of=(declare("number", exclusive_minimum=0, maximum=20),
+                                 declare("string", enum=(AUTO_EPSILON,))),
+                     description='the local epsilon; "auto": the largest meeting anonymity.central_epsilon '
+                     "at every level"),
+    "anonymity": ANONYMITY,
     "schema_version": declare("integer", enum=(2,), default=2),
     "n_groups": declare("null", description="derived: one group per level (search levels and verification)"),
     "postprocess": declare("string", enum=("base",), default="base"),
@@ -245,4 +259,5 @@ HEAVY_HITTERS_TASK_KIND = TaskKind(
     _build,
     fields=HEAVY_HITTERS_FIELDS,
     required=("kind", "max_length"),
+    expected_reports_key="expected_users",
 )
