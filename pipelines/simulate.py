@@ -47,6 +47,12 @@ the oracle does not use; ``bad-records-other-schema.avro``: wrong payload types,
 times) and one undecodable ``garbage.avro`` (one undecodable message when publishing), so the dead-letter
 path can be demonstrated; ``truth.json["bad_records"]`` counts them by the reason the aggregator must give.
 
+``--trie DIR`` (files and ``--follow``): the clients of a trie-mode heavy_hitters task (``"mode": "trie"``)
+report each file at the level of the newest publication in ``DIR`` (the job's ``--trie_dir``,
+:func:`wire.client.published_level`), read when the file is made: with ``--follow`` when it is written,
+so each file follows the publication of the window before it; level 0 before the first publication (and
+without ``--trie``). ``truth.json["trie_levels"]`` lists each file's level.
+
 Generation is vectorized (the kinds' populations, Avro blocks encoded with numpy by ``wire.encode``), with
 one ``numpy.random.SeedSequence`` (``--seed``) spawning independent generators for values, groups,
 reports, event times and bad records: 1,000,000 users in about 1-2 s.
@@ -92,8 +98,8 @@ TOPIC_DEFAULTS = {"rate": 1000.0, "message_size": 500}
 FOLLOW_DEFAULTS = {"rate": 1000.0}
 #: Flags (dest) each mode takes beyond the common ones.
 MODE_FLAGS = {
-    "files": ("files", "start", "duration", "overwrite", "inject_bad"),
-    "follow": ("rate", "file_reports", "duration"),
+    "files": ("files", "start", "duration", "overwrite", "inject_bad", "trie"),
+    "follow": ("rate", "file_reports", "duration", "trie"),
     "topic": ("rate", "message_size", "inject_bad"),
 }
 DESCRIPTION = (
@@ -259,6 +265,13 @@ def _parser() -> argparse.ArgumentParser:
         "--file_reports", type=int, help="--follow: reports per file (default: --rate, one file a second)"
     )
     p.add_argument("--message_size", type=int, help="--output_topic: max reports per message (default: 500)")
+    p.add_argument(
+        "--trie",
+        metavar="DIR",
+        help="trie-mode heavy_hitters tasks, --output (with or without --follow): the job's publication "
+        "directory (its --trie_dir); each file's clients report at the level of its newest publication, "
+        "read when the file is made (level 0 before the first)",
+    )
     return p
 
 
@@ -291,6 +304,11 @@ def _load(ns: argparse.Namespace, mode: str) -> Task:
         fail(f"--users is required (a {task.kind} task may omit it only for {own or 'no'} data)")
     if ns.users is not None and ns.users < 1:
         fail(f"--users must be >= 1, got {ns.users}")
+    if ns.trie is not None and getattr(task, "mode", None) != "trie":
+        fail(f"--trie applies to trie-mode heavy_hitters tasks (\"mode\": \"trie\"); task {task.task_id!r} "
+             "is not one")
+    if ns.trie is not None and Path(ns.trie).exists() and not Path(ns.trie).is_dir():
+        fail(f"--trie {ns.trie!r} exists and is not a directory")
     return task
 
 
@@ -323,9 +341,11 @@ def _run_files(ns: argparse.Namespace, task: Task, t0: float) -> dict[str, Any]:
     truth = simulate_files(
         task, ns.users, ns.dataset, ns.output, seed=ns.seed, files=ns.files, start_ms=start_ms,
         duration_s=ns.duration, codec=ns.codec, batch_size=ns.batch_size, inject_bad=ns.inject_bad,
-        assignment=ns.assignment,
+        assignment=ns.assignment, trie_dir=ns.trie,
     )  # fmt: skip
     groups = f", {truth['n_groups']} groups" if "n_groups" in truth else ""
+    if "trie_levels" in truth:
+        groups += f", trie level(s) {sorted(set(truth['trie_levels']) - {None})}"
     print(
         f"wrote {truth['n_users']:,} {task.kind} reports ({truth['mechanism']}{groups}) in {ns.files} "
         f"file(s) to {ns.output} (truth in {Path(ns.output) / 'truth.json'}) in "
@@ -349,7 +369,7 @@ def _run_follow(ns: argparse.Namespace, task: Task) -> dict[str, Any]:
     with stop_on_signals(Stop()) as stop:
         summary = follow(
             task, ns.output, plan, dataset=ns.dataset, seed=ns.seed, assignment=ns.assignment,
-            codec=ns.codec, stop=stop,
+            codec=ns.codec, stop=stop, trie_dir=ns.trie,
         )  # fmt: skip
     print(summary.line(task), file=sys.stderr)
     return {"task_id": task.task_id, "kind": task.kind, **dataclasses.asdict(summary)}

@@ -19,6 +19,7 @@ from ldp.task import Task
 from simulator.bad import write_bad_files
 from simulator.population import (
     DEFAULT_START,
+    TrieLevels,
     base_truth,
     client_times,
     event_times,
@@ -46,16 +47,24 @@ def simulate_files(
     batch_size: int = 1 << 18,
     inject_bad: int = 0,
     assignment: str = "random",
+    trie_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Writes ``files`` Avro report logs and the ground truth of ``users`` simulated clients of ``task``
-    (any kind) under ``output``; returns the truth dict (also ``output/truth.json``)."""
+    (any kind) under ``output``; returns the truth dict (also ``output/truth.json``). A trie-mode task's
+    clients report each file at the level published in ``trie_dir`` when the file's first block is
+    encoded (level 0 without one; :class:`~simulator.population.TrieLevels`); ``truth["trie_levels"]``
+    lists each file's level."""
     if files < 1:
         raise ValueError(f"files must be >= 1, got {files}")
     if duration_s < 0:
         raise ValueError(f"duration must be >= 0 seconds, got {duration_s}")
     if inject_bad < 0:
         raise ValueError(f"inject_bad must be >= 0, got {inject_bad}")
+    trie = trie_dir is not None or getattr(task, "mode", None) == "trie"
+    levels = TrieLevels(task, trie_dir) if trie else None
     pop = make_population(task, users, dataset, seed=seed, batch_size=batch_size, assignment=assignment)
+    if levels is not None:
+        pop.level_of = levels  # type: ignore[attr-defined]  # the heavy_hitters population's hook
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     start_ms = parse_iso8601_ms(DEFAULT_START) if start_ms is None else int(start_ms)
@@ -77,6 +86,8 @@ def simulate_files(
             fh.close()
     truth = {**base_truth(task, pop, dataset, seed), **pop.truth(), **pop.write_truth_files(out)}
     truth.update({"start_ms": start_ms, "duration_s": float(duration_s), "files": files})
+    if levels is not None:
+        truth["trie_levels"] = [levels.blocks.get(k) for k in range(files)]
     if inject_bad:
         truth["bad_records"] = write_bad_files(task, out, inject_bad, start_ms, seed=pop.bad_rng)
     (out / "truth.json").write_text(json.dumps(truth) + "\n", encoding="utf-8")

@@ -31,6 +31,7 @@ __all__ = [
     "make_population",
     "parse_iso8601_ms",
     "sample_group",
+    "TrieLevels",
 ]
 
 DEFAULT_START = "2026-01-01T00:00:00Z"
@@ -116,6 +117,36 @@ def base_truth(task: Task, pop: Population, dataset: str | None, seed: Any) -> d
         "dataset": getattr(pop, "dataset", dataset),
         "seed": seed if not isinstance(seed, np.random.SeedSequence) else None,
     }
+
+
+class TrieLevels:
+    """The level a trie-mode task's simulated clients report at, read from the publication directory
+    (:func:`wire.client.published_level`; level 0 without a publication, or without a directory) each time
+    a block of clients is encoded: once per block when ``per_block`` (a file of a batch simulation, which
+    may be encoded in pieces), else at every call (a stream, one call per file). :attr:`used` counts the
+    blocks per level.
+
+    Raises:
+        ValueError: a task that is not in trie mode (its clients draw their levels at random).
+    """
+
+    def __init__(self, task: Task, directory: str | Path | None, *, per_block: bool = True) -> None:
+        if getattr(task, "mode", None) != "trie":
+            raise ValueError(f"task {task.task_id!r} is not a trie-mode task (\"mode\": \"trie\"): its "
+                             "clients draw their levels at random, no publication applies")
+        self.task, self.directory, self.per_block = task, directory, per_block
+        self.blocks: dict[int, int] = {}
+        self.used: dict[int, int] = {}
+
+    def __call__(self, block: int) -> int:
+        from wire.client import published_level
+
+        if self.per_block and block in self.blocks:
+            return self.blocks[block]
+        level = published_level(self.task, None if self.directory is None else str(self.directory))
+        self.blocks[block] = level
+        self.used[level] = self.used.get(level, 0) + 1
+        return level
 
 
 def sample_group(task: Task) -> tuple[Any, int, Any]:

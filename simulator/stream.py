@@ -15,17 +15,22 @@ being written is finished with its marker first, a file not yet due is not writt
 segments of about :data:`SEGMENT_REPORTS` (each segment a fresh population from the run's seed
 sequence), so memory stays bounded however long the stream runs. No ``truth.json``: a stream has no end
 at which the truth is known.
+
+A trie-mode heavy_hitters task's clients report at the level of the newest publication in ``trie_dir``
+(level 0 without one), read when each file is written, after its wait (:func:`trie_file_batches`: the
+file's users are drawn and encoded then), so a file follows the publication of the window before it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import math
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,7 +41,7 @@ import numpy as np
 import schemas
 from ldp.reports import Reports
 from ldp.task import Task
-from simulator.population import client_times, dataset_defines_users, make_population
+from simulator.population import TrieLevels, client_times, dataset_defines_users, make_population
 from wire.encode import write_reports
 
 __all__ = [
@@ -44,10 +49,12 @@ __all__ = [
     "SEGMENT_REPORTS",
     "Clock",
     "FileBatch",
+    "LazyFileBatch",
     "FollowPlan",
     "FollowSummary",
     "Stop",
     "file_batches",
+    "trie_file_batches",
     "follow",
     "spread_ms",
     "stop_on_signals",
@@ -164,6 +171,25 @@ class FileBatch:
     chunks: list[tuple[Reports, int | np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
+_Chunks = list[tuple[Reports, int | np.ndarray, np.ndarray]]
+
+
+class LazyFileBatch:
+    """A file of ``n`` reports whose chunks are made when first read (:attr:`chunks`): a trie-mode
+    client's level is the one published when its file is written."""
+
+    def __init__(self, n: int, make: Callable[[], _Chunks]) -> None:
+        self.n = n
+        self._make = make
+        self._chunks: _Chunks | None = None
+
+    @property
+    def chunks(self) -> _Chunks:
+        if self._chunks is None:
+            self._chunks = self._make()
+        return self._chunks
+
+
 def _positions(users: slice | np.ndarray, base: int) -> np.ndarray:
     if isinstance(users, slice):
         return np.arange(users.start - base, users.stop - base, dtype=np.int64)
@@ -207,6 +233,35 @@ def file_batches(
             left -= pop.n_users
 
 
+def trie_file_batches(task: Task, plan: FollowPlan, dataset: str | None, seed: int | None,
+                      levels: TrieLevels) -> Iterator[LazyFileBatch]:
+    """The stream's files for a trie-mode task, as :func:`file_batches` cuts them, each encoded when it is
+    written at the level ``levels`` reads then (the population's blocks are the files)."""
+    root = np.random.SeedSequence(seed)
+    segment = plan.file_reports * max(1, math.ceil(SEGMENT_REPORTS / plan.file_reports))
+    own_users = plan.users is None and dataset_defines_users(task, dataset)
+    left = plan.users
+    while left is None or left > 0:
+        size = None if own_users else (segment if left is None else min(segment, left))
+        pop = make_population(task, size, dataset, seed=root.spawn(1)[0], batch_size=plan.file_reports)
+        pop.level_of = levels  # type: ignore[attr-defined]  # the heavy_hitters population's hook
+        bounds = np.append(np.arange(0, pop.n_users, plan.file_reports, dtype=np.int64), pop.n_users)
+        blocks = pop.chunks(bounds)
+        for k in range(len(bounds) - 1):
+            make = functools.partial(_next_file, blocks, k, int(bounds[k]))
+            yield LazyFileBatch(int(bounds[k + 1] - bounds[k]), make)
+        if own_users:
+            return
+        if left is not None:
+            left -= pop.n_users
+
+
+def _next_file(blocks: Iterator[tuple[int, Any]], k: int, base: int) -> _Chunks:
+    got, chunk = next(blocks)  # one block per file: the population's batch_size is the file's
+    assert got == k, "the files are written in order"
+    return [(chunk.reports, chunk.groups, _positions(chunk.users, base))]
+
+
 def spread_ms(start_ms: int, end_ms: int, n: int) -> np.ndarray:
     """``n`` sorted event times spread evenly over ``[start_ms, end_ms)`` (all ``start_ms`` when the span
     is empty)."""
@@ -215,7 +270,8 @@ def spread_ms(start_ms: int, end_ms: int, n: int) -> np.ndarray:
 
 
 def write_done_file(
-    out: Path, name: str, task: Task, batch: FileBatch, event_ms: np.ndarray, codec: str = "null"
+    out: Path, name: str, task: Task, batch: FileBatch | LazyFileBatch, event_ms: np.ndarray,
+    codec: str = "null",
 ) -> Path:
     """Writes one report file: a hidden temporary file, synced, hard-linked to ``out/name`` (refusing to
     replace an existing file), then the ``name.done`` marker. Returns the file's path."""
@@ -252,12 +308,18 @@ class FollowSummary:
     seconds: float = 0.0
     reason: str = ""
     last_file: str | None = None
+    #: trie mode: files written per level
+    trie_levels: dict[int, int] | None = None
 
     def line(self, task: Task) -> str:
         rate = self.reports / self.seconds if self.seconds > 0 else 0.0
+        levels = ""
+        if self.trie_levels is not None:
+            per = ", ".join(f"{k}: {v}" for k, v in sorted(self.trie_levels.items()))
+            levels = f"; files per trie level {per}"
         return (
             f"follow: wrote {self.files:,} files, {self.reports:,} {task.kind} reports ({task.mechanism}) to "
-            f"{self.output} in {self.seconds:.1f} s ({rate:,.0f} reports/s); ended by {self.reason}"
+            f"{self.output} in {self.seconds:.1f} s ({rate:,.0f} reports/s); ended by {self.reason}{levels}"
         )
 
 
@@ -276,16 +338,25 @@ def follow(
     codec: str = "null",
     stop: Stop | None = None,
     clock: Clock = time,
+    trie_dir: str | Path | None = None,
 ) -> FollowSummary:
     """Writes the stream of ``plan`` into ``output`` (created when missing; files already there are left
-    alone) until it ends; returns what it wrote."""
+    alone) until it ends; returns what it wrote. A trie-mode task's files are encoded at the level
+    published in ``trie_dir`` when each is written (level 0 without one)."""
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     stop = stop or Stop(clock)
     t0, prev_ms = clock.monotonic(), int(clock.time() * 1000)
     run = _run_id(prev_ms / 1000)
     summary = FollowSummary(str(out), reason="users")
-    for batch in file_batches(task, plan, dataset, seed, assignment=assignment):
+    batches: Iterator[FileBatch] | Iterator[LazyFileBatch]
+    levels = None
+    if trie_dir is not None or getattr(task, "mode", None) == "trie":
+        levels = TrieLevels(task, trie_dir, per_block=False)
+        batches = trie_file_batches(task, plan, dataset, seed, levels)
+    else:
+        batches = file_batches(task, plan, dataset, seed, assignment=assignment)
+    for batch in batches:
         due = plan.due_s(summary.reports + batch.n)
         if not plan.in_time(summary.reports + batch.n):
             summary.reason = "duration"
@@ -301,5 +372,7 @@ def follow(
             break
     if stop.is_set():
         summary.reason = stop.reason or "stop"
+    if levels is not None:
+        summary.trie_levels = dict(levels.used)
     summary.seconds = clock.monotonic() - t0
     return summary

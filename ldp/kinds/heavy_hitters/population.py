@@ -104,14 +104,19 @@ def csv_strings(dataset: str, max_length: int, truncate: bool) -> StringBatch:
     return encode_strings(cells, max_length, truncate=truncate)
 
 
+def _level_zero(block: int) -> int:
+    return 0
+
+
 class _StringPopulation:
     """Users of a heavy_hitters task: a value index per user into a table of distinct strings."""
 
     def __init__(self, task: HeavyHittersTask, users: int | None, dataset: str, ss: np.random.SeedSequence,
                  batch_size: int) -> None:
         self.task, self.dataset, self.batch_size = task, dataset, batch_size
-        #: trie mode: block ``k``'s clients report at ``level_of(k)`` (called when the block is encoded)
-        self.level_of: Callable[[int], int] | None = None
+        #: trie mode: block ``k``'s clients report at ``level_of(k)``, called when the block is encoded
+        #: (default level 0, what clients without a publication send; the simulator's ``--trie`` sets it)
+        self.level_of: Callable[[int], int] | None = _level_zero if task.mode == "trie" else None
         _, self.r_val, self.r_enc, self.time_rng, self.bad_rng = (
             np.random.default_rng(s) for s in ss.spawn(5)
         )
