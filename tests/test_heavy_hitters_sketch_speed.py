@@ -120,3 +120,14 @@ def test_seeded_search_publishes_the_same_heavy_hitters_as_the_reference_fold(mo
     assert all(slow_acc.sketches[j] == sketch for j, sketch in fast_acc.sketches.items())
     fast, slow = pem.estimate(fast_acc), pem.estimate(slow_acc)
     assert len(fast.hitters) >= 8 and fast.hitters == slow.hitters and fast.levels == slow.levels
+
+
+@pytest.mark.parametrize("bits, d, rows", [(22, 22, 1), (35, 20, 4), (51, 20, 4), (133, 20, 4)])
+def test_row_buckets_are_each_rows_bucket_of_the_client(bits, d, rows):
+    spec = SketchSpec(bits=bits, d=d, rows=rows, t=6, epsilon=4.0, key_seed=9)
+    width = (bits + 8 + 63) // 64
+    words = np.random.default_rng(bits).integers(0, 2**64, size=(500, width), dtype=np.uint64)
+    got = spec.row_buckets(words)
+    assert got.shape == (rows, 500) and got.dtype == np.int64
+    for r in range(rows):
+        assert np.array_equal(got[r], spec.buckets(words, np.full(500, r)).astype(np.int64))

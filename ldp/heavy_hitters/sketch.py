@@ -50,7 +50,7 @@ from ldp.heavy_hitters.strings import bit_field, half_words
 
 __all__ = [
     "SketchSpec", "SketchAccumulator", "fwht", "gf2_hash", "walsh_keys", "walsh_add", "bucket_counts",
-    "score", "null_std", "full_matrices", "full_hash", "full_support", "walsh_dtype",
+    "score", "score_buckets", "null_std", "full_matrices", "full_hash", "full_support", "walsh_dtype",
 ]
 
 ROW_WORD = 64  # seed word streams: the row, then the matrix and offset
@@ -124,6 +124,25 @@ class SketchSpec:
             for i in range(pieces.shape[1]):
                 acc += keys[:, i] * pieces[:, i]
         return acc >> np.uint64(64 - self.d)
+
+    def row_buckets(self, words: np.ndarray) -> np.ndarray:
+        """The bucket of each prefix in every row, ``(rows, n)`` ``int64``: :meth:`buckets` with the
+        prefix's pieces cut once and each row's keys as scalars."""
+        if self.direct:
+            return bit_field(words, 0, self.bits).astype(np.int64)[None, :]
+        keys = self.keys()
+        pieces = np.ascontiguousarray(half_words(words, self.bits).T)
+        out = np.empty((self.rows, pieces.shape[1]), dtype=np.int64)
+        acc = np.empty(pieces.shape[1], dtype=np.uint64)
+        term = np.empty_like(acc)
+        for r in range(self.rows):
+            acc.fill(keys[r, -1])
+            for i in range(pieces.shape[0]):
+                np.multiply(pieces[i], keys[r, i], out=term)
+                acc += term
+            acc >>= np.uint64(64 - self.d)
+            out[r] = acc
+        return out
 
 
 def gf2_hash(s: np.ndarray, c: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -234,13 +253,17 @@ def bucket_counts(acc: SketchAccumulator) -> np.ndarray:
 
 def score(spec: SketchSpec, table: np.ndarray, n_level: int, words: np.ndarray) -> np.ndarray:
     """The frequency estimate of each candidate prefix (module docstring) from ``bucket_counts``."""
+    return score_buckets(spec, table, n_level, spec.row_buckets(words))
+
+
+def score_buckets(spec: SketchSpec, table: np.ndarray, n_level: int, buckets: np.ndarray) -> np.ndarray:
+    """:func:`score` of candidates given their buckets (:meth:`SketchSpec.row_buckets`)."""
     n = max(1, int(n_level))
     if spec.direct:
-        return table[0, bit_field(words, 0, spec.bits).astype(np.int64)] / n
-    total = np.zeros(words.shape[0], dtype=np.float64)
+        return table[0, buckets[0]] / n
+    total = np.zeros(buckets.shape[1], dtype=np.float64)
     for r in range(spec.rows):
-        b = spec.buckets(words, np.full(words.shape[0], r, dtype=np.int64))
-        total += table[r, b.astype(np.int64)]
+        total += table[r, buckets[r]]
     m = spec.m
     return m / (m - 1) * (total / n - 1.0 / m)
 

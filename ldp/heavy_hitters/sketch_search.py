@@ -86,7 +86,7 @@ def _peel(lv: Level, table: np.ndarray, counts: np.ndarray, nj: int, words: np.n
     sd = null_std(spec, nj)
     m, rows = spec.m, spec.rows
     idx = np.arange(words.shape[0])
-    buckets = [spec.buckets(words, np.full(idx.size, r, np.int64)).astype(np.int64) for r in range(rows)]
+    buckets = spec.row_buckets(words)
     current = f
     for z in PEEL_Z:
         known = current >= z * sd
