@@ -11,7 +11,9 @@ rows of the task's :class:`~ldp.aggregate.Aggregator`, plus dead letters and per
               tuple of the task's per-group accumulators (:class:`ldp.aggregate.GroupAccumulators`), so one
               pane of one window holds every group: no second grouping, no guessing at the latest pane;
 ``Finalize``  :class:`FinalizeFn`: ``aggregator.finalize`` once per window and pane -> result rows, one
-              tagged output per :class:`~ldp.aggregate.OutputSpec` (``estimates``; ``answers``, ``models``).
+              tagged output per :class:`~ldp.aggregate.OutputSpec` (``estimates``; ``answers``, ``models``);
+              for an aggregator whose ``window_sequence()`` gives a sequence, ``FinalizeInOrder``
+              (:mod:`transforms.sequence`) instead: one step per window, in order of window start.
 
 The labels are stable (runner UIs, update-compatible streaming jobs). Because accumulators are exact
 integer statistics and the same ``ldp.aggregate`` functions drive them here and in memory, the pipeline's
@@ -323,10 +325,19 @@ class Aggregate(beam.PTransform):
         combined = windowed | "Combine" >> beam.CombinePerKey(TaskCombineFn(agg))
         # combined: (task_id, GroupAccumulators) once per window and pane, every group of the task in it
         names = [o.name for o in agg.outputs]
-        rows = combined | "Finalize" >> beam.ParDo(FinalizeFn(agg)).with_outputs(*names, "panes")
-        # rows[name]: ResultRow NamedTuples (EstimateRow; AnswerRow, ModelRow) of the window and pane;
-        # rows.panes: (task_id, WindowInfo, every row of the pane), one per pane (transforms.store)
-        out = {name: rows[name] for name in names}
-        out["panes"] = rows.panes
+        from transforms.sequence import FinalizeInOrder, window_sequence_of
+
+        if window_sequence_of(agg) is not None:  # windows that depend on each other: stepped in order
+            w = effective_window(self.window, streaming)
+            out = combined | "FinalizeInOrder" >> FinalizeInOrder(
+                agg, accumulating=w.accumulating, global_window=w.size_s is None,
+                publish_dir=getattr(agg, "publish_dir", None),
+            )  # fmt: skip
+        else:
+            rows = combined | "Finalize" >> beam.ParDo(FinalizeFn(agg)).with_outputs(*names, "panes")
+            out = {name: rows[name] for name in names}
+            out["panes"] = rows.panes
+        # out[name]: ResultRow NamedTuples (EstimateRow; AnswerRow, ModelRow) of the window and pane;
+        # out["panes"]: (task_id, WindowInfo, every row of the pane), one per pane (transforms.store)
         out.update(dead_letter=dead, counts=counts)
         return out

@@ -1,0 +1,202 @@
+"""transforms.sequence: the ordered finalize step. A toy window sequence (state: the running report count
+and the window starts seen) is stepped once per window, in order of window start whatever the arrival
+order, in batch and streaming; its rows reach the outputs in their windows, late panes are counted and
+dropped, the publications are written (and a failed write fails the job)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import TimestampedValue
+
+from ldp.aggregate import GroupAccumulators, WindowInfo, accumulate
+from ldp.kinds.frequency.aggregate import FrequencyAggregator
+from ldp.task import WindowConfig, parse_task
+from transforms.aggregate import Aggregate
+from transforms.counts import COUNTER_NAMESPACE
+from transforms.io import DecodeReportMessages
+from transforms.runners import fresh_direct_metrics
+from transforms.sequence import FinalizeInOrder, SequenceFn, due_ms, window_sequence_of
+from wire.publication import read_latest
+from wire.records import encode_report_container, reports_to_records
+
+pytestmark: list[pytest.MarkDecorator] = []  # the fast tier: small in-process pipelines
+
+SEEDS = np.random.SeedSequence(2026_12_07_30)
+TASK = parse_task({"task_id": "t-seq", "mechanism": "grr", "epsilon": 1.0, "domain_size": 8})
+
+
+class ToySequence:
+    """State: (running report count, window starts stepped so far); publishes both."""
+
+    def __init__(self, agg: FrequencyAggregator) -> None:
+        self.agg = agg
+
+    def initial_state(self) -> tuple[int, tuple]:
+        return 0, ()
+
+    def step(self, state, accs, window: WindowInfo):
+        count, starts = state
+        rows = self.agg.finalize(dict(accs), window)
+        count += sum(r.n_reports for r in rows)
+        starts = (*starts, window.start_ms)
+        publication = {"task_id": self.agg.task.task_id, "generation": len(starts), "level": len(starts) % 3,
+                       "window_end": window.end_ms, "running": count, "starts": list(starts)}  # fmt: skip
+        return (count, starts), rows, publication
+
+
+class ToyAggregator(FrequencyAggregator):
+    def __init__(self, task, publish_dir: str | None = None) -> None:
+        super().__init__(task)
+        self.publish_dir = publish_dir
+
+    def window_sequence(self) -> ToySequence:
+        return ToySequence(self)
+
+
+def _message(rng: np.random.Generator, n: int, event_s: float) -> bytes:
+    reports = TASK.make_oracle().encode(rng.integers(0, 8, n), rng=rng)
+    recs = reports_to_records(TASK.task_id, reports, np.full(n, int(event_s * 1000)), 0)
+    return encode_report_container(recs)
+
+
+def _streaming() -> PipelineOptions:
+    opts = PipelineOptions()
+    opts.view_as(StandardOptions).streaming = True
+    return opts
+
+
+def _counter(result, name: str) -> int:
+    res = result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE).with_name(name))
+    return sum(int(c.committed if c.committed is not None else c.attempted or 0) for c in res["counters"])
+
+
+def _publications(d: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(d.glob("generation-*.json"))]
+
+
+def _row_in_its_window(row, window=beam.DoFn.WindowParam):  # noqa: B008 - Beam's parameter idiom
+    return (row.window_start, row.pane_timing, row.n_reports, int(window.start.micros // 1000))
+
+
+def _run(p: beam.Pipeline, source, agg, w: WindowConfig, want_rows: list) -> dict:
+    dec = p | source | DecodeReportMessages("mem", agg)
+    out = dec.records | Aggregate(agg, w)
+    assert_that(out["estimates"] | beam.Map(_row_in_its_window), equal_to(want_rows), label="rows")
+    panes = out["panes"] | beam.Map(lambda pane: (pane[1].start_ms, len(pane[2])))
+    assert_that(panes, equal_to([(r[0], 1) for r in want_rows]), label="panes")
+    return out
+
+
+def test_window_sequence_of_an_aggregator_without_the_method_is_none() -> None:
+    assert window_sequence_of(object()) is None
+    assert window_sequence_of(FrequencyAggregator(TASK)) is None
+    assert isinstance(window_sequence_of(ToyAggregator(TASK)), ToySequence)
+    assert due_ms(10_000) == 9_999 and due_ms(None) > 10**15
+
+
+def test_batch_windows_are_stepped_in_order_of_start(tmp_path: Path) -> None:
+    rng = np.random.default_rng(SEEDS.spawn(1)[0])
+    # created out of order: the third window first
+    msgs = [_message(rng, 12, 25), _message(rng, 10, 3), _message(rng, 7, 14), _message(rng, 5, 8)]
+    agg = ToyAggregator(TASK, publish_dir=str(tmp_path / "pub"))
+    p = TestPipeline()
+    want = [(0, "ON_TIME", 15, 0), (10_000, "ON_TIME", 7, 10_000), (20_000, "ON_TIME", 12, 20_000)]
+    dec = p | beam.Create(msgs) | DecodeReportMessages("mem", agg)
+    out = dec.records | Aggregate(agg, WindowConfig(size_s=10))
+    rows = out["estimates"] | beam.Map(lambda r: (r.window_start, r.n_reports))
+    assert_that(rows, equal_to([(w[0], w[2]) for w in want]))
+    result = p.run()
+    result.wait_until_finish()
+    pubs = _publications(tmp_path / "pub")
+    assert [q["starts"] for q in pubs] == [[0], [0, 10_000], [0, 10_000, 20_000]]
+    assert [q["running"] for q in pubs] == [15, 22, 34]  # the state carried over
+    assert read_latest(tmp_path / "pub", task_id=TASK.task_id)["generation"] == 3
+    assert _counter(result, "sequence_windows") == 3 and _counter(result, "sequence_late_panes") == 0
+
+
+def test_streaming_steps_in_order_of_start_whatever_the_arrival_order(tmp_path: Path) -> None:
+    """Window panes reach the step newest first, all before the watermark moves: still stepped 0, 10, 20."""
+    rng = np.random.default_rng(SEEDS.spawn(2)[1])
+    agg = ToyAggregator(TASK, publish_dir=str(tmp_path))
+    oracle, panes = TASK.make_oracle(), []
+    for start_s, n in ((20, 4), (0, 9), (10, 6)):
+        accs = accumulate(agg, GroupAccumulators(), 0, oracle.encode(rng.integers(0, 8, n), rng=rng))
+        panes.append(TimestampedValue((TASK.task_id, accs), start_s + 9.999))
+    # the streaming DirectRunner drops what a timer emits once the watermark is at the end of time
+    # (it holds no watermark for user timers), so the stream stops at 100 s first
+    stream = TestStream().advance_watermark_to(0).add_elements(panes).advance_watermark_to(100)
+    with TestPipeline(options=_streaming()) as p:
+        windowed = p | stream.advance_watermark_to_infinity() | beam.WindowInto(beam.window.FixedWindows(10))
+        out = windowed | FinalizeInOrder(
+            agg, accumulating=False, global_window=False, publish_dir=str(tmp_path)
+        )
+        rows = out["estimates"] | beam.Map(_row_in_its_window)
+        want = [(0, "UNKNOWN", 9, 0), (10_000, "UNKNOWN", 6, 10_000), (20_000, "UNKNOWN", 4, 20_000)]
+        assert_that(rows, equal_to(want))
+    pubs = _publications(tmp_path)
+    assert [q["starts"] for q in pubs] == [[0], [0, 10_000], [0, 10_000, 20_000]]
+    assert [(q["running"], q["window_end"], q["level"]) for q in pubs] == [(9, 10_000, 1), (15, 20_000, 2),
+                                                                          (19, 30_000, 0)]
+
+
+def test_streaming_late_panes_are_counted_and_dropped(tmp_path: Path) -> None:
+    """[0,10) with 20 s of lateness: its on-time pane is stepped; 7 reports arriving after it make a late
+    pane, counted and dropped (the state does not see them); [10,20) is stepped next."""
+    rng = np.random.default_rng(SEEDS.spawn(3)[2])
+    on_time, later, late = _message(rng, 50, 1), _message(rng, 30, 12), _message(rng, 7, 5)
+    stream = (
+        TestStream()
+        .advance_watermark_to(0)
+        .add_elements([TimestampedValue(on_time, 1), TimestampedValue(later, 12)])
+        .advance_watermark_to(15)
+        .add_elements([TimestampedValue(late, 5)])
+        .advance_watermark_to(60)
+        .advance_watermark_to_infinity()
+    )
+    agg = ToyAggregator(TASK, publish_dir=str(tmp_path))
+    fresh_direct_metrics()  # the streaming DirectRunner's counters, as the jobs read them
+    p = TestPipeline(options=_streaming())
+    _run(p, stream, agg, WindowConfig(size_s=10, allowed_lateness_s=20),
+         [(0, "ON_TIME", 50, 0), (10_000, "ON_TIME", 30, 10_000)])  # fmt: skip
+    result = p.run()
+    result.wait_until_finish()
+    assert _counter(result, "sequence_late_panes") == 1 and _counter(result, "sequence_windows") == 2
+    assert [q["running"] for q in _publications(tmp_path)] == [50, 80]
+
+
+def test_a_failed_publication_fails_the_job(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    rng = np.random.default_rng(SEEDS.spawn(4)[3])
+    agg = ToyAggregator(TASK, publish_dir=str(blocker / "pub"))
+    with pytest.raises(Exception, match="pub"):  # noqa: B017 - Beam wraps the OSError of the write
+        with TestPipeline() as p:
+            dec = p | beam.Create([_message(rng, 5, 1)]) | DecodeReportMessages("mem", agg)
+            _ = dec.records | Aggregate(agg, WindowConfig(size_s=10))
+
+
+def test_panes_of_a_window_merged_when_discarding_latest_when_accumulating() -> None:
+    rng = np.random.default_rng(SEEDS.spawn(5)[4])
+    agg = ToyAggregator(TASK)
+    oracle = TASK.make_oracle()
+
+    def pane(index: int, timing: str, n: int, start: int = 0) -> tuple[WindowInfo, GroupAccumulators]:
+        accs = accumulate(agg, GroupAccumulators(), 0, oracle.encode(rng.integers(0, 8, n), rng=rng))
+        return WindowInfo(start, start + 10_000, timing, index, timing == "ON_TIME"), accs
+
+    parts = [pane(1, "ON_TIME", 4), pane(0, "EARLY", 3), pane(0, "ON_TIME", 2, start=10_000)]
+    merged = SequenceFn(agg, accumulating=False)._windows(parts)
+    assert [(i.start_ms, i.pane_index, i.is_last_pane, a.n_reports) for i, a in merged] == [
+        (0, 1, True, 7), (10_000, 0, True, 2)]  # fmt: skip
+    latest = SequenceFn(agg, accumulating=True)._windows(parts)
+    assert [(i.start_ms, a.n_reports) for i, a in latest] == [(0, 4), (10_000, 2)]
