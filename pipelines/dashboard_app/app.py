@@ -36,6 +36,7 @@ from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, Div, MultiChoice, Select
 
 from pipelines.dashboard_app import markup, panels, shape
+from pipelines.dashboard_app.heavy_hitters import HH_OUTPUT, TRIE_OUTPUT, HeavyHittersPanel
 from pipelines.dashboard_app.panels import QUANTILE_SLOTS, SERIES_SLOTS, named
 from pipelines.dashboard_app.reader import StoreError, StoreReader
 
@@ -158,17 +159,19 @@ class Dashboard:
         self.numeric_quantile_sources = numeric.quantile_sources
         self.numeric_legend_items = numeric.legend_items
         self.numeric_table = named(Div(text="", visible=False, sizing_mode="stretch_width"), "numeric_table")
+        self.hh = HeavyHittersPanel()
+        self.hh.window_select.on_change("value", self._on_selection)
         self._build_windows_and_counts()
         self.latency_source = named(ColumnDataSource(shape.latency_columns([])), "latency_source")
         self.latency_plot = panels.latency_plot(self.latency_source)
         self.latency_summary = named(Div(text=""), "latency_summary")
-        self.time_plots = (self.series_plot, self.numeric_plot, self.windows_plot, self.counts_plot,
-                           self.latency_plot)  # fmt: skip
+        self.time_plots = (self.series_plot, self.numeric_plot, self.hh.plot, self.windows_plot,
+                           self.counts_plot, self.latency_plot)  # fmt: skip
         self.layout = column(
             self.header, self.status, self.freshness, row(self.task_select, self.view_select, self.k_select),
-            self.budget, self.numeric_plot, self.numeric_table, self.topk_plot, self.topk_table,
-            self.series_items, self.series_plot, self.windows_plot, self.windows_table, self.counts_plot,
-            self.counts_note, self.reasons_table, self.latency_plot, self.latency_summary,
+            self.budget, self.numeric_plot, self.numeric_table, self.hh.layout, self.topk_plot,
+            self.topk_table, self.series_items, self.series_plot, self.windows_plot, self.windows_table,
+            self.counts_plot, self.counts_note, self.reasons_table, self.latency_plot, self.latency_summary,
             sizing_mode="stretch_width", name="dashboard",
         )  # fmt: skip
 
@@ -264,6 +267,7 @@ class Dashboard:
                 self.view_select.value,
                 self.k_select.value,
                 tuple(self.series_items.value),
+                self.hh.window_select.value,
                 *self.reader.change_token(task_id),
             )
             if token != self.token:
@@ -307,6 +311,10 @@ class Dashboard:
         self.numeric_plot.visible = self.numeric_table.visible = view.output == NUMERIC_OUTPUT
         if view.output == NUMERIC_OUTPUT:
             self._refresh_numeric(view)
+        if view.output in (HH_OUTPUT, TRIE_OUTPUT):
+            self.hh.refresh(self.reader, view.task_id, view.oldest_end)
+        else:
+            self.hh.show(False)
         self._refresh_series(view, top)
         effective = self._refresh_windows_and_latency(view)
         self._set_text(self.counts_note, markup.counts_note(shape.counts_vs_windows(counts_cols, self._wins)))

@@ -260,6 +260,28 @@ class StoreReader:
             out[key] = [(r["item"], r["estimate"], r["ci_low"], r["ci_high"]) for r in rows]
         return out
 
+    def output_panes(self, task_id: str, output: str, since_end: int) -> list[dict[str, Any]]:
+        """The newest pane of each window and group of one output, in windows ending at or after
+        ``since_end`` (``ldp_panes``, with ``n_items``, ``stored_items`` and ``extra_json``), newest window
+        first, then by group."""
+        return self._query(
+            "SELECT p.window_start, p.window_end, p.grp, p.pane_index, p.pane_timing, p.is_final, "
+            "p.n_reports, p.written_ms, p.n_items, p.stored_items, p.extra_json FROM ldp_panes p "
+            "WHERE p.task_id = ? AND p.output = ? AND p.window_end >= ? AND p.pane_index = "
+            "(SELECT MAX(q.pane_index) FROM ldp_panes q WHERE q.task_id = p.task_id AND q.output = p.output "
+            "AND q.grp = p.grp AND q.window_start = p.window_start AND q.window_end = p.window_end) "
+            "ORDER BY p.window_end DESC, p.window_start DESC, p.grp",
+            (task_id, output, int(since_end)),
+        )
+
+    def output_rows(self, task_id: str, output: str, since_end: int) -> list[dict[str, Any]]:
+        """The current rows of every group and window of one output ending at or after ``since_end``."""
+        return self._query(
+            f"SELECT {ROW_COLUMNS} FROM ldp_current WHERE task_id = ? AND output = ? AND window_end >= ? "
+            "ORDER BY window_end, window_start, grp, item",
+            (task_id, output, int(since_end)),
+        )
+
     def outputs(self, task_id: str) -> list[tuple[str, int]]:
         """The ``(output, grp)`` pairs the task has panes of, sorted."""
         rows = self._query("SELECT DISTINCT output, grp FROM ldp_panes WHERE task_id = ?", (task_id,))

@@ -18,7 +18,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HOSTILE_TEXTS", "SimulatedStream", "StoreWriter", "open_writer", "write_hostile_tasks"]
+__all__ = [
+    "HH_WORDS",
+    "HOSTILE_TEXTS",
+    "SimulatedStream",
+    "StoreWriter",
+    "heavy_hitters_task",
+    "open_writer",
+    "write_heavy_hitters_windows",
+    "write_hostile_tasks",
+]
 
 
 def open_writer(url: str) -> Any:
@@ -369,3 +378,87 @@ def _write_hostile_range(store: Any, range_id: str, window: tuple[int, int], now
         written_ms=window[1] + 800,
         method=h[0],
     )
+
+
+#: The frequent strings of the simulated heavy-hitters task (at most 4 UTF-8 bytes each, an emoji among
+#: them); their shares drift from window to window.
+HH_WORDS = ("yeet", "rizz", "slay", "mid", "sus", "lol", "brb", "\U0001f600", "ngl", "omg")
+
+
+def heavy_hitters_task(task_id: str = "new-words") -> dict[str, Any]:
+    """The simulated heavy-hitters task: PEM at eps 4 over strings of at most 4 bytes, the top 10."""
+    return {"task_id": task_id, "kind": "heavy_hitters", "mechanism": "pem", "epsilon": 4.0, "max_length": 4,
+            "top_k": 10, "window": {"size_s": 60}}  # fmt: skip
+
+
+def _hh_values(rng: np.random.Generator, index: int, users: int) -> list[Any]:
+    """Window ``index``'s strings: :data:`HH_WORDS` with drifting Zipf-like shares (70% of the users; "rizz"
+    rising, "yeet" falling), the rest one user each of a random 4-byte string."""
+    ranks = np.arange(1, len(HH_WORDS) + 1, dtype=np.float64)
+    weights = ranks**-1.1
+    weights[0] *= 1.0 / (1.0 + 0.25 * index)  # "yeet" fades
+    weights[1] *= 1.0 + 0.3 * index  # "rizz" rises
+    shares = 0.7 * weights / weights.sum()
+    counts = rng.multinomial(users, [*shares, 0.3])
+    values: list[Any] = [w for w, c in zip(HH_WORDS, counts[:-1], strict=True) for _ in range(int(c))]
+    values += [bytes(b) for b in rng.integers(0, 256, (int(counts[-1]), 4), dtype=np.uint8)]
+    return [values[i] for i in rng.permutation(len(values))]
+
+
+def write_heavy_hitters_windows(
+    store: Any,
+    task_obj: Mapping[str, Any],
+    start_ms: int,
+    windows: int,
+    *,
+    users_per_window: int = 6000,
+    seed: int = 2026,
+    open_last: bool = False,
+) -> list[Any]:
+    """Writes ``windows`` one-minute windows of a heavy-hitters task through ``store`` (a ``store.Store``):
+    per window the aggregator's own row over the reports of :func:`_hh_values` encoded by the task's client
+    (``wire.client.make_client_encoder``), ON_TIME and final (``open_last``: the last one an EARLY pane, not
+    final). A ``trie``-mode task runs the aggregator's window sequence: each window's clients report at the
+    level the previous window published. Returns the rows."""
+    from ldp.aggregate import WindowInfo, finalize_window, make_aggregator
+    from ldp.task import parse_task
+    from wire.client import make_client_encoder
+
+    task = parse_task(dict(task_obj))
+    agg, encoder = make_aggregator(task), make_client_encoder(task)
+    sequence = agg.window_sequence()
+    state = None if sequence is None else sequence.initial_state()
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    store.write_task(task.task_id, kind="heavy_hitters", mechanism=str(task_obj["mechanism"]),
+                     epsilon=float(task_obj["epsilon"]), task_json=json.dumps(dict(task_obj)))  # fmt: skip
+    rows, level = [], 0
+    for w in range(windows):
+        ws, we = start_ms + w * 60_000, start_ms + (w + 1) * 60_000
+        timing = "EARLY" if open_last and w == windows - 1 and sequence is None else "ON_TIME"
+        info = WindowInfo(ws, we, timing, 0, timing != "EARLY")
+        at_level = {} if sequence is None else {"level": level}  # trie mode: the published level
+        reports, levels = encoder.encode_grouped(_hh_values(rng, w, users_per_window), rng=rng, **at_level)
+        acc = _hh_accumulate(agg, reports, levels)
+        if sequence is None:
+            window_rows = finalize_window(agg, acc, info)
+        else:
+            state, window_rows, publication = sequence.step(state, acc.accs, info)
+            level = int(publication["level"]) if publication else level
+        written = we - 30_000 if timing == "EARLY" else we + 1500
+        store.write_pane(task.task_id, ws, we, 0, timing, window_rows, written_ms=written)
+        if timing != "EARLY":
+            store.mark_final(task.task_id, ws, we, final_ms=we + 61_000)
+        rows += window_rows
+    return rows
+
+
+def _hh_accumulate(agg: Any, reports: Any, levels: np.ndarray) -> Any:
+    """The task accumulator of one window's reports, each in its level's group."""
+    from ldp.aggregate import GroupAccumulators, accumulate
+    from ldp.reports import Reports
+
+    acc = GroupAccumulators()
+    for level in np.unique(levels):
+        at = levels == level
+        acc = accumulate(agg, acc, int(level), Reports(values=reports.values[at], seeds=reports.seeds[at]))
+    return acc
