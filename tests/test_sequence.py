@@ -200,3 +200,50 @@ def test_panes_of_a_window_merged_when_discarding_latest_when_accumulating() -> 
         (0, 1, True, 7), (10_000, 0, True, 2)]  # fmt: skip
     latest = SequenceFn(agg, accumulating=True)._windows(parts)
     assert [(i.start_ms, a.n_reports) for i, a in latest] == [(0, 4), (10_000, 2)]
+
+
+# --------------------------------------------------------------------------------------------------------
+# the heavy_hitters job's --trie_dir (ldp.kinds.heavy_hitters.job_aggregator)
+# --------------------------------------------------------------------------------------------------------
+
+HH = {"task_id": "hh", "kind": "heavy_hitters", "mechanism": "pem", "epsilon": 4.0, "max_length": 3}
+
+
+def test_trie_dir_is_the_aggregators_publish_dir_and_is_created(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from ldp.kinds.heavy_hitters import job_aggregator
+
+    trie = parse_task({**HH, "mode": "trie"})
+    agg = job_aggregator(SimpleNamespace(trie_dir=str(tmp_path / "a" / "pub"), overwrite=False), trie)
+    assert agg.publish_dir == str(tmp_path / "a" / "pub") and (tmp_path / "a" / "pub").is_dir()
+    assert window_sequence_of(agg) is not None
+    plain = job_aggregator(SimpleNamespace(trie_dir=None, overwrite=False), trie)
+    assert getattr(plain, "publish_dir", None) is None  # trie mode without files: the store only
+    assert window_sequence_of(job_aggregator(SimpleNamespace(trie_dir=None), parse_task(HH))) is None
+
+
+def test_trie_dir_errors_are_one_line(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from ldp.kinds.heavy_hitters import job_aggregator
+
+    trie, one = parse_task({**HH, "mode": "trie"}), parse_task(HH)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    (pub / "latest.json").write_text("{}")
+    (pub / "generation-000001.json").write_text("{}")
+    (pub / "notes.txt").write_text("kept")
+    cases = [
+        (one, tmp_path / "p1", False, "needs a task in trie mode"),
+        (trie, blocker / "sub\nname", False, "cannot be created: Not a directory"),
+        (trie, pub, False, "already holds 2 publication file"),
+    ]
+    for task, path, overwrite, match in cases:
+        with pytest.raises(ValueError, match=match) as e:
+            job_aggregator(SimpleNamespace(trie_dir=str(path), overwrite=overwrite), task)
+        assert "\n" not in str(e.value), e.value
+    job_aggregator(SimpleNamespace(trie_dir=str(pub), overwrite=True), trie)  # removes the publications only
+    assert sorted(p.name for p in pub.iterdir()) == ["notes.txt"]

@@ -291,7 +291,7 @@ class FinalizeInOrder(beam.PTransform):
             combined
             | "WithWindow" >> beam.FlatMap(_with_window)
             | "Global" >> beam.WindowInto(bw.GlobalWindows())
-            | "InOrder" >> beam.ParDo(fn).with_outputs(*names, "panes")
+            | "InOrder" >> beam.ParDo(fn).with_input_types(tuple[str, Any]).with_outputs(*names, "panes")
         )
         out: dict[str, PCollection] = {}
         for name in [*names, "panes"]:
