@@ -13,7 +13,15 @@ import pytest
 import ldp.heavy_hitters.pem as pem_module
 from ldp.heavy_hitters import PEM
 from ldp.heavy_hitters import sketch as sketch_module
-from ldp.heavy_hitters.sketch import SketchAccumulator, SketchSpec, walsh_add, walsh_dtype
+from ldp.heavy_hitters.sketch import (
+    SketchAccumulator,
+    SketchSpec,
+    full_hash,
+    full_matrices,
+    full_support,
+    walsh_add,
+    walsh_dtype,
+)
 
 pytestmark: list[pytest.MarkDecorator] = []  # the fast tier
 
@@ -57,6 +65,22 @@ def previous_walsh_add(acc: SketchAccumulator, seeds: np.ndarray, y: np.ndarray)
         total = np.bincount(index, weights=weight, minlength=spec.rows * m)
         acc.walsh += np.rint(total).astype(np.int64).reshape(spec.rows, m)
         acc.counts += np.bincount(row, minlength=spec.rows)
+
+
+def previous_full_support(s: np.ndarray, c: np.ndarray, y: np.ndarray, cands: np.ndarray) -> np.ndarray:
+    """The earlier verification count: ``H(x)`` of every (report, candidate) pair by popcounts, compared
+    with ``y``."""
+    total = np.zeros(cands.shape[0], dtype=np.int64)
+    t = s.shape[1]
+    block = max(1, (1 << 22) // max(1, cands.shape[0] * t))
+    for s0 in range(0, y.size, block):
+        sb = s[s0 : s0 + block]
+        h = np.zeros((sb.shape[0], cands.shape[0]), dtype=np.uint64)
+        for i in range(t):
+            bits = np.bitwise_count(sb[:, i, None, :] & cands[None, :, :]).sum(axis=2, dtype=np.uint8)
+            h |= (bits & np.uint8(1)).astype(np.uint64) << np.uint64(i)
+        total += np.count_nonzero(h == (c ^ y)[s0 : s0 + block, None], axis=0)
+    return total
 
 
 def _reports(spec: SketchSpec, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -131,3 +155,23 @@ def test_row_buckets_are_each_rows_bucket_of_the_client(bits, d, rows):
     assert got.shape == (rows, 500) and got.dtype == np.int64
     for r in range(rows):
         assert np.array_equal(got[r], spec.buckets(words, np.full(500, r)).astype(np.int64))
+
+
+@pytest.mark.parametrize(
+    "bits, t, count", [(20, 1, 7), (51, 10, 130), (64, 6, 64), (133, 10, 300), (51, 3, 0)]
+)
+def test_verification_counts_equal_the_previous_pairwise_count(bits, t, count, monkeypatch):
+    rng = np.random.default_rng(bits * t + count)
+    width = (bits + 63) // 64
+    cands = rng.integers(0, 2**64, size=(count, width), dtype=np.uint64)
+    if bits % 64:
+        cands[:, -1] &= np.uint64(((1 << (bits % 64)) - 1) << (64 - bits % 64))
+    seeds = rng.integers(0, 2**64, 2000, dtype=np.uint64)
+    s, c = full_matrices(seeds, t, bits)
+    y = rng.integers(0, 1 << t, 2000).astype(np.uint64)
+    if count:  # half the reports carry a candidate's own hash, so the counts are far from zero
+        y[:1000] = full_hash(s[:1000], c[:1000], cands[rng.integers(0, count, 1000)])
+    monkeypatch.setattr(sketch_module, "VERIFY_REPORTS", 333)
+    got = full_support(s, c, y, cands)
+    assert got.dtype == np.int64 and np.array_equal(got, previous_full_support(s, c, y, cands))
+    assert count == 0 or got.sum() >= 1000

@@ -56,6 +56,7 @@ __all__ = [
 ROW_WORD = 64  # seed word streams: the row, then the matrix and offset
 MATRIX_WORD = 65
 FOLD_TERMS = 1 << 22  # (report, z) terms per histogram of walsh_add
+VERIFY_REPORTS = 4096  # reports per block of full_support
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,10 +261,10 @@ def score_buckets(spec: SketchSpec, table: np.ndarray, n_level: int, buckets: np
     """:func:`score` of candidates given their buckets (:meth:`SketchSpec.row_buckets`)."""
     n = max(1, int(n_level))
     if spec.direct:
-        return table[0, buckets[0]] / n
+        return np.take(table[0], buckets[0]) / n
     total = np.zeros(buckets.shape[1], dtype=np.float64)
     for r in range(spec.rows):
-        total += table[r, buckets[r]]
+        total += np.take(table[r], buckets[r])
     m = spec.m
     return m / (m - 1) * (total / n - 1.0 / m)
 
@@ -293,18 +294,45 @@ def full_hash(s: np.ndarray, c: np.ndarray, words: np.ndarray) -> np.ndarray:
     return (parity.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64) ^ c
 
 
+def _parity_tables(cands: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """For each byte position some candidate uses: the table ``(256, ceil(C / 64))`` whose row ``a`` has
+    bit ``c`` set when ``a & (candidate c's byte)`` has odd parity (candidates packed 64 to a word)."""
+    count, width = cands.shape
+    packed = np.zeros((-(-count // 64) * 64, width * 8), dtype=np.uint8)
+    packed[:count] = np.ascontiguousarray(cands).view(np.uint8).reshape(count, width * 8)
+    used = np.flatnonzero(packed.any(axis=0))
+    a = np.arange(256, dtype=np.uint8)[:, None]
+    tables = [
+        np.packbits(np.bitwise_count(a & packed[None, :, b]) & np.uint8(1), axis=1, bitorder="little")
+        .view(np.uint64)
+        for b in used
+    ]
+    return used, tables
+
+
 def full_support(s: np.ndarray, c: np.ndarray, y: np.ndarray, cands: np.ndarray) -> np.ndarray:
-    """Support counts ``#{reports with H(x) = y}`` of every candidate ``x`` (``cands`` ``(C, W)``),
-    ``O(n C t W)`` word operations in blocks."""
-    total = np.zeros(cands.shape[0], dtype=np.int64)
-    t = s.shape[1]
-    block = max(1, (1 << 22) // max(1, cands.shape[0] * t))
+    """Support counts ``#{reports with H(x) = y}`` of every candidate ``x`` (``cands`` ``(C, W)``).
+
+    Bit-sliced: the parity of ``S_i & x`` is the xor over bytes of the parity of ``S_i``'s byte and
+    ``x``'s byte, so per report and hash bit ``i`` one table row per byte position gives that bit for 64
+    candidates at once; a candidate misses the report when any bit differs from ``c xor y``. About
+    ``t * 8 W * C / 64`` word operations per report, in blocks of ``VERIFY_REPORTS`` reports."""
+    count = cands.shape[0]
+    t, width = s.shape[1], s.shape[2]
+    used, tables = _parity_tables(cands)
+    words = -(-count // 64)
     v = c ^ y
-    for s0 in range(0, y.size, block):
-        sb, vb = s[s0 : s0 + block], v[s0 : s0 + block]
-        h = np.zeros((sb.shape[0], cands.shape[0]), dtype=np.uint64)
+    total = np.zeros(words * 64, dtype=np.int64)
+    for s0 in range(0, y.size, VERIFY_REPORTS):
+        sb = np.ascontiguousarray(s[s0 : s0 + VERIFY_REPORTS]).view(np.uint8).reshape(-1, t, width * 8)
+        vb = v[s0 : s0 + VERIFY_REPORTS]
+        miss = np.zeros((sb.shape[0], words), dtype=np.uint64)
         for i in range(t):
-            bits = np.bitwise_count(sb[:, i, None, :] & cands[None, :, :]).sum(axis=2, dtype=np.uint8)
-            h |= (bits & np.uint8(1)).astype(np.uint64) << np.uint64(i)
-        total += np.count_nonzero(h == vb[:, None], axis=0)
-    return total
+            bit = np.zeros((sb.shape[0], words), dtype=np.uint64)
+            bit -= ((vb >> np.uint64(i)) & np.uint64(1))[:, None]  # all ones where y's bit i is 1
+            for b, table in zip(used, tables):
+                bit ^= np.take(table, sb[:, i, b], axis=0)
+            miss |= bit
+        hits = np.unpackbits(miss.view(np.uint8), axis=1, bitorder="little")
+        total += sb.shape[0] - hits.sum(axis=0, dtype=np.int64)
+    return total[:count]
