@@ -108,6 +108,8 @@ def test_panel_lists_each_windows_strings_best_first_and_follows_them_across_win
     assert dash.view_select.value == "heavy_hitters, group 0"
     assert dash.hh.table.visible and dash.hh.plot.visible and not dash.hh.trie_plot.visible
     assert dash.hh.window_select.value == LATEST
+    # the generic top-k and series box name the strings too, quoted (the empty string is '""')
+    assert set(dash.topk_source.data["name"]) == {string_label(h["value"]) for h in rows[-1].heavy_hitters}
     assert [v for v, _ in dash.hh.window_select.options] == [LATEST] + [
         f"{r.window_start}:{r.window_end}" for r in reversed(rows)
     ]

@@ -3,7 +3,7 @@ reports of ``wire.client.make_client_encoder`` (Avro and JSON bodies) and of the
 under Node (JSON, ``postReports``), refuses bad ones (a level out of range, ``y >= g``, a foreign task) with
 the reason and counts them; a streaming ``ldp-beam heavy-hitters`` watching the collector's directory
 (``--require_done_marker``) stores each window's frequent strings, the TypeScript clients' own string
-among them.
+among them, and the dashboard's heavy-hitters panel lists each window's strings.
 
 The fast test runs the collector core in this process; the end-to-end test (integration, ``node``) runs
 the collector, the job and Node as commands (about 25 s).
@@ -11,6 +11,7 @@ the collector, the job and Node as commands (about 25 s).
 
 from __future__ import annotations
 
+import html
 import http.client
 import json
 import shutil
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from bokeh.document import Document
 from conftest import venv_env
 
 from ldp.task import load_task
@@ -35,6 +37,7 @@ from pipelines.collector import (
     make_checker,
     report_to_json,
 )
+from pipelines.dashboard_app.app import Dashboard
 from store import open_store
 from wire.client import client_params_document, make_client_encoder
 from wire.records import encode_report_container, reports_to_records
@@ -276,3 +279,12 @@ def test_streaming_job_watches_the_collectors_files_and_finds_each_windows_heavy
     assert all(w["is_final"] == 1 for w in windows)
     _check_window(stored[0], PY_STRINGS, windows[0]["n_reports"])
     _check_window(stored[1], TS_STRINGS, windows[1]["n_reports"])
+    # the dashboard's heavy-hitters panel over the store: each window's strings, best first
+    dash = Dashboard(Document(), f"sqlite:///{db}")
+    for w, items in zip(windows, stored, strict=True):
+        dash.hh.window_select.value = f"{w['window_start']}:{w['window_end']}"
+        table = dash.hh.table.text
+        assert f"data-window-end='{w['window_end']}'" in table
+        best = sorted(items, key=lambda i: (-i["estimate"], i["label"]))
+        cells = [table.index(f"<code>{html.escape(i['label'])}</code>") for i in best]
+        assert cells == sorted(cells), [i["label"] for i in best]

@@ -36,7 +36,7 @@ from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, Div, MultiChoice, Select
 
 from pipelines.dashboard_app import markup, panels, shape
-from pipelines.dashboard_app.heavy_hitters import HH_OUTPUT, TRIE_OUTPUT, HeavyHittersPanel
+from pipelines.dashboard_app.heavy_hitters import HH_OUTPUT, TRIE_OUTPUT, HeavyHittersPanel, string_label
 from pipelines.dashboard_app.panels import QUANTILE_SLOTS, SERIES_SLOTS, named
 from pipelines.dashboard_app.reader import StoreError, StoreReader
 
@@ -47,7 +47,7 @@ _LOG = logging.getLogger(__name__)
 #: The output of numeric tasks (``flatten_numeric``): item 0 the mean, 1 + i quantile i.
 NUMERIC_OUTPUT = "numeric"
 #: Outputs whose rows are frequency-like estimates (top-k by value); the others are query answers.
-ESTIMATE_OUTPUTS = ("estimates", "sparse", "heavy_hitters")
+ESTIMATE_OUTPUTS = ("estimates", "sparse", HH_OUTPUT, TRIE_OUTPUT)
 K_CHOICES = ("5", "10", "20", "50")
 
 
@@ -367,6 +367,8 @@ class Dashboard:
             if rows:
                 view.rows, view.current = rows, win
                 break
+        if view.output in (HH_OUTPUT, TRIE_OUTPUT):  # strings (and prefixes) are named by their text, quoted
+            view.rows = [{**r, "label": string_label(r.get("label"))} for r in view.rows]
         # the shown rows are a partial window's when they come from an EARLY pane of an open window
         view.partial = bool(view.rows) and shape.is_partial(
             view.rows[0].get("pane_timing"), view.rows[0].get("is_final")
