@@ -14,7 +14,9 @@ over ``--windows`` windows composes one batch's figure per window. The guarantee
 number: give the smallest ``n`` of the shuffler's manifest (``OUT/batches.jsonl``). A task without the
 section prints "no central guarantee (reports are not shuffled)". ``--json OUT`` also writes the figures
 (``local_epsilon``, ``central_epsilon`` per batch, ``central_delta``, ``windows``,
-``central_epsilon_composed``, ``method``, ...).
+``central_epsilon_composed``, ``method``, ...). A heavy-hitters task is accounted per level
+(:mod:`ldp.shuffle.levels`): ``levels`` lists each level's reports (the batch split by the level shares)
+and figure, and the batch's figure is the largest.
 
 Runs no pipeline and imports no Beam. Errors are one line on stderr, exit status 2.
 """
@@ -166,7 +168,7 @@ def _shuffled_figures(task: Any, n: int, d: float, windows: int) -> tuple[dict[s
         comp = compose_windows(eps0, n, d, windows=windows, mechanism=accounting, domain_size=k)
     except ShuffleAccountingError as exc:
         raise ValueError(str(exc)) from None
-    figures = {
+    figures: dict[str, Any] = {
         "users": n,
         "accounting": accounting,
         "domain_size": k,
@@ -177,6 +179,14 @@ def _shuffled_figures(task: Any, n: int, d: float, windows: int) -> tuple[dict[s
         "per_window_epsilon_at_delta_over_windows": float(comp["per_window"][0]),
         "anonymity": task.anonymity.to_json(),
     }
+    from ldp.shuffle.randomizers import LevelledRandomizer
+
+    if isinstance(accounting, LevelledRandomizer):
+        from ldp.shuffle.levels import central_epsilon_levels
+
+        counts = accounting.planned_counts(n, eps0)
+        figures["levels"] = central_epsilon_levels(eps0, counts, d, accounting)
+        figures["composed_method"] = comp.get("method")
     return figures, how
 
 
@@ -271,6 +281,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"delta = {r['central_delta']:g}"
     )
     lines.append(f"    method: {r['method']['central']}")
+    for lv in r.get("levels") or ():
+        lines.append(f"    {lv['label']}: {lv['n']:,} reports, epsilon = {_g(lv['central_epsilon'])}")
     lines.append(
         f"  {w} window(s): epsilon = {_g(r['central_epsilon_composed'])} (tight) / "
         f"{_g(r['central_epsilon_composed_basic'])} (basic) at total delta = {r['central_delta']:g}"

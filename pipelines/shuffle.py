@@ -448,6 +448,7 @@ def _build_pipeline(
     (without report content) and, streaming, the count windows."""
     import apache_beam as beam
 
+    from ldp.shuffle.levels import accounted_per_group
     from transforms.counts import WindowedCounts
     from transforms.io import WriteCounts, WriteDeadLetters
     from transforms.shuffle import ScrubDeadLetters, Shuffle, SourcedValidateFn
@@ -464,6 +465,7 @@ def _build_pipeline(
         task.task_id, task.schema_version, settings, ns.output, streaming=streaming,
         allowed_lateness_s=plan.window.allowed_lateness_s, test_seed=ns.test_shuffle_seed,
         run_id=run_id, memory_bytes=ns.memory_mb << 20, published=published, key=key,
+        group_counts=accounted_per_group(task),
     )  # fmt: skip
     dead.append(out["dead_letter"])
     counts.append(out["counts"])

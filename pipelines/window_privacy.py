@@ -220,7 +220,7 @@ def window_privacy(
             ws, we, own, accepted, shuffled=shuffled, all_shuffled=all_shuffled, ids_in_budget=ids_in_budget,
             precision=precision, settings=settings, local=local, source=source, plain=plain, foreign=foreign,
         ))  # fmt: skip
-    cache: dict[int, tuple[float, str]] = {}
+    cache: dict[Any, tuple[float, str]] = {}
     deadline = time.monotonic() + budget_s
     delta = None if settings is None else settings.delta
     for row in sorted(out["windows"], key=lambda r: str(r["window_start"] or ""), reverse=True):
@@ -335,13 +335,18 @@ def _figure_batches(
     settings: Any,
     accounting: str | None,
     k: int | None,
-    cache: dict[int, tuple[float, str]],
+    cache: dict[Any, tuple[float, str]],
     deadline: float,
     budget_s: float,
 ) -> None:
     """Gives each eligible batch of ``row`` its central figure (``cache``: figures per ``n``, shared by the
-    windows); past ``deadline`` a batch gets the window's smallest batch's figure, or none."""
+    windows); past ``deadline`` a batch gets the window's smallest batch's figure, or none. A task accounted
+    per group (``ldp.shuffle.levels``: heavy-hitters levels) is figured from each batch's signed reports per
+    group (``group_n``) and cached by them; a batch without them gets no figure."""
     from ldp.shuffle import ShuffleAccountingError, central_epsilon_report
+    from ldp.shuffle.randomizers import LevelledRandomizer
+
+    levelled = isinstance(accounting, LevelledRandomizer)
 
     delta = None if settings is None else settings.delta
     figures: list[tuple[float, str]] = []
@@ -349,8 +354,14 @@ def _figure_batches(
         if b["why_no_central"] is not None or settings is None or accounting is None:
             continue
         n = b["n"]
-        if n not in cache and time.monotonic() > deadline:
-            if figures:  # a larger batch than one already figured: that figure bounds it
+        groups = None if b.get("group_n") is None else {int(g): int(c) for g, c in b["group_n"]}
+        if levelled and groups is None:
+            b["why_no_central"] = ("the batch does not list its reports per level (ldp.shuffle.group_n): "
+                                   "the per-level bound needs them")
+            continue
+        slot = (n, tuple(sorted(groups.items()))) if levelled and groups is not None else n
+        if slot not in cache and time.monotonic() > deadline:
+            if figures and not levelled:  # a larger batch than one already figured: that figure bounds it
                 eps0, how0 = figures[0]
                 b.update(central_epsilon=eps0, central_delta=delta,
                          method=f"{how0} at the window's smallest batch n={row['n']}: an upper bound "
@@ -362,10 +373,11 @@ def _figure_batches(
                 )
             continue
         try:
-            if n not in cache:
-                rep = central_epsilon_report(float(task.epsilon), n, settings.delta, accounting, k)
-                cache[n] = (float(rep.epsilon), str(rep.method))
-            eps, how = cache[n]
+            if slot not in cache:
+                rep = central_epsilon_report(float(task.epsilon), n, settings.delta, accounting, k,
+                                             group_counts=groups)
+                cache[slot] = (float(rep.epsilon), str(rep.method))
+            eps, how = cache[slot]
             figures.append((eps, how))
             b.update(central_epsilon=eps, central_delta=delta, method=how)
         except (ShuffleAccountingError, ValueError) as exc:
@@ -435,6 +447,7 @@ def _batch_row(
         "file": b.get("file"),
         "n": n,
         "declared_n": b.get("declared_n", b.get("n")),
+        **({} if b.get("group_n") is None else {"group_n": b["group_n"]}),
         "verified": verified,
         "provenance": None if verified else str(b.get("provenance") or "unverified"),
         "central_epsilon": None,

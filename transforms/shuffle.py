@@ -41,7 +41,9 @@ finds it (:func:`published_buckets`) and skips its reports.
 
 **Provenance.** With a key (``--shuffle_key``), each batch carries ``ldp.shuffle.tag``, the HMAC-SHA256 of
 its body digest, sync marker, task, bucket and n (:mod:`ldp.shuffle.provenance`); the header is written
-with a placeholder, the body after it while hashing, then the tag in place of the placeholder.
+with a placeholder, the body after it while hashing, then the tag in place of the placeholder. A task
+accounted per group (``group_counts``: a heavy-hitters task's levels, :mod:`ldp.shuffle.levels`) also gets
+its reports per group, ``ldp.shuffle.group_n``, signed with the rest.
 
 Dead letters of the shuffler hold no report content: :func:`scrub_dead_letter` drops the record fields,
 the task id and event times, and keeps the reason, the source, a fixed description and a size.
@@ -89,6 +91,7 @@ from wire.records import make_dead_letter, reports_to_records
 __all__ = [
     "META_PREFIX",
     "META_N",
+    "META_GROUP_N",
     "META_TAG",
     "META_TAG_VERSION",
     "BATCH_SUBDIR",
@@ -129,6 +132,8 @@ META_N = META_PREFIX + "n"
 #: Metadata keys of the provenance tag (hex HMAC-SHA256) and its format version.
 META_TAG = META_PREFIX + "tag"
 META_TAG_VERSION = META_PREFIX + "tag_version"
+#: Metadata key: the batch's reports per group (``[[group, reports], ...]``), for tasks accounted per group.
+META_GROUP_N = META_PREFIX + "group_n"
 #: Sub-directory of the output holding the batches.
 BATCH_SUBDIR = "batches"
 #: Sub-directory of the output holding the shuffler's own state (never for the analyst): ``shuffler.json``,
@@ -427,9 +432,11 @@ def write_batch(
 ) -> WrittenBatch:
     """Writes one batch file to the seekable binary ``fh``: the header (``meta``; with ``key`` the tag),
     then ``parts`` (``(group, reports)`` in output order) as blocks of at most :data:`BLOCK_RECORDS`.
+    Group counts in ``meta`` (:data:`META_GROUP_N`) are signed with the batch's facts.
 
     Raises:
-        ValueError: ``parts`` hold a number of reports other than ``n``.
+        ValueError: ``parts`` hold a number of reports other than ``n``, or per group other than ``meta``'s
+            group counts.
     """
     sync = os.urandom(16)
     m = {k: v.encode("utf-8") for k, v in meta.items()}
@@ -443,7 +450,9 @@ def write_batch(
     fh.write(header)
     digest = hashlib.sha256()
     written = 0
+    per_group: dict[int, int] = {}
     for group, reports in parts:
+        per_group[int(group)] = per_group.get(int(group), 0) + len(reports)
         for lo in range(0, len(reports), BLOCK_RECORDS):
             block = reports.take(slice(lo, lo + BLOCK_RECORDS))
             data = _encode(task_id, schema_version, start_ms, group, block)
@@ -454,14 +463,20 @@ def write_batch(
             written += len(block)
     if written != n:
         raise ValueError(f"batch of {n} reports announced, {written} written")
+    from ldp.shuffle import provenance
+
+    group_n = None
+    if META_GROUP_N in meta:
+        group_n = provenance.parse_group_counts(meta[META_GROUP_N], int(n))
+        if dict(group_n) != {g: c for g, c in per_group.items() if c}:
+            written_groups = sorted(per_group.items())
+            raise ValueError(f"group counts {meta[META_GROUP_N]} announced, {written_groups} written")
     body = digest.hexdigest()
     tag = None
     if key is not None:
-        from ldp.shuffle import provenance
-
         tag = provenance.sign(
             key, task_id=task_id, bucket_start_ms=int(start_ms), bucket_end_ms=int(end_ms), n=int(n),
-            body_sha256=body, sync=sync,
+            body_sha256=body, sync=sync, group_n=group_n,
         )  # fmt: skip
         end = fh.tell()
         fh.seek(base + tag_at)
@@ -669,7 +684,8 @@ class EmitBatchFn(beam.DoFn):
     or a withheld bucket (``counts`` and ``dead_letter``); see the module docstring.
 
     ``memory_bytes``: bound on a unit's columns; ``key``: the provenance key (None: unsigned batches);
-    ``test_seed``: permute with a seeded numpy generator (reproducible; tests only) instead of the CSPRNG.
+    ``test_seed``: permute with a seeded numpy generator (reproducible; tests only) instead of the CSPRNG;
+    ``group_counts``: write the batch's reports per group (:data:`META_GROUP_N`).
     """
 
     def __init__(
@@ -683,11 +699,13 @@ class EmitBatchFn(beam.DoFn):
         memory_bytes: int = DEFAULT_MEMORY_MB << 20,
         key: bytes | None = None,
         test_seed: int | None = None,
+        group_counts: bool = False,
     ) -> None:
         self.task_id = task_id
         self.schema_version = schema_version
         self.settings = settings
         self.output_dir = output_dir
+        self.group_counts = bool(group_counts)
         self.dir = os.path.join(output_dir, BATCH_SUBDIR)
         self.run_id = run_id
         self.memory_bytes = int(memory_bytes)
@@ -776,9 +794,9 @@ class EmitBatchFn(beam.DoFn):
         )
         yield TaggedOutput("dead_letter", make_dead_letter(FEW_SENDERS_REASON, "shuffler", detail=detail))
 
-    def _batch_meta(self, start: int, end: int, n: int) -> dict[str, str]:
-        """The Avro metadata of the bucket's batch file."""
-        return {
+    def _batch_meta(self, start: int, end: int, n: int, refs: Sequence[ChunkRef] = ()) -> dict[str, str]:
+        """The Avro metadata of the bucket's batch file (with ``group_counts``, its reports per group)."""
+        out = {
             META_N: str(n),
             META_PREFIX + "task_id": self.task_id,
             META_PREFIX + "bucket_start_ms": str(start),
@@ -787,6 +805,14 @@ class EmitBatchFn(beam.DoFn):
             META_PREFIX + "min_reports": str(self.settings.min_reports),
             META_PREFIX + "pane": "0",
         }
+        if self.group_counts:
+            from ldp.shuffle.provenance import format_group_counts
+
+            per_group: dict[int, int] = {}
+            for r in refs:
+                per_group[int(r.group)] = per_group.get(int(r.group), 0) + int(r.n)
+            out[META_GROUP_N] = format_group_counts(per_group)
+        return out
 
     def _publish_bucket(
         self, start: int, end: int, n: int, refs: list[ChunkRef], senders: int | None
@@ -794,7 +820,7 @@ class EmitBatchFn(beam.DoFn):
         """Writes the bucket's permuted batch once (a batch published before is never rewritten) and
         yields its counts and manifest line."""
         name = batch_name(self.task_id, start, end)
-        meta = self._batch_meta(start, end, n)
+        meta = self._batch_meta(start, end, n, refs)
         sources: dict[str, int] = {}
         for r in refs:
             sources[r.source] = sources.get(r.source, 0) + r.n
@@ -844,6 +870,7 @@ def manifest_entry(name: str, meta: dict[str, str]) -> dict[str, object]:
         "time_precision_s": int(meta[META_PREFIX + "time_precision_s"]),
         "n": int(meta[META_N]),
         "signed": META_TAG in meta,
+        **({"group_n": json.loads(meta[META_GROUP_N])} if META_GROUP_N in meta else {}),
     }
 
 
@@ -905,7 +932,8 @@ class Shuffle(beam.PTransform):
     """The validate step's ``(task_id, GroupReports)`` -> manifest entries (``batches``), ``counts`` and
     ``dead_letter`` (withheld buckets, late batches); see the module docstring. Batch: a ``GroupByKey``
     per bucket; ``streaming``: :class:`HoldBucketsFn` (one batch per bucket, at its end plus
-    ``allowed_lateness_s``). ``published``: buckets published by an earlier run on the same output."""
+    ``allowed_lateness_s``). ``published``: buckets published by an earlier run on the same output;
+    ``group_counts``: each batch lists its reports per group (tasks accounted per group)."""
 
     def __init__(
         self,
@@ -921,8 +949,10 @@ class Shuffle(beam.PTransform):
         memory_bytes: int = DEFAULT_MEMORY_MB << 20,
         key: bytes | None = None,
         published: dict[int, dict[str, int] | None] | None = None,
+        group_counts: bool = False,
     ) -> None:
         super().__init__()
+        self.group_counts = bool(group_counts)
         self.task_id = task_id
         self.schema_version = schema_version
         self.settings = settings
@@ -971,6 +1001,7 @@ class Shuffle(beam.PTransform):
         fn = EmitBatchFn(
             self.task_id, self.schema_version, s, self.output_dir, run_id=self.run_id,
             memory_bytes=self.memory_bytes, key=self.key, test_seed=self.test_seed,
+            group_counts=self.group_counts,
         )  # fmt: skip
         out = grouped | "Emit" >> beam.ParDo(fn).with_outputs("counts", "dead_letter", main="batches")
         return {

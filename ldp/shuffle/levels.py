@@ -39,6 +39,7 @@ import numpy as np
 from ldp.shuffle.randomizers import LevelAccounting, LevelledRandomizer
 
 __all__ = [
+    "accounted_per_group",
     "level_counts",
     "central_epsilon_levels",
     "levelled_report",
@@ -46,6 +47,17 @@ __all__ = [
     "levelled_local_epsilon",
     "levelled_composition",
 ]
+
+
+def accounted_per_group(task: Any) -> bool:
+    """Whether a task's shuffled reports are accounted per group (its randomizer is levelled), so the
+    shuffler lists each batch's reports per group and a claim needs them."""
+    from ldp.shuffle.accountant import accounting_for_task
+
+    try:
+        return isinstance(accounting_for_task(task)[0], LevelledRandomizer)
+    except (ValueError, ArithmeticError):
+        return False
 
 
 def level_counts(randomizer: LevelledRandomizer, eps0: float, n: int,

@@ -19,6 +19,11 @@ counts) and the format version::
               sort_keys=True, separators=(",", ":")).encode()
     tag = HMAC-SHA256(key, message).hexdigest()
 
+A batch whose reports are accounted per group (a heavy-hitters task's levels, :mod:`ldp.shuffle.levels`)
+also carries its reports per group, :data:`META_GROUP_N` (``[[group, reports], ...]``, groups ascending,
+every count positive, summing to ``n``); the message then has ``"group_n"`` with the same list, so the
+counts cannot be changed, added or removed without breaking the tag.
+
 The tag travels in the file's metadata (:data:`META_TAG`, :data:`META_TAG_VERSION` = ``"1"``) beside the
 shuffler's ``ldp.shuffle.n``, ``ldp.shuffle.task_id``, ``ldp.shuffle.bucket_start_ms`` and
 ``ldp.shuffle.bucket_end_ms``. The header is not hashed as bytes: every header fact that matters is in the
@@ -29,7 +34,8 @@ message, so a writer builds the body first and then writes the header with the t
 against the bytes present (a declared size never drives an allocation), recounts ``n`` from the block
 counts, and checks, in this order: the file parses (``malformed``), it carries the shuffler's metadata
 (``not_a_batch``), its task is the job's (``wrong_task``), its declared ``n`` equals the records in its body
-(``n_mismatch``), the job was given a key (``no_key``), a tag is present (``no_tag``) in a known version
+(``n_mismatch``), its group counts, if any, are positive and sum to ``n`` (``malformed``), the job was given
+a key (``no_key``), a tag is present (``no_tag``) in a known version
 (``bad_tag_version``), and the tag is the HMAC of the message rebuilt from the header's facts and the
 body's digest, compared in constant time (``bad_tag``). The first failing check names the verdict's
 reason. A verified batch's record count is the one the job must then read from it.
@@ -46,7 +52,7 @@ import mmap
 import os
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 __all__ = [
     "FORMAT_VERSION",
@@ -54,6 +60,7 @@ __all__ = [
     "MESSAGE_PREFIX",
     "META_BUCKET_END",
     "META_BUCKET_START",
+    "META_GROUP_N",
     "META_N",
     "META_TAG",
     "META_TAG_VERSION",
@@ -65,6 +72,8 @@ __all__ = [
     "Verdict",
     "batch_message",
     "encode_header",
+    "format_group_counts",
+    "parse_group_counts",
     "load_key",
     "new_key_file",
     "read_container",
@@ -90,6 +99,8 @@ META_BUCKET_START = _PREFIX + "bucket_start_ms"
 META_BUCKET_END = _PREFIX + "bucket_end_ms"
 META_TAG = _PREFIX + "tag"
 META_TAG_VERSION = _PREFIX + "tag_version"
+#: Metadata key of a batch's reports per group (signed with the batch's facts when present).
+META_GROUP_N = _PREFIX + "group_n"
 
 #: Every reason a batch may fail verification, with what it means (for docs, counts and dashboards).
 REASONS: dict[str, str] = {
@@ -182,10 +193,56 @@ def new_key_file(path: str | os.PathLike[str]) -> None:
 # ------------------------------------------------------------------------------------------------ messages
 
 
+def format_group_counts(counts: Mapping[int, int]) -> str:
+    """A batch's reports per group as :data:`META_GROUP_N` holds them: ``[[group, reports], ...]``, groups
+    ascending, groups without reports left out (compact JSON)."""
+    pairs = [[int(g), int(c)] for g, c in sorted(counts.items()) if int(c) > 0]
+    return json.dumps(pairs, separators=(",", ":"))
+
+
+def parse_group_counts(raw: bytes | str, n: int) -> tuple[tuple[int, int], ...]:
+    """:data:`META_GROUP_N`'s value, checked: a JSON list of ``[group, reports]`` pairs of integers,
+    groups ascending and distinct in ``[0, 2^31)``, reports positive, summing to ``n``.
+
+    Raises:
+        ValueError: anything else (the message says what).
+    """
+    text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else str(raw)
+    if len(text) > 1 << 20:
+        raise ValueError("group counts over 1 MiB")
+    try:
+        pairs = json.loads(text)
+    except json.JSONDecodeError:
+        raise ValueError("group counts are not JSON") from None
+
+    def ok_int(x: object, lo: int) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and lo <= x < 1 << 62
+
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 and ok_int(p[0], 0) and p[0] < 1 << 31 and ok_int(p[1], 1)
+        for p in pairs
+    ):
+        raise ValueError("group counts must be a list of [group, reports] pairs, reports >= 1")
+    groups = [p[0] for p in pairs]
+    if groups != sorted(set(groups)):
+        raise ValueError("group counts must list each group once, ascending")
+    if sum(p[1] for p in pairs) != n:
+        raise ValueError(f"group counts sum to {sum(p[1] for p in pairs)}, not n = {n}")
+    return tuple((int(g), int(c)) for g, c in pairs)
+
+
 def batch_message(
-    *, task_id: str, bucket_start_ms: int, bucket_end_ms: int, n: int, body_sha256: str, sync: str | bytes
+    *,
+    task_id: str,
+    bucket_start_ms: int,
+    bucket_end_ms: int,
+    n: int,
+    body_sha256: str,
+    sync: str | bytes,
+    group_n: Sequence[tuple[int, int]] | None = None,
 ) -> bytes:
-    """The bytes the tag is the HMAC of (``sync`` as 16 bytes or their hex)."""
+    """The bytes the tag is the HMAC of (``sync`` as 16 bytes or their hex; ``group_n``: the batch's reports
+    per group when it lists them, :data:`META_GROUP_N`)."""
     sync_hex = sync.hex() if isinstance(sync, (bytes, bytearray)) else str(sync)
     for name, value in (("bucket_start_ms", bucket_start_ms), ("bucket_end_ms", bucket_end_ms), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -198,6 +255,8 @@ def batch_message(
         "sync": sync_hex,
         "task_id": str(task_id),
     }
+    if group_n is not None:
+        facts["group_n"] = [[int(g), int(c)] for g, c in group_n]
     return MESSAGE_PREFIX + json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -210,6 +269,7 @@ def sign(
     n: int,
     body_sha256: str,
     sync: str | bytes,
+    group_n: Sequence[tuple[int, int]] | None = None,
 ) -> str:
     """The hex tag of a batch: HMAC-SHA256 of :func:`batch_message` under ``key``."""
     message = batch_message(
@@ -219,6 +279,7 @@ def sign(
         n=n,
         body_sha256=body_sha256,
         sync=sync,
+        group_n=group_n,
     )
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
@@ -366,7 +427,8 @@ def signed_container(
     n: int,
 ) -> bytes:
     """A whole signed batch file: the header (``metadata`` plus the shuffler's batch facts and the tag)
-    followed by ``body`` (blocks written with ``sync``). ``n`` must equal the records in ``body``."""
+    followed by ``body`` (blocks written with ``sync``). ``n`` must equal the records in ``body``; group
+    counts in ``metadata`` (:data:`META_GROUP_N`) are signed with the facts."""
     meta = dict(metadata)
     meta.update(
         {
@@ -381,6 +443,7 @@ def signed_container(
     probe = read_container(encode_header(meta, sync) + body)
     if probe.n_records != n:
         raise ProvenanceError("n_mismatch", f"n={n} but the body holds {probe.n_records} records")
+    group_n = _group_facts(probe.metadata, n)
     meta[META_TAG] = sign(
         key,
         task_id=task_id,
@@ -389,6 +452,7 @@ def signed_container(
         n=n,
         body_sha256=probe.body_sha256,
         sync=sync,
+        group_n=group_n,
     )
     return encode_header(meta, sync) + body
 
@@ -444,6 +508,21 @@ def _batch_facts(c: Container) -> tuple[str, int, int, int] | None:
     return task_id, start, end, n
 
 
+def _group_facts(metadata: Mapping[str, bytes], n: int) -> tuple[tuple[int, int], ...] | None:
+    """The header's group counts (None when it has none).
+
+    Raises:
+        ProvenanceError: ``malformed`` when present but not valid for ``n`` (:func:`parse_group_counts`).
+    """
+    raw = metadata.get(META_GROUP_N)
+    if raw is None:
+        return None
+    try:
+        return parse_group_counts(raw, n)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProvenanceError("malformed", f"{META_GROUP_N}: {exc}") from None
+
+
 # ------------------------------------------------------------------------------------------- verification
 
 
@@ -462,6 +541,8 @@ class Verdict:
     detail: str = ""
     #: the container's header metadata (empty when it did not parse)
     metadata: Mapping[str, bytes] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    #: the batch's reports per group (:data:`META_GROUP_N`), signed when the batch verified; None without
+    group_n: tuple[tuple[int, int], ...] | None = None
 
 
 def verify_batch(data: bytes | memoryview | mmap.mmap, key: bytes | None, *, task_id: str) -> Verdict:
@@ -487,6 +568,10 @@ def verify_batch(data: bytes | memoryview | mmap.mmap, key: bytes | None, *, tas
         return fail("wrong_task", f"batch of task {batch_task!r}, job of {task_id!r}", facts)
     if n != c.n_records:
         return fail("n_mismatch", f"header says n={n}, body holds {c.n_records} records", facts)
+    try:
+        group_n = _group_facts(c.metadata, n)
+    except ProvenanceError as exc:
+        return fail("malformed", exc.detail, facts)
     if key is None:
         return fail("no_key", "no --shuffle_key given", facts)
     tag = c.metadata.get(META_TAG)
@@ -502,10 +587,11 @@ def verify_batch(data: bytes | memoryview | mmap.mmap, key: bytes | None, *, tas
         n=n,
         body_sha256=c.body_sha256,
         sync=c.sync,
+        group_n=group_n,
     )
     if not hmac.compare_digest(expected.encode(), bytes(tag).strip().lower()):
         return fail("bad_tag", "HMAC mismatch", facts)
-    return Verdict(True, None, c.n_records, n, start, end, "", c.metadata)
+    return Verdict(True, None, c.n_records, n, start, end, "", c.metadata, group_n)
 
 
 def verify_file(path: str | os.PathLike[str], key: bytes | None, *, task_id: str) -> Verdict:
