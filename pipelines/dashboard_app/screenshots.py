@@ -4,8 +4,9 @@
 
 Fills a store in a temporary directory with a simulated streaming frequency task (one-minute windows ending
 now, an EARLY and an ON_TIME pane per window, a LATE one every fourth, the newest window not final; its
-summary holds the budget figures ``ldp.task.budget_summary`` gives a memoized task) and a numeric task
-(windows of the aggregator's own rows over simulated delays), starts ``python -m pipelines.dashboard`` on a
+summary holds the budget figures ``ldp.task.budget_summary`` gives a memoized task), a numeric task
+(windows of the aggregator's own rows over simulated delays) and two heavy-hitters tasks (the aggregator's
+rows over simulated words, one-window and trie mode), starts ``python -m pipelines.dashboard`` on a
 free port, opens it with no network, and saves one PNG per panel (the panel's element cropped from a
 full-page screenshot) for each task. Exit status 2 with one line when no browser can run.
 """
@@ -31,7 +32,16 @@ from pipelines.dashboard_app.browser import (
 )
 from pipelines.dashboard_app.simulated import SimulatedStream, open_writer
 
-__all__ = ["FREQUENCY_PANELS", "NUMERIC_PANELS", "main", "numeric_store", "frequency_store"]
+__all__ = [
+    "FREQUENCY_PANELS",
+    "HH_PANELS",
+    "NUMERIC_PANELS",
+    "TRIE_PANELS",
+    "frequency_store",
+    "heavy_hitters_store",
+    "main",
+    "numeric_store",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 #: Panels of the frequency task: (CSS class without ``ldp-``, file name).
@@ -49,6 +59,8 @@ FREQUENCY_PANELS = (
     ("latency-plot", "latency_plot"),
 )
 NUMERIC_PANELS = (("numeric-plot", "numeric_plot"), ("numeric-table", "numeric_table"))
+HH_PANELS = (("hh-table", "hh_table"), ("hh-series-plot", "hh_series_plot"))
+TRIE_PANELS = (("hh-trie-plot", "hh_trie_plot"), ("hh-trie-table", "hh_trie_table"))
 
 _SELECT_JS = "Bokeh.documents[0].get_model_by_name('task_select').value = arguments[0];"
 
@@ -108,6 +120,24 @@ def numeric_store(url: str, windows: int = 8, seed: int = 2026) -> str:
     return "delays"
 
 
+def heavy_hitters_store(url: str, windows: int = 6, trie: bool = False) -> str:
+    """Writes a heavy-hitters task (``simulated.write_heavy_hitters_windows``: one-minute windows ending now
+    of the aggregator's rows over drifting words; ``trie``: the trie mode); returns its id."""
+    from pipelines.dashboard_app.simulated import heavy_hitters_task, write_heavy_hitters_windows
+    from store import open_store
+
+    task = heavy_hitters_task("new-words-trie" if trie else "new-words")
+    if trie:
+        task["mode"] = "trie"
+    now = int(time.time() * 1000)
+    store = open_store(url, shared=False)
+    try:
+        write_heavy_hitters_windows(store, task, now - now % 60_000 - windows * 60_000, windows)
+    finally:
+        store.close()
+    return str(task["task_id"])
+
+
 def _shoot(driver: Any, panels: tuple[tuple[str, str], ...], out: Path, width: int) -> list[Path]:
     """One PNG per panel, cropped from a full-page screenshot; returns the files written."""
     from PIL import Image
@@ -159,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ldp-dash-") as tmp:
         url = f"sqlite:///{tmp}/estimates.db"
         freq, numeric = frequency_store(url), numeric_store(url)
+        words, trie = heavy_hitters_store(url), heavy_hitters_store(url, windows=7, trie=True)
         with DashboardProcess(url, "--task", freq) as dash:
             driver = headless_chromium(args.width, 1000)
             try:
@@ -168,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                 written = _shoot(driver, FREQUENCY_PANELS, out, args.width)
                 _show(driver, numeric)
                 written += _shoot(driver, NUMERIC_PANELS, out, args.width)
+                _show(driver, words)
+                written += _shoot(driver, HH_PANELS, out, args.width)
+                _show(driver, trie)
+                written += _shoot(driver, TRIE_PANELS, out, args.width)
                 driver.get("about:blank")
             finally:
                 driver.quit()
