@@ -2,7 +2,9 @@
 
 The references below are the straightforward forms: term by term in Python (tiny cases), and the
 earlier vectorized fold (a ``reports x g`` table of indices and signs summed by a weighted histogram),
-kept here; the library's versions must give bit-identical Walsh arrays and the same heavy hitters.
+kept here, as are the earlier scoring (each candidate formed as words and hashed whole) and verification
+count (popcounts per report and candidate); the library's versions must give bit-identical Walsh arrays,
+scores, counts and heavy hitters.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import numpy as np
 import pytest
 
 import ldp.heavy_hitters.pem as pem_module
+import ldp.heavy_hitters.search as search_module
+import ldp.heavy_hitters.sketch_search as sketch_search_module
 from ldp.heavy_hitters import PEM
 from ldp.heavy_hitters import sketch as sketch_module
 from ldp.heavy_hitters.sketch import (
@@ -83,6 +87,32 @@ def previous_full_support(s: np.ndarray, c: np.ndarray, y: np.ndarray, cands: np
     return total
 
 
+def previous_score(spec: SketchSpec, table: np.ndarray, n_level: int, words: np.ndarray) -> np.ndarray:
+    """The earlier scoring: each row's bucket of each whole candidate through the client's hash."""
+    n = max(1, int(n_level))
+    if spec.direct:
+        return table[0, spec.buckets(words, np.zeros(words.shape[0], np.int64)).astype(np.int64)] / n
+    total = np.zeros(words.shape[0], dtype=np.float64)
+    for r in range(spec.rows):
+        total += table[r, spec.buckets(words, np.full(words.shape[0], r)).astype(np.int64)]
+    return spec.m / (spec.m - 1) * (total / n - 1.0 / spec.m)
+
+
+def previous_shortlist(lv, table, nj, parents, keep, max_length):
+    """The earlier shortlist: every candidate of a chunk of parents formed as words, then scored."""
+    per = max(1, sketch_search_module.CHUNK >> max(0, min(lv.bits, 8 * max_length) - lv.parent_bits))
+    best_w, best_f = None, np.zeros(0)
+    for s in range(0, parents.shape[0], per):
+        cands = sketch_search_module._expand(lv, parents[s : s + per], max_length)
+        f = previous_score(lv.sketch, table, nj, cands)
+        top = sketch_search_module._top(f, keep)
+        words = cands[top] if best_w is None else np.concatenate([best_w, cands[top]])
+        f = f[top] if best_w is None else np.concatenate([best_f, f[top]])
+        top = sketch_search_module._top(f, keep)
+        best_w, best_f = words[top], f[top]
+    return best_w, best_f
+
+
 def _reports(spec: SketchSpec, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     return rng.integers(0, 2**64, n, dtype=np.uint64), rng.integers(0, spec.g, n).astype(np.uint64)
@@ -130,8 +160,11 @@ def test_fold_is_the_same_in_blocks_in_small_types_and_in_any_split(monkeypatch)
     assert int(parts.counts.sum()) == seeds.size
 
 
-def test_seeded_search_publishes_the_same_heavy_hitters_as_the_reference_fold(monkeypatch):
-    # A small layout (16, 24 and 35 bits, 64 kept) at eps 8 over a Zipf population of 4-byte strings.
+@pytest.mark.parametrize("chunk", [1 << 21, 1 << 10])
+def test_seeded_search_publishes_the_same_heavy_hitters_as_the_previous_code(chunk, monkeypatch):
+    # A small layout (16, 24 and 35 bits, 64 kept) at eps 8 over a Zipf population of 4-byte strings;
+    # chunk 2**10 scores 4 parents at a time, so the shortlist merges across chunks.
+    monkeypatch.setattr(sketch_search_module, "CHUNK", chunk)
     rng = np.random.default_rng(11)
     pool = rng.integers(0, 256, size=(300, 4), dtype=np.uint8)
     weights = np.arange(1, 301, dtype=np.float64) ** -1.2
@@ -140,6 +173,8 @@ def test_seeded_search_publishes_the_same_heavy_hitters_as_the_reference_fold(mo
     reports = pem.encode(values, rng=np.random.default_rng(12))
     fast_acc = pem.add(pem.create_accumulator(), reports)
     monkeypatch.setattr(pem_module, "walsh_add", previous_walsh_add)
+    monkeypatch.setattr(sketch_search_module, "_shortlist", previous_shortlist)
+    monkeypatch.setattr(search_module, "full_support", previous_full_support)
     slow_acc = pem.add(pem.create_accumulator(), reports)
     assert all(slow_acc.sketches[j] == sketch for j, sketch in fast_acc.sketches.items())
     fast, slow = pem.estimate(fast_acc), pem.estimate(slow_acc)

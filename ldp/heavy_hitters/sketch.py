@@ -50,7 +50,8 @@ from ldp.heavy_hitters.strings import bit_field, half_words
 
 __all__ = [
     "SketchSpec", "SketchAccumulator", "fwht", "gf2_hash", "walsh_keys", "walsh_add", "bucket_counts",
-    "score", "score_buckets", "null_std", "full_matrices", "full_hash", "full_support", "walsh_dtype",
+    "score", "score_buckets", "score_grid", "null_std", "full_matrices", "full_hash", "full_support",
+    "walsh_dtype",
 ]
 
 ROW_WORD = 64  # seed word streams: the row, then the matrix and offset
@@ -126,24 +127,31 @@ class SketchSpec:
                 acc += keys[:, i] * pieces[:, i]
         return acc >> np.uint64(64 - self.d)
 
+    def row_sums(self, words: np.ndarray, *, offset: bool = True) -> np.ndarray:
+        """A hashed level's ``sum_i a_ri x_i (+ b_r) mod 2**64`` of each prefix in every row, ``(rows, n)``
+        ``uint64``: the hash before its shift. Linear in the pieces, so a prefix made of two disjoint bit
+        ranges sums the two ranges' sums (one of them with the offset)."""
+        keys = self.keys()
+        pieces = np.ascontiguousarray(half_words(words, self.bits).T)
+        out = np.empty((self.rows, pieces.shape[1]), dtype=np.uint64)
+        term = np.empty(pieces.shape[1], dtype=np.uint64)
+        for r in range(self.rows):
+            out[r] = keys[r, -1] if offset else 0
+            for i in range(pieces.shape[0]):
+                np.multiply(pieces[i], keys[r, i], out=term)
+                out[r] += term
+        return out
+
     def row_buckets(self, words: np.ndarray) -> np.ndarray:
         """The bucket of each prefix in every row, ``(rows, n)`` ``int64``: :meth:`buckets` with the
         prefix's pieces cut once and each row's keys as scalars."""
         if self.direct:
             return bit_field(words, 0, self.bits).astype(np.int64)[None, :]
-        keys = self.keys()
-        pieces = np.ascontiguousarray(half_words(words, self.bits).T)
-        out = np.empty((self.rows, pieces.shape[1]), dtype=np.int64)
-        acc = np.empty(pieces.shape[1], dtype=np.uint64)
-        term = np.empty_like(acc)
-        for r in range(self.rows):
-            acc.fill(keys[r, -1])
-            for i in range(pieces.shape[0]):
-                np.multiply(pieces[i], keys[r, i], out=term)
-                acc += term
-            acc >>= np.uint64(64 - self.d)
-            out[r] = acc
-        return out
+        return self.shift(self.row_sums(words))
+
+    def shift(self, sums: np.ndarray) -> np.ndarray:
+        """Buckets (``int64``) from :meth:`row_sums`."""
+        return (sums >> np.uint64(64 - self.d)).astype(np.int64)
 
 
 def gf2_hash(s: np.ndarray, c: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -232,17 +240,20 @@ def walsh_add(acc: SketchAccumulator, seeds: np.ndarray, y: np.ndarray) -> None:
 
 
 def fwht(a: np.ndarray) -> np.ndarray:
-    """The Walsh-Hadamard transform along the last axis (length a power of two), unnormalized."""
-    out = np.array(a, dtype=np.int64, copy=True)
-    lead, m = out.shape[:-1], out.shape[-1]
+    """The Walsh-Hadamard transform along the last axis (length a power of two), unnormalized, in
+    ``int64``: one butterfly stage per bit, between two buffers."""
+    cur = np.array(a, dtype=np.int64, copy=True)
+    nxt = np.empty_like(cur)
+    lead, m = cur.shape[:-1], cur.shape[-1]
     h = 1
     while h < m:
-        v = out.reshape(*lead, m // (2 * h), 2, h)
-        a0 = v[..., 0, :].copy()
-        v[..., 0, :] += v[..., 1, :]
-        v[..., 1, :] = a0 - v[..., 1, :]
+        shape = (*lead, m // (2 * h), 2, h)
+        v, w = cur.reshape(shape), nxt.reshape(shape)
+        np.add(v[..., 0, :], v[..., 1, :], out=w[..., 0, :])
+        np.subtract(v[..., 0, :], v[..., 1, :], out=w[..., 1, :])
+        cur, nxt = nxt, cur
         h *= 2
-    return out
+    return cur
 
 
 def bucket_counts(acc: SketchAccumulator) -> np.ndarray:
@@ -259,14 +270,29 @@ def score(spec: SketchSpec, table: np.ndarray, n_level: int, words: np.ndarray) 
 
 def score_buckets(spec: SketchSpec, table: np.ndarray, n_level: int, buckets: np.ndarray) -> np.ndarray:
     """:func:`score` of candidates given their buckets (:meth:`SketchSpec.row_buckets`)."""
-    n = max(1, int(n_level))
     if spec.direct:
-        return np.take(table[0], buckets[0]) / n
+        return np.take(table[0], buckets[0]) / max(1, int(n_level))
     total = np.zeros(buckets.shape[1], dtype=np.float64)
     for r in range(spec.rows):
         total += np.take(table[r], buckets[r])
+    return _hashed_estimate(spec, total, n_level)
+
+
+def score_grid(
+    spec: SketchSpec, table: np.ndarray, n_level: int, parent_sums: np.ndarray, ext_sums: np.ndarray
+) -> np.ndarray:
+    """:func:`score` of every prefix ``parent | extension`` of a hashed level (parent-major) from the
+    parents' :meth:`SketchSpec.row_sums` (with the offset) and the extensions' (without): the pieces of
+    disjoint bit ranges add, so each candidate's hash is one addition away."""
+    total = np.zeros(parent_sums.shape[1] * ext_sums.shape[1], dtype=np.float64)
+    for r in range(spec.rows):
+        total += np.take(table[r], spec.shift(np.add.outer(parent_sums[r], ext_sums[r]).ravel()))
+    return _hashed_estimate(spec, total, n_level)
+
+
+def _hashed_estimate(spec: SketchSpec, total: np.ndarray, n_level: int) -> np.ndarray:
     m = spec.m
-    return m / (m - 1) * (total / n - 1.0 / m)
+    return m / (m - 1) * (total / max(1, int(n_level)) - 1.0 / m)
 
 
 def null_std(spec: SketchSpec, n_level: int) -> float:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ldp.heavy_hitters.sketch import bucket_counts, null_std, score
+from ldp.heavy_hitters.sketch import bucket_counts, null_std, score, score_grid
 from ldp.heavy_hitters.strings import StringBatch, total_bits
 
 if TYPE_CHECKING:
@@ -65,15 +65,32 @@ def _expand(lv: Level, parents: np.ndarray, max_length: int) -> np.ndarray:
 
 
 def _shortlist(lv: Level, table: np.ndarray, nj: int, parents: np.ndarray, keep: int, max_length: int):
-    """The ``keep`` best candidates of a hashed level and their scores (chunks of parents)."""
-    per = max(1, CHUNK >> max(0, min(lv.bits, 8 * max_length) - lv.parent_bits))
+    """The ``keep`` best candidates of a hashed level and their scores (chunks of parents). Below the
+    full length a candidate is a parent and an extension of disjoint bits, scored from their hash sums
+    (:func:`score_grid`) and formed as words only when kept."""
+    from ldp.heavy_hitters.search import _grid
+
+    spec = lv.sketch
+    ext_bits = min(lv.bits, 8 * max_length) - lv.parent_bits
+    per = max(1, CHUNK >> max(0, ext_bits))
+    linear = not spec.direct and lv.bits < total_bits(max_length)
+    if linear:
+        ext = _grid(np.zeros((1, parents.shape[1]), dtype=np.uint64), lv.parent_bits, ext_bits)
+        ext_sums = spec.row_sums(ext, offset=False)
     best_w: np.ndarray | None = None
     best_f = np.zeros(0)
     for s in range(0, parents.shape[0], per):
-        cands = _expand(lv, parents[s : s + per], max_length)
-        f = score(lv.sketch, table, nj, cands)
-        top = _top(f, keep)
-        words = cands[top] if best_w is None else np.concatenate([best_w, cands[top]])
+        chunk = parents[s : s + per]
+        if linear:
+            f = score_grid(spec, table, nj, spec.row_sums(chunk), ext_sums)
+            top = _top(f, keep)
+            found = chunk[top // ext.shape[0]] | ext[top % ext.shape[0]]
+        else:
+            cands = _expand(lv, chunk, max_length)
+            f = score(spec, table, nj, cands)
+            top = _top(f, keep)
+            found = cands[top]
+        words = found if best_w is None else np.concatenate([best_w, found])
         f = f[top] if best_w is None else np.concatenate([best_f, f[top]])
         top = _top(f, keep)
         best_w, best_f = words[top], f[top]
