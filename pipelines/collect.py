@@ -17,7 +17,11 @@ commit), or a 4xx ``{"error", "detail"[, "index"]}`` naming the first problem, n
 written, or 503 with ``Retry-After`` when the disk cannot take them; an ``Idempotency-Key`` header makes a
 repeat an answer without a second write (exactly once, across kill -9 and restarts);
 ``OPTIONS /v1/reports`` (CORS preflight, ``--allow_origin``);
-``GET /healthz``; ``GET /metrics`` (the counts as JSON); ``GET /metrics/prometheus`` (Prometheus text).
+``GET /healthz``; ``GET /metrics`` (the counts as JSON); ``GET /metrics/prometheus`` (Prometheus text);
+``GET /v1/client_params`` (the task's client parameters, ``python -m wire.client``: what a device encodes
+with; 404 for a task without a client byte procedure); ``GET /v1/publication`` (with ``--trie_dir DIR``, a
+trie-mode heavy_hitters task: the newest publication the job wrote there, whose ``level`` the next window's
+clients report at; 404 ``no_publication`` before the first: level 0).
 At start the collector adopts what a killed predecessor left in ``--output_dir`` (unfinished files: the
 blocks their ledgers record).
 With ``--demo_page DIR`` (the built TypeScript client package, ``clients/typescript``) it also serves the
@@ -205,6 +209,58 @@ class TaskHandler(_DemoHandler):
         self.send(self.demo.task_json.encode("utf-8"), "application/json")
 
 
+class _ClientGetHandler(_JsonHandler):
+    """A ``GET`` a device makes before it encodes (CORS for the ``--allow_origin`` pages, like the POST)."""
+
+    SUPPORTED_METHODS = ("GET",)
+
+    def initialize(self, collector: Collector, origins: frozenset[str] = frozenset(),
+                   trie_dir: str | None = None, params: dict[str, Any] | None = None) -> None:  # fmt: skip
+        super().initialize(collector, origins)
+        self.trie_dir = trie_dir
+        self.params = params
+
+    def prepare(self) -> None:
+        origin = self.request.headers.get("Origin")
+        if origin is not None and (origin in self.origins or "*" in self.origins):
+            self.set_header("Access-Control-Allow-Origin", origin)
+            self.set_header("Vary", "Origin")
+
+
+class ClientParamsHandler(_ClientGetHandler):
+    """``GET /v1/client_params``: the task's client parameters document (computed once, at start)."""
+
+    def get(self) -> None:
+        if self.params is None:
+            task = self.collector.checker.task
+            detail = f"task {task.task_id!r} ({task.kind}) has no client byte procedure to parametrize"
+            return self.answer(404, {"error": "no_client_params", "detail": detail})
+        return self.answer(200, self.params)
+
+
+class PublicationHandler(_ClientGetHandler):
+    """``GET /v1/publication``: the newest publication of ``--trie_dir`` (read at each request)."""
+
+    def get(self) -> None:
+        from wire.publication import read_latest
+
+        task_id = self.collector.checker.task.task_id
+        if self.trie_dir is None:
+            detail = "this collector serves no publication (start it with --trie_dir for a trie-mode task)"
+            return self.answer(404, {"error": "not_found", "detail": detail})
+        try:
+            latest = read_latest(self.trie_dir, task_id)
+        except (ValueError, OSError) as exc:
+            _LOG.error("the newest publication cannot be served: %s", exc)
+            detail = "the newest publication cannot be read; retry later"
+            self.set_header("Retry-After", "5")
+            return self.answer(503, {"error": "unavailable", "detail": detail})
+        if latest is None:
+            detail = "no window has been published yet: clients report at level 0"
+            return self.answer(404, {"error": "no_publication", "detail": detail})
+        return self.answer(200, latest)
+
+
 _MEDIA_TYPES = {JSON_TYPE: JSON_TYPE, AVRO_TYPE: AVRO_TYPE}
 
 
@@ -311,11 +367,15 @@ class ReportsHandler(_JsonHandler):
 
 
 def make_app(
-    collector: Collector, demo: DemoPage | None = None, origins: Sequence[str] = ()
-) -> tornado.web.Application:
+    collector: Collector, demo: DemoPage | None = None, origins: Sequence[str] = (),
+    trie_dir: str | None = None,
+) -> tornado.web.Application:  # fmt: skip
     """The collector's web application (no access log, no cookies; static files only of ``demo``);
-    ``origins``: the web origins whose pages may post reports (CORS; ``*``: any)."""
+    ``origins``: the web origins whose pages may post reports (CORS; ``*``: any); ``trie_dir``: the
+    publications ``GET /v1/publication`` serves."""
     args: dict[str, Any] = {"collector": collector}
+    client = {**args, "origins": frozenset(origins), "trie_dir": trie_dir,
+              "params": _client_params(collector)}  # fmt: skip
     pages = [] if demo is None else [
         (r"/", DemoPageHandler, {**args, "demo": demo}),
         (r"/dist/(.+)", DemoScriptHandler, {**args, "demo": demo}),
@@ -327,6 +387,8 @@ def make_app(
             (r"/healthz", HealthHandler, args),
             (r"/metrics", MetricsHandler, args),
             (r"/metrics/prometheus", PrometheusHandler, args),
+            (r"/v1/client_params", ClientParamsHandler, client),
+            (r"/v1/publication", PublicationHandler, client),
             *pages,
         ],
         default_handler_class=NotFoundHandler,
@@ -334,6 +396,17 @@ def make_app(
         log_function=_no_access_log,
         compress_response=False,
     )
+
+
+def _client_params(collector: Collector) -> dict[str, Any] | None:
+    """The client parameters document of the collector's task, None when its devices run no byte
+    procedure the wire format parametrizes (range tasks, several attributes)."""
+    from wire.client import client_params_document
+
+    try:
+        return client_params_document(collector.checker.task)
+    except ValueError:
+        return None
 
 
 def _quiet_tornado() -> None:
@@ -392,6 +465,7 @@ async def serve(
     origins: Sequence[str] = (),
     max_connections: int | None = None,
     idle_timeout_s: float = 30.0,
+    trie_dir: str | None = None,
 ) -> dict[str, Any]:
     """Serves until ``stop`` is set (default: SIGTERM or SIGINT), then publishes the open file and returns
     the counts. ``ready(port)`` is called once the socket listens (``port`` 0: a free one)."""
@@ -402,7 +476,7 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     server = CappedHTTPServer(
-        make_app(collector, demo, origins), max_body_size=_SERVER_BODY_LIMIT, xheaders=False,
+        make_app(collector, demo, origins, trie_dir), max_body_size=_SERVER_BODY_LIMIT, xheaders=False,
         idle_connection_timeout=idle_timeout_s, body_timeout=idle_timeout_s,
     )  # fmt: skip
     server.max_connections = default_max_connections() if max_connections is None else max_connections
@@ -466,6 +540,9 @@ def _parser():
                    help="how long an Idempotency-Key is remembered (seconds)")  # fmt: skip
     p.add_argument("--idempotency_keys", type=int, default=200_000,
                    help="most idempotency keys remembered (the oldest forgotten first; ~150 bytes each)")
+    p.add_argument("--trie_dir", metavar="DIR",
+                   help="a trie-mode heavy_hitters task: the directory its job's --trie_dir writes; GET "
+                   "/v1/publication serves the newest publication there (the level clients report at)")
     p.add_argument(
         "--demo_page",
         metavar="DIR",
@@ -510,6 +587,17 @@ def _task_and_demo(ns: argparse.Namespace) -> tuple[Any, DemoPage | None]:
         return task, DemoPage(ns.demo_page, json.dumps(resolve_task(task)))
     except ValueError as exc:
         fail(str(exc))
+
+
+def _check_trie_dir(ns: argparse.Namespace, task: Any) -> None:
+    """``--trie_dir`` only for a trie-mode task, and not a file (it may not exist yet: the job creates it)."""
+    if ns.trie_dir is None:
+        return
+    if getattr(task, "mode", None) != "trie":
+        fail(f"--trie_dir needs a heavy_hitters task in trie mode (\"mode\": \"trie\"), not task "
+             f"{task.task_id!r} ({task.kind})")  # fmt: skip
+    if Path(ns.trie_dir).exists() and not Path(ns.trie_dir).is_dir():
+        fail(f"--trie_dir {ns.trie_dir} is not a directory")
 
 
 def _sender_auth(ns: argparse.Namespace) -> SenderAuth | None:
@@ -575,6 +663,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     ns, _ = parse_job_args(_parser(), argv, beam=False)
     _check_limits(ns)
     task, demo = _task_and_demo(ns)
+    _check_trie_dir(ns, task)
     collector = _open_collector(ns, task, _sender_auth(ns))
 
     def ready(port: int) -> None:
@@ -588,7 +677,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         stats = asyncio.run(serve(
             collector, ns.host, ns.port, ready=ready, demo=demo, origins=ns.allow_origin,
-            max_connections=ns.max_connections, idle_timeout_s=ns.idle_timeout_s,
+            max_connections=ns.max_connections, idle_timeout_s=ns.idle_timeout_s, trie_dir=ns.trie_dir,
         ))  # fmt: skip
     except OSError as exc:  # the address is in use, or not this machine's
         fail(f"cannot listen on {ns.host}:{ns.port}: {exc.strerror or exc}")

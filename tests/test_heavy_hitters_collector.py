@@ -11,6 +11,7 @@ the collector, the job and Node as commands (about 25 s).
 
 from __future__ import annotations
 
+import asyncio
 import html
 import http.client
 import json
@@ -19,16 +20,19 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import numpy as np
 import pytest
 from bokeh.document import Document
 from conftest import venv_env
 
 from ldp.task import load_task
+from pipelines import collect
 from pipelines.collector import (
     AVRO_TYPE,
     JSON_TYPE,
@@ -59,9 +63,9 @@ PY_TAIL = 5_000  # one user each of 5,000 random 3-byte strings
 TS_STRINGS = {"ts!": 5_000, "cat": 3_000}
 
 
-def _task_file(tmp_path: Path) -> Path:
-    path = tmp_path / "hh.json"
-    path.write_text(json.dumps(TASK), encoding="utf-8")
+def _task_file(tmp_path: Path, **extra: Any) -> Path:
+    path = tmp_path / ("hh-trie.json" if extra else "hh.json")
+    path.write_text(json.dumps({**TASK, **extra}), encoding="utf-8")
     return path
 
 
@@ -288,3 +292,138 @@ def test_streaming_job_watches_the_collectors_files_and_finds_each_windows_heavy
         best = sorted(items, key=lambda i: (-i["estimate"], i["label"]))
         cells = [table.index(f"<code>{html.escape(i['label'])}</code>") for i in best]
         assert cells == sorted(cells), [i["label"] for i in best]
+
+
+# ---- what a device fetches: its client parameters and, in trie mode, the published level -----------------
+class _Served:
+    """``pipelines.collect.serve`` in a thread of this process on a free port (``trie_dir``, ``origins``)."""
+
+    def __init__(self, task: Any, out: Path, **options: Any) -> None:
+        self.collector = Collector(make_checker(task), RollingAvroWriter(out))
+        self.port = 0
+        ready = threading.Event()
+
+        def main() -> None:
+            async def run() -> None:
+                self.loop, self.stop_event = asyncio.get_running_loop(), asyncio.Event()
+
+                def up(port: int) -> None:
+                    self.port = port
+                    ready.set()
+
+                await collect.serve(self.collector, "127.0.0.1", 0, stop=self.stop_event, ready=up, **options)
+
+            asyncio.run(run())
+
+        self.thread = threading.Thread(target=main, daemon=True)
+        self.thread.start()
+        assert ready.wait(10), "the collector did not start"
+
+    def get(self, path: str, **headers: str) -> tuple[int, dict[str, Any], Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read()), resp.headers
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(30)
+
+
+def test_collector_serves_client_params_and_the_newest_publication(tmp_path, range_task_file):
+    from wire.publication import write_publication
+
+    task = load_task(_task_file(tmp_path, mode="trie"))
+    trie_dir = tmp_path / "trie"
+    served = _Served(task, tmp_path / "out", trie_dir=str(trie_dir), origins=["https://app.example"])
+    try:
+        status, body, headers = served.get("/v1/client_params", Origin="https://app.example")
+        assert (status, body) == (200, client_params_document(task))
+        assert headers["Access-Control-Allow-Origin"] == "https://app.example"
+        assert "Access-Control-Allow-Origin" not in served.get("/v1/client_params", Origin="https://x.example")[2]
+        status, body, _ = served.get("/v1/publication")
+        assert (status, body["error"]) == (404, "no_publication") and "report at level 0" in body["detail"]
+        publication = {"task_id": task.task_id, "generation": 1, "level": 1, "window_end": START_MS,
+                       "status": "search", "prefix_bits": 22, "survivors": 3, "prefixes": []}  # fmt: skip
+        write_publication(trie_dir, publication)
+        status, body, _ = served.get("/v1/publication")
+        assert status == 200 and body["level"] == 1 and body["generation"] == 1
+        (trie_dir / "latest.json").write_text("{not json", encoding="utf-8")
+        status, body, headers = served.get("/v1/publication")
+        assert (status, body["error"], headers["Retry-After"]) == (503, "unavailable", "5")
+        assert str(trie_dir) not in body["detail"]  # no path in an answer
+    finally:
+        served.stop()
+    other = _Served(load_task(range_task_file()), tmp_path / "out2")  # no byte procedure, no --trie_dir
+    try:
+        status, body, _ = other.get("/v1/client_params")
+        assert (status, body["error"]) == (404, "no_client_params")
+        assert other.get("/v1/publication")[1]["error"] == "not_found"
+    finally:
+        other.stop()
+
+
+def test_trie_dir_needs_a_trie_mode_task(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        collect.run(["--task", str(_task_file(tmp_path)), "--output_dir", str(tmp_path / "o"),
+                     "--trie_dir", str(tmp_path / "t")])  # fmt: skip
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--trie_dir needs a heavy_hitters task in trie mode" in err[0]
+
+
+#: Node, a trie-mode device: fetches the client parameters and the newest publication from the collector,
+#: encodes ``count`` reports of ``value`` at the published level (0 before one) and posts them.
+NODE_TRIE_SCRIPT = r"""
+import { readFileSync } from "node:fs";
+const [, , pkg, taskFile, base, value, count] = process.argv;
+const { PemClient, postReports, publishedLevel } = await import(`${pkg}/dist/src/index.js`);
+const get = async (path) => { const r = await fetch(base + path); return [r.status, await r.json()]; };
+const task = JSON.parse(readFileSync(taskFile, "utf-8"));
+const [, wire] = await get("/v1/client_params");
+const client = PemClient.fromTask(task, { wire });
+const [status, publication] = await get("/v1/publication");
+if (status !== 200 && publication.error !== "no_publication") throw new Error(JSON.stringify(publication));
+const level = publishedLevel(status === 200 ? publication : null, client);
+const reports = Array.from({ length: Number(count) }, () => client.encode(value, { level }));
+const answer = await postReports(`${base}/v1/reports`, reports);
+console.log(JSON.stringify({ level, accepted: answer.accepted }));
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.node
+def test_trie_mode_typescript_clients_report_at_the_level_the_collector_serves(tmp_path):
+    from wire.publication import write_publication
+
+    node = _need_node()
+    task_file = _task_file(tmp_path, mode="trie")
+    task = load_task(task_file)
+    out, trie_dir, port = tmp_path / "reports", tmp_path / "trie", _free_port()
+    script = tmp_path / "trie.mjs"
+    script.write_text(NODE_TRIE_SCRIPT, encoding="utf-8")
+    collector = _start(["collect", "--task", str(task_file), "--output_dir", str(out), "--port", str(port),
+                        "--trie_dir", str(trie_dir)], tmp_path / "collect.log")  # fmt: skip
+    runs = []
+    try:
+        _wait_healthy(collector, port)
+        for generation in (0, 1):
+            if generation:  # the job published its first window: the next clients report at level 2
+                write_publication(trie_dir, {"task_id": task.task_id, "generation": 1, "level": 2,
+                                             "window_end": START_MS})  # fmt: skip
+            ran = subprocess.run([node, str(script), str(PACKAGE), str(task_file), f"http://127.0.0.1:{port}",
+                                  "cat", "100"], capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert ran.returncode == 0, ran.stderr
+            runs.append(json.loads(ran.stdout.strip().splitlines()[-1]))
+    finally:
+        collector.send_signal(signal.SIGTERM)
+        collector.communicate(timeout=60)
+    assert runs == [{"level": 0, "accepted": 100}, {"level": 2, "accepted": 100}]
+    groups = []
+    for path in sorted(out.glob("*.avro")):
+        with open(path, "rb") as fh:
+            groups += [r["group"] for r in fastavro.reader(fh)]
+    assert groups == [0] * 100 + [2] * 100

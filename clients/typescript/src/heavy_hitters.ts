@@ -1,8 +1,12 @@
 /**
  * Heavy-hitters reports (PEM, docs/wire_format.md section 10): one string of at most `max_length` bytes per
  * report, sent as its level (`group`), a public seed and `y` in `[0, g)`. The level layout and thresholds
- * come from the task's client parameters (`python -m wire.client TASK.json`); the client never recomputes
- * them.
+ * come from the task's client parameters (`python -m wire.client TASK.json`, or the collector's
+ * `GET /v1/client_params`); the client never recomputes them.
+ *
+ * A `"mode": "trie"` task's clients report at the level the previous window published (the collector's
+ * `GET /v1/publication`, read with `publishedLevel`; level 0 before the first publication): step 1 of the
+ * procedure (drawing the level) is skipped and no random word is spent on it.
  */
 
 import { type ReportJson, SCHEMA_VERSION, reportJson, timePrecisionMs } from "./client.js";
@@ -212,18 +216,30 @@ export interface PemOutput {
   seed: bigint;
 }
 
-/** Encodes one value from the random words and the public seed (the vectors' procedure). */
+function checkedLevel(params: PemParams, level: unknown): number {
+  return int(level, "level", 0, params.levels.length - 1);
+}
+
+/**
+ * Encodes one value from the random words and the public seed (the vectors' procedure); `fixedLevel` (a
+ * trie-mode client: the published level) skips step 1, the level draw, and spends no word on it.
+ */
 export function encodePem(
   params: PemParams,
   value: string | Uint8Array,
   src: RandomSource,
   seed: bigint,
   truncate = false,
+  fixedLevel?: number,
 ): PemOutput {
   const x = valueBits(value, params.max_length, truncate);
-  const u = uniform53(src);
   let level = 0;
-  for (const t of params.T_level) if (u >= t) level++;
+  if (fixedLevel === undefined) {
+    const u = uniform53(src);
+    for (const t of params.T_level) if (u >= t) level++;
+  } else {
+    level = checkedLevel(params, fixedLevel);
+  }
   const lv = params.levels[level];
   const s = BigInt.asUintN(64, seed);
   const hash = pemHash(lv, s, x, params.total_bits);
@@ -244,6 +260,22 @@ export interface PemEncodeOptions {
   eventTime?: number;
   /** pseudonymous client id, 1 to 64 bytes (tasks whose budget counts clients) */
   clientId?: Uint8Array;
+  /** trie mode: the level to report at (`publishedLevel`; default 0); a one-window task refuses it */
+  level?: number;
+}
+
+/**
+ * The level a trie-mode client reports at: the `level` of the newest publication (the JSON of the
+ * collector's `GET /v1/publication`, or of the job's `--trie_dir DIR/latest.json`), 0 for none (`null` or
+ * `undefined`: nothing published yet). Refuses another task's publication or a level the task does not have.
+ */
+export function publishedLevel(publication: unknown, client: PemClient): number {
+  if (publication === null || publication === undefined) return 0;
+  const p = obj(publication, "publication");
+  if (p.task_id !== client.taskId) {
+    throw new Error(`a publication of task ${JSON.stringify(p.task_id)}, not ${JSON.stringify(client.taskId)}`);
+  }
+  return checkedLevel(client.params, p.level);
 }
 
 /** Encodes the strings of one heavy-hitters task. */
@@ -254,13 +286,17 @@ export class PemClient {
   readonly timePrecisionMs: number | null;
   /** the task's `truncate`: cut a long value to `max_length` bytes instead of refusing it */
   readonly truncate: boolean;
+  /** the task's `mode`: `one_window` (a random level per report) or `trie` (the published level) */
+  readonly mode: "one_window" | "trie";
   private crypto: CryptoSource | undefined;
 
-  private constructor(taskId: string, params: PemParams, timePrecision: number | null, truncate: boolean) {
+  private constructor(taskId: string, params: PemParams, timePrecision: number | null, truncate: boolean,
+                      mode: "one_window" | "trie") {
     this.taskId = taskId;
     this.params = params;
     this.timePrecisionMs = timePrecision;
     this.truncate = truncate;
+    this.mode = mode;
   }
 
   /**
@@ -278,7 +314,9 @@ export class PemClient {
     const params = t.params === undefined || t.params === null ? {} : obj(t.params, "params");
     if (params.search === "olh") throw new Error("the olh search has no byte procedure: use the default sketch search");
     if (t.truncate !== undefined && typeof t.truncate !== "boolean") throw new Error("truncate must be true or false");
-    return new PemClient(t.task_id, pemParams(t, options.wire), timePrecisionMs(t), t.truncate === true);
+    const mode = t.mode ?? "one_window";
+    if (mode !== "one_window" && mode !== "trie") throw new Error(`mode ${JSON.stringify(mode)}: one_window or trie`);
+    return new PemClient(t.task_id, pemParams(t, options.wire), timePrecisionMs(t), t.truncate === true, mode);
   }
 
   private cryptoSource(): CryptoSource {
@@ -286,14 +324,21 @@ export class PemClient {
     return this.crypto;
   }
 
-  /** The level, hash and output of one value (no envelope). */
-  output(value: string | Uint8Array, random: RandomSource = this.cryptoSource(), seed?: bigint): PemOutput {
-    return encodePem(this.params, value, random, seed ?? cryptoSeed(), this.truncate);
+  /**
+   * The level, hash and output of one value (no envelope); `level`: a trie-mode task's published level
+   * (default 0), refused for a one-window task.
+   */
+  output(value: string | Uint8Array, random: RandomSource = this.cryptoSource(), seed?: bigint, level?: number): PemOutput {
+    if (this.mode === "one_window" && level !== undefined) {
+      throw new Error(`task ${JSON.stringify(this.taskId)} is not in trie mode: its reports draw their level at random`);
+    }
+    const fixed = this.mode === "trie" ? (level ?? 0) : undefined;
+    return encodePem(this.params, value, random, seed ?? cryptoSeed(), this.truncate, fixed);
   }
 
   /** One report of `value` (a string, UTF-8, or bytes) in the JSON form. */
   encode(value: string | Uint8Array, options: PemEncodeOptions = {}): ReportJson {
-    const out = this.output(value, options.random ?? this.cryptoSource(), options.seed);
+    const out = this.output(value, options.random ?? this.cryptoSource(), options.seed, options.level);
     let eventTime = options.eventTime ?? Date.now();
     if (this.timePrecisionMs !== null) eventTime -= eventTime % this.timePrecisionMs; // shuffled: no fine times
     return reportJson(this.taskId, { value: out.value, seed: out.seed }, eventTime, out.level, options.clientId);

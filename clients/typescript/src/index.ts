@@ -66,6 +66,7 @@ export {
   encodePem,
   pemHash,
   pemParams,
+  publishedLevel,
   totalBits,
   valueBits,
   valueBytes,

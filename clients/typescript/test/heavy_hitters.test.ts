@@ -6,7 +6,7 @@ import { dirname, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { ByteSource, HH_MECHANISMS, PemClient, pemHash, valueBits } from "../src/index.js";
+import { ByteSource, HH_MECHANISMS, PemClient, pemHash, publishedLevel, valueBits } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const VECTORS = process.env.LDP_VECTORS_DIR ?? resolve(here, "../../../../schemas/vectors/v1");
@@ -123,4 +123,35 @@ test("WebCrypto reports: levels in range, outputs in [0, g), seeds differ", () =
   assert.equal(seeds.size, 2000);
   const w = client.params.weights;
   counts.forEach((n, j) => assert.ok(Math.abs(n / 2000 - w[j]) < 0.06, `level ${j}: ${n} of 2000`));
+});
+
+test("trie mode: every report at the published level, the level draw skipped, the rest of the procedure unchanged", () => {
+  const c = doc.cases[0];
+  const wire = { task_id: c.task.task_id, params: c.params };
+  const trie = PemClient.fromTask({ ...c.task, mode: "trie" }, { wire });
+  assert.equal(trie.mode, "trie");
+  for (const v of c.vectors) {
+    // the vector's words without its first (the level draw): the same report at the same level
+    const src = ByteSource.fromHex(v.random.slice(16));
+    const report = trie.encode(hex(v.value_hex), { random: src, seed: BigInt(v.seed_u64), eventTime: v.event_time, level: v.level });
+    assert.deepEqual(report, v.report);
+    assert.equal(src.consumed, v.random.length / 2 - 8);
+  }
+  for (let i = 0; i < 50; i++) assert.equal(trie.encode("hello", { eventTime: 0 }).group, 0); // nothing published: level 0
+  const last = trie.params.levels.length - 1;
+  assert.equal(trie.encode("hello", { eventTime: 0, level: last }).group, last);
+  assert.throws(() => trie.encode("hello", { eventTime: 0, level: last + 1 }), /level must be an integer/);
+  const oneWindow = PemClient.fromTask(c.task, { wire });
+  assert.throws(() => oneWindow.encode("hello", { eventTime: 0, level: 0 }), /not in trie mode/);
+  assert.throws(() => PemClient.fromTask({ ...c.task, mode: "tree" }, { wire }), /one_window or trie/);
+});
+
+test("publishedLevel reads the level of the task's newest publication, 0 before one", () => {
+  const c = doc.cases[0];
+  const trie = PemClient.fromTask({ ...c.task, mode: "trie" }, { wire: { task_id: c.task.task_id, params: c.params } });
+  assert.equal(publishedLevel(null, trie), 0);
+  assert.equal(publishedLevel({ task_id: c.task.task_id, generation: 3, level: 1, window_end: 0 }, trie), 1);
+  assert.throws(() => publishedLevel({ task_id: "other", generation: 1, level: 1 }, trie), /publication of task "other"/);
+  assert.throws(() => publishedLevel({ task_id: c.task.task_id, generation: 1, level: 99 }, trie), /level must be an integer/);
+  assert.throws(() => publishedLevel([1], trie), /JSON object/);
 });
