@@ -8,7 +8,8 @@ strings, ``n`` users drawn from it. Grid: every epsilon x n x Zipf exponent x st
 Scores (``bench.heavy_hitters.score``): recall of the strings with true frequency >= ``--heavy`` (0.2%),
 precision counting reported strings with true frequency >= ``--useful`` (0.1%), F1, and the coverage of the
 reported 95% intervals; time per million reports (encode, and aggregate + estimate), wall and CPU
-(``*_cpu_s_per_million``: the process's CPU time, steadier on a shared machine).
+(``*_cpu_s_per_million``: the process's CPU time, steadier on a shared machine), and the process's peak
+resident memory so far (``peak_rss_mb``).
 
 With ``--peers`` the first ``--peer_n`` users of the same population go to pure-ldp 1.2.0's heavy hitters
 (``PEMServer``, ``TreeHistServer``, ``SFPServer``) in a subprocess of the side environment
@@ -34,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -180,6 +182,7 @@ def run_ours(batch: Any, truth: dict[bytes, float], eps: float, args: argparse.N
         library="ldp-beam", method="pem", encode_s_per_million=(t1 - t0) * 1e6 / n,
         estimate_s_per_million=(t2 - t1) * 1e6 / n, layout=repr(pem),
         encode_cpu_s_per_million=(c1 - c0) * 1e6 / n, estimate_cpu_s_per_million=(c2 - c1) * 1e6 / n,
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,  # Linux: KiB
     )
     return row
 
