@@ -8,7 +8,8 @@ it (``pipelines.collect_topic``)::
     python -m pipelines.collect --task TASK.json --output_dir DIR [--port 8080] [--host 127.0.0.1] \\
         [--roll_reports 100000] [--roll_seconds 60] [--max_body_bytes 1048576] [--max_batch 100] \\
         [--max_connections N] [--idle_timeout_s 30] [--allow_origin ORIGIN ...] \\
-        [--client_tokens FILE | --token_key FILE] [--idempotency_window_s 86400] [--idempotency_keys 200000]
+        [--client_tokens FILE | --token_key FILE] [--idempotency_window_s 86400] \\
+        [--idempotency_keys 200000] [--trie_dir DIR]
 
 Endpoints (docs/collector.md): ``POST /v1/reports`` (``application/json``: one report or
 ``{"reports": [...]}`` in the JSON form of docs/wire_format.md; ``application/avro``: an Avro object
