@@ -286,6 +286,17 @@ def test_trie_rows_fit_the_schema_flatten_to_the_store_and_publish_the_next_leve
     assert read_latest(tmp_path / "pub", "tr")["level"] == 0
 
 
+def test_the_plan_gives_each_levels_users_and_the_windows_of_a_round() -> None:
+    from ldp.plan import plan_task
+
+    trie = plan_task(parse_task({**BASE, "mode": "trie"}), 50_000, 6)
+    assert trie["trie"]["windows_per_round"] == 3 and trie["trie"]["rounds"] == 2
+    assert [lv["users"] for lv in trie["trie"]["levels"]] == [50_000] * 3
+    one = plan_task(parse_task(BASE), 50_000, 6)
+    assert "trie" not in one  # and the trie's verification sees all 50,000 users, not a share
+    assert trie["errors"][0]["std"] < one["errors"][0]["std"]
+
+
 def test_the_simulator_encodes_each_file_at_the_published_level(tmp_path: Path) -> None:
     from simulator import simulate_files
     from wire.publication import write_publication

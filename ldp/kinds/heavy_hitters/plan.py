@@ -11,6 +11,11 @@ values), the rule at the smallest frequency it flags among the ``C`` tested
 (:func:`ldp.plan.smallest_flagged`).
 The figures ignore the other values sharing a hashed bucket (``docs/heavy_hitters.md``), so they are a
 lower bound on the frequency needed.
+
+In ``trie`` mode every user of a window reports at that window's level: level ``j`` holds all ``users``
+of its window (no sampling term: the estimates are frequencies among them), and a round, from level 0 to
+the published heavy hitters, takes one window per level (``trie``: the schedule, the users per level and
+the windows per round).
 """
 
 from __future__ import annotations
@@ -51,11 +56,16 @@ def _search_cut(pem: Any, reports: list[int]) -> float:
 def predict(task: Any, users: int, windows: int) -> dict[str, Any]:
     """The plan of a heavy_hitters task (module docstring; :func:`ldp.plan.plan_task` adds the rest)."""
     pem = task.make_mechanism()
-    reports = [max(int(users * w), 1) for w in pem.weights]
+    trie = getattr(task, "mode", "one_window") == "trie"
+    if trie:  # every user of a window at its one level
+        reports = [max(int(users), 1)] * len(pem.levels)
+    else:
+        reports = [max(int(users * w), 1) for w in pem.weights]
     verify, n_v = pem.levels[-1], reports[-1]
     den = n_v * (verify.p - verify.q) ** 2
     base = verify.q * (1 - verify.q) / den
-    sampling = (users - n_v) / ((users - 1) * n_v)  # f (1 - f) (n - n_v) / ((n - 1) n_v), to first order
+    # f (1 - f) (n - n_v) / ((n - 1) n_v), to first order; none in trie mode (n = n_v)
+    sampling = 0.0 if trie or users <= 1 else (users - n_v) / ((users - 1) * n_v)
     slope = (verify.p * (1 - verify.p) - verify.q * (1 - verify.q)) / den + sampling
     std0, std1 = math.sqrt(base), math.sqrt(base + max(slope, 0.0) * 0.01)
     errors = [error_entry("frequency of a published string (f = 0)", std0, "fraction of users",
@@ -75,7 +85,7 @@ def predict(task: Any, users: int, windows: int) -> dict[str, Any]:
                 for lv, n in zip(pem.levels, reports) if lv.sketch is not None)
     kept = sum(n for lv, n in zip(pem.levels, reports) if lv.sketch is None) * 10  # seed and y per report
     biggest = max((lv.sketch.rows * lv.sketch.m for lv in pem.levels if lv.sketch is not None), default=0)
-    return {
+    out: dict[str, Any] = {
         "mechanism": pem.name,
         "mechanism_params": {"search": pem.search, "candidates": pem.candidates, "rule": pem.rule,
                              "levels": [lv.bits for lv in pem.levels],
@@ -85,4 +95,22 @@ def predict(task: Any, users: int, windows: int) -> dict[str, Any]:
         "detection": detection,
         "cost": {"accumulator_bytes": int(dense + kept), "cost_key": "pem",
                  "values": pem.candidates * len(pem.levels), "extra_bytes": 16 * biggest},
+    }
+    if trie:
+        out["mechanism_params"]["mode"] = "trie"
+        out["trie"] = _trie_plan(pem, int(users), int(windows))
+    return out
+
+
+def _trie_plan(pem: Any, users: int, windows: int) -> dict[str, Any]:
+    """The trie mode's schedule: per level its bits and the users of its one window; the windows a round
+    takes (one per level) and the rounds ``windows`` windows complete."""
+    per_round = len(pem.levels)
+    return {
+        "windows_per_round": per_round,
+        "rounds": windows // per_round,
+        "levels": [{"level": lv.index, "bits": lv.bits, "verify": lv.verify, "users": users}
+                   for lv in pem.levels],
+        "note": "each window's users all report at the level the previous window published; the heavy "
+                "hitters are published once a round, by its verification window",
     }
