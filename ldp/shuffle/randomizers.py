@@ -290,8 +290,9 @@ class LevelledRandomizer(str):
         return str, (str(self),)
 
     def planned_counts(self, n: int, eps0: float) -> dict[int, int]:
-        """The reports per group planned in a batch of ``n``: ``floor(n * share)``, at least 1."""
-        return {j: max(1, int(n * lv.share)) for j, lv in enumerate(self.levels(eps0))}
+        """The reports per group planned in a batch of ``n``: ``floor(n * share)`` (up to rounding of the
+        share), at least 1."""
+        return {j: max(1, math.floor(n * lv.share + 1e-9)) for j, lv in enumerate(self.levels(eps0))}
 
 
 def _level_accounting(level: Any, share: float) -> LevelAccounting:
