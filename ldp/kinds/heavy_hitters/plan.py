@@ -96,10 +96,25 @@ def predict(task: Any, users: int, windows: int) -> dict[str, Any]:
         "cost": {"accumulator_bytes": int(dense + kept), "cost_key": "pem",
                  "values": pem.candidates * len(pem.levels), "extra_bytes": 16 * biggest},
     }
+    if task.shuffled:
+        out["central_epsilon_per_level"] = _central_per_level(task, users)
     if trie:
         out["mechanism_params"]["mode"] = "trie"
         out["trie"] = _trie_plan(pem, int(users), int(windows))
     return out
+
+
+def _central_per_level(task: Any, users: int) -> list[dict[str, Any]]:
+    """A shuffled task's central epsilon per level at one batch's planned split (ldp.shuffle.levels; the
+    plan's privacy section gives the largest)."""
+    from ldp.anonymity import batch_reports, shuffle_accounting
+    from ldp.shuffle.levels import central_epsilon_levels
+
+    settings = task.anonymity
+    n = batch_reports(int(users), task.window.size_s, settings.time_precision_s)
+    accounting, _ = shuffle_accounting(task)
+    counts = accounting.planned_counts(n, float(task.epsilon))
+    return central_epsilon_levels(float(task.epsilon), counts, settings.delta, accounting)
 
 
 def _trie_plan(pem: Any, users: int, windows: int) -> dict[str, Any]:
