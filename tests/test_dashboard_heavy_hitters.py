@@ -4,13 +4,15 @@ trie-mode task; every string escaped.
 
 The fast tests build the Bokeh document over stores written by ``store`` from the aggregator's own rows
 (``simulated.write_heavy_hitters_windows``: small tasks, under a second each) or from rows holding hostile
-strings, without a browser. The browser test (integration) loads the hostile store in headless Chromium and
-checks that nothing ran and every string is on the page as text.
+strings, without a browser; the trie test runs on PostgreSQL too (``postgres`` marker). The browser test
+(integration) loads the hostile store in headless Chromium and checks that nothing ran and every string is
+on the page as text.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -47,6 +49,23 @@ HOSTILE_STRINGS = [
 ]
 
 
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres])]
+)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store: a SQLite file, or a new database on the session's throw-away PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/trie.db"
+    import psycopg
+
+    base = request.getfixturevalue("postgres_url")
+    name = f"dash_hh_{os.getpid()}_{abs(hash(request.node.nodeid)) % 10**8}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
 def _write(url: str, task_id: str, windows: int, **task: Any) -> list[Any]:
     store = open_store(url, shared=False)
     try:
@@ -59,8 +78,10 @@ def _write(url: str, task_id: str, windows: int, **task: Any) -> list[Any]:
 def _stored(url: str, task_id: str, output: str = "heavy_hitters") -> list[dict[str, Any]]:
     store = open_store(url, shared=False)
     try:
-        sql = "SELECT * FROM ldp_current WHERE task_id = ? AND output = ? ORDER BY window_end"
-        return store._b.query(sql, (task_id, output))
+        rows = []
+        for w in store.windows(task_id):
+            rows += store.current(task_id, w["window_start"], w["window_end"], output=output)
+        return sorted(rows, key=lambda r: r["window_end"])
     finally:
         store.close()
 
@@ -141,8 +162,8 @@ def test_panel_lists_each_windows_strings_best_first_and_follows_them_across_win
     assert not any(item.visible for item in dash.hh.legend_items[len(top):])
 
 
-def test_panel_hides_for_other_outputs_and_shows_the_trie_view_of_a_trie_task(tmp_path: Path):
-    url = f"sqlite:///{tmp_path}/trie.db"
+def test_panel_hides_for_other_outputs_and_shows_the_trie_view_of_a_trie_task(store_url: str):
+    url = store_url
     rows = _write(url, "trie-words", 4, mode="trie")
     assert [r.trie["status"] for r in rows] == ["search", "search", "verify", "search"]
     writer = open_writer(url)
