@@ -141,7 +141,7 @@ def test_a_batch_figure_is_its_worst_level_and_counts_are_checked() -> None:
     rep = acc.central_epsilon_report(2.0, 1000, 1e-6, toy, group_counts=[800, 200])
     assert rep.epsilon == max(r["central_epsilon"] for r in rows)
     assert rep.epsilon == acc.central_epsilon_report(2.0, 200, 1e-6, "olh", 2).epsilon
-    assert level_counts(toy, 2.0, 1000) == {0: 800, 1: 200}  # the plan's split
+    assert level_counts(toy, 2.0, 1000) == {0: 749, 1: 149}  # the plan: Bin(1000, share) less 4 sd
     assert level_counts(toy, 2.0, 1000, {0: 0, 1: 1000}) == {1: 1000}  # an empty level protects nobody
     with pytest.raises(ValueError, match="not a level"):
         level_counts(toy, 2.0, 10, {2: 10})
@@ -182,7 +182,7 @@ def test_each_levels_accounting_covers_the_encoders_output_distributions() -> No
 def test_a_trie_task_plans_every_level_at_the_whole_batch() -> None:
     one = shuffle_accounting(parse_task({**BASE, "anonymity": SHUFFLED}))[0]
     trie = shuffle_accounting(parse_task({**BASE, "mode": "trie", "anonymity": SHUFFLED}))[0]
-    assert sorted(one.planned_counts(36_000, 4.0).values()) == [6000, 10000, 10000, 10000]
+    assert sorted(one.planned_counts(36_000, 4.0).values()) == [5717, 9660, 9660, 9660]  # mean - 4 sd
     assert set(trie.planned_counts(36_000, 4.0).values()) == {36_000}
     assert "trie" in trie and accounted_per_group(parse_task({**BASE, "anonymity": SHUFFLED}))
     assert not accounted_per_group(parse_task({"task_id": "f", "mechanism": "olh", "epsilon": 1.0,

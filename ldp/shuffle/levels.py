@@ -15,7 +15,8 @@ level's randomizer; this module accounts a batch of them:
   seeded hash, GRR on ``k`` prefixes).
 * **The batch.** The target may be at any level, so the batch's ``(eps, delta)`` is the largest level
   figure at ``delta``, from the counts the shuffler really batched (``group_counts``: a signed batch lists
-  its reports per group, ``ldp.shuffle.provenance``); a plan splits a batch by the levels' shares
+  its reports per group, ``ldp.shuffle.provenance``); a plan gives each level the count its share of a
+  batch reaches but with probability about 3e-5, the binomial mean less 4 sd
   (:meth:`~ldp.shuffle.randomizers.LevelledRandomizer.planned_counts`). The smallest level binds (the
   verification level, 0.6 of a search level's share by default).
 * **Its curve** (:func:`levelled_delta_curve`) is the largest of the levels' curves, so the inverse
@@ -105,7 +106,7 @@ def levelled_report(eps0: float, n: int, delta: float, randomizer: LevelledRando
     counts = level_counts(randomizer, eps0, n, group_counts)
     rows = central_epsilon_levels(eps0, counts, delta, randomizer)
     worst = max(rows, key=lambda r: r["central_epsilon"])
-    split = "reports per level as batched" if group_counts is not None else "planned split by level shares"
+    split = "reports per level as batched" if group_counts is not None else "planned counts: mean less 4 sd"
     listed = "; ".join(f"{r['level']}: {r['central_epsilon']:.5g} at n = {r['n']}" for r in rows)
     return worst["central_epsilon"], (
         f"per_level (the largest of {len(rows)} level(s), {split}; {listed}): {worst['label']} binds, "

@@ -258,6 +258,10 @@ def is_finite_ratio(params: VariationParameters) -> bool:
     return math.isfinite(params.p) and math.isfinite(params.q) and 0 <= params.beta < 1 and params.p > 1
 
 
+#: a group's planned report count is its binomial mean less this many standard deviations
+PLANNED_SD = 4.0
+
+
 class LevelAccounting(NamedTuple):
     """One group of a :class:`LevelledRandomizer`: its label, the share of a batch's reports it is planned
     to hold, and its randomizer as the accountant names it (``mechanism``, ``domain_size``: ``("olh", g)``,
@@ -290,9 +294,16 @@ class LevelledRandomizer(str):
         return str, (str(self),)
 
     def planned_counts(self, n: int, eps0: float) -> dict[int, int]:
-        """The reports per group planned in a batch of ``n``: ``floor(n * share)`` (up to rounding of the
-        share), at least 1."""
-        return {j: max(1, math.floor(n * lv.share + 1e-9)) for j, lv in enumerate(self.levels(eps0))}
+        """The reports per group planned in a batch of ``n``: the count a group with share ``s`` reaches but
+        with probability about ``3e-5`` (each report's group is an independent draw: ``Bin(n, s)``, planned
+        at its mean less :data:`PLANNED_SD` standard deviations, ``floor(n s - 4 sqrt(n s (1 - s)))``), at
+        least 1; a share of 1 (every report in the group) plans all ``n``. A batch's figure is computed
+        from its real counts; planning below the mean keeps a central target met by nearly every batch."""
+        out = {}
+        for j, lv in enumerate(self.levels(eps0)):
+            s = min(max(float(lv.share), 0.0), 1.0)
+            out[j] = max(1, math.floor(n * s - PLANNED_SD * math.sqrt(n * s * (1.0 - s)) + 1e-9))
+        return out
 
 
 def _level_accounting(level: Any, share: float) -> LevelAccounting:
