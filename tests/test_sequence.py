@@ -24,12 +24,12 @@ from ldp.task import WindowConfig, parse_task
 from transforms.aggregate import Aggregate
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.io import DecodeReportMessages
-from transforms.runners import fresh_direct_metrics
+from transforms.runners import DirectRunnerWithoutPrism
 from transforms.sequence import FinalizeInOrder, SequenceFn, due_ms, window_sequence_of
 from wire.publication import read_latest
 from wire.records import encode_report_container, reports_to_records
 
-pytestmark: list[pytest.MarkDecorator] = []  # the fast tier: small in-process pipelines
+pytestmark: list[pytest.MarkDecorator] = []  # the fast tier (in-process pipelines) but the Prism test
 
 SEEDS = np.random.SeedSequence(2026_12_07_30)
 TASK = parse_task({"task_id": "t-seq", "mechanism": "grr", "epsilon": 1.0, "domain_size": 8})
@@ -69,10 +69,11 @@ def _message(rng: np.random.Generator, n: int, event_s: float) -> bytes:
     return encode_report_container(recs)
 
 
-def _streaming() -> PipelineOptions:
+def _pipeline(*, streaming: bool = False) -> TestPipeline:
+    """The DirectRunner as the jobs run it: no Prism attempt first, each bundle's counters kept."""
     opts = PipelineOptions()
-    opts.view_as(StandardOptions).streaming = True
-    return opts
+    opts.view_as(StandardOptions).streaming = streaming
+    return TestPipeline(runner=DirectRunnerWithoutPrism(), options=opts)
 
 
 def _counter(result, name: str) -> int:
@@ -109,7 +110,7 @@ def test_batch_windows_are_stepped_in_order_of_start(tmp_path: Path) -> None:
     # created out of order: the third window first
     msgs = [_message(rng, 12, 25), _message(rng, 10, 3), _message(rng, 7, 14), _message(rng, 5, 8)]
     agg = ToyAggregator(TASK, publish_dir=str(tmp_path / "pub"))
-    p = TestPipeline()
+    p = _pipeline()
     want = [(0, "ON_TIME", 15, 0), (10_000, "ON_TIME", 7, 10_000), (20_000, "ON_TIME", 12, 20_000)]
     dec = p | beam.Create(msgs) | DecodeReportMessages("mem", agg)
     out = dec.records | Aggregate(agg, WindowConfig(size_s=10))
@@ -124,18 +125,19 @@ def test_batch_windows_are_stepped_in_order_of_start(tmp_path: Path) -> None:
     assert _counter(result, "sequence_windows") == 3 and _counter(result, "sequence_late_panes") == 0
 
 
-def test_streaming_steps_in_order_of_start_whatever_the_arrival_order(tmp_path: Path) -> None:
-    """Window panes reach the step newest first, all before the watermark moves: still stepped 0, 10, 20."""
+def _newest_first(tmp_path: Path, pipeline: beam.Pipeline, stream_end_s: float | None) -> None:
+    """Window panes reach the step newest first, all before the watermark moves: still stepped 0, 10, 20.
+    ``stream_end_s``: the watermark stops there before the end of time."""
     rng = np.random.default_rng(SEEDS.spawn(2)[1])
     agg = ToyAggregator(TASK, publish_dir=str(tmp_path))
     oracle, panes = TASK.make_oracle(), []
     for start_s, n in ((20, 4), (0, 9), (10, 6)):
         accs = accumulate(agg, GroupAccumulators(), 0, oracle.encode(rng.integers(0, 8, n), rng=rng))
         panes.append(TimestampedValue((TASK.task_id, accs), start_s + 9.999))
-    # the streaming DirectRunner drops what a timer emits once the watermark is at the end of time
-    # (it holds no watermark for user timers), so the stream stops at 100 s first
-    stream = TestStream().advance_watermark_to(0).add_elements(panes).advance_watermark_to(100)
-    with TestPipeline(options=_streaming()) as p:
+    stream = TestStream().advance_watermark_to(0).add_elements(panes)
+    if stream_end_s is not None:
+        stream = stream.advance_watermark_to(stream_end_s)
+    with pipeline as p:
         windowed = p | stream.advance_watermark_to_infinity() | beam.WindowInto(beam.window.FixedWindows(10))
         out = windowed | FinalizeInOrder(
             agg, accumulating=False, global_window=False, publish_dir=str(tmp_path)
@@ -147,6 +149,25 @@ def test_streaming_steps_in_order_of_start_whatever_the_arrival_order(tmp_path: 
     assert [q["starts"] for q in pubs] == [[0], [0, 10_000], [0, 10_000, 20_000]]
     assert [(q["running"], q["window_end"], q["level"]) for q in pubs] == [(9, 10_000, 1), (15, 20_000, 2),
                                                                           (19, 30_000, 0)]
+
+
+def test_streaming_steps_in_order_of_start_whatever_the_arrival_order(tmp_path: Path) -> None:
+    # the streaming DirectRunner holds no watermark for a user timer, so what a timer emits once the
+    # watermark is at the end of time is dropped by a later grouping: the stream stops at 100 s first
+    _newest_first(tmp_path, _pipeline(streaming=True), 100)
+
+
+@pytest.mark.integration
+@pytest.mark.prism
+def test_prism_steps_in_order_of_start_even_at_the_end_of_time(tmp_path: Path) -> None:
+    from transforms.runners import find_prism_binary
+
+    prism = find_prism_binary()
+    if prism is None:
+        pytest.skip("no Prism binary (bash tools/prism/get_prism.sh builds it; docs/live.md)")
+    # Prism holds the step's output watermark at its pending timers: the watermark may jump to the end
+    options = PipelineOptions(["--runner=PrismRunner", f"--prism_location={prism}", "--streaming"])
+    _newest_first(tmp_path, beam.Pipeline(options=options), None)
 
 
 def test_streaming_late_panes_are_counted_and_dropped(tmp_path: Path) -> None:
@@ -164,8 +185,7 @@ def test_streaming_late_panes_are_counted_and_dropped(tmp_path: Path) -> None:
         .advance_watermark_to_infinity()
     )
     agg = ToyAggregator(TASK, publish_dir=str(tmp_path))
-    fresh_direct_metrics()  # the streaming DirectRunner's counters, as the jobs read them
-    p = TestPipeline(options=_streaming())
+    p = _pipeline(streaming=True)
     _run(p, stream, agg, WindowConfig(size_s=10, allowed_lateness_s=20),
          [(0, "ON_TIME", 50, 0), (10_000, "ON_TIME", 30, 10_000)])  # fmt: skip
     result = p.run()
@@ -180,7 +200,7 @@ def test_a_failed_publication_fails_the_job(tmp_path: Path) -> None:
     rng = np.random.default_rng(SEEDS.spawn(4)[3])
     agg = ToyAggregator(TASK, publish_dir=str(blocker / "pub"))
     with pytest.raises(Exception, match="pub"):  # noqa: B017 - Beam wraps the OSError of the write
-        with TestPipeline() as p:
+        with _pipeline() as p:
             dec = p | beam.Create([_message(rng, 5, 1)]) | DecodeReportMessages("mem", agg)
             _ = dec.records | Aggregate(agg, WindowConfig(size_s=10))
 

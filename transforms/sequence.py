@@ -289,9 +289,9 @@ class FinalizeInOrder(beam.PTransform):
         fn = SequenceFn(self.aggregator, accumulating=self.accumulating, publish_dir=self.publish_dir)
         stepped = (
             combined
-            | "WithWindow" >> beam.FlatMap(_with_window)
+            | "WithWindow" >> beam.FlatMap(_with_window).with_output_types(tuple[str, Any])  # a str key
             | "Global" >> beam.WindowInto(bw.GlobalWindows())
-            | "InOrder" >> beam.ParDo(fn).with_input_types(tuple[str, Any]).with_outputs(*names, "panes")
+            | "InOrder" >> beam.ParDo(fn).with_outputs(*names, "panes")
         )
         out: dict[str, PCollection] = {}
         for name in [*names, "panes"]:
