@@ -109,6 +109,29 @@ def test_collector_refuses_bad_heavy_hitters_reports_with_the_reason_and_counts_
     assert stats["reports_refused"] == 6 + len(mixed)
 
 
+def test_shuffled_heavy_hitters_task_keeps_the_reports_without_times_or_client_ids(tmp_path, rng):
+    """A shuffled task (``anonymity.shuffled``): the files hold every report (level, seed, y), their times
+    rounded down to the hour, no client id."""
+    task = load_task(_task_file(tmp_path, anonymity={"shuffled": True, "time_precision_s": 3600}))
+    checker = make_checker(task)
+    assert checker.shuffled
+    collector = Collector(checker, RollingAvroWriter(tmp_path / "out", permute=True))
+    recs = _py_records(task, ["cat", "dog"] * 100, rng, START_MS + 1_234_567)
+    recs = [{**r, "client_id": b"device-%d" % i} for i, r in enumerate(recs)]
+    assert collector.handle(AVRO_TYPE, encode_report_container(recs[:100]))[0] == 200
+    body = json.dumps({"reports": [report_to_json(r) for r in recs[100:]]}).encode()
+    assert collector.handle(JSON_TYPE, body)[0] == 200
+    collector.close()
+    got = []
+    for path in sorted((tmp_path / "out").glob("*.avro")):
+        with open(path, "rb") as fh:
+            got += list(fastavro.reader(fh))
+    assert sorted((r["group"], r["seed"], r["value"]) for r in got) == sorted(
+        (r["group"], r["seed"], r["value"]) for r in recs)
+    hour = (START_MS + 1_234_567) // 3_600_000 * 3_600_000
+    assert {(int(r["event_time"].timestamp() * 1000), r["client_id"]) for r in got} == {(hour, None)}
+
+
 #: Node: ``PemClient`` reports of the given ``[[string, count], ...]`` posted 100 a request with
 #: ``postReports``; then a string longer than max_length (refused by the client) and one tampered report
 #: (``value`` = its level's g: refused by the collector). Prints what happened as one JSON line.
