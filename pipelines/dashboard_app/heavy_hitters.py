@@ -1,8 +1,8 @@
 """The heavy-hitters panel: the strings a ``heavy_hitters`` task published, per window and across windows.
 
-Shown only for the store output ``heavy_hitters`` (``ldp.kinds.heavy_hitters.flatten``: group 0, one item
-per published string, its label the string as the row prints it, ``\\xNN`` for a byte that is not UTF-8 or
-an unprintable character). It holds:
+Shown for the store outputs ``heavy_hitters`` (``ldp.kinds.heavy_hitters.flatten``: group 0, one item per
+published string, its label the string as the row prints it, ``\\xNN`` for a byte that is not UTF-8 or an
+unprintable character) and ``heavy_hitters_trie``. It holds:
 
 * ``hh_window_select``: the window whose strings the table lists (``latest``, the default, follows the
   newest window with a heavy-hitters pane);
@@ -102,11 +102,16 @@ def _num(x: Any) -> float:
         return _NAN
 
 
+def _best_first(row: Row) -> tuple[float, str]:
+    """Descending estimate (a row without one last), then the string."""
+    est = _num(row.get("estimate"))
+    return (math.inf if math.isnan(est) else -est, str(row.get("label") or ""))
+
+
 def hh_table_columns(rows: Iterable[Row]) -> Columns:
     """One window's stored strings, best first (descending estimate; ties by string): ``rank``, ``item``,
     ``value`` (the string), ``estimate``, ``std``, ``ci_low``, ``ci_high``."""
-    ordered = sorted(rows, key=lambda r: (-_num(r.get("estimate")) if not math.isnan(_num(r.get("estimate")))
-                                          else math.inf, str(r.get("label") or "")))  # fmt: skip
+    ordered = sorted(rows, key=_best_first)
     cols: Columns = {k: [] for k in _TABLE_COLUMNS}
     for rank, r in enumerate(ordered, start=1):
         cols["rank"].append(rank)
