@@ -160,6 +160,19 @@ def test_panel_lists_each_windows_strings_best_first_and_follows_them_across_win
     assert "" in top  # the emoji, cut to nothing by truncate: shown as the empty string
     assert "(the empty string)" in dash.hh.table.text
     assert not any(item.visible for item in dash.hh.legend_items[len(top):])
+    # a new window: the page follows it at the next poll (the selector back on latest), no reload
+    dash.hh.window_select.value = LATEST
+    store = open_store(url, shared=False)
+    try:
+        obj = {**heavy_hitters_task("words"), **SMALL}
+        (new,) = write_heavy_hitters_windows(store, obj, rows[-1].window_end, 1, users_per_window=3000,
+                                             seed=7)  # fmt: skip
+    finally:
+        store.close()
+    dash.poll()
+    assert f"data-window-end='{new.window_end}'" in dash.hh.table.text
+    assert [g[1] for g in _table_rows(dash.hh.table.text)] == _best_first(new.heavy_hitters)
+    assert dash.hh.sources[0].data["x"] == [r.window_end for r in [*rows, new]]
 
 
 def test_panel_hides_for_other_outputs_and_shows_the_trie_view_of_a_trie_task(store_url: str):
