@@ -144,6 +144,17 @@ def test_stale_reports_are_counted_not_used_and_an_empty_level_keeps_the_state()
     assert kept.words is first.words and kept.prefix_bits == 22
 
 
+def test_the_olh_search_runs_a_round_too() -> None:
+    # eps 4, 10,000 users a window, "ab" at 30% and "xyz" at 20%: over 20 null sd at every level
+    pem = PEM(EPS, 3, top_k=5, search="olh", expected_n=20_000)
+    search = TrieSearch(pem)
+    state, values = search.initial_state(), _values(10_000, 3)
+    for w in range(len(pem.levels)):
+        state, out = search.step(state, _window(pem, values, state.level, 30 + w))
+    assert out.status == "verify" and state.level == 0
+    assert [h.value for h in out.hitters.hitters][:3] == [b"ab", b"\xff\xfe", b"xyz"]
+
+
 # ------------------------------------------------------------------------------------------ the clients
 
 
