@@ -330,9 +330,8 @@ class Aggregate(beam.PTransform):
         if window_sequence_of(agg) is not None:  # windows that depend on each other: stepped in order
             w = effective_window(self.window, streaming)
             out = combined | "FinalizeInOrder" >> FinalizeInOrder(
-                agg, accumulating=w.accumulating, global_window=w.size_s is None,
-                publish_dir=getattr(agg, "publish_dir", None),
-            )  # fmt: skip
+                agg, w, publish_dir=getattr(agg, "publish_dir", None)
+            )
         else:
             rows = combined | "Finalize" >> beam.ParDo(FinalizeFn(agg)).with_outputs(*names, "panes")
             out = {name: rows[name] for name in names}

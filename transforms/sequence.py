@@ -20,13 +20,20 @@ sequence (:func:`window_sequence_of`). Its steps:
                 plus the finalize step's own (``finalized_panes``, ``<output>_rows``, ``empty_panes``,
                 ``finalize_ms``);
 ``Rewindow_*``  each output back in its window (:class:`RowWindows`, read from the row's pane header or
-                the pane's ``WindowInfo``), so the writers and the store see the same windows as after
-                ``FinalizeFn``: one pane per window.
+                the pane's ``WindowInfo``; allowed lateness: below), so the writers and the store see the
+                same windows as after ``FinalizeFn``: one pane per window.
 
 Why the order holds: a window's on-time pane carries the timestamp of the window's last instant, and the
 watermark at this step cannot pass the timestamp of an element not yet delivered, so when the timer of a
 window fires every earlier window's on-time pane is in the buffer. A publication write that fails raises:
 the bundle fails and is retried (the write is idempotent: a retried step writes the same file).
+
+Runners: Prism and the FnApiRunner hold this step's output watermark at its pending timers, so the rows
+are on time downstream. The BundleBasedDirectRunner (the DirectRunner's streaming mode: Pub/Sub, a
+``TestStream``) holds none: its rows come after their window's end, so ``Rewindow_*`` gives them an
+allowed lateness (:class:`FinalizeInOrder`) and the writers keep them; but what a timer emits once the
+watermark has jumped to the end of time (a ``--streaming_duration`` deadline) is dropped by the writers'
+grouping there (the publication is still written).
 """
 
 from __future__ import annotations
@@ -43,16 +50,17 @@ from apache_beam.pvalue import PCollection, TaggedOutput
 from apache_beam.transforms import window as bw
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.timestamp import Duration, Timestamp
 
 from ldp.aggregate import Aggregator, GroupAccumulators, ResultRow, WindowInfo, merge_all
+from ldp.task import WindowConfig
 from transforms.aggregate import window_info
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.display import item, task_display
 from transforms.progress import window_label
 from wire.publication import write_publication
 
-__all__ = ["FinalizeInOrder", "RowWindows", "SequenceFn", "due_ms", "window_sequence_of"]
+__all__ = ["REWINDOW_SLACK_S", "FinalizeInOrder", "RowWindows", "SequenceFn", "due_ms", "window_sequence_of"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -259,23 +267,24 @@ class RowWindows(bw.NonMergingWindowFn):
         return hash((type(self), self.bounds))
 
 
+#: How long after a window's end (beyond the task's allowed lateness) the writers still take its rows.
+REWINDOW_SLACK_S = 60.0
+
+
 class FinalizeInOrder(beam.PTransform):
     """``(task_id, GroupAccumulators)`` per window and pane -> ``{<output name>: rows, ..., "panes": ...}``,
     the windows finalized in order of start through the aggregator's window sequence (module docstring).
-    ``global_window``: the task's windowing is the global window (its rows stay there)."""
+    ``window``: the job's effective windowing (accumulation mode; the global window: the rows stay there).
+    The rows go back to their windows with an allowed lateness of the window size, the task's lateness
+    and :data:`REWINDOW_SLACK_S`: a runner that holds no watermark for a timer (the BundleBasedDirectRunner)
+    emits them after their window's end, and the writers must not drop them."""
 
     def __init__(
-        self,
-        aggregator: Aggregator,
-        *,
-        accumulating: bool,
-        global_window: bool,
-        publish_dir: str | None = None,
+        self, aggregator: Aggregator, window: WindowConfig, *, publish_dir: str | None = None
     ) -> None:
         super().__init__()
         self.aggregator = aggregator
-        self.accumulating = accumulating
-        self.global_window = global_window
+        self.window = window
         self.publish_dir = publish_dir
 
     def display_data(self) -> dict[str, Any]:
@@ -286,18 +295,20 @@ class FinalizeInOrder(beam.PTransform):
 
     def expand(self, combined: PCollection) -> dict[str, PCollection]:
         names = [o.name for o in self.aggregator.outputs]
-        fn = SequenceFn(self.aggregator, accumulating=self.accumulating, publish_dir=self.publish_dir)
+        w = self.window
+        fn = SequenceFn(self.aggregator, accumulating=w.accumulating, publish_dir=self.publish_dir)
         stepped = (
             combined
             | "WithWindow" >> beam.FlatMap(_with_window).with_output_types(tuple[str, Any])  # a str key
             | "Global" >> beam.WindowInto(bw.GlobalWindows())
             | "InOrder" >> beam.ParDo(fn).with_outputs(*names, "panes")
         )
+        if w.size_s is None:
+            return {name: stepped[name] for name in [*names, "panes"]}
+        lateness = Duration(seconds=float(w.size_s) + float(w.allowed_lateness_s) + REWINDOW_SLACK_S)
         out: dict[str, PCollection] = {}
         for name in [*names, "panes"]:
-            if self.global_window:
-                out[name] = stepped[name]
-                continue
             windows = RowWindows(_pane_bounds if name == "panes" else _row_bounds)
-            out[name] = stepped[name] | f"Rewindow_{name}" >> beam.WindowInto(windows)
+            rewindow = beam.WindowInto(windows, allowed_lateness=lateness)
+            out[name] = stepped[name] | f"Rewindow_{name}" >> rewindow
         return out
