@@ -660,6 +660,10 @@ def _check_job(job: Job, ns: argparse.Namespace, options: PipelineOptions) -> _J
         decode_params(agg)  # ldp.oracles.MAX_ACCUMULATOR_CELLS: the oracles' size guard
     except (ValueError, MemoryError, OverflowError) as exc:
         fail(f"{ns.task}: the task cannot run: {exc}")
+    if streaming and window.size_s is None and getattr(agg, "window_sequence", lambda: None)() is not None:
+        # windows stepped in order (transforms.sequence) on the global window: its one pane never comes
+        fail(f"{ns.task}: the task's windows are finalized one after the other, so a streaming job needs "
+             "event-time windows: give --window_size SECONDS (or the task's window.size_s)")  # fmt: skip
     return _JobRun(job, ns, options, streaming, task, agg, window, kafka_bridge=kafka_bridge,
                    flink_rest=flink_rest)  # fmt: skip
 

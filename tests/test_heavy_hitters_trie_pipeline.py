@@ -2,7 +2,7 @@
 --trie_dir DIR`` on Prism over a watched directory, fed one file per window by the simulator with
 ``--trie DIR`` (each file's clients report at the level the job published last). One round: level 0,
 level 1, the verification level; the store holds each window's trie rows (prefix bits growing) and the
-verification window's heavy hitters. Also the flag's one-line errors."""
+verification window's heavy hitters. Also the job's one-line errors (--trie_dir, no event-time window)."""
 
 from __future__ import annotations
 
@@ -142,23 +142,25 @@ def test_a_live_trie_round_grows_the_trie_and_publishes_the_heavy_hitters(tmp_pa
 
 
 @pytest.mark.parametrize(
-    "extra, flag, message",
+    "extra, flags, message",
     [
-        ({"mode": "one_window"}, "pub", "--trie_dir needs a task in trie mode"),
-        ({}, "file/sub", "cannot be created"),
+        ({"mode": "one_window"}, ["--trie_dir", "pub"], "--trie_dir needs a task in trie mode"),
+        ({}, ["--trie_dir", "file/sub"], "cannot be created"),
+        ({}, ["--streaming", "--early_firing", "2", "--streaming_duration", "3"], "needs event-time windows"),
     ],
 )
-def test_trie_dir_errors_are_one_line_and_exit_2(tmp_path: Path, capsys, monkeypatch, extra, flag,
+def test_trie_job_errors_are_one_line_and_exit_2(tmp_path: Path, capsys, monkeypatch, extra, flags,
                                                  message) -> None:  # fmt: skip
     from pipelines import cli
 
     (tmp_path / "file").write_text("x")
     (tmp_path / "in.avro").write_bytes(b"")
     task_file = _task_file(tmp_path, **extra)
+    flags = [str(tmp_path / f) if f in ("pub", "file/sub") else f for f in flags]
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     with pytest.raises(SystemExit) as e:
         cli.main(["heavy-hitters", "--task", str(task_file), "--input", str(tmp_path / "in.avro"),
-                  "--output", str(tmp_path / "out"), "--trie_dir", str(tmp_path / flag)])  # fmt: skip
+                  "--output", str(tmp_path / "out"), *flags])  # fmt: skip
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
