@@ -212,11 +212,16 @@ def test_panel_hides_for_other_outputs_and_shows_the_trie_view_of_a_trie_task(st
 
 
 def _hostile_store(url: str) -> list[dict[str, Any]]:
-    """One window whose published strings are :data:`HOSTILE_STRINGS`, written through the store."""
+    """One trie-mode verification window whose published strings, and so its trie prefixes, are
+    :data:`HOSTILE_STRINGS`, written through the store."""
     hitters = [{"value": v, "estimate": 0.2 - 0.02 * i, "std": 0.01, "ci_low": 0.18 - 0.02 * i,
                 "ci_high": 0.22 - 0.02 * i} for i, v in enumerate(HOSTILE_STRINGS)]  # fmt: skip
+    trie = {"generation": 3, "level": 2, "status": "verify", "prefix_bits": 262, "reports_at_level": 5000,
+            "stale_reports": 0, "survivors": len(hitters),
+            "prefixes": [{"value": h["value"], "hex": f"{i:066x}", "estimate": h["estimate"], "std": h["std"]}
+                         for i, h in enumerate(hitters)]}  # fmt: skip
     row = HeavyHittersRow("hostile-hh", 2, START, START + 60_000, "ON_TIME", 0, True, "pem", 4.0, 32, 10,
-                          "sketch", "bh", 0.05, 5000, hitters, [], 2048, 5.0)  # fmt: skip
+                          "sketch", "bh", 0.05, 5000, hitters, [], 2048, 5.0, trie=trie)  # fmt: skip
     store = open_store(url, shared=False)
     try:
         store.write_task("hostile-hh", kind="heavy_hitters", mechanism="pem", epsilon=4.0, task_json="{}")
@@ -245,6 +250,9 @@ def test_hostile_strings_are_shown_as_text_in_every_part_of_the_panel(tmp_path: 
     assert dash.hh.sources[0].data["name"] == [string_label(HOSTILE_STRINGS[0])]
     _check_document(doc, [v for v in HOSTILE_STRINGS if v.strip()])  # every Div, option and tooltip
     assert markup.fmt(hitters[0]["estimate"]) in table
+    trie = dash.hh.trie_table.text  # the same strings as the trie's prefixes
+    assert dash.hh.trie_table.visible and "<script>" not in trie and "<img" not in trie
+    assert [g[1] for g in _table_rows(trie)] == HOSTILE_STRINGS
 
 
 def test_table_columns_order_by_estimate_then_string():
@@ -283,5 +291,7 @@ def test_hostile_strings_render_as_text_in_the_browser_and_never_run(tmp_path: P
             # every string, as text (the helper's text collapses runs of spaces)
             assert all(" ".join(v.split()) in text for v in HOSTILE_STRINGS if v.strip()), text
             assert "(the empty string)" in text
+            trie = shadow_text(driver, "ldp-hh-trie-table")
+            assert all(" ".join(v.split()) in trie for v in HOSTILE_STRINGS if v.strip()), trie
     finally:
         driver.quit()
