@@ -36,8 +36,8 @@ Keys common to every kind of task (keys not listed are an error, so typos do not
       }
     }
 
-Anonymous collection (the kinds that declare ``shuffle_allowed``: frequency and range; ``docs/shuffler.md``,
-``docs/shuffle_accounting.md``): an
+Anonymous collection (the kinds that declare ``shuffle_allowed``: frequency, range and heavy_hitters;
+``docs/shuffler.md``, ``docs/shuffle_accounting.md``): an
 ``"anonymity"`` section (``ldp.anonymity.AnonymitySettings``: ``shuffled``, ``delta``,
 ``time_precision_s``, ``min_reports``, ``short_bucket``) says the reports reach the aggregator only through
 the shuffler. With ``"shuffled": true`` a task is refused when its reports would carry a sender's identity

@@ -164,7 +164,7 @@ class Task:
     #: what the task's oracles resolved to when it was made (:func:`resolve_task`); ``parse_task`` checks
     #: that this release resolves them the same way (``None``: not recorded)
     resolved: Mapping[str, object] | None = None
-    #: the ``anonymity`` section (frequency and range tasks; ``None``: reports are not shuffled)
+    #: the ``anonymity`` section (the kinds that may be shuffled; ``None``: reports are not shuffled)
     anonymity: _anonymity.AnonymitySettings | None = None
     #: the section's central target (``None``: neither ``central_epsilon`` nor ``expected_reports``)
     central_target: CentralTarget | None = None
