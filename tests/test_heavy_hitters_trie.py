@@ -49,8 +49,8 @@ def round_recalls(seed: int, cuts: tuple[float, ...] = (0.01, 0.005, 0.003)) -> 
     """One trie round (one window of :data:`WINDOW_USERS` per level) and one-window mode on as many users,
     over the Zipf(1.1) population of ``seed``: per mode and cut, ``(strings found, strings >= cut)``, and
     the round's verification outcome. ``python -c "from tests.test_heavy_hitters_trie import
-    round_recalls as r; [print(s, r(s)['trie'], r(s)['one']) for s in range(10)]"`` gives the figures of
-    ``docs/heavy_hitters.md``."""
+    round_recalls as r; [print(s, (x := r(s))['trie'], x['one']) for s in range(10)]"`` gives the figures
+    of ``docs/heavy_hitters.md``."""
     rng, table, probs = _zipf(seed)
     values = table.values()
     pem = PEM(EPS, 3, top_k=64)
