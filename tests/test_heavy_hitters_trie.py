@@ -337,3 +337,44 @@ def test_the_simulator_encodes_each_file_at_the_published_level(tmp_path: Path) 
     assert len(groups) == 3_000 and set(groups) == {1}
     with pytest.raises(ValueError, match="is not a trie-mode task"):
         simulate_files(parse_task(BASE), 10, None, tmp_path / "w2", seed=1, trie_dir=tmp_path / "pub")
+
+
+class _Clock:
+    """Time that moves only when the stream sleeps; ``at(t, f)`` runs ``f`` once the clock passes ``t``."""
+
+    def __init__(self, hooks: list) -> None:
+        self.t, self.hooks = 0.0, hooks
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def time(self) -> float:
+        return 1_800_000_000.0 + self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        while self.hooks and self.t >= self.hooks[0][0]:
+            self.hooks.pop(0)[1]()
+
+
+def test_a_follow_stream_reads_the_level_when_each_file_is_written(tmp_path: Path) -> None:
+    from simulator import FollowPlan, follow
+    from wire.publication import write_publication
+
+    task = parse_task({**BASE, "mode": "trie"})
+    pub = tmp_path / "pub"
+
+    def publish(generation: int, level: int):
+        return lambda: write_publication(pub, {"task_id": "tr", "generation": generation, "level": level,
+                                               "window_end": generation * 1000})
+
+    # 1 file a second of 500 reports; level 1 published at 2.5 s, level 2 at 4.5 s
+    clock = _Clock([(2.5, publish(1, 1)), (4.5, publish(2, 2))])
+    plan = FollowPlan(500.0, 500, duration_s=6.0)
+    summary = follow(task, tmp_path / "in", plan, dataset="zipf-strings:1.1:200", seed=3, clock=clock,
+                     trie_dir=pub)
+    files = sorted((tmp_path / "in").glob("reports-*.avro"))
+    levels = [sorted({r["group"] for r in fastavro.reader(f.open("rb"))}) for f in files]
+    assert levels == [[0], [0], [1], [1], [2], [2]]  # files due at 1, 2, ..., 6 s
+    assert summary.trie_levels == {0: 2, 1: 2, 2: 2} and "files per trie level 0: 2, 1: 2, 2: 2" in (
+        summary.line(task))
