@@ -4,6 +4,8 @@
 * :mod:`ldp.heavy_hitters.mersenne`: the per-report hash of a prefix (linear, modulo ``2**61 - 1``).
 * :mod:`ldp.heavy_hitters.pem`: PEM (prefix extending), the client, its eps-LDP guarantee, the mergeable
   accumulator and the estimates; :mod:`ldp.heavy_hitters.search` runs the aggregator's levels.
+* :mod:`ldp.heavy_hitters.trie`: the same search spread over windows, one level per window, the survivors
+  carried from one to the next (the kind's ``trie`` mode).
 
 numpy and scipy only; no Beam.
 """
