@@ -208,6 +208,22 @@ def test_a_central_target_picks_the_largest_epsilon_every_level_meets() -> None:
         parse_task({**BASE, "epsilon": "auto"})
 
 
+def test_privacy_and_plan_give_each_level_and_the_largest() -> None:
+    from ldp.plan import plan_task
+    from pipelines.privacy import format_report, privacy_report
+
+    task = parse_task({**BASE, "anonymity": SHUFFLED})
+    report = privacy_report(task, 36_000)
+    assert [lv["n"] for lv in report["levels"]] == [9660, 9660, 9660, 5717]
+    assert report["central_epsilon"] == max(lv["central_epsilon"] for lv in report["levels"])
+    assert report["central_epsilon"] == pytest.approx(report["levels"][-1]["central_epsilon"])
+    text = format_report(report)
+    assert "level 3 (verification, olh g = 64): 5,717 reports, epsilon = " in text
+    plan = plan_task(task, 36_000)
+    per_level = plan["central_epsilon_per_level"]
+    assert plan["privacy"]["central_epsilon_per_batch"] == max(r["central_epsilon"] for r in per_level)
+
+
 # ------------------------------------------------------------------------------------ signed level counts
 
 
@@ -271,6 +287,21 @@ def test_a_claim_needs_the_batchs_level_counts() -> None:
 
 
 # ---------------------------------------------------------------------------------------- the pipeline
+
+
+@pytest.mark.integration  # the experiment end to end at a small n: a few seconds
+def test_the_experiment_records_the_claim_and_equal_shuffled_and_unshuffled_rows(tmp_path: Path) -> None:
+    from experiments.heavy_hitters_shuffled import main, summary_table
+
+    out = main(["--json", str(tmp_path / "r.json"), "--n", "5000", "--seeds", "1", "--strings", "50",
+                "--bytes", "2", "--central_epsilon", "2"])
+    arms = {r["arm"]: r for r in out["records"]}
+    assert set(arms) == {"shuffled", "ldp_eps0", "ldp_target"} and arms["ldp_eps0"]["identical"]
+    shuffled = arms["shuffled"]
+    assert sum(lv["n"] for lv in shuffled["levels"]) == 5000 and out["eps0"] > 2
+    assert shuffled["central_epsilon"] == max(lv["central_epsilon"] for lv in shuffled["levels"])
+    assert json.loads((tmp_path / "r.json").read_text())["complete"]
+    assert len(summary_table(out)) == 5
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
