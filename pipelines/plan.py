@@ -141,6 +141,17 @@ def _privacy_lines(pr: dict[str, Any], windows: int) -> list[str]:
     return out
 
 
+def _trie_lines(trie: dict[str, Any] | None) -> list[str]:
+    """A trie-mode task's schedule: one level per window, a round of ``windows_per_round`` windows."""
+    if not trie:
+        return []
+    levels = ", ".join(f"{lv['bits']} bits{' (verification)' if lv.get('verify') else ''}"
+                       for lv in trie["levels"])
+    return [f"trie mode: {trie['windows_per_round']} windows a round ({levels}), each with all "
+            f"{trie['levels'][0]['users']:,} users of its window; {trie['rounds']} full round(s) in "
+            "the windows planned"]
+
+
 def format_plan(plan: dict[str, Any]) -> str:
     """The plan as the lines ``ldp-beam plan`` prints."""
     lines = [f"task {plan['task_id']} ({plan['kind']}, {plan['mechanism']}): {plan['users']:,} users per "
@@ -158,6 +169,7 @@ def format_plan(plan: dict[str, Any]) -> str:
                      f"{_g(det['frequency_flagged_half_the_time'])} (flagged half the time), "
                      f"{_g(det['frequency_flagged_80pct'])} (80% of the time)")
     lines += _privacy_lines(plan["privacy"], plan["windows"])
+    lines += _trie_lines(plan.get("trie"))
     c = plan["cost"]
     lines.append(f"one window: accumulators {_bytes(c['accumulator_bytes'])}, memory about "
                  f"{_bytes(c['memory_bytes'])}, about {c['seconds']:.3g} s ({c['runner']})")

@@ -142,6 +142,16 @@ def test_the_command_prints_and_writes_the_plan(write_json, tmp_path, capsys):
     assert shuffled["privacy"]["shuffled"] and "central epsilon" in capsys.readouterr().out
 
 
+def test_the_command_prints_a_trie_tasks_schedule(write_json, capsys):
+    task = write_json("hh.json", {"task_id": "w", "kind": "heavy_hitters", "mechanism": "pem", "epsilon": 4.0,
+                                  "max_length": 6, "mode": "trie"})
+    plan = cli_plan.run([str(task), "--users", "250000", "--windows", "8"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("trie mode:"))
+    per_round = plan["trie"]["windows_per_round"]
+    assert f"{per_round} windows a round" in line and "(verification)" in line
+    assert f"all 250,000 users of its window; {8 // per_round} full round(s)" in line
+
+
 def test_the_command_refuses_bad_input_in_one_line(write_json, tmp_path, capsys):
     task = write_json("t.json", FREQ)
     _fails(capsys, [str(task), "--users", "1"], r"--users must be >= 2")
