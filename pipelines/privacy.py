@@ -232,6 +232,10 @@ def privacy_report(
         "composed": _TIGHT_METHOD,
         "composed_basic": _BASIC_METHOD,
     }
+    levelled = figures.pop("composed_method", None)
+    if levelled:  # a levelled randomizer: which level's pair is composed, or basic composition
+        same = "basic composition" not in levelled
+        out["method"]["composed"] = f"{levelled}; {_TIGHT_METHOD}" if same else levelled
     target = _target_check(task, figures["central_epsilon"], d)
     if target is not None:
         out["target"] = target
