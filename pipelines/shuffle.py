@@ -13,7 +13,8 @@ Streaming, from a watched directory (each new complete file read once) or Pub/Su
 
 The task needs an ``anonymity`` section with ``"shuffled": true`` (``ldp.anonymity``). Outputs:
 ``OUT/batches/batch-<task>-<start>-<end>-paneNNNNN.avro`` (report schema; one file per bucket, read by
-the aggregation jobs unchanged), ``OUT/batches.jsonl`` (one line per batch: file, task_id, bucket, n),
+the aggregation jobs unchanged), ``OUT/batches.jsonl`` (one line per batch: file, task_id, bucket, n; for a
+heavy-hitters task also ``group_n``, the reports per level, signed in the batch's header),
 ``OUT/dead_letter/*.avro`` (reason, source and size only) and ``OUT/counts.json``. The job prints
 ``read = forwarded + already_published + withheld + dead_lettered``.
 
