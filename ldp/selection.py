@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_RULE",
     "RULES",
     "discoveries",
+    "flag_p_values",
     "p_values",
     "rule_text",
     "simultaneous_intervals",
@@ -137,14 +138,31 @@ def discoveries(
         with np.errstate(invalid="ignore"):
             flag = (u > 0) & np.isfinite(s) & (u >= simultaneous_z(d, alpha) * s)
         return np.asarray(flag, dtype=bool)
-    p = p_values(u, std)
+    return flag_p_values(p_values(u, std), d, rule, alpha) & (u > 0)
+
+
+def flag_p_values(p: np.ndarray, d: int, rule: str = DEFAULT_RULE, alpha: float = ALPHA) -> np.ndarray:
+    """Which of the given p-values of ``f_v = 0`` are flagged under ``rule`` over ``d`` values (the values
+    not given count as ``p = 1``): ``bonferroni`` flags ``p_v <= alpha / d``, ``bh`` the Benjamini-Hochberg
+    step-up set. For p-values computed otherwise than :func:`p_values` (e.g. an exact binomial tail).
+
+    Raises:
+        ValueError: an unknown rule, ``d`` smaller than the number of p-values, a bad ``alpha``.
+    """
+    _check(d, alpha)
+    if rule not in RULES:
+        raise ValueError(f"unknown multiple-comparison rule {rule!r}; one of {', '.join(RULES)}")
+    p = np.asarray(p, dtype=np.float64)
+    if p.size > d:
+        raise ValueError(f"{p.size} p-values given for a domain of {d}")
+    if rule == "bonferroni":
+        return np.asarray(p <= alpha / float(d), dtype=bool)
     order = np.argsort(p, kind="stable")
-    ranked = p[order]
-    ok = ranked <= alpha * np.arange(1, u.size + 1) / float(d)
+    ok = p[order] <= alpha * np.arange(1, p.size + 1) / float(d)
     r = int(np.flatnonzero(ok)[-1]) + 1 if ok.any() else 0
-    flag = np.zeros(u.size, dtype=bool)
+    flag = np.zeros(p.size, dtype=bool)
     flag[order[:r]] = True
-    return flag & (u > 0)
+    return flag
 
 
 def rule_text(rule: str, d: int, alpha: float = ALPHA) -> str:

@@ -18,7 +18,7 @@ from ldp.heavy_hitters.mersenne import extension_hash, level_keys, parent_hash
 from ldp.heavy_hitters.sketch import full_matrices, full_support
 from ldp.heavy_hitters.sketch_search import sketch_level
 from ldp.heavy_hitters.strings import StringBatch, bit_field, half_words, total_bits
-from ldp.selection import discoveries
+from ldp.selection import discoveries, flag_p_values
 
 if TYPE_CHECKING:
     from ldp.heavy_hitters.pem import PEM, HeavyHitters, Level, LevelStats, PEMAccumulator
@@ -173,6 +173,23 @@ def _stats(lv: Level, reports: int, candidates: int, kept: int):
     return LevelStats(lv.index, lv.bits, lv.oracle, lv.g, int(reports), int(candidates), int(kept), lv.verify)
 
 
+def exact_p_values(f: np.ndarray, nj: int, lv: Level) -> np.ndarray:
+    """Two-sided p-values of ``f = 0`` from a level's support counts, ``min(1, 2 P[S >= s])``.
+
+    A user who does not hold the candidate supports it with probability exactly ``q`` (OLH: the hash is
+    pairwise independent, so ``p / g + (1 - p) (1 - 1/g) / (g - 1) = 1/g``; GRR: ``q``), independently of
+    the others, and the candidates are fixed before this level's reports are read (they come from other
+    users). So under ``f = 0`` the support count ``S`` is Binomial(``n_j``, ``q``), whose upper tail at a
+    few hundred reports is several times heavier than the normal approximation's. Doubled to match the
+    two-sided normal p-values of :func:`ldp.selection.p_values`; 1 for a non-positive estimate.
+    """
+    from scipy.stats import binom
+
+    s = np.rint(nj * (np.asarray(f, dtype=np.float64) * (lv.p - lv.q) + lv.q))
+    p = np.minimum(1.0, 2.0 * binom.sf(s - 1, nj, lv.q))
+    return np.where(np.asarray(f) > 0, p, 1.0)
+
+
 def _publish(
     pem: PEM, lv: Level, cands: np.ndarray, f: np.ndarray, std: np.ndarray, nj: int, stats: list, n: int
 ) -> HeavyHitters:
@@ -185,7 +202,11 @@ def _publish(
     z_cut = None
     if pem.alpha is not None and idx.size:
         null_sd = math.sqrt(lv.q * (1 - lv.q) / (nj * (lv.p - lv.q) ** 2))
-        flags = discoveries(f[idx], np.full(idx.size, null_sd), idx.size, pem.rule, pem.alpha)
+        if lv.sketch is None:  # support counts: the exact binomial tail under f = 0
+            flags = flag_p_values(exact_p_values(f[idx], nj, lv), idx.size, pem.rule, pem.alpha)
+            flags &= f[idx] > 0
+        else:
+            flags = discoveries(f[idx], np.full(idx.size, null_sd), idx.size, pem.rule, pem.alpha)
         kept = f[idx][flags]
         z_cut = float(kept.min() / null_sd) if kept.size else None
         idx = idx[flags]
