@@ -433,12 +433,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _git_head() -> str | None:
+    """The checkout's commit (the code measured, up to uncommitted edits), or None outside git."""
+    try:
+        cmd = ["git", "rev-parse", "HEAD"]
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     t0 = time.perf_counter()
     setup = {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
     words = argv if argv is not None else sys.argv[1:]
     setup["command"] = "python -m experiments.heavy_hitters " + " ".join(words)
+    setup["commit"] = _git_head()
     result: dict[str, Any] = {"setup": setup, "records": [], "complete": False}
     result["load_avg_start"] = os.getloadavg()[0]
     for n in sorted(args.ns):
