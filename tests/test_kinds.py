@@ -301,7 +301,7 @@ def _assert_stored(kind: kinds.Kind, db: Path) -> None:
     """Each row type the kind declares stored is in the store after one pane; its unstored ones are not."""
     from store import open_store
 
-    rows = _example_rows(kind, 400, seed=11)
+    rows = _example_rows(kind, 2000, seed=11)  # enough for the heavy hitters example to publish a string
     made = {type(r) for r in rows}
     for rk in kind.rows:
         assert rk.row_class in made, f"{kind.name}: the example made no {rk.row_class.__name__}"
