@@ -42,6 +42,9 @@ START = 1_795_000_000_000
 SMALL = {"max_length": 2, "truncate": True, "params": {"first_bits": 10}}
 #: Published strings that are markup, quotes, a byte that is not UTF-8 (printed ``\xfe``), a backslash
 #: text that looks like an escape, the empty string and spaces: each as the row prints it.
+#: users per simulated window: enough for the exact verification test to publish the emoji's empty string
+USERS = 3000
+
 HOSTILE_STRINGS = [
     escape_bytes(v.encode() if isinstance(v, str) else v)
     for v in ("<script>alert(1)</script>", '"&\'', b"\xfe<b>x</b>", "\\x3cscript\\x3e", HOSTILE_TEXTS[0],
@@ -70,7 +73,7 @@ def _write(url: str, task_id: str, windows: int, **task: Any) -> list[Any]:
     store = open_store(url, shared=False)
     try:
         obj = {**heavy_hitters_task(task_id), **SMALL, **task}
-        return write_heavy_hitters_windows(store, obj, START, windows, users_per_window=3000)
+        return write_heavy_hitters_windows(store, obj, START, windows, users_per_window=USERS)
     finally:
         store.close()
 
@@ -165,7 +168,7 @@ def test_panel_lists_each_windows_strings_best_first_and_follows_them_across_win
     store = open_store(url, shared=False)
     try:
         obj = {**heavy_hitters_task("words"), **SMALL}
-        (new,) = write_heavy_hitters_windows(store, obj, rows[-1].window_end, 1, users_per_window=3000,
+        (new,) = write_heavy_hitters_windows(store, obj, rows[-1].window_end, 1, users_per_window=USERS,
                                              seed=7)  # fmt: skip
     finally:
         store.close()
