@@ -52,6 +52,7 @@ SAMPLES: dict[str, Any] = {
     "window_s": 60.0,
     "expansion_service": "127.0.0.1:8097",
     "granule_ms": 1000,
+    "accumulating": False,
 }
 #: parameters that name the task: passed whenever a constructor takes them, required or not
 TASK_PARAMS = ("aggregator", "task", "task_id")
