@@ -61,6 +61,7 @@ import numpy as np
 
 import schemas
 from ldp.task import Task
+from wire.durable import fsync_dir
 from wire.records import REPORT_FIELDS
 from wire.validate import TaskReportValidator
 
@@ -906,14 +907,6 @@ def _avro_long(n: int) -> bytes:
     return bytes(out)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     view = memoryview(data)
     while view:
@@ -1050,7 +1043,7 @@ def senders_secret(directory: Path) -> bytes:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return path.read_bytes()
 
 
@@ -1200,7 +1193,7 @@ class RollingAvroWriter:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             _pwrite_all(fd, header, 0)
             os.fsync(fd)
-            _fsync_dir(self.directory)  # the names are durable before any block is acknowledged
+            fsync_dir(self.directory)  # the names are durable before any block is acknowledged
         except OSError as exc:
             for d, path in ((fd, tmp), (kfd, ledger)):
                 if d >= 0:
@@ -1391,12 +1384,12 @@ class RollingAvroWriter:
                 self._permuted_copy(seg)
             else:
                 os.rename(seg.tmp, seg.final)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             _write_marker(seg.final, n)
             if rewrite:
                 seg.tmp.unlink()
             seg.ledger.unlink(missing_ok=True)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except OSError as exc:
             raise WriteError(f"cannot publish a report file ({n} reports wait in it): {exc.strerror}",
                              exc.errno in TRANSIENT_ERRNOS) from exc  # fmt: skip
@@ -1546,7 +1539,7 @@ def _write_marker(final: Path, n: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1661,7 +1654,7 @@ class IdempotencyKeys:
         finally:
             os.close(fd)
         os.replace(tmp, self.journal)
-        _fsync_dir(self.journal.parent)
+        fsync_dir(self.journal.parent)
         self._lines = len(self.keys)
 
 

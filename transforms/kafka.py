@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from wire.durable import fsync_dir
+
 _LOG = logging.getLogger(__name__)
 # kafka-python logs every reconnect and slow poll at WARNING; the bridge and the checks report what matters
 # ("Topic ... not found in cluster metadata" while a topic is created on first use, too)
@@ -139,14 +141,6 @@ def parse_kafka_url(url: str) -> KafkaTopic:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Spool:
     """One topic's messages as files of a directory, each complete before its ``.done`` marker."""
 
@@ -187,7 +181,7 @@ class Spool:
             marker = Path(f"{path}.done")
             if not marker.exists():  # renamed after its fsync: complete; only the marker is missing
                 marker.touch()
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         return positions
 
     def check_cluster(self, cluster_id: str | None, *, record: bool = True) -> None:
@@ -229,7 +223,7 @@ class Spool:
             os.replace(tmp, final)
         for _, final in staged:
             Path(f"{final}.done").touch()
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
 
 
 # ------------------------------------------------------------------------------------------------------------

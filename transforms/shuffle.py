@@ -85,6 +85,7 @@ from transforms.aggregate import GroupReports, ValidateFn
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.display import item, task_id_display
 from wire.decode import zigzag_varint_bytes
+from wire.durable import fsync_dir
 from wire.encode import encode_report_block
 from wire.records import make_dead_letter, reports_to_records
 
@@ -490,14 +491,6 @@ def batch_name(task_id: str, start_ms: int, end_ms: int, pane: int = 0) -> str:
     return f"batch-{task_id}-{compact_utc(start_ms)}-{compact_utc(end_ms)}-pane{pane:05d}.avro"
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: str, data: bytes) -> None:
     """``data`` to ``path`` through a temporary name in the same directory: fsync, rename, fsync the
     directory."""
@@ -508,7 +501,7 @@ def atomic_write(path: str, data: bytes) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    _fsync_dir(d)
+    fsync_dir(d)
 
 
 def _sha256_file(path: str) -> str:
@@ -543,7 +536,7 @@ def publish_batch(output_dir: str, name: str, write: Any, ledger: dict[str, obje
             os.link(tmp, final)
         except FileExistsError:
             return False
-        _fsync_dir(batch_dir)
+        fsync_dir(batch_dir)
         return True
     finally:
         try:

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from wire.durable import fsync_dir
+
 __all__ = [
     "LATEST",
     "MAX_PUBLICATION_BYTES",
@@ -89,14 +91,6 @@ def _canonical(payload: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
         raise ValueError(f"a publication must be plain JSON: {e}") from None
     plain = check_publication(json.loads(text))
     return plain, (text + "\n").encode("utf-8")
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _temporary(directory: Path, name: str, data: bytes) -> str:
@@ -182,7 +176,7 @@ def write_publication(directory: str | os.PathLike, payload: Mapping[str, Any]) 
         _parse(latest, _read_bytes(latest), plain["task_id"])
     path = _write_generation(d, plain["generation"], data)
     _replace_latest(d, plain, data)
-    _fsync_dir(d)
+    fsync_dir(d)
     return str(path)
 
 
