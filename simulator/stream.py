@@ -208,16 +208,8 @@ def file_batches(
     """The stream's files, in order: populations of about :data:`SEGMENT_REPORTS` users (fresh seeds from
     ``seed``'s sequence) cut into files of ``plan.file_reports``; ends after ``plan.users`` reports, or
     after the dataset's own users when it defines them (sparse ``csv:`` data), else never."""
-    root = np.random.SeedSequence(seed)
-    segment = plan.file_reports * max(1, math.ceil(SEGMENT_REPORTS / plan.file_reports))
-    own_users = plan.users is None and dataset_defines_users(task, dataset)
-    left = plan.users
-    while left is None or left > 0:
-        size = None if own_users else (segment if left is None else min(segment, left))
-        pop = make_population(
-            task, size, dataset, seed=root.spawn(1)[0], batch_size=batch_size, assignment=assignment
-        )
-        bounds = np.append(np.arange(0, pop.n_users, plan.file_reports, dtype=np.int64), pop.n_users)
+    for pop in _segments(task, plan, dataset, seed, batch_size=batch_size, assignment=assignment):
+        bounds = _file_bounds(pop, plan)
         batch, current = FileBatch(), 0
         for k, chunk in pop.chunks(bounds):
             if k != current:
@@ -227,33 +219,43 @@ def file_batches(
             batch.n = int(bounds[k + 1] - bounds[k])
         if batch.chunks:
             yield batch
-        if own_users:
-            return
-        if left is not None:
-            left -= pop.n_users
 
 
-def trie_file_batches(task: Task, plan: FollowPlan, dataset: str | None, seed: int | None,
-                      levels: TrieLevels) -> Iterator[LazyFileBatch]:
-    """The stream's files for a trie-mode task, as :func:`file_batches` cuts them, each encoded when it is
-    written at the level ``levels`` reads then (the population's blocks are the files)."""
+def _segments(task: Task, plan: FollowPlan, dataset: str | None, seed: int | None, **population: Any
+              ) -> Iterator[Any]:
+    """The stream's populations, in order: about :data:`SEGMENT_REPORTS` users each (a whole number of
+    files; fresh seeds from ``seed``'s sequence) until ``plan.users``, or the dataset's own users when it
+    defines them, else without end. ``population``: :func:`make_population`'s keyword options."""
     root = np.random.SeedSequence(seed)
     segment = plan.file_reports * max(1, math.ceil(SEGMENT_REPORTS / plan.file_reports))
     own_users = plan.users is None and dataset_defines_users(task, dataset)
     left = plan.users
     while left is None or left > 0:
         size = None if own_users else (segment if left is None else min(segment, left))
-        pop = make_population(task, size, dataset, seed=root.spawn(1)[0], batch_size=plan.file_reports)
-        pop.level_of = levels  # type: ignore[attr-defined]  # the heavy_hitters population's hook
-        bounds = np.append(np.arange(0, pop.n_users, plan.file_reports, dtype=np.int64), pop.n_users)
-        blocks = pop.chunks(bounds)
-        for k in range(len(bounds) - 1):
-            make = functools.partial(_next_file, blocks, k, int(bounds[k]))
-            yield LazyFileBatch(int(bounds[k + 1] - bounds[k]), make)
+        pop = make_population(task, size, dataset, seed=root.spawn(1)[0], **population)
+        yield pop
         if own_users:
             return
         if left is not None:
             left -= pop.n_users
+
+
+def _file_bounds(pop: Any, plan: FollowPlan) -> np.ndarray:
+    """The first user of each file of ``pop`` and its end."""
+    return np.append(np.arange(0, pop.n_users, plan.file_reports, dtype=np.int64), pop.n_users)
+
+
+def trie_file_batches(task: Task, plan: FollowPlan, dataset: str | None, seed: int | None,
+                      levels: TrieLevels) -> Iterator[LazyFileBatch]:
+    """The stream's files for a trie-mode task, as :func:`file_batches` cuts them, each encoded when it is
+    written at the level ``levels`` reads then (the population's blocks are the files)."""
+    for pop in _segments(task, plan, dataset, seed, batch_size=plan.file_reports):
+        pop.level_of = levels  # the heavy_hitters population's hook
+        bounds = _file_bounds(pop, plan)
+        blocks = pop.chunks(bounds)
+        for k in range(len(bounds) - 1):
+            make = functools.partial(_next_file, blocks, k, int(bounds[k]))
+            yield LazyFileBatch(int(bounds[k + 1] - bounds[k]), make)
 
 
 def _next_file(blocks: Iterator[tuple[int, Any]], k: int, base: int) -> _Chunks:
