@@ -45,7 +45,10 @@ equal reports give equal intervals on every runner, re-run and pane replay. Cove
 
 These are per-value intervals, valid for a value chosen in advance. A view that picks values by their
 estimates (a top-k) shows :func:`ldp.selection.simultaneous_intervals` instead, and the rows' noise flag
-``ci_includes_zero`` is the domain-wide (Bonferroni) one of :mod:`ldp.selection`.
+``ci_includes_zero`` is the domain-wide (Bonferroni) one of :mod:`ldp.selection`. The flag's p-values
+(``p_zero``) are exact where the mechanism's support count is exactly Binomial(``n``, ``q``) under
+``f_v = 0`` (:func:`null_support_q`: GRR, OLH, BLH, OUE, SUE, HR, SS), normal otherwise (the memoized
+mechanisms); the intervals stay normal, so a flag and its simultaneous interval can disagree near the cut.
 
 Range answers (:func:`answer_interval`): the normal interval of the unclipped answer, intersected with
 [0, 1] and extended to contain the published (clipped) answer.
@@ -62,7 +65,7 @@ from typing import Any
 import numpy as np
 
 import ldp.postprocess as _pp
-from ldp.selection import DEFAULT_RULE, discoveries
+from ldp.selection import DEFAULT_RULE, binomial_p_values, discoveries, flag_p_values
 
 __all__ = [
     "LEVEL",
@@ -79,6 +82,9 @@ __all__ = [
     "replica_count",
     "data_seed",
     "frequency_intervals",
+    "null_support_q",
+    "zero_p_values",
+    "EXACT_NULL_MECHANISMS",
     "answer_interval",
     "ci_method_name",
 ]
@@ -98,6 +104,15 @@ MAX_SIMULATED_DOMAIN = 1 << 20
 #: Most replica values (``B * d``) one simulation draws.
 _REPLICA_BUDGET = 1 << 21
 _MAX_REPLICAS = 64
+
+#: Oracles (``ldp.oracles``) whose support count of a value no user holds is exactly Binomial(``n``, ``q``):
+#: every report of a user not holding ``v`` supports it with probability ``q`` whatever that user's value,
+#: independently of the other reports. GRR (``q`` off the diagonal), OUE / SUE (the value's bit), SS (a
+#: fixed-size uniform subset), HR (two Hadamard sets meet in a quarter of the outputs: ``q = 1/2``), OLH /
+#: BLH (both hash families are exactly universal: ``q = 1/g`` over the per-report seed). Not the memoized
+#: mechanisms (``ldp.longitudinal.memo``): a user's reports share one permanent response, so the count is
+#: Binomial only at one report per user and window, which the aggregator cannot check.
+EXACT_NULL_MECHANISMS = frozenset({"grr", "olh", "blh", "oue", "sue", "hr", "ss"})
 _MIN_REPLICAS = 8
 
 
@@ -334,10 +349,12 @@ class FrequencyIntervals:
             published number.
         ci_method: ``normal``, ``clipped``, ``simulated-inversion`` or ``clipped-hull``.
         unbiased, unbiased_std: the base estimate and its closed-form (Eq. 4) standard deviation.
-        ci_includes_zero: noise level over the domain: the unbiased estimate's *simultaneous* interval
-            (Bonferroni over the ``d`` values, ``f~ +- Phi^-1(1 - 0.05/(2d)) sigma``,
-            :func:`ldp.selection.simultaneous_intervals`) contains 0; False flags a value whose frequency
-            is shown to be above 0 with a family-wise error rate of 5% over the whole domain.
+        ci_includes_zero: noise level over the domain: not flagged above 0 by Bonferroni over the ``d``
+            values at 5% (:mod:`ldp.selection`), from ``p_zero`` when it is given, else from the normal
+            p-value (the unbiased estimate's simultaneous interval contains 0); False flags a value whose
+            frequency is shown to be above 0 with a family-wise error rate of 5% over the whole domain.
+        p_zero: the exact two-sided p-value of ``f_v = 0`` per value (:func:`zero_p_values`), None where
+            the mechanism's null law is not exact.
         replicas: simulation replicas used (0: closed form).
     """
 
@@ -350,6 +367,28 @@ class FrequencyIntervals:
     unbiased_std: np.ndarray
     ci_includes_zero: np.ndarray
     replicas: int = 0
+    p_zero: np.ndarray | None = None
+
+
+def null_support_q(oracle: Any) -> float | None:
+    """The probability ``q`` with which a report supports a value its user does not hold, when the
+    support count of a value of frequency 0 is exactly Binomial(``n``, ``q``) (:data:`EXACT_NULL_MECHANISMS`);
+    None for any other oracle (its flags use the normal p-values)."""
+    if getattr(oracle, "name", None) not in EXACT_NULL_MECHANISMS:
+        return None
+    q = float(oracle.q)
+    return q if 0.0 < q < 1.0 else None
+
+
+def zero_p_values(oracle: Any, estimate: Any) -> np.ndarray | None:
+    """Per value, the exact two-sided p-value of ``f_v = 0`` from its support count
+    (:func:`ldp.selection.binomial_p_values`), or None where the oracle's null law is not exact
+    (:func:`null_support_q`) or there are no reports."""
+    q = null_support_q(oracle)
+    n = int(getattr(estimate, "n", 0) or 0)
+    if q is None or n < 1:
+        return None
+    return binomial_p_values(np.asarray(estimate.support_counts, dtype=np.float64), n, q)
 
 
 def frequency_intervals(
@@ -379,10 +418,17 @@ def frequency_intervals(
     pub = np.asarray(published, dtype=np.float64)
     ulo, uhi = normal_interval(f, sd, level)
     # over the whole domain (ldp.selection): a per-value 95% test would flag ~5% of the values whose true
-    # frequency is 0; the row's flag is the Bonferroni one, the simultaneous interval of f~ contains 0
-    zero = ~discoveries(f, sd, d, DEFAULT_RULE, 1.0 - level)
+    # frequency is 0; the row's flag is the Bonferroni one, from the exact p-values where the null law is
+    # exact (the normal tail is too light at small n q), else the simultaneous interval of f~ contains 0
+    p0 = zero_p_values(oracle, estimate)
+    if p0 is None:
+        zero = ~discoveries(f, sd, d, DEFAULT_RULE, 1.0 - level)
+    else:
+        zero = ~(flag_p_values(p0, d, DEFAULT_RULE, 1.0 - level) & (f > 0))
     kind = ci_method_name(method, d)
-    common = dict(unbiased=f, unbiased_std=sd, ci_includes_zero=zero, ci_method=kind, published=pub)
+    common = dict(
+        unbiased=f, unbiased_std=sd, ci_includes_zero=zero, ci_method=kind, published=pub, p_zero=p0
+    )
     if kind == "normal":
         return FrequencyIntervals(std=sd, ci_low=ulo, ci_high=uhi, **common)
     if kind == "clipped":

@@ -27,6 +27,17 @@ when it is rejected by the rule, with the two-sided normal p-value ``p_v = 2 (1 
   expected share of false ones among them is at most ``alpha``. A flagged value's simultaneous interval
   may still reach 0.
 
+Exact p-values (:func:`binomial_p_values`): when a value's support count ``S`` (the reports supporting it,
+among ``n``) is exactly Binomial(``n``, ``q``) under ``f_v = 0`` (each report of a user not holding ``v``
+supports it with probability ``q``, independently), ``p_v = min(1, 2 P[S >= s_v])`` for ``s_v > n q`` and 1
+otherwise (doubled to keep the two-sided convention of :func:`p_values`). The normal p-value's tail is too
+light when ``n q`` is small: at ``alpha / d = 0.05 / 1024`` the exact per-value false-flag probability is 109
+times the nominal one for GRR (``d = 1024``, eps 4) at ``n = 1000`` and 7.6 times for OLH (eps 4), so the
+normal rule's "family-wise error <= alpha" fails in small windows. :func:`flag_p_values` applies either rule
+to given p-values; the frequency rows carry the exact ones (``p_zero``) for the mechanisms whose null law
+is exact (:func:`ldp.intervals.null_support_q`), and views flag from them, from the normal p-values of
+``unbiased`` / ``unbiased_std`` for rows without them.
+
 Either rule is computed over the whole domain ``d``: a view that holds only the largest values (a large
 domain's JSON Lines row or store rows) passes ``d`` and the values it has; the values it lacks count as
 ``p = 1``, which can only remove flags (BH is monotone in each p-value), never add one.
@@ -42,6 +53,7 @@ import numpy as np
 __all__ = [
     "ALPHA",
     "DEFAULT_RULE",
+    "binomial_p_values",
     "RULES",
     "discoveries",
     "flag_p_values",
@@ -111,6 +123,29 @@ def p_values(unbiased: np.ndarray, std: np.ndarray) -> np.ndarray:
     from scipy.special import erfc
 
     return np.minimum(erfc(zs / math.sqrt(2.0)), 1.0)
+
+
+def binomial_p_values(counts: np.ndarray, n: int, q: float) -> np.ndarray:
+    """The exact two-sided p-values of ``f_v = 0`` from support counts whose null law is Binomial(``n``,
+    ``q``): ``min(1, 2 P[S >= s])`` where ``s > n q``, 1 elsewhere (an estimate at or below 0 is never
+    evidence of a positive frequency) and for a missing count. Counts are rounded to integers (support
+    counts computed through a transform carry float rounding).
+
+    Raises:
+        ValueError: ``n`` below 1 or ``q`` outside (0, 1).
+    """
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"the number of reports n must be a positive integer, got {n!r}")
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"the null support probability q must be in (0, 1), got {q}")
+    c = np.asarray(counts, dtype=np.float64)
+    ok = np.isfinite(c)
+    s = np.rint(np.where(ok, c, 0.0))
+    # Imported at first use, as in p_values (scipy.stats costs start-up time in the light commands).
+    from scipy.stats import binom
+
+    tail = binom.sf(s - 1.0, int(n), q)  # P[S >= s]
+    return np.where(ok & (s > int(n) * q), np.minimum(1.0, 2.0 * tail), 1.0)
 
 
 def discoveries(

@@ -188,14 +188,19 @@ def _compare_with_truth(ns: argparse.Namespace, oracle: Any, est: dict[str, Any]
 
 def _selection_summary(est: dict[str, Any], f_true: np.ndarray, k: int) -> dict[str, Any]:
     """Prints what a top-k by *estimate* may claim (``ldp.selection``): the values flagged above 0 under
-    Bonferroni over the domain (and how many of them have true frequency 0), and how many of the top
+    Bonferroni over the domain (from the row's exact ``p_zero`` when it has them, else the normal
+    p-values; and how many of them have true frequency 0), and how many of the top
     ``k`` by estimate their simultaneous 95% intervals cover, next to the per-value intervals."""
     from ldp import selection
 
     u, s = np.asarray(est["unbiased"], dtype=float), np.asarray(est["unbiased_std"], dtype=float)
     pub = np.asarray(est["frequencies"], dtype=float)
     d = int(est["domain_size"])
-    flag = selection.discoveries(u, s, d)
+    p_zero = est.get("p_zero")  # exact p-values of f = 0 (rows of mechanisms with an exact null law)
+    if p_zero is not None and len(p_zero) == u.size:
+        flag = selection.flag_p_values(np.asarray(p_zero, dtype=float), d) & (u > 0)
+    else:
+        flag = selection.discoveries(u, s, d)
     false = int(np.sum(flag & (f_true == 0)))
     lo, hi = selection.simultaneous_intervals(u, s, d, published=pub)
     top = np.argsort(-pub, kind="stable")[:k]
@@ -286,7 +291,7 @@ def _stream_job_command(ns: argparse.Namespace, work: Path, in_sub: str, out_top
 
 def _print_panes(sub: Any, out_sub: str, stop: threading.Event) -> None:
     """Until ``stop``: prints each published pane (window, timing, reports, top 3 values; ``*`` marks a
-    value whose interval includes 0) and acknowledges it."""
+    value not flagged above 0, the row's ``ci_includes_zero``) and acknowledges it."""
     while not stop.is_set():
         resp = sub.pull(subscription=out_sub, max_messages=100, timeout=2)
         for m in resp.received_messages:

@@ -40,7 +40,8 @@ def _same_lengths(of: str) -> Any:
 
     def check(row: Row) -> None:
         n = len(row[of])
-        for name in ("std", "items", "values", "ci_low", "ci_high", "labels", "unbiased", "unbiased_std"):
+        for name in ("std", "items", "values", "ci_low", "ci_high", "labels", "unbiased", "unbiased_std",
+                     "p_zero"):
             value = row.get(name)
             if value is not None and (not isinstance(value, list) or len(value) != n):
                 raise KeyError(f"{name!r} does not hold {n} entries")
@@ -53,8 +54,10 @@ def _same_lengths(of: str) -> Any:
 
 def _selection_columns(row: Row, d: int, rule: str) -> tuple[list[Any], list[Any], list[Any]] | None:
     """Per held value: the simultaneous interval's ends and the discovery flag (:mod:`ldp.selection`,
-    over the task's whole domain ``d``), from the row's ``unbiased`` and ``unbiased_std``; None for a row
-    without them (an older row: nothing valid after selection can be made from the published numbers)."""
+    over the task's whole domain ``d``), from the row's ``unbiased`` and ``unbiased_std``; the flag from
+    the row's exact p-values ``p_zero`` when it has them (the normal p-values otherwise). None for a row
+    without the estimates (an older row: nothing valid after selection can be made from the published
+    numbers)."""
     unbiased, ustd = row.get("unbiased"), row.get("unbiased_std")
     n = len(row["frequencies"])
     if not (isinstance(unbiased, list) and isinstance(ustd, list) and len(unbiased) == len(ustd) == n):
@@ -68,7 +71,11 @@ def _selection_columns(row: Row, d: int, rule: str) -> tuple[list[Any], list[Any
 
     u, s, pub = vec(unbiased), vec(ustd), vec(row["frequencies"])
     lo, hi = selection.simultaneous_intervals(u, s, d, published=pub)
-    flag = selection.discoveries(u, s, d, rule)
+    p_zero = row.get("p_zero")
+    if isinstance(p_zero, list) and len(p_zero) == n:
+        flag = selection.flag_p_values(vec(p_zero), d, rule) & (u > 0)
+    else:
+        flag = selection.discoveries(u, s, d, rule)
     ok = np.isfinite(u) & np.isfinite(s)
     return (
         [number(x) for x in lo.tolist()],
@@ -114,6 +121,7 @@ def frequency_table(row: Row, top: int, rule: str = "bonferroni") -> dict[str, A
             if chosen is not None else "none: the row has no unbiased estimates"
         ),
         "flag_rule": selection.rule_text(rule, d),
+        "flag_p_values": "exact binomial" if isinstance(row.get("p_zero"), list) else "normal",
         "shown": len(entries),
         "of": d,
         "held": len(freq),
@@ -143,7 +151,7 @@ def _frequency_text(t: dict[str, Any]) -> TableText:
     right = [True, True, *([False] if label else []), True, True, True, True, False]
     what = (
         f"top {t['shown']} of {t['of']} values by estimate; intervals: {t['interval']}, valid for any "
-        f"selection; > 0: the true frequency is above 0 ({t['flag_rule']})"
+        f"selection; > 0: the true frequency is above 0 ({t['flag_rule']}, {t['flag_p_values']} p-values)"
     )
     return header, cells, right, what
 

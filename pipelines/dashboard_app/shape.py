@@ -9,8 +9,10 @@ No Bokeh and no database here, so every rule the page follows has a fast unit te
   Picking the largest of ``d`` noisy numbers is a selection, so each is drawn with its *simultaneous* 95%
   interval over the whole domain and flagged "above 0" under a multiple-comparison rule over the domain
   (:mod:`ldp.selection`: Bonferroni by default, the rule named in the legend), both from the store's
-  unbiased estimate and its std; a value without them is drawn without whiskers and is not judged (the
-  store's per-value interval is valid only for a value chosen in advance, not for a selected one);
+  unbiased estimate and its std; the flag from the exact p-values of frequency 0 (``p_zero`` in the
+  items' ``extra_json``) when every item of the window has one; a value without them is drawn without
+  whiskers and is not judged (the store's per-value interval is valid only for a value chosen in
+  advance, not for a selected one);
 * query answers (the task's own queries, first k by index) keep their own 95% intervals; a numeric
   figure is judged against 0 only when 0 lies inside the attribute's range (:func:`zero_inside`);
 * the latency of a pane is ``written_ms - window_end`` (seconds on the page): how long after its window
@@ -260,8 +262,9 @@ def format_window(start: int, end: int) -> str:
 def _domain_view(rows: Sequence[Row], domain_size: int | None, rule: str) -> tuple[dict[int, Any], str]:
     """Per item of one window's rows: ``(sim_low, sim_high, flag)`` over the domain (:mod:`ldp.selection`:
     simultaneous 95% interval of the unbiased estimate, widened to the published one, and the flag under
-    ``rule``), None for an item without a stored unbiased estimate; and the rule's text. ``domain_size``:
-    the task's ``d`` (the store may hold only the largest values); default: the rows' count."""
+    ``rule``: from the items' exact ``p_zero`` when each has one, else the normal p-values), None for an
+    item without a stored unbiased estimate; and the rule's text. ``domain_size``: the task's ``d`` (the
+    store may hold only the largest values); default: the rows' count."""
     import numpy as np
 
     from ldp import selection
@@ -271,12 +274,25 @@ def _domain_view(rows: Sequence[Row], domain_size: int | None, rule: str) -> tup
     sd = np.array([_num(r.get("unbiased_std")) for r in rows], dtype=np.float64)
     pub = np.array([_num(r.get("estimate")) for r in rows], dtype=np.float64)
     lo, hi = selection.simultaneous_intervals(u, sd, d, published=pub)
-    flag = selection.discoveries(u, sd, d, rule)
+    p_zero = [_p_zero(r) for r in rows]
+    if rows and all(p is not None for p in p_zero):
+        flag = selection.flag_p_values(np.array(p_zero, dtype=np.float64), d, rule) & (u > 0)
+    else:
+        flag = selection.discoveries(u, sd, d, rule)
     ok = np.isfinite(u) & np.isfinite(sd)
     out: dict[int, Any] = {}
     for i, r in enumerate(rows):
         out[int(r["item"])] = (float(lo[i]), float(hi[i]), bool(flag[i])) if ok[i] else None
     return out, selection.rule_text(rule, d)
+
+
+def _p_zero(row: Row) -> float | None:
+    """The exact p-value of frequency 0 an item carries in its ``extra_json`` (frequency rows), or None."""
+    extra = parse_json(row.get("extra_json"))
+    p = extra.get("p_zero") if isinstance(extra, dict) else None
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        return None
+    return float(p)
 
 
 def top_k(

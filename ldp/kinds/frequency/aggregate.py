@@ -4,7 +4,8 @@
 * accumulate: the oracle's fixed-size :class:`~ldp.oracles.SupportAccumulator` (exact integer sums);
 * finalize: per group with reports, ``oracle.estimate`` then ``ldp.postprocess.postprocess`` (the task's
   method or the job's), then ``ldp.intervals.frequency_intervals`` (an interval valid for the published
-  numbers, ``docs/intervals.md``), one :class:`EstimateRow` (``schemas/estimate.avsc``) per group.
+  numbers, ``docs/intervals.md``, and the exact p-values of ``f_v = 0`` the flags use), one
+  :class:`EstimateRow` (``schemas/estimate.avsc``) per group.
 
 Output: the Avro file of a pane holds every value; its JSON Lines row holds at most
 ``--jsonl_max_values`` of them (:func:`estimate_json`, default :data:`DEFAULT_JSONL_MAX_VALUES`).
@@ -44,8 +45,11 @@ class EstimateRow(NamedTuple):
     bar, for the other methods); ``ci_low`` / ``ci_high`` a 95% interval for each true frequency that is
     valid for the published numbers and contains them, made as ``ci_method`` says; ``unbiased`` /
     ``unbiased_std`` the base estimate and its closed-form standard deviation; ``ci_includes_zero`` flags
-    values at noise level (the unbiased estimate's normal interval contains 0); ``labels`` the task's
-    value labels (None: none). The fields after ``std`` have defaults (rows written before them).
+    values at noise level (not flagged above 0 by Bonferroni over the domain, ``ldp.selection``);
+    ``labels`` the task's value labels (None: none); ``p_zero`` the exact two-sided p-value of
+    ``f_v = 0`` from the support count's Binomial(n, q) null law (``ldp.intervals.zero_p_values``; None
+    for a mechanism without an exact null law, e.g. the memoized ones). The fields after ``std`` have
+    defaults (rows written before them).
     """
 
     task_id: str
@@ -72,12 +76,14 @@ class EstimateRow(NamedTuple):
     labels: list[str] | None = None
     #: the row type (``schemas/estimate.avsc``): readers dispatch on it (``ldp.kinds.row_kind``)
     row_schema: str | None = "estimate"
+    p_zero: list[float] | None = None
     output = "estimates"
 
 
 #: The fields of an estimate row that hold one entry per value of the domain.
 PER_VALUE_FIELDS = (
-    "frequencies", "std", "unbiased", "unbiased_std", "ci_low", "ci_high", "ci_includes_zero", "labels"
+    "frequencies", "std", "unbiased", "unbiased_std", "ci_low", "ci_high", "ci_includes_zero", "labels",
+    "p_zero",
 )  # fmt: skip
 
 #: Values per estimate row in JSON Lines unless told otherwise (``--jsonl_max_values``; the store's
@@ -192,6 +198,7 @@ class FrequencyAggregator(TaskAggregator):
                     ci_method=iv.ci_method,
                     ci_includes_zero=iv.ci_includes_zero.tolist(),
                     labels=None if labels is None else list(labels),
+                    p_zero=None if iv.p_zero is None else iv.p_zero.tolist(),
                 )
             )
         return rows
