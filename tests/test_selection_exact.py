@@ -141,3 +141,39 @@ def test_rows_carry_p_zero_into_json_lines_and_the_estimate():
     assert max(row.p_zero[:3]) < 1e-10 and "p_zero" in PER_VALUE_FIELDS
     small = estimate_json(row._asdict(), 8)
     assert len(small["p_zero"]) == 8 and small["p_zero"][:3] == row.p_zero[:3]
+
+
+def test_p_zero_reaches_the_store_and_the_dashboard_flags_from_it(tmp_path):
+    from pipelines.dashboard_app import shape
+    from pipelines.dashboard_app.reader import StoreReader
+    from store.store import open_store
+
+    agg = _aggregator("grr", 4.0, 64)
+    o = agg.oracle
+    reports = o.encode(np.repeat(np.arange(4), [120, 40, 8, 0]), rng=np.random.default_rng(11))
+    (row,) = agg.finalize({0: o.add(o.create_accumulator(), reports)}, WindowInfo(0, 60_000))
+    url = f"sqlite:///{tmp_path}/s.db"
+    store = open_store(url, shared=False)
+    try:
+        store.write_pane("t", 0, 60_000, 0, "ON_TIME", [row])
+        stored = {r["item"]: r["extra"]["p_zero"] for r in store.current("t", 0, 60_000)}
+    finally:
+        store.close()
+    assert stored == pytest.approx(dict(enumerate(row.p_zero)), rel=1e-12)
+    reader = StoreReader(url)
+    try:
+        rows = reader.window_rows("t", "estimates", 0, 0, 60_000)
+    finally:
+        reader.close()
+    top = shape.top_k(rows, 64, domain_size=64)
+    want = flag_p_values(np.asarray(row.p_zero), 64) & (np.asarray(row.unbiased) > 0)
+    got = dict(zip(top["item"], top["above_zero"], strict=True))
+    assert {v: bool(a) for v, a in got.items()} == {v: bool(want[v]) for v in got}
+    assert got[0] == 1 and got[2] == 1 and sum(got.values()) <= 4  # value 2: 8 of 168 reports
+    # a store row without p_zero (an older row) is flagged from the normal p-values
+    old = [{k: v for k, v in r.items() if k != "extra_json"} for r in rows]
+    normal = discoveries(np.asarray(row.unbiased), np.asarray(row.unbiased_std), 64)
+    cols = shape.top_k(old, 64, domain_size=64)
+    got_old = dict(zip(cols["item"], cols["above_zero"], strict=True))
+    assert {v: bool(a) for v, a in got_old.items()} == {v: bool(normal[v]) for v in got_old}
+    assert got_old[2] == 0  # the Eq. 4 std at the estimate leaves it unflagged: the two rules differ here
