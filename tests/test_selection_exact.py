@@ -177,3 +177,20 @@ def test_p_zero_reaches_the_store_and_the_dashboard_flags_from_it(tmp_path):
     got_old = dict(zip(cols["item"], cols["above_zero"], strict=True))
     assert {v: bool(a) for v, a in got_old.items()} == {v: bool(normal[v]) for v in got_old}
     assert got_old[2] == 0  # the Eq. 4 std at the estimate leaves it unflagged: the two rules differ here
+
+
+def test_show_flags_a_row_from_its_p_zero():
+    from pipelines.show_kinds import frequency_table
+
+    agg = _aggregator("grr", 4.0, 64)
+    o = agg.oracle
+    reports = o.encode(np.repeat(np.arange(4), [120, 40, 8, 0]), rng=np.random.default_rng(11))
+    (row,) = agg.finalize({0: o.add(o.create_accumulator(), reports)}, WindowInfo())
+    rec = row._asdict()
+    table = frequency_table(rec, 5)
+    flags = {e["value"]: e["above_zero"] for e in table["rows"]}
+    assert flags[2] is True and table["flag_p_values"] == "exact binomial"  # 8 of 168 reports
+    rec.pop("p_zero")
+    old = frequency_table(rec, 5)
+    assert {e["value"]: e["above_zero"] for e in old["rows"]}[2] is False
+    assert old["flag_p_values"] == "normal"
