@@ -352,11 +352,15 @@ def plot(result: dict[str, Any], path: str | Path) -> None:
     recs = [r for r in result["records"] if r.get("status", "ok") == "ok"]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12.5, 5))
     ours = [r for r in recs if r["library"] == "ldp-beam" and r["truth"] == "population"]
+    shapes = sorted({(r["zipf"], r["bytes"]) for r in ours})  # a colour per (Zipf, B), a line style per n
+    styles = dict(zip(sorted({r["n"] for r in ours}), (":", "-", "--", "-.")))
     for key in sorted({(r["n"], r["zipf"], r["bytes"]) for r in ours}):
         rows = [r for r in ours if (r["n"], r["zipf"], r["bytes"]) == key]
         eps = sorted({r["epsilon"] for r in rows})
         mean = [np.mean([r["recall"] for r in rows if r["epsilon"] == e]) for e in eps]
-        ax.plot(eps, mean, "-o", label=f"n={key[0]:.0e}, Zipf {key[1]:g}, B={key[2]}")
+        label = f"n={key[0]:.0e}, Zipf {key[1]:g}, B={key[2]}"
+        colour = plt.cm.tab10(shapes.index(key[1:]) % 10)
+        ax.plot(eps, mean, marker="o", linestyle=styles.get(key[0], "-"), color=colour, label=label)
     ax.axhline(0.9, color="grey", linestyle=":", label="issue's 0.9")
     ax.set_xlabel("epsilon")
     ax.set_ylabel("recall of strings >= 0.2% (mean over seeds)")
