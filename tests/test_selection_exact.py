@@ -143,7 +143,23 @@ def test_rows_carry_p_zero_into_json_lines_and_the_estimate():
     assert len(small["p_zero"]) == 8 and small["p_zero"][:3] == row.p_zero[:3]
 
 
-def test_p_zero_reaches_the_store_and_the_dashboard_flags_from_it(tmp_path):
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=[pytest.mark.integration, pytest.mark.postgres])]
+)
+def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A fresh store: a SQLite file, or a new database of the session's throw-away PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/s.db"
+    import psycopg
+
+    base = request.getfixturevalue("postgres_url")
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS ldp_test_p_zero")
+        conn.execute("CREATE DATABASE ldp_test_p_zero")
+    return base.rsplit("/", 1)[0] + "/ldp_test_p_zero"
+
+
+def test_p_zero_reaches_the_store_and_the_dashboard_flags_from_it(store_url):
     from pipelines.dashboard_app import shape
     from pipelines.dashboard_app.reader import StoreReader
     from store.store import open_store
@@ -152,7 +168,7 @@ def test_p_zero_reaches_the_store_and_the_dashboard_flags_from_it(tmp_path):
     o = agg.oracle
     reports = o.encode(np.repeat(np.arange(4), [120, 40, 8, 0]), rng=np.random.default_rng(11))
     (row,) = agg.finalize({0: o.add(o.create_accumulator(), reports)}, WindowInfo(0, 60_000))
-    url = f"sqlite:///{tmp_path}/s.db"
+    url = store_url
     store = open_store(url, shared=False)
     try:
         store.write_pane("t", 0, 60_000, 0, "ON_TIME", [row])
