@@ -104,6 +104,7 @@ MAX_SIMULATED_DOMAIN = 1 << 20
 #: Most replica values (``B * d``) one simulation draws.
 _REPLICA_BUDGET = 1 << 21
 _MAX_REPLICAS = 64
+_MIN_REPLICAS = 8
 
 #: Oracles (``ldp.oracles``) whose support count of a value no user holds is exactly Binomial(``n``, ``q``):
 #: every report of a user not holding ``v`` supports it with probability ``q`` whatever that user's value,
@@ -113,7 +114,6 @@ _MAX_REPLICAS = 64
 #: mechanisms (``ldp.longitudinal.memo``): a user's reports share one permanent response, so the count is
 #: Binomial only at one report per user and window, which the aggregator cannot check.
 EXACT_NULL_MECHANISMS = frozenset({"grr", "olh", "blh", "oue", "sue", "hr", "ss"})
-_MIN_REPLICAS = 8
 
 
 def z_value(level: float = LEVEL) -> float:
@@ -419,7 +419,8 @@ def frequency_intervals(
     ulo, uhi = normal_interval(f, sd, level)
     # over the whole domain (ldp.selection): a per-value 95% test would flag ~5% of the values whose true
     # frequency is 0; the row's flag is the Bonferroni one, from the exact p-values where the null law is
-    # exact (the normal tail is too light at small n q), else the simultaneous interval of f~ contains 0
+    # exact (at small n q the normal tail, with the std at the estimate, misstates the error rate either
+    # way, docs/intervals.md), else the simultaneous interval of f~ contains 0
     p0 = zero_p_values(oracle, estimate)
     if p0 is None:
         zero = ~discoveries(f, sd, d, DEFAULT_RULE, 1.0 - level)

@@ -30,10 +30,12 @@ when it is rejected by the rule, with the two-sided normal p-value ``p_v = 2 (1 
 Exact p-values (:func:`binomial_p_values`): when a value's support count ``S`` (the reports supporting it,
 among ``n``) is exactly Binomial(``n``, ``q``) under ``f_v = 0`` (each report of a user not holding ``v``
 supports it with probability ``q``, independently), ``p_v = min(1, 2 P[S >= s_v])`` for ``s_v > n q`` and 1
-otherwise (doubled to keep the two-sided convention of :func:`p_values`). The normal p-value's tail is too
-light when ``n q`` is small: at ``alpha / d = 0.05 / 1024`` the exact per-value false-flag probability is 109
-times the nominal one for GRR (``d = 1024``, eps 4) at ``n = 1000`` and 7.6 times for OLH (eps 4), so the
-normal rule's "family-wise error <= alpha" fails in small windows. :func:`flag_p_values` applies either rule
+otherwise (doubled to keep the two-sided convention of :func:`p_values`). The normal p-value misstates the
+error when ``n q`` is small: with the null std its tail is too light (at ``alpha / d = 0.05 / 1024`` the
+exact per-value false-flag probability is 109 times the nominal one for GRR, ``d = 1024``, eps 4, at ``n =
+1000``; 7.6 times for OLH), and with the std at the estimate (Eq. 4, what the rows carry) it is too liberal
+where ``1 - p - q < 0`` (BLH eps 4, ``d = 1024``, ``n = 500``: a false flag in 11% of null windows against
+the promised 5%) and too strict elsewhere. :func:`flag_p_values` applies either rule
 to given p-values; the frequency rows carry the exact ones (``p_zero``) for the mechanisms whose null law
 is exact (:func:`ldp.intervals.null_support_q`), and views flag from them, from the normal p-values of
 ``unbiased`` / ``unbiased_std`` for rows without them.
