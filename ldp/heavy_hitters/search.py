@@ -18,7 +18,7 @@ from ldp.heavy_hitters.mersenne import extension_hash, level_keys, parent_hash
 from ldp.heavy_hitters.sketch import full_matrices, full_support
 from ldp.heavy_hitters.sketch_search import sketch_level
 from ldp.heavy_hitters.strings import StringBatch, bit_field, half_words, total_bits
-from ldp.selection import discoveries, flag_p_values
+from ldp.selection import binomial_p_values, discoveries, flag_p_values
 
 if TYPE_CHECKING:
     from ldp.heavy_hitters.pem import PEM, HeavyHitters, Level, LevelStats, PEMAccumulator
@@ -183,11 +183,7 @@ def exact_p_values(f: np.ndarray, nj: int, lv: Level) -> np.ndarray:
     few hundred reports is several times heavier than the normal approximation's. Doubled to match the
     two-sided normal p-values of :func:`ldp.selection.p_values`; 1 for a non-positive estimate.
     """
-    from scipy.stats import binom
-
-    s = np.rint(nj * (np.asarray(f, dtype=np.float64) * (lv.p - lv.q) + lv.q))
-    p = np.minimum(1.0, 2.0 * binom.sf(s - 1, nj, lv.q))
-    return np.where(np.asarray(f) > 0, p, 1.0)
+    return binomial_p_values(nj * (np.asarray(f, dtype=np.float64) * (lv.p - lv.q) + lv.q), nj, lv.q)
 
 
 def _publish(
