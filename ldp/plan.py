@@ -100,13 +100,23 @@ def error_entry(statistic: str, std: float, unit: str, **extra: Any) -> dict[str
 
 
 def smallest_flagged(base: float, slope: float, d: int, rule: str = DEFAULT_RULE,
-                     alpha: float = ALPHA) -> dict[str, Any]:
+                     alpha: float = ALPHA, *, null_law: tuple[int, float, float] | None = None
+                     ) -> dict[str, Any]:
     """The smallest true frequency a value needs to be flagged above 0 over a domain of ``d`` values.
 
     The estimate of a value of frequency ``f`` is normal with variance ``base + slope f`` (the oracle's
-    Eq. 4 at the planned ``n``); Bonferroni flags it when the estimate reaches ``z_d std`` (``z_d``
-    :func:`ldp.selection.simultaneous_z`), so it is flagged with probability 1/2 at the ``f`` solving
-    ``f = z_d sqrt(base + slope f)``, and with probability :data:`POWER` at ``f = (z_d + z_power) sqrt(...)``.
+    Eq. 4 at the planned ``n``). Without ``null_law``, Bonferroni flags it when the estimate reaches
+    ``z_d std`` with the plug-in std (``z_d`` :func:`ldp.selection.simultaneous_z`), so it is flagged with
+    probability 1/2 at the ``f`` solving ``f = z_d sqrt(base + slope f)``, and with probability
+    :data:`POWER` at ``f = (z_d + z_power) sqrt(...)``.
+
+    ``null_law = (n, p, q)``: a value's support count among ``n`` reports is Binomial(``n``, ``q``) at
+    frequency 0 and has mean ``n (q + f (p - q))``, and the flag is the exact binomial test of the rows'
+    ``p_zero`` (:func:`ldp.selection.binomial_p_values`): it fires at the smallest count ``c`` with
+    ``2 P[S >= c] <= alpha / d``, so ``f_c = ((c - 1/2) / n - q) / (p - q)``, the frequency whose mean
+    count sits at the cut (the median of a binomial is within one of its mean), and with probability
+    :data:`POWER` at the ``f`` solving ``f = f_c + z_power sqrt(base + slope f)``.
+
     Benjamini-Hochberg flags at least what Bonferroni flags (at one true value it is Bonferroni), so the
     figures are upper bounds under ``bh``.
     """
@@ -118,12 +128,24 @@ def smallest_flagged(base: float, slope: float, d: int, rule: str = DEFAULT_RULE
     def root(c: float) -> float:  # f^2 = c (base + slope f)
         return 0.5 * (c * slope + math.sqrt((c * slope) ** 2 + 4.0 * c * base))
 
+    if null_law is None:
+        f_c, f80 = root(z * z), root((z + zp) ** 2)
+    else:
+        from scipy.stats import binom
+
+        n, p, q = int(null_law[0]), float(null_law[1]), float(null_law[2])
+        cut = float(binom.isf(alpha / (2.0 * int(d)), n, q)) + 1.0  # the smallest c: 2 P[S >= c] <= alpha/d
+        f_c = ((cut - 0.5) / n - q) / (p - q)
+        # f = f_c + zp sqrt(base + slope f): (f - f_c)^2 = zp^2 (base + slope f), the root above f_c
+        b = 2.0 * f_c + zp * zp * slope
+        f80 = 0.5 * (b + math.sqrt(max(b * b - 4.0 * (f_c * f_c - zp * zp * base), 0.0)))
     return {
         "rule": rule,
         "rule_text": rule_text(rule, int(d), alpha),
         "z": z,
-        "frequency_flagged_half_the_time": min(root(z * z), 1.0),
-        f"frequency_flagged_{round(100 * POWER)}pct": min(root((z + zp) ** 2), 1.0),
+        "test": "exact binomial" if null_law is not None else "normal",
+        "frequency_flagged_half_the_time": min(max(f_c, 0.0), 1.0),
+        f"frequency_flagged_{round(100 * POWER)}pct": min(f80, 1.0),
         "bound": "exact" if rule == "bonferroni" else "upper bound (BH flags at least what Bonferroni does)",
     }
 

@@ -75,11 +75,17 @@ def test_the_smallest_flagged_frequency_sits_at_the_bonferroni_threshold(mechani
     plan = P.plan_task(task, 100_000)
     det, oracle = plan["detection"], task.make_oracle()
     f = det["frequency_flagged_half_the_time"]
-    # at f the expected estimate equals the Bonferroni threshold z_d * std(f): flagged half the time
-    assert f == pytest.approx(simultaneous_z(64) * math.sqrt(oracle.variance(100_000, f)), rel=1e-9)
+    # the rows flag by the exact binomial test: the cut is the smallest support count c with
+    # 2 P[S >= c] <= 0.05 / 64 under Binomial(n, q), and at f the mean count is c - 1/2
+    from scipy.stats import binom
+
+    n, p, q = 100_000, oracle.p, oracle.q
+    mean = n * (q + f * (p - q))
+    cut = round(mean + 0.5)
+    assert mean + 0.5 == pytest.approx(cut, abs=1e-6) and det["test"] == "exact binomial"
+    assert 2 * binom.sf(cut - 1, n, q) <= 0.05 / 64 < 2 * binom.sf(cut - 2, n, q)
     f80 = det["frequency_flagged_80pct"]
-    assert f80 == pytest.approx((simultaneous_z(64) + 0.841621) * math.sqrt(oracle.variance(100_000, f80)),
-                                rel=1e-5)
+    assert f80 - f == pytest.approx(0.841621 * math.sqrt(oracle.variance(100_000, f80)), rel=1e-5)
     bh = P.plan_task(task, 100_000, rule="bh")["detection"]
     assert bh["rule"] == "bh" and bh["bound"].startswith("upper bound")
 

@@ -209,10 +209,12 @@ def test_range_query_predictions_match_simulation(method):
 @pytest.mark.parametrize("mechanism,eps", [("grr", 2.0), ("olh", 1.0)])
 def test_the_smallest_flagged_frequency_is_flagged_as_often_as_planned(mechanism, eps):
     """One value at the plan's ``frequency_flagged_half_the_time`` (then at its 80% figure), the others
-    sharing the rest; over 1,000 collections the Bonferroni flag of ``ldp.selection`` (on the estimate and
-    its plug-in std, as the job computes it) fires for it half (80%) of the time: a binomial rate from
-    1,000 draws has a standard error of at most 1.6%, the bar is 0.06 (about four of them)."""
-    from ldp.selection import discoveries
+    sharing the rest; over 1,000 collections the Bonferroni flag the job publishes (the exact binomial
+    p-value of the row's ``p_zero``, :func:`ldp.intervals.zero_p_values`) fires for it half (80%) of the
+    time: a binomial rate from 1,000 draws has a standard error of at most 1.6%, the bar is 0.06 (about
+    four of them)."""
+    from ldp.intervals import zero_p_values
+    from ldp.selection import flag_p_values
 
     d, n, runs = 64, 10_000, 1000
     task = parse_task({"task_id": "flag", "mechanism": mechanism, "epsilon": eps, "domain_size": d})
@@ -226,5 +228,5 @@ def test_the_smallest_flagged_frequency_is_flagged_as_often_as_planned(mechanism
         flags = 0
         for _ in range(runs):
             est = oracle.estimate(oracle.add(oracle.create_accumulator(), oracle.encode(values, rng=rng)))
-            flags += bool(discoveries(est.frequencies, np.sqrt(est.variance_with_f), d)[0])
+            flags += bool(flag_p_values(zero_p_values(oracle, est), d)[0])
         assert abs(flags / runs - rate) <= 0.06, (mechanism, key, f, flags / runs)

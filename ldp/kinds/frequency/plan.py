@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ldp.intervals import null_support_q
 from ldp.plan import error_entry, smallest_flagged
 from ldp.selection import simultaneous_z
 
@@ -20,6 +21,13 @@ __all__ = ["predict", "frequency_std"]
 def frequency_std(oracle: Any, n: int, f: float = 0.0) -> float:
     """The std of one value's unbiased estimate from ``n`` reports at true frequency ``f``."""
     return math.sqrt(float(oracle.variance(int(n), f)))
+
+
+def _null_law(oracle: Any, n: int) -> tuple[int, float, float] | None:
+    """``(n, p, q)`` when a value's support count is exactly binomial (the rows' flags then use the exact
+    test, :func:`ldp.intervals.null_support_q`); None otherwise (normal flags)."""
+    q = null_support_q(oracle)
+    return None if q is None else (int(n), float(oracle.p), q)
 
 
 def predict(task: Any, users: int, windows: int) -> dict[str, Any]:
@@ -49,7 +57,8 @@ def predict(task: Any, users: int, windows: int) -> dict[str, Any]:
         "mechanism_params": params,
         "eps0": float(oracle.epsilon),
         "errors": [error],
-        "detection": lambda rule: {**smallest_flagged(base, slope, d, rule), "domain_size": d,
+        "detection": lambda rule: {**smallest_flagged(base, slope, d, rule, null_law=_null_law(oracle, n)),
+                                   "domain_size": d,
                                    "reports_per_group": n},
         "cost": {"accumulator_bytes": int(oracle.accumulator_bytes) * groups, "cost_key": oracle.name,
                  "values": d * groups, "extra_bytes": 8 * 80 * d},

@@ -75,7 +75,8 @@ def predict(task: Any, users: int, windows: int) -> dict[str, Any]:
     zp = NormalDist().inv_cdf(POWER)
 
     def detection(rule: str) -> dict[str, Any]:
-        published = smallest_flagged(base, slope, pem.candidates, rule, pem.alpha or 0.05)
+        published = smallest_flagged(base, slope, pem.candidates, rule, pem.alpha or 0.05,
+                                     null_law=(n_v, verify.p, verify.q))  # the exact test it publishes by
         sd = max(_noise(lv, n) for lv, n in zip(pem.levels[:-1], reports[:-1]))
         return {**published, "frequency_kept_by_every_search_level_half_the_time": cut,
                 f"frequency_kept_by_every_search_level_{round(100 * POWER)}pct": cut + zp * sd,
