@@ -279,14 +279,26 @@ def score_buckets(spec: SketchSpec, table: np.ndarray, n_level: int, buckets: np
 
 
 def score_grid(
-    spec: SketchSpec, table: np.ndarray, n_level: int, parent_sums: np.ndarray, ext_sums: np.ndarray
+    spec: SketchSpec,
+    table: np.ndarray,
+    n_level: int,
+    parent_sums: np.ndarray,
+    ext_sums: np.ndarray,
+    tails: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """:func:`score` of every prefix ``parent | extension`` of a hashed level (parent-major) from the
     parents' :meth:`SketchSpec.row_sums` (with the offset) and the extensions' (without): the pieces of
-    disjoint bit ranges add, so each candidate's hash is one addition away."""
-    total = np.zeros(parent_sums.shape[1] * ext_sums.shape[1], dtype=np.float64)
+    disjoint bit ranges add, so each candidate's hash is one addition away. With ``tails`` =
+    ``(grid, tail_sums, tail)`` the candidates are grid prefix ``grid[i]`` with further disjoint bits, the
+    ``tail[i]``-th column of ``tail_sums`` (``(rows, T)`` sums without the offset)."""
+    size = parent_sums.shape[1] * ext_sums.shape[1] if tails is None else tails[0].size
+    total = np.zeros(size, dtype=np.float64)
     for r in range(spec.rows):
-        total += np.take(table[r], spec.shift(np.add.outer(parent_sums[r], ext_sums[r]).ravel()))
+        sums = np.add.outer(parent_sums[r], ext_sums[r]).ravel()
+        if tails is not None:
+            grid, tail_sums, tail = tails
+            sums = sums[grid] + tail_sums[r, tail]
+        total += np.take(table[r], spec.shift(sums))
     return _hashed_estimate(spec, total, n_level)
 
 

@@ -37,15 +37,24 @@ PEEL_Z = (8.0, 5.0)
 def complete_lengths(words: np.ndarray, max_length: int) -> np.ndarray:
     """Every valid value with the given bytes: each row (its trailer bits zero) once per length from
     its last non-zero byte's position to ``B``."""
+    rows, lengths = _length_runs(_last_byte(words, max_length), max_length)
+    raw = words.astype(">u8").view(np.uint8).reshape(words.shape[0], -1)[:, :max_length]
+    return StringBatch(raw[rows], lengths, max_length).words()
+
+
+def _last_byte(words: np.ndarray, max_length: int) -> np.ndarray:
+    """The position just past each row's last non-zero byte among its first ``B`` (0 if none)."""
     raw = words.astype(">u8").view(np.uint8).reshape(words.shape[0], -1)[:, :max_length]
     nonzero = raw != 0
-    last = np.where(nonzero.any(axis=1), max_length - np.argmax(nonzero[:, ::-1], axis=1), 0)
+    return np.where(nonzero.any(axis=1), max_length - np.argmax(nonzero[:, ::-1], axis=1), 0)
+
+
+def _length_runs(last: np.ndarray, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """For rows whose bytes end at ``last``: each row index once per valid length, and that length."""
     reps = max_length - last + 1
-    rows = np.repeat(np.arange(words.shape[0]), reps)
+    rows = np.repeat(np.arange(last.size), reps)
     starts = np.repeat(np.cumsum(reps) - reps, reps)
-    lengths = last[rows] + (np.arange(rows.size) - starts)
-    batch = StringBatch(raw[rows], lengths.astype(np.int64), max_length)
-    return batch.words()
+    return rows, (last[rows] + (np.arange(rows.size) - starts)).astype(np.int64)
 
 
 def _top(f: np.ndarray, count: int) -> np.ndarray:
@@ -65,32 +74,69 @@ def _expand(lv: Level, parents: np.ndarray, max_length: int) -> np.ndarray:
 
 
 def _shortlist(lv: Level, table: np.ndarray, nj: int, parents: np.ndarray, keep: int, max_length: int):
-    """The ``keep`` best candidates of a hashed level and their scores (chunks of parents). Below the
-    full length a candidate is a parent and an extension of disjoint bits, scored from their hash sums
-    (:func:`score_grid`) and formed as words only when kept."""
-    from ldp.heavy_hitters.search import _grid
-
-    spec = lv.sketch
-    ext_bits = min(lv.bits, 8 * max_length) - lv.parent_bits
-    per = max(1, CHUNK >> max(0, ext_bits))
-    linear = not spec.direct and lv.bits < total_bits(max_length)
-    if linear:
-        ext = _grid(np.zeros((1, parents.shape[1]), dtype=np.uint64), lv.parent_bits, ext_bits)
-        ext_sums = spec.row_sums(ext, offset=False)
+    """The ``keep`` best candidates of a hashed level and their scores (chunks of parents). A candidate
+    is a parent, an extension and (at the full length) a length trailer, of disjoint bits: it is scored
+    from their hash sums (:func:`score_grid`) and formed as words only when kept."""
+    if lv.sketch.direct:
+        return _shortlist_words(lv, table, nj, parents, keep, max_length)
+    grid = _Grid(lv, parents.shape[1], max_length)
+    per = max(1, CHUNK >> grid.ext_bits)
     best_w: np.ndarray | None = None
     best_f = np.zeros(0)
     for s in range(0, parents.shape[0], per):
-        chunk = parents[s : s + per]
-        if linear:
-            f = score_grid(spec, table, nj, spec.row_sums(chunk), ext_sums)
-            top = _top(f, keep)
-            found = chunk[top // ext.shape[0]] | ext[top % ext.shape[0]]
-        else:
-            cands = _expand(lv, chunk, max_length)
-            f = score(spec, table, nj, cands)
-            top = _top(f, keep)
-            found = cands[top]
+        f, found = grid.score(table, nj, parents[s : s + per], keep)
         words = found if best_w is None else np.concatenate([best_w, found])
+        f = f if best_w is None else np.concatenate([best_f, f])
+        top = _top(f, keep)
+        best_w, best_f = words[top], f[top]
+    return best_w, best_f
+
+
+class _Grid:
+    """A hashed level's extensions (and, at the full length, length trailers) with their row sums."""
+
+    def __init__(self, lv: Level, width: int, max_length: int) -> None:
+        from ldp.heavy_hitters.search import _grid
+
+        self.spec, self.max_length = lv.sketch, max_length
+        self.ext_bits = min(lv.bits, 8 * max_length) - lv.parent_bits
+        self.ext = _grid(np.zeros((1, width), dtype=np.uint64), lv.parent_bits, self.ext_bits)
+        self.ext_sums = self.spec.row_sums(self.ext, offset=False)
+        self.full = lv.bits == total_bits(max_length)
+        if self.full:
+            zeros = np.zeros((max_length + 1, max_length), dtype=np.uint8)
+            self.trailers = StringBatch(zeros, np.arange(max_length + 1), max_length).words()
+            self.trailer_sums = self.spec.row_sums(self.trailers, offset=False)
+            self.ext_last = _last_byte(self.ext, max_length)
+
+    def score(
+        self, table: np.ndarray, nj: int, chunk: np.ndarray, keep: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``keep`` best candidates of ``chunk``'s parents: their scores and words."""
+        sums = self.spec.row_sums(chunk)
+        e = self.ext.shape[0]
+        if not self.full:
+            f = score_grid(self.spec, table, nj, sums, self.ext_sums)
+            top = _top(f, keep)
+            return f[top], chunk[top // e] | self.ext[top % e]
+        last = np.maximum.outer(_last_byte(chunk, self.max_length), self.ext_last).ravel()
+        rows, lengths = _length_runs(last, self.max_length)
+        f = score_grid(self.spec, table, nj, sums, self.ext_sums, (rows, self.trailer_sums, lengths))
+        top = _top(f, keep)
+        g = rows[top]
+        return f[top], chunk[g // e] | self.ext[g % e] | self.trailers[lengths[top]]
+
+
+def _shortlist_words(lv: Level, table: np.ndarray, nj: int, parents: np.ndarray, keep: int, max_length: int):
+    """:func:`_shortlist` of a direct level: every candidate formed as words, then scored."""
+    per = max(1, CHUNK >> max(0, min(lv.bits, 8 * max_length) - lv.parent_bits))
+    best_w: np.ndarray | None = None
+    best_f = np.zeros(0)
+    for s in range(0, parents.shape[0], per):
+        cands = _expand(lv, parents[s : s + per], max_length)
+        f = score(lv.sketch, table, nj, cands)
+        top = _top(f, keep)
+        words = cands[top] if best_w is None else np.concatenate([best_w, cands[top]])
         f = f[top] if best_w is None else np.concatenate([best_f, f[top]])
         top = _top(f, keep)
         best_w, best_f = words[top], f[top]
