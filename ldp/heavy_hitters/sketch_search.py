@@ -3,7 +3,9 @@
 A direct first level scores all ``2**l_1`` prefixes at once (its bucket counts are the estimates). A
 hashed level scores the survivors of the previous level extended by every value of its new bits, in
 chunks of about ``CHUNK`` candidates; at the level that reaches the full length only bit strings a
-client could send are formed (each byte string with every length its trailing zero bytes allow).
+client could send are scored (each byte string with every length its trailing zero bytes allow). The
+row hash is linear in disjoint bit ranges, so a candidate's hash is its parent's sum plus its
+extension's (plus its length trailer's): candidates are formed as words only when kept.
 
 **Peeling.** A hashed level's bucket also holds the other values hashed there. A candidate that shares
 a bucket with a very frequent value in one row scores about that value's frequency over ``k``, which
