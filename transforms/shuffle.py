@@ -419,6 +419,24 @@ def _parsed_report_schema() -> Any:
     return _PARSED[0]
 
 
+def _announced_group_counts(meta: dict[str, str], n: int, written: dict[int, int]
+                            ) -> tuple[tuple[int, int], ...] | None:
+    """The group counts ``meta`` announces (:data:`META_GROUP_N`, None without), checked against the
+    reports ``written`` per group.
+
+    Raises:
+        ValueError: the announced counts differ from the written ones.
+    """
+    from ldp.shuffle import provenance
+
+    if META_GROUP_N not in meta:
+        return None
+    group_n = provenance.parse_group_counts(meta[META_GROUP_N], n)
+    if dict(group_n) != {g: c for g, c in written.items() if c}:
+        raise ValueError(f"group counts {meta[META_GROUP_N]} announced, {sorted(written.items())} written")
+    return group_n
+
+
 def write_batch(
     fh: Any,
     parts: Iterable[tuple[int, Reports]],
@@ -466,12 +484,7 @@ def write_batch(
         raise ValueError(f"batch of {n} reports announced, {written} written")
     from ldp.shuffle import provenance
 
-    group_n = None
-    if META_GROUP_N in meta:
-        group_n = provenance.parse_group_counts(meta[META_GROUP_N], int(n))
-        if dict(group_n) != {g: c for g, c in per_group.items() if c}:
-            written_groups = sorted(per_group.items())
-            raise ValueError(f"group counts {meta[META_GROUP_N]} announced, {written_groups} written")
+    group_n = _announced_group_counts(meta, int(n), per_group)
     body = digest.hexdigest()
     tag = None
     if key is not None:
