@@ -260,13 +260,15 @@ def test_trie_dir_errors_are_one_line(tmp_path: Path) -> None:
     (pub / "generation-000001.json").write_text("{}")
     (pub / "notes.txt").write_text("kept")
     cases = [
-        (one, tmp_path / "p1", False, "needs a task in trie mode"),
-        (trie, blocker / "sub\nname", False, "cannot be created: Not a directory"),
-        (trie, pub, False, "already holds 2 publication file"),
+        (one, tmp_path / "p1", {}, "needs a task in trie mode"),
+        (trie, blocker / "sub\nname", {}, "cannot be created: Not a directory"),
+        (trie, pub, {}, "cannot resume the trie: .*latest.json' is not a publication: no integer generation"),
+        (trie, pub, {"overwrite": True, "trie_start": "resume"}, "latest.json' is not a publication"),
+        (trie, pub, {"trie_start": "later"}, "--trie_start is one of resume, fresh, not 'later'"),
     ]
-    for task, path, overwrite, match in cases:
+    for task, path, flags, match in cases:
         with pytest.raises(ValueError, match=match) as e:
-            job_aggregator(SimpleNamespace(trie_dir=str(path), overwrite=overwrite), task)
+            job_aggregator(SimpleNamespace(trie_dir=str(path), **{"overwrite": False, **flags}), task)
         assert "\n" not in str(e.value), e.value
     job_aggregator(SimpleNamespace(trie_dir=str(pub), overwrite=True), trie)  # removes the publications only
     assert sorted(p.name for p in pub.iterdir()) == ["notes.txt"]

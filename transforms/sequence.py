@@ -16,7 +16,10 @@ sequence (:func:`window_sequence_of`). Its steps:
                 aggregator's ``publish_dir``, None: no file), the rows emitted; then the timer moves to
                 the next buffered window. A pane timed ``LATE``, or of a window that ends by a timer
                 that has already fired, comes after its window was stepped: it is counted
-                (``ldp/sequence_late_panes``), logged and dropped. Counters ``ldp/sequence_windows``
+                (``ldp/sequence_late_panes``), logged and dropped. A sequence resumed from an earlier
+                run's publication (its ``initial_state()``; :func:`resumed_closed`) counts a window
+                ending by that publication's ``window_end`` as late too, so a replay cannot fork the
+                state. Counters ``ldp/sequence_windows``
                 plus the finalize step's own (``finalized_panes``, ``<output>_rows``, ``empty_panes``,
                 ``finalize_ms``);
 ``Rewindow_*``  each output back in its window (:class:`RowWindows`, read from the row's pane header or
@@ -60,7 +63,10 @@ from transforms.display import item, task_display
 from transforms.progress import window_label
 from wire.publication import write_publication
 
-__all__ = ["REWINDOW_SLACK_S", "FinalizeInOrder", "RowWindows", "SequenceFn", "due_ms", "window_sequence_of"]
+__all__ = [
+    "REWINDOW_SLACK_S", "FinalizeInOrder", "RowWindows", "SequenceFn", "due_ms", "resumed_closed",
+    "window_sequence_of",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -70,6 +76,14 @@ def window_sequence_of(aggregator: Aggregator) -> Any | None:
     each on its own (also an aggregator without the method)."""
     method = getattr(aggregator, "window_sequence", None)
     return None if method is None else method()
+
+
+def resumed_closed(sequence: Any) -> int | None:
+    """Where a resumed sequence starts: the step time (:func:`due_ms`) of the window its state was left
+    by, its ``resumed_window_end`` (None: a sequence started afresh, or resumed from the global window),
+    so a window ending by then counts as late, as if this run had stepped it."""
+    end = getattr(sequence, "resumed_window_end", None)
+    return None if end is None else due_ms(end)
 
 
 def due_ms(end_ms: int | None) -> int:
@@ -124,7 +138,8 @@ class SequenceFn(beam.DoFn):
     def _read(self, state) -> dict[str, Any]:
         st = state.read()
         if st is None:
-            st = {"sequence": self._sequence.initial_state(), "closed": None, "timer": None}
+            st = {"sequence": self._sequence.initial_state(), "closed": resumed_closed(self._sequence),
+                  "timer": None}  # fmt: skip
         return st
 
     def process(

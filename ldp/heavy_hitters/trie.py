@@ -24,11 +24,23 @@ level's exact.
 
 :class:`TrieSearch` is Beam-free and its :class:`TrieState` picklable: the aggregation stack calls
 :meth:`TrieSearch.step` once per window, in order of window start.
+
+**Resuming.** :meth:`TrieSearch.state_record` is a state as plain JSON (the publication's ``state``: the
+full survivor set, each word as the hexadecimal digits of its ``prefix_bits`` bits, the estimates and stds
+as exact floats, the ``round`` and the task's ``layout`` fingerprint, :func:`layout_fingerprint`), and
+:meth:`TrieSearch.resume` the state back from a publication, checked (the layout, the level and its prefix
+bits, the words' digits, unused bits and uniqueness, the arrays' lengths): stepping it gives exactly what
+the uninterrupted search would have given.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,17 +55,23 @@ from ldp.heavy_hitters.search import (
     verify_survivors,
 )
 from ldp.heavy_hitters.sketch_search import sketch_level
-from ldp.heavy_hitters.strings import StringBatch, escape_bytes, total_bits
+from ldp.heavy_hitters.strings import StringBatch, escape_bytes, mask_prefix, total_bits
 
 if TYPE_CHECKING:
     from ldp.heavy_hitters.pem import PEM, HeavyHitters, Level, LevelStats, PEMAccumulator
 
-__all__ = ["TrieState", "TrieWindow", "TrieSearch", "prefix_records", "MAX_PUBLISHED_PREFIXES", "STATUSES"]
+__all__ = [
+    "TrieState", "TrieWindow", "TrieSearch", "prefix_records", "layout_fingerprint", "MAX_PUBLISHED_PREFIXES",
+    "STATUSES", "STATE_FORMAT",
+]
 
 #: the most prefixes a window publishes (rows and the clients' file); ``survivors`` counts them all
 MAX_PUBLISHED_PREFIXES = 256
 #: what a window did: scored a search level, verified and published, or had no reports at its level
 STATUSES = ("search", "verify", "no_reports")
+#: the version of :meth:`TrieSearch.state_record`'s layout
+STATE_FORMAT = 1
+_HEX = re.compile(r"[0-9a-f]*")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -61,7 +79,8 @@ class TrieState:
     """What one window leaves the next: ``generation`` (windows finalized so far), the scheduled ``level``,
     and the prefixes published last (``prefix_bits`` bits each; ``words`` as :mod:`ldp.heavy_hitters.strings`
     lays them out, best first, with their ``estimates`` and ``stds``). At level 0 the words are not used
-    (every prefix is scored); at a later level they are the parents."""
+    (every prefix is scored); at a later level they are the parents. ``round``: the rounds ended so far (by
+    a verification window, or a search level that kept nothing)."""
 
     generation: int = 0
     level: int = 0
@@ -69,6 +88,7 @@ class TrieState:
     words: np.ndarray | None = None
     estimates: np.ndarray | None = None
     stds: np.ndarray | None = None
+    round: int = 0
 
     @property
     def survivors(self) -> int:
@@ -92,13 +112,75 @@ class TrieWindow:
 class TrieSearch:
     """The trie-mode search of one task's :class:`~ldp.heavy_hitters.PEM` (module docstring)."""
 
-    def __init__(self, pem: PEM) -> None:
+    def __init__(self, pem: PEM, context: Mapping[str, Any] | None = None) -> None:
         self.pem = pem
         self.full_bits = total_bits(pem.max_length)
+        self.fingerprint = layout_fingerprint(pem, context)
 
     def initial_state(self) -> TrieState:
         """Before the first window: level 0, nothing published."""
         return TrieState()
+
+    def state_record(self, state: TrieState) -> dict[str, Any]:
+        """``state`` as plain JSON (module docstring): ``format``, ``layout``, ``round``, ``prefix_bits``
+        and every survivor's ``words`` (hex), ``estimates`` and ``stds``, best first. The generation and
+        the level are the publication's own keys."""
+        n = state.survivors
+        return {
+            "format": STATE_FORMAT,
+            "layout": self.fingerprint,
+            "round": int(state.round),
+            "prefix_bits": int(state.prefix_bits),
+            "words": _hex_words(state.words, state.prefix_bits) if n else [],
+            "estimates": [] if state.estimates is None else np.asarray(state.estimates, np.float64).tolist(),
+            "stds": [] if state.stds is None else np.asarray(state.stds, np.float64).tolist(),
+        }
+
+    def resume(self, publication: Mapping[str, Any]) -> TrieState:
+        """The state a publication (``generation``, ``level`` and :meth:`state_record`'s ``state``) left,
+        checked against this search; :class:`ValueError` (one line) for a publication of another layout or
+        with a state this search cannot step."""
+        rec = publication.get("state")
+        if not isinstance(rec, dict):
+            raise ValueError("the publication carries no trie state (written by a release without resume?)")
+        if rec.get("format") != STATE_FORMAT:
+            raise ValueError(f"the trie state's format is {rec.get('format')!r}, not {STATE_FORMAT}")
+        if rec.get("layout") != self.fingerprint:
+            theirs = str(rec.get("layout"))[:40]
+            raise ValueError(f"the trie state is of another layout ({theirs!r}, this task's "
+                             f"{self.fingerprint!r}): another task, task parameters or release")  # fmt: skip
+        generation, level = publication.get("generation"), publication.get("level")
+        bits, rounds = rec.get("prefix_bits"), rec.get("round")
+        for name, value, low in (("generation", generation, 1), ("level", level, 0), ("prefix_bits", bits, 0),
+                                 ("round", rounds, 0)):  # fmt: skip
+            if not _is_int(value) or value < low:
+                raise ValueError(f"the trie state's {name} is an integer >= {low}, not {value!r}")
+        self._check_level(level, bits)
+        words = _words_of_hex(rec.get("words"), bits, (self.full_bits + 63) // 64)
+        n = words.shape[0]
+        if n > max(self.pem.candidates, self.pem.top_k):
+            raise ValueError(f"the trie state holds {n} prefixes, more than the {self.pem.candidates} kept")
+        if bits == 0 and n:
+            raise ValueError("the trie state holds prefixes of 0 bits")
+        if bits == self.full_bits and n and not StringBatch.from_words(words, self.pem.max_length)[1].all():
+            raise ValueError("the trie state's full-length words are not all values a client can send")
+        est, std = _floats(rec.get("estimates"), n, "estimates"), _floats(rec.get("stds"), n, "stds")
+        if np.any(std < 0):
+            raise ValueError("the trie state's stds must be >= 0")
+        if bits == 0:
+            return TrieState(generation, level, 0, None, None, None, rounds)
+        return TrieState(generation, level, bits, words, est, std, rounds)
+
+    def _check_level(self, level: int, bits: int) -> None:
+        """The scheduled ``level`` exists and the survivors' ``bits`` can precede it: at a later level the
+        previous level's bits; at level 0 none, the full values or any level's (a round that kept nothing)."""
+        levels = self.pem.levels
+        if level >= len(levels):
+            raise ValueError(f"the trie state's level {level} is past the task's last, {len(levels) - 1}")
+        allowed = {levels[level - 1].bits} if level else {0, self.full_bits, *(lv.bits for lv in levels)}
+        if bits not in allowed:
+            raise ValueError(f"the trie state's prefix_bits {bits} cannot precede level {level} "
+                             f"(expected {' or '.join(map(str, sorted(allowed)))})")  # fmt: skip
 
     def step(self, state: TrieState, acc: PEMAccumulator, stale: int = 0) -> tuple[TrieState, TrieWindow]:
         """The next state and the outcome of one window whose reports are ``acc``; reports at another level
@@ -144,7 +226,8 @@ class TrieSearch:
             words, f, std, scored = cands[kept], f[kept], std[kept], int(cands.shape[0])
         stats = (level_stats(lv, nj, scored, words.shape[0]),)
         following = lv.index + 1 if words.shape[0] else 0  # nothing survived: a new round
-        new = TrieState(generation, following, lv.bits, words, f, std)
+        ended = 0 if following else 1
+        new = TrieState(generation, following, lv.bits, words, f, std, state.round + ended)
         return new, TrieWindow(lv.index, "search", nj, stale, stats, None)
 
     def _publish(self, state: TrieState, lv: Level, acc: PEMAccumulator, generation: int, stale: int
@@ -168,7 +251,7 @@ class TrieSearch:
         words = _value_words(pem, [h.value for h in hitters.hitters])
         est = np.array([h.estimate for h in hitters.hitters], dtype=np.float64)
         std = np.array([h.std for h in hitters.hitters], dtype=np.float64)
-        new = TrieState(generation, 0, self.full_bits, words, est, std)
+        new = TrieState(generation, 0, self.full_bits, words, est, std, state.round + 1)
         return new, TrieWindow(lv.index, "verify", nj, stale, tuple(stats), hitters)
 
 
@@ -218,3 +301,68 @@ def prefix_records(state: TrieState, max_length: int, limit: int = MAX_PUBLISHED
          "std": float(std[i])}
         for i in range(words.shape[0])
     ]
+
+
+def layout_fingerprint(pem: PEM, context: Mapping[str, Any] | None = None) -> str:
+    """A hash (32 hex digits) of what a trie state depends on: the PEM's resolved parameters (epsilon,
+    ``B``, ``top_k``, candidates, search, rule, alpha, every level's bits, oracle, ``g`` and sketch) and
+    ``context`` (the task's own keys, JSON values): searches that may step each other's states share it."""
+    layout = {
+        "epsilon": float(pem.epsilon), "max_length": int(pem.max_length), "top_k": int(pem.top_k),
+        "candidates": int(pem.candidates), "search": pem.search, "rule": pem.rule, "alpha": pem.alpha,
+        "levels": [dataclasses.asdict(lv) for lv in pem.levels],
+    }  # fmt: skip
+    text = json.dumps({"pem": layout, "context": dict(context or {})}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value: object) -> bool:
+    """A JSON number (not a bool) of finite float value."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def _hex_words(words: np.ndarray, bits: int) -> list[str]:
+    """Each word's first ``bits`` bits as ``ceil(bits / 4)`` hexadecimal digits (the last one's unused
+    bits zero)."""
+    digits = (bits + 3) // 4
+    raw = np.ascontiguousarray(words.astype(">u8")).view(np.uint8).reshape(words.shape[0], -1)
+    return [row.tobytes().hex()[:digits] for row in raw]
+
+
+def _words_of_hex(texts: object, bits: int, width: int) -> np.ndarray:
+    """The words ``(n, width)`` of :func:`_hex_words`' strings, checked: digits, length, no bit set past
+    ``bits``, no prefix twice."""
+    if not isinstance(texts, list):
+        raise ValueError("the trie state's words are a list of hexadecimal strings")
+    digits = (bits + 3) // 4
+    if digits > 16 * width:
+        raise ValueError(f"the trie state's prefix_bits {bits} are more than the task's {64 * width}")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str) or len(t) != digits or not _HEX.fullmatch(t):
+            raise ValueError(f"the trie state's word {i} is not {digits} lower-case hexadecimal digits")
+    pad = "0" * (16 * width - digits)
+    raw = bytes.fromhex("".join(t + pad for t in texts))
+    words = np.frombuffer(raw, dtype=">u8").reshape(len(texts), width).astype(np.uint64)
+    if len(texts) and not np.array_equal(mask_prefix(words, bits), words):
+        raise ValueError(f"a word of the trie state has bits set past its prefix_bits {bits}")
+    if len(texts) and np.unique(words, axis=0).shape[0] != len(texts):
+        raise ValueError("the trie state holds a prefix twice")
+    return words
+
+
+def _floats(values: object, n: int, name: str) -> np.ndarray:
+    """``n`` finite numbers as float64, else ValueError naming the trie state's ``name``."""
+    ok = isinstance(values, list) and len(values) == n
+    ok = ok and all(_is_finite(v) for v in values)  # type: ignore[union-attr]
+    if not ok:
+        raise ValueError(f"the trie state's {name} are {n} finite numbers, one per word")
+    return np.asarray(values, dtype=np.float64)

@@ -19,7 +19,9 @@ In ``trie`` mode (the task's ``mode``) :meth:`HeavyHittersAggregator.window_sequ
 :class:`HeavyHittersTrie`, the :class:`ldp.aggregate.WindowSequence` the stack finalizes the windows with, in
 order: each window scores its scheduled level only (:class:`ldp.heavy_hitters.trie.TrieSearch`), its row
 carries the ``trie`` record (the level, its reports and stale ones, the surviving prefixes) and its
-publication (:func:`trie_publication`) tells the next window's clients their level.
+publication (:func:`trie_publication`) tells the next window's clients their level and carries the full
+state, so that a restarted job resumes from its newest publication (the aggregator's ``resume_from``:
+:meth:`HeavyHittersTrie.initial_state` is then that publication's state, checked against the task).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "HeavyHittersTrie",
     "trie_row",
     "trie_publication",
+    "trie_context",
     "MECHANISMS",
 ]
 
@@ -236,32 +239,61 @@ class HeavyHittersAggregator(TaskAggregator):
         result = pem.estimate(core_accumulator(pem, accs.values()))
         return [heavy_hitters_row(self.task, window, pem, result)]
 
+    #: trie mode: the publication a restarted job resumes from (the job's ``--trie_dir``), None: afresh
+    resume_from: dict[str, Any] | None = None
+
     def window_sequence(self) -> HeavyHittersTrie | None:
-        """In ``trie`` mode the ordered, stateful finalize (:class:`HeavyHittersTrie`); else None."""
-        return HeavyHittersTrie(self.task) if self.task.mode == "trie" else None  # type: ignore[attr-defined]
+        """In ``trie`` mode the ordered, stateful finalize (:class:`HeavyHittersTrie`, resuming from
+        ``resume_from``); else None."""
+        if self.task.mode != "trie":  # type: ignore[attr-defined]
+            return None
+        return HeavyHittersTrie(self.task, resume_from=self.resume_from)  # type: ignore[arg-type]
 
 
 class HeavyHittersTrie:
     """The :class:`ldp.aggregate.WindowSequence` of a trie-mode task: ``step`` runs
     :meth:`~ldp.heavy_hitters.trie.TrieSearch.step` on the scheduled level's accumulator (the other levels'
-    reports are counted as stale, never folded) and returns the window's row and publication. Pickles as
-    its task (the core is rebuilt on first use)."""
+    reports are counted as stale, never folded) and returns the window's row and publication.
 
-    def __init__(self, task: HeavyHittersTask) -> None:
+    ``resume_from``: a publication of an earlier run of the task (:func:`trie_publication`), checked
+    (:meth:`check_resume`); :meth:`initial_state` is then its state, so the next step is generation
+    ``G + 1``, and :attr:`resumed_window_end` its ``window_end``: the ordered finalize step counts a
+    window ending by then as late. Pickles as its task and that publication (the core is rebuilt on first
+    use)."""
+
+    def __init__(self, task: HeavyHittersTask, resume_from: Mapping[str, Any] | None = None) -> None:
         self.task = task
+        self.resume_from = None if resume_from is None else dict(resume_from)
         self._search: TrieSearch | None = None
 
     def __getstate__(self) -> dict[str, object]:
-        return {"task": self.task, "_search": None}
+        return {"task": self.task, "resume_from": self.resume_from, "_search": None}
 
     @property
     def search(self) -> TrieSearch:
         if self._search is None:
-            self._search = TrieSearch(self.task.make_mechanism())
+            self._search = TrieSearch(self.task.make_mechanism(), trie_context(self.task))
         return self._search
 
+    @property
+    def resumed_window_end(self) -> int | None:
+        """The resumed publication's ``window_end`` (None: not resumed, or the global window's)."""
+        return None if self.resume_from is None else self.resume_from.get("window_end")
+
+    def check_resume(self) -> TrieState:
+        """The resumed state; :class:`ValueError` (one line) for a publication of another task or layout,
+        or one whose state this task cannot step."""
+        pub = self.resume_from
+        if pub is None:
+            return self.search.initial_state()
+        if pub.get("task_id") != self.task.task_id:
+            theirs = pub.get("task_id")
+            raise ValueError(f"a publication of task {theirs!r}, not of task {self.task.task_id!r}")
+        return self.search.resume(pub)
+
     def initial_state(self) -> TrieState:
-        return self.search.initial_state()
+        """Level 0 with nothing published, or the resumed publication's state."""
+        return self.check_resume()
 
     def step(self, state: TrieState, accs: Mapping[int, LevelAccumulator], window: WindowInfo
              ) -> tuple[TrieState, list[ResultRow], dict[str, Any]]:
@@ -271,7 +303,13 @@ class HeavyHittersTrie:
         core = core_accumulator(pem, [scheduled] if scheduled is not None else [])
         new, out = self.search.step(state, core, stale)
         row = trie_row(self.task, window, pem, new, out)
-        return new, [row], trie_publication(self.task, window, new, out)
+        return new, [row], trie_publication(self.task, window, new, out, self.search)
+
+
+def trie_context(task: HeavyHittersTask) -> dict[str, Any]:
+    """The task's keys that a trie state depends on beside its PEM's (the layout fingerprint's context)."""
+    return {"task_id": task.task_id, "kind": task.kind, "schema_version": task.schema_version,
+            "truncate": bool(task.truncate), "mode": task.mode}  # fmt: skip
 
 
 def core_accumulator(pem: PEM, levels: Iterable[LevelAccumulator]) -> PEMAccumulator:
@@ -351,11 +389,15 @@ def trie_row(task: HeavyHittersTask, window: WindowInfo, pem: PEM, state: TrieSt
     return row._replace(trie=_trie_record(task, state, out))
 
 
-def trie_publication(task: HeavyHittersTask, window: WindowInfo, state: TrieState, out: TrieWindow
-                     ) -> dict[str, Any]:
+def trie_publication(task: HeavyHittersTask, window: WindowInfo, state: TrieState, out: TrieWindow,
+                     search: TrieSearch | None = None) -> dict[str, Any]:
     """What the next window's clients fetch: ``task_id``, ``generation``, ``level`` (where they report),
-    ``window_end``, and for the dashboard ``prefix_bits``, ``survivors`` and the best ``prefixes``."""
+    ``window_end``, for the dashboard ``round``, ``prefix_bits``, ``survivors`` and the best ``prefixes``,
+    and for a restarted job ``state`` (:meth:`~ldp.heavy_hitters.trie.TrieSearch.state_record`: every
+    survivor and the layout fingerprint; ``search``: the task's, built when not given)."""
     record = _trie_record(task, state, out)
+    if search is None:
+        search = TrieSearch(task.make_mechanism(), trie_context(task))
     return {
         "task_id": task.task_id,
         "generation": record["generation"],
@@ -365,4 +407,6 @@ def trie_publication(task: HeavyHittersTask, window: WindowInfo, state: TrieStat
         "prefix_bits": record["prefix_bits"],
         "survivors": record["survivors"],
         "prefixes": record["prefixes"],
+        "round": int(state.round),
+        "state": search.state_record(state),
     }
