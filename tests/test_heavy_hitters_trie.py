@@ -378,3 +378,186 @@ def test_a_follow_stream_reads_the_level_when_each_file_is_written(tmp_path: Pat
     assert levels == [[0], [0], [1], [1], [2], [2]]  # files due at 1, 2, ..., 6 s
     assert summary.trie_levels == {0: 2, 1: 2, 2: 2} and "files per trie level 0: 2, 1: 2, 2: 2" in (
         summary.line(task))
+
+
+# ------------------------------------------------------------------------- resuming after a restart
+
+
+def _window_accs(agg: HeavyHittersAggregator, level: int, w: int) -> dict:
+    """Window ``w``'s accumulators: 5,000 reports at ``level`` and nine stale ones (the same for every
+    run that asks)."""
+    pem = agg.mechanism
+    reports, _ = pem_reports(pem.encode(_values(5_000, 20 + w), rng=w, level=level))
+    accs = GroupAccumulators()
+    accumulate(agg, accs, level, reports)
+    accumulate(agg, accs, (level + 1) % 3, reports.take(slice(0, 9)))
+    return accs.accs
+
+
+def _steps(seq: HeavyHittersTrie, agg: HeavyHittersAggregator, windows: range, state=None):
+    state = seq.initial_state() if state is None else state
+    rows, pubs = [], []
+    for w in windows:
+        info = WindowInfo(60_000 * w, 60_000 * (w + 1), "ON_TIME", 0, True)
+        state, (row,), pub = seq.step(state, _window_accs(agg, state.level, w), info)
+        rows.append(row)
+        pubs.append(pub)
+    return state, rows, pubs
+
+
+def _same_state(a: TrieState, b: TrieState) -> bool:
+    arrays = [(a.words, b.words), (a.estimates, b.estimates), (a.stds, b.stds)]
+    same = all((x is None and y is None) or np.array_equal(x, y) for x, y in arrays)
+    return same and (a.generation, a.level, a.prefix_bits, a.round) == (b.generation, b.level, b.prefix_bits,
+                                                                        b.round)  # fmt: skip
+
+
+def test_a_job_restarted_after_two_windows_steps_the_third_as_the_uninterrupted_run(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from ldp.kinds.heavy_hitters import job_aggregator
+    from wire.publication import read_latest, write_publication
+
+    task = parse_task({**BASE, "mode": "trie", "top_k": 5})
+    agg = HeavyHittersAggregator(task)
+    whole, rows, pubs = _steps(agg.window_sequence(), agg, range(3))
+    for pub in pubs[:2]:  # the first run stops (kill -9) after publishing window 2
+        write_publication(tmp_path, pub)
+    latest = read_latest(tmp_path, task.task_id)
+    assert latest["generation"] == 2 and latest["level"] == 2 and latest["state"]["prefix_bits"] == 26
+    assert len(latest["state"]["words"]) == 2048 and len(latest["prefixes"]) == MAX_PUBLISHED_PREFIXES
+    assert (tmp_path / "latest.json").stat().st_size < 200_000
+
+    again = job_aggregator(SimpleNamespace(trie_dir=str(tmp_path), overwrite=False), task)
+    seq = pickle.loads(pickle.dumps(again.window_sequence()))
+    assert seq.resumed_window_end == 120_000
+    resumed = seq.initial_state()
+    assert resumed.generation == 2 and resumed.level == 2 and resumed.survivors == 2048
+    state, (row,), (pub,) = _steps(seq, again, range(2, 3), resumed)
+    assert _same_state(state, whole) and row == rows[2] and pub == pubs[2]
+    assert row.trie["status"] == "verify"
+    assert [h["value"] for h in row.heavy_hitters][:3] == ["ab", "\\xff\\xfe", "xyz"]
+    write_publication(tmp_path, pub)  # generation 3 follows, no conflict
+    assert read_latest(tmp_path, task.task_id)["round"] == 1
+
+
+def test_every_state_of_two_rounds_survives_the_publication_exactly() -> None:
+    pem = PEM(EPS, 3, top_k=5)
+    search = TrieSearch(pem)
+    values = _values(6_000, 1)
+    state = search.initial_state()
+    for w in range(7):  # search, search, verify, ... and the state before the first window
+        pub = {"generation": max(1, state.generation), "level": state.level,
+               "state": json.loads(json.dumps(search.state_record(state)))}  # fmt: skip
+        back = TrieSearch(PEM(EPS, 3, top_k=5)).resume(pub)
+        assert _same_state(back, dataclasses_replace(state, generation=pub["generation"])), w
+        state, _ = search.step(state, _window(pem, values, state.level, 10 + w))
+    assert state.round == 2 and state.level == 1
+
+
+def dataclasses_replace(state: TrieState, **changes) -> TrieState:
+    import dataclasses
+
+    return dataclasses.replace(state, **changes)
+
+
+def _publication(task_json: dict, windows: int = 2) -> dict:
+    task = parse_task({**BASE, "mode": "trie", "top_k": 5, **task_json})
+    agg = HeavyHittersAggregator(task)
+    return _steps(agg.window_sequence(), agg, range(windows))[2][-1]
+
+
+def _tamper(pub: dict, **state) -> dict:
+    out = json.loads(json.dumps(pub))
+    for key, value in state.items():
+        if key in ("generation", "level"):
+            out[key] = value
+        elif value is None:
+            del out["state"][key]
+        else:
+            out["state"][key] = value(out["state"][key]) if callable(value) else value
+    return out
+
+
+@pytest.fixture(scope="module")
+def published() -> dict:
+    """Generation 2 of the test task: level 2 next, 2048 survivors of 26 bits (7 hex digits)."""
+    return _publication({})
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"task_id": "other"}, "a publication of task 'other', not of task 'tr'"),
+        ({"epsilon": 3.0}, "another layout"),
+        ({"params": {"candidates": 1024}}, "another layout"),
+        ({"truncate": True}, "another layout"),
+    ],
+)
+def test_a_publication_of_another_task_or_layout_is_refused(published: dict, change: dict, match: str
+                                                            ) -> None:  # fmt: skip
+    pub = {**published, "task_id": change.pop("task_id", "tr")}
+    task = parse_task({**BASE, "mode": "trie", "top_k": 5, **change})
+    with pytest.raises(ValueError, match=match) as e:
+        HeavyHittersTrie(task, resume_from=pub).initial_state()
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "tamper, match",
+    [
+        ({"words": lambda w: [w[0][:-1] + "g", *w[1:]]}, "word 0 is not 7 lower-case hexadecimal digits"),
+        ({"words": lambda w: [w[0] + "0", *w[1:]]}, "word 0 is not 7"),
+        ({"words": lambda w: [w[0][:-1] + "f", *w[1:]]}, "bits set past its prefix_bits 26"),
+        ({"words": lambda w: [w[0], w[0], *w[2:]]}, "holds a prefix twice"),
+        ({"words": lambda w: [*w, "0000000"]}, "holds 2049 prefixes, more than the 2048 kept"),
+        ({"words": lambda w: w[:-1]}, "estimates are 2047 finite numbers"),
+        ({"words": "6162008"}, "words are a list"),
+        ({"estimates": lambda e: [float("inf"), *e[1:]]}, "estimates are 2048 finite numbers"),
+        ({"stds": lambda s: [-1.0, *s[1:]]}, "stds must be >= 0"),
+        ({"prefix_bits": 22}, "prefix_bits 22 cannot precede level 2"),
+        ({"level": 3}, "level 3 is past the task's last, 2"),
+        ({"generation": 0}, "generation is an integer >= 1"),
+        ({"round": -1}, "round is an integer >= 0"),
+        ({"format": 2}, "format is 2, not 1"),
+        ({"layout": None}, "another layout"),
+        ({"words": None}, "words are a list"),
+    ],
+)
+def test_a_tampered_publication_is_refused_in_one_line(published: dict, tamper: dict, match: str) -> None:
+    task = parse_task({**BASE, "mode": "trie", "top_k": 5})
+    with pytest.raises(ValueError, match=match) as e:
+        HeavyHittersTrie(task, resume_from=_tamper(published, **tamper)).initial_state()
+    assert "\n" not in str(e.value)
+    stateless = {k: v for k, v in published.items() if k != "state"}
+    with pytest.raises(ValueError, match="carries no trie state"):
+        HeavyHittersTrie(task, resume_from=stateless).initial_state()
+
+
+def test_the_job_resumes_from_the_newest_generation_or_starts_afresh(tmp_path: Path, published: dict) -> None:
+    from types import SimpleNamespace
+
+    from ldp.kinds.heavy_hitters import job_aggregator, newest_publication
+    from wire.publication import generation_path, write_publication
+
+    task = parse_task({**BASE, "mode": "trie", "top_k": 5})
+    first = {**published, "generation": 1, "level": 1}
+    write_publication(tmp_path, _tamper(first, prefix_bits=22, words=lambda w: [x[:6] for x in w[:10]],
+                                        estimates=lambda e: e[:10], stds=lambda s: s[:10]))  # fmt: skip
+    # a crash between the generation file and latest.json: the generation file is the newest
+    generation_path(tmp_path, 2).write_text(json.dumps(published), encoding="utf-8")
+    assert newest_publication(str(tmp_path))["generation"] == 2
+    resumed = job_aggregator(SimpleNamespace(trie_dir=str(tmp_path), overwrite=False), task)
+    assert resumed.resume_from["generation"] == 2
+    assert resumed.window_sequence().initial_state().survivors == 2048
+
+    other = parse_task({**BASE, "mode": "trie", "top_k": 6})
+    with pytest.raises(ValueError, match=r"--trie_dir '.*': cannot resume the trie: the trie state is of "
+                                         r"another layout .*; --trie_start fresh removes") as e:  # fmt: skip
+        job_aggregator(SimpleNamespace(trie_dir=str(tmp_path), overwrite=False), other)
+    assert "\n" not in str(e.value)
+    fresh = job_aggregator(SimpleNamespace(trie_dir=str(tmp_path), overwrite=True), other)
+    assert fresh.resume_from is None and list(tmp_path.iterdir()) == []
+    assert fresh.window_sequence().initial_state().generation == 0
+    empty = job_aggregator(SimpleNamespace(trie_dir=str(tmp_path / "new"), overwrite=False), task)
+    assert empty.resume_from is None  # a first run
