@@ -25,7 +25,7 @@ from transforms.aggregate import Aggregate
 from transforms.counts import COUNTER_NAMESPACE
 from transforms.io import DecodeReportMessages, WriteResults
 from transforms.runners import DirectRunnerWithoutPrism
-from transforms.sequence import FinalizeInOrder, SequenceFn, due_ms, window_sequence_of
+from transforms.sequence import FinalizeInOrder, SequenceFn, due_ms, resumed_closed, window_sequence_of
 from wire.publication import read_latest
 from wire.records import encode_report_container, reports_to_records
 
@@ -123,6 +123,36 @@ def test_batch_windows_are_stepped_in_order_of_start(tmp_path: Path) -> None:
     assert [q["running"] for q in pubs] == [15, 22, 34]  # the state carried over
     assert read_latest(tmp_path / "pub", task_id=TASK.task_id)["generation"] == 3
     assert _counter(result, "sequence_windows") == 3 and _counter(result, "sequence_late_panes") == 0
+
+
+class ResumedSequence(ToySequence):
+    """A ToySequence restarted after windows [-10, 0) s and [0, 10) s: their state and the latter's end."""
+
+    resumed_window_end = 10_000
+
+    def initial_state(self) -> tuple[int, tuple]:
+        return 100, (-10_000, 0)
+
+
+class ResumedAggregator(ToyAggregator):
+    def window_sequence(self) -> ResumedSequence:
+        return ResumedSequence(self)
+
+
+def test_a_resumed_sequence_counts_the_windows_it_already_stepped_as_late(tmp_path: Path) -> None:
+    rng = np.random.default_rng(SEEDS.spawn(6)[5])
+    msgs = [_message(rng, 12, 25), _message(rng, 10, 3), _message(rng, 7, 14), _message(rng, 5, 9.999)]
+    agg = ResumedAggregator(TASK, publish_dir=str(tmp_path / "pub"))
+    assert resumed_closed(ResumedSequence(agg)) == 9_999 and resumed_closed(ToySequence(agg)) is None
+    p = _pipeline()
+    _run(p, beam.Create(msgs), agg, WindowConfig(size_s=10),
+         [(10_000, "ON_TIME", 7, 10_000), (20_000, "ON_TIME", 12, 20_000)])  # fmt: skip
+    result = p.run()
+    result.wait_until_finish()
+    pubs = _publications(tmp_path / "pub")  # generations 3 and 4 follow the resumed state's 2
+    got = [(q["generation"], q["running"], q["starts"][-1]) for q in pubs]
+    assert got == [(3, 107, 10_000), (4, 119, 20_000)]
+    assert _counter(result, "sequence_late_panes") == 1 and _counter(result, "sequence_windows") == 2
 
 
 def _newest_first(tmp_path: Path, pipeline: beam.Pipeline, stream_end_s: float | None) -> None:
