@@ -2,11 +2,15 @@
 --trie_dir DIR`` on Prism over a watched directory, fed one file per window by the simulator with
 ``--trie DIR`` (each file's clients report at the level the job published last). One round: level 0,
 level 1, the verification level; the store holds each window's trie rows (prefix bits growing) and the
-verification window's heavy hitters. Also the job's one-line errors (--trie_dir, no event-time window)."""
+verification window's heavy hitters. Also the job's one-line errors (--trie_dir, no event-time window),
+and a batch job restarted after two windows: it resumes the trie from its newest publication (the third
+window's row equals the uninterrupted run's) or, with --overwrite, starts afresh."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -14,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ldp.aggregate import from_iso
 from ldp.task import load_task
 from pipelines.live import ChildJob
 from simulator import simulate_files
@@ -164,3 +169,67 @@ def test_trie_job_errors_are_one_line_and_exit_2(tmp_path: Path, capsys, monkeyp
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+# ------------------------------------------------------------------------- a restarted batch job resumes
+
+
+def _window_file(task, directory: Path, k: int, level: int) -> None:
+    """Window ``k`` (``[60 k, 60 k + 60)`` s): 6,000 users of the words dataset, at ``level``."""
+    from ldp.kinds.heavy_hitters.aggregate import encode_values
+    from wire.records import encode_report_container, reports_to_records
+
+    rng = np.random.default_rng(70 + k)
+    pick = rng.choice(4, size=6_000, p=[0.3, 0.2, 0.1, 0.4])
+    other = ["".join(w) for w in rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=(6_000, 3))]
+    values = [TOP[j] if j < 3 else other[i] for i, j in enumerate(pick)]
+    reports, groups = encode_values(task, values, rng=rng, level=level)
+    records = reports_to_records(task.task_id, reports, np.full(6_000, 60_000 * k + 1_000), groups)
+    directory.mkdir(exist_ok=True)
+    (directory / f"w{k}.avro").write_bytes(encode_report_container(records))
+
+
+def _run_job(tmp_path: Path, monkeypatch, inputs: str, out: str, *flags: str) -> dict[int, dict]:
+    """One batch job of the trie task over ``inputs`` (a glob under ``tmp_path``); its rows by window."""
+    from pipelines import cli
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    cli.main(["heavy-hitters", "--task", str(tmp_path / "task.json"), "--input", str(tmp_path / inputs),
+              "--output", str(tmp_path / out), "--window_size", "60", "--trie_dir", str(tmp_path / "pub"),
+              "--log_level", "WARNING", *flags])  # fmt: skip
+    rows = [json.loads(line) for f in sorted((tmp_path / out).glob("estimates-*.jsonl"))
+            for line in f.read_text(encoding="utf-8").splitlines()]  # fmt: skip
+    return {from_iso(r["window_start"]) // 60_000: r for r in rows}
+
+
+def test_a_restarted_batch_job_resumes_the_trie_or_starts_afresh(tmp_path: Path, monkeypatch, caplog) -> None:
+    task = load_task(_task_file(tmp_path))
+    for k in range(3):  # level 0, level 1, the verification level: a round without a restart
+        _window_file(task, tmp_path / ("first" if k < 2 else "second"), k, level=k)
+    (tmp_path / "all").mkdir()
+    for f in [*(tmp_path / "first").iterdir(), *(tmp_path / "second").iterdir()]:
+        (tmp_path / "all" / f.name).write_bytes(f.read_bytes())
+
+    whole = _run_job(tmp_path, monkeypatch, "all/*.avro", "whole")
+    assert [whole[k]["trie"]["status"] for k in range(3)] == ["search", "search", "verify"]
+    assert set(TOP) <= {h["value"] for h in whole[2]["heavy_hitters"]}
+    shutil.rmtree(tmp_path / "pub")
+
+    first = _run_job(tmp_path, monkeypatch, "first/*.avro", "run1")  # then the job is stopped
+    assert first == {k: whole[k] for k in range(2)}
+    assert read_latest(tmp_path / "pub", TASK["task_id"])["level"] == 2
+    # restarted over every file: windows 0 and 1 are late (already stepped), window 2 resumes
+    caplog.clear()
+    second = _run_job(tmp_path, monkeypatch, "all/*.avro", "run2")
+    assert second == {2: whole[2]}
+    late = [r for r in caplog.records if "came after the window was stepped" in r.getMessage()]
+    windows = sorted(re.search(r"T(\S+) pane", r.getMessage()).group(1) for r in late)
+    assert windows == ["00:00:00Z..00:01:00Z", "00:01:00Z..00:02:00Z"], late
+    latest = read_latest(tmp_path / "pub", TASK["task_id"])
+    assert latest["generation"] == 3 and latest["round"] == 1 and latest["level"] == 0
+
+    # --overwrite (the same output directory): the publications removed, the trie afresh at level 0, so
+    # window 2's reports at level 2 are stale
+    fresh = _run_job(tmp_path, monkeypatch, "second/*.avro", "run2", "--overwrite")
+    assert fresh[2]["trie"]["status"] == "no_reports" and fresh[2]["trie"]["stale_reports"] == 6_000
+    assert sorted(p.name for p in (tmp_path / "pub").iterdir()) == ["generation-000001.json", "latest.json"]
