@@ -300,5 +300,7 @@ def test_trie_dir_errors_are_one_line(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match=match) as e:
             job_aggregator(SimpleNamespace(trie_dir=str(path), **{"overwrite": False, **flags}), task)
         assert "\n" not in str(e.value), e.value
+    with pytest.raises(ValueError, match="--trie_start fresh needs --trie_dir"):
+        job_aggregator(SimpleNamespace(trie_dir=None, trie_start="fresh"), trie)
     job_aggregator(SimpleNamespace(trie_dir=str(pub), overwrite=True), trie)  # removes the publications only
     assert sorted(p.name for p in pub.iterdir()) == ["notes.txt"]

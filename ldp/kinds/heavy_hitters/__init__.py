@@ -131,11 +131,12 @@ def job_aggregator(options: Any, task: Any) -> Any:
     from ldp.kinds.heavy_hitters.aggregate import HeavyHittersAggregator
 
     agg = HeavyHittersAggregator(task)
-    path = getattr(options, "trie_dir", None)
+    path, start = getattr(options, "trie_dir", None), getattr(options, "trie_start", None)
     if not path:
+        if start is not None:
+            raise ValueError(f"--trie_start {start} needs --trie_dir (where the publications are)")
         return agg
     agg.publish_dir = path = _publication_dir(str(path), task)
-    start = getattr(options, "trie_start", None)
     if start is None:
         start = "fresh" if getattr(options, "overwrite", False) else "resume"
     if start not in TRIE_STARTS:
