@@ -441,18 +441,22 @@ def test_a_job_restarted_after_two_windows_steps_the_third_as_the_uninterrupted_
     assert read_latest(tmp_path, task.task_id)["round"] == 1
 
 
-def test_every_state_of_two_rounds_survives_the_publication_exactly() -> None:
-    pem = PEM(EPS, 3, top_k=5)
+@pytest.mark.parametrize("search_kind, windows", [("sketch", 7), ("olh", 4)])
+def test_every_state_of_a_round_survives_the_publication_exactly(search_kind: str, windows: int) -> None:
+    def make() -> PEM:
+        return PEM(EPS, 3, top_k=5, search=search_kind, expected_n=20_000)
+
+    pem = make()
     search = TrieSearch(pem)
     values = _values(6_000, 1)
     state = search.initial_state()
-    for w in range(7):  # search, search, verify, ... and the state before the first window
+    for w in range(windows):  # search, search, verify, ... and the state before the first window
         pub = {"generation": max(1, state.generation), "level": state.level,
                "state": json.loads(json.dumps(search.state_record(state)))}  # fmt: skip
-        back = TrieSearch(PEM(EPS, 3, top_k=5)).resume(pub)
+        back = TrieSearch(make()).resume(pub)
         assert _same_state(back, dataclasses_replace(state, generation=pub["generation"])), w
         state, _ = search.step(state, _window(pem, values, state.level, 10 + w))
-    assert state.round == 2 and state.level == 1
+    assert state.round == windows // 3 and state.level == windows % 3
 
 
 def dataclasses_replace(state: TrieState, **changes) -> TrieState:
