@@ -474,7 +474,7 @@ def _publication(task_json: dict, windows: int = 2) -> dict:
 def _tamper(pub: dict, **state) -> dict:
     out = json.loads(json.dumps(pub))
     for key, value in state.items():
-        if key in ("generation", "level"):
+        if key in ("generation", "level", "window_end"):
             out[key] = value
         elif value is None:
             del out["state"][key]
@@ -522,6 +522,7 @@ def test_a_publication_of_another_task_or_layout_is_refused(published: dict, cha
         ({"prefix_bits": 22}, "prefix_bits 22 cannot precede level 2"),
         ({"level": 3}, "level 3 is past the task's last, 2"),
         ({"generation": 0}, "generation is an integer >= 1"),
+        ({"window_end": "soon"}, "window_end is integer ms or null, not 'soon'"),
         ({"round": -1}, "round is an integer >= 0"),
         ({"format": 2}, "format is 2, not 1"),
         ({"layout": None}, "another layout"),

@@ -289,6 +289,9 @@ class HeavyHittersTrie:
         if pub.get("task_id") != self.task.task_id:
             theirs = pub.get("task_id")
             raise ValueError(f"a publication of task {theirs!r}, not of task {self.task.task_id!r}")
+        end = pub.get("window_end")
+        if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
+            raise ValueError(f"the publication's window_end is integer ms or null, not {end!r}")
         return self.search.resume(pub)
 
     def initial_state(self) -> TrieState:
