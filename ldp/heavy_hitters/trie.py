@@ -144,22 +144,23 @@ class TrieSearch:
         if not isinstance(rec, dict):
             raise ValueError("the publication carries no trie state (written by a release without resume?)")
         if rec.get("format") != STATE_FORMAT:
-            raise ValueError(f"the trie state's format is {rec.get('format')!r}, not {STATE_FORMAT}")
+            raise ValueError(f"the trie state's format is {_short(rec.get('format'))}, not {STATE_FORMAT}")
         if rec.get("layout") != self.fingerprint:
-            theirs = str(rec.get("layout"))[:40]
-            raise ValueError(f"the trie state is of another layout ({theirs!r}, this task's "
+            theirs = _short(rec.get("layout"))
+            raise ValueError(f"the trie state is of another layout ({theirs}, this task's "
                              f"{self.fingerprint!r}): another task, task parameters or release")  # fmt: skip
         generation, level = publication.get("generation"), publication.get("level")
         bits, rounds = rec.get("prefix_bits"), rec.get("round")
         for name, value, low in (("generation", generation, 1), ("level", level, 0), ("prefix_bits", bits, 0),
                                  ("round", rounds, 0)):  # fmt: skip
             if not _is_int(value) or value < low:
-                raise ValueError(f"the trie state's {name} is an integer >= {low}, not {value!r}")
+                raise ValueError(f"the trie state's {name} is an integer >= {low}, not {_short(value)}")
         self._check_level(level, bits)
         words = _words_of_hex(rec.get("words"), bits, (self.full_bits + 63) // 64)
         n = words.shape[0]
-        if n > max(self.pem.candidates, self.pem.top_k):
-            raise ValueError(f"the trie state holds {n} prefixes, more than the {self.pem.candidates} kept")
+        most = max(self.pem.candidates, self.pem.top_k)
+        if n > most:
+            raise ValueError(f"the trie state holds {n} prefixes, more than the {most} kept")
         if bits == 0 and n:
             raise ValueError("the trie state holds prefixes of 0 bits")
         if bits == self.full_bits and n and not StringBatch.from_words(words, self.pem.max_length)[1].all():
@@ -314,6 +315,12 @@ def layout_fingerprint(pem: PEM, context: Mapping[str, Any] | None = None) -> st
     }  # fmt: skip
     text = json.dumps({"pem": layout, "context": dict(context or {})}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _short(value: object, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a value read from a file, in a one-line error)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_int(value: object) -> bool:
