@@ -151,6 +151,8 @@ def test_a_live_trie_round_grows_the_trie_and_publishes_the_heavy_hitters(tmp_pa
     [
         ({"mode": "one_window"}, ["--trie_dir", "pub"], "--trie_dir needs a task in trie mode"),
         ({}, ["--trie_dir", "file/sub"], "cannot be created"),
+        ({}, ["--trie_dir", "old"], "cannot resume the trie: a publication of task None, not of task"),
+        ({}, ["--trie_start", "fresh"], "--trie_start fresh needs --trie_dir"),
         ({}, ["--streaming", "--early_firing", "2", "--streaming_duration", "3"], "needs event-time windows"),
     ],
 )
@@ -159,9 +161,11 @@ def test_trie_job_errors_are_one_line_and_exit_2(tmp_path: Path, capsys, monkeyp
     from pipelines import cli
 
     (tmp_path / "file").write_text("x")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "latest.json").write_text('{"generation": 4}')
     (tmp_path / "in.avro").write_bytes(b"")
     task_file = _task_file(tmp_path, **extra)
-    flags = [str(tmp_path / f) if f in ("pub", "file/sub") else f for f in flags]
+    flags = [str(tmp_path / f) if f in ("pub", "file/sub", "old") else f for f in flags]
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     with pytest.raises(SystemExit) as e:
         cli.main(["heavy-hitters", "--task", str(task_file), "--input", str(tmp_path / "in.avro"),
