@@ -21,8 +21,9 @@ repeat an answer without a second write (exactly once, across kill -9 and restar
 ``GET /healthz``; ``GET /metrics`` (the counts as JSON); ``GET /metrics/prometheus`` (Prometheus text);
 ``GET /v1/client_params`` (the task's client parameters, ``python -m wire.client``: what a device encodes
 with; 404 for a task without a client byte procedure); ``GET /v1/publication`` (with ``--trie_dir DIR``, a
-trie-mode heavy_hitters task: the newest publication the job wrote there, whose ``level`` the next window's
-clients report at; 404 ``no_publication`` before the first: level 0).
+trie-mode heavy_hitters task: the newest publication the job wrote there, without the job's resume
+``state``, whose ``level`` the next window's clients report at; 404 ``no_publication`` before the first:
+level 0).
 At start the collector adopts what a killed predecessor left in ``--output_dir`` (unfinished files: the
 blocks their ledgers record).
 With ``--demo_page DIR`` (the built TypeScript client package, ``clients/typescript``) it also serves the
@@ -259,8 +260,12 @@ class PublicationHandler(_ClientGetHandler):
         if latest is None:
             detail = "no window has been published yet: clients report at level 0"
             return self.answer(404, {"error": "no_publication", "detail": detail})
-        return self.answer(200, latest)
+        # the aggregator's resume state (survivor words, up to a few hundred KB) stays on the server
+        return self.answer(200, {k: v for k, v in latest.items() if k not in SERVER_ONLY_KEYS})
 
+
+#: publication keys ``GET /v1/publication`` leaves out: what only a restarted job needs
+SERVER_ONLY_KEYS = frozenset({"state"})
 
 _MEDIA_TYPES = {JSON_TYPE: JSON_TYPE, AVRO_TYPE: AVRO_TYPE}
 

@@ -372,10 +372,12 @@ def test_collector_serves_client_params_and_the_newest_publication(tmp_path, ran
         status, body, _ = served.get("/v1/publication")
         assert (status, body["error"]) == (404, "no_publication") and "report at level 0" in body["detail"]
         publication = {"task_id": task.task_id, "generation": 1, "level": 1, "window_end": START_MS,
-                       "status": "search", "prefix_bits": 22, "survivors": 3, "prefixes": []}  # fmt: skip
+                       "status": "search", "prefix_bits": 22, "survivors": 3, "prefixes": [],
+                       "state": {"words": ["ab" * 8] * 3}}  # fmt: skip
         write_publication(trie_dir, publication)
         status, body, _ = served.get("/v1/publication")
         assert status == 200 and body["level"] == 1 and body["generation"] == 1
+        assert "state" not in body and body["prefixes"] == []  # the job's resume state is not served
         (trie_dir / "latest.json").write_text("{not json", encoding="utf-8")
         status, body, headers = served.get("/v1/publication")
         assert (status, body["error"], headers["Retry-After"]) == (503, "unavailable", "5")
