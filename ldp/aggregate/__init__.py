@@ -170,6 +170,10 @@ class WindowSequence(Protocol):
     the window's result rows (written like ``finalize``'s) and a publication: a JSON-able dict (keys
     ``task_id``, ``generation`` (windows finalized so far, from 1), ``level`` (what the next window's
     clients report at), ``window_end`` (ms or None), plus the kind's own) or None (nothing to publish).
+
+    A sequence resumed from an earlier run's publication may carry ``resumed_window_end`` (ms): the stack
+    then treats every window ending at or before it as already stepped (late, dropped), so a replay cannot
+    fork the state (:func:`transforms.sequence.resumed_closed` reads it with a default of None).
     """
 
     def initial_state(self) -> Any:
