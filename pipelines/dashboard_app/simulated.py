@@ -214,9 +214,11 @@ class SimulatedStream:
         std = np.asarray(est.std, dtype=np.float64)  # Eq. 4 at the clipped estimate (ldp.intervals "normal")
         freqs = np.asarray(est.frequencies, dtype=np.float64)
         lo, hi = freqs - 1.96 * std, freqs + 1.96 * std
-        from ldp.selection import discoveries
+        from ldp.intervals import zero_p_values
+        from ldp.selection import flag_p_values
 
-        found = discoveries(freqs, std, d)  # the rows' flag is the job's: Bonferroni over the domain
+        p_zero = zero_p_values(oracle, est)  # GRR: exact binomial p-values of frequency 0, as the job's rows
+        found = flag_p_values(p_zero, d) & (freqs > 0)  # the job's flag: Bonferroni over the domain
         rows = []
         for i in range(d):
             rows.append(
@@ -230,6 +232,7 @@ class SimulatedStream:
                     "unbiased": float(freqs[i]),
                     "unbiased_std": float(std[i]),
                     "ci_includes_zero": int(not found[i]),
+                    "extra_json": json.dumps({"p_zero": float(p_zero[i])}),
                     "method": "base",
                 }
             )
