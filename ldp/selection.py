@@ -154,6 +154,14 @@ def binomial_p_values(counts: np.ndarray, n: int, q: float) -> np.ndarray:
     return out
 
 
+def _check_rule(d: int, alpha: float, rule: str, given: int, what: str) -> None:
+    _check(d, alpha)
+    if rule not in RULES:
+        raise ValueError(f"unknown multiple-comparison rule {rule!r}; one of {', '.join(RULES)}")
+    if given > d:
+        raise ValueError(f"{given} {what} given for a domain of {d}")
+
+
 def discoveries(
     unbiased: np.ndarray,
     std: np.ndarray,
@@ -168,12 +176,8 @@ def discoveries(
     Raises:
         ValueError: an unknown rule, ``d`` smaller than the number of values given, a bad ``alpha``.
     """
-    _check(d, alpha)
-    if rule not in RULES:
-        raise ValueError(f"unknown multiple-comparison rule {rule!r}; one of {', '.join(RULES)}")
     u = np.asarray(unbiased, dtype=np.float64)
-    if u.size > d:
-        raise ValueError(f"{u.size} values given for a domain of {d}")
+    _check_rule(d, alpha, rule, u.size, "values")
     if rule == "bonferroni":
         s = np.asarray(std, dtype=np.float64)
         with np.errstate(invalid="ignore"):
@@ -190,12 +194,8 @@ def flag_p_values(p: np.ndarray, d: int, rule: str = DEFAULT_RULE, alpha: float 
     Raises:
         ValueError: an unknown rule, ``d`` smaller than the number of p-values, a bad ``alpha``.
     """
-    _check(d, alpha)
-    if rule not in RULES:
-        raise ValueError(f"unknown multiple-comparison rule {rule!r}; one of {', '.join(RULES)}")
     p = np.asarray(p, dtype=np.float64)
-    if p.size > d:
-        raise ValueError(f"{p.size} p-values given for a domain of {d}")
+    _check_rule(d, alpha, rule, p.size, "p-values")
     if rule == "bonferroni":
         return np.asarray(p <= alpha / float(d), dtype=bool)
     order = np.argsort(p, kind="stable")
