@@ -150,6 +150,11 @@ def _string_cell(text: str) -> str:
     return f"<td class='name hh'><code>{shape.html_text(text)}</code></td>"
 
 
+def _item_tag(item: Any) -> str:
+    """``(#item)``: tells apart prefixes that print alike (an integer, never text from the store)."""
+    return f"(#{int(item)})"
+
+
 def _heading(pane: Row, extra: Mapping[str, Any], shown: int) -> str:
     """The line above the table: the window, its reports, what was published and by which rule."""
     window = shape.format_window(int(pane["window_start"]), int(pane["window_end"]))
@@ -203,7 +208,7 @@ def hh_table_html(cols: Mapping[str, list[Any]], pane: Row | None, extra: Mappin
         return f"{head}<p class='ldp-h'>no string passed the publication rule in this window</p>{levels}"
     body = "".join(
         f"<tr data-item='{int(cols['item'][i])}' data-rank='{int(cols['rank'][i])}'>"
-        f"<td>{cols['rank'][i]}</td>{_string_cell(cols['value'][i])}"
+        f"<td>{int(cols['rank'][i])}</td>{_string_cell(cols['value'][i])}"
         f"<td class='estimate'>{markup.fmt(cols['estimate'][i])}</td>"
         f"<td>{markup.fmt(cols['std'][i])}</td><td>{markup.fmt(cols['ci_low'][i])}</td>"
         f"<td>{markup.fmt(cols['ci_high'][i])}</td></tr>"
@@ -275,8 +280,8 @@ def trie_table_html(pane: Row | None, rows: Iterable[Row]) -> str:
     cols = hh_table_columns(rows)
     texts = cols["value"]
     body = "".join(
-        f"<tr data-item='{int(cols['item'][i])}'><td>{cols['rank'][i]}</td>{_string_cell(texts[i])}"
-        f"<td>{'(#' + str(cols['item'][i]) + ')' if texts.count(texts[i]) > 1 else ''}</td>"
+        f"<tr data-item='{int(cols['item'][i])}'><td>{int(cols['rank'][i])}</td>{_string_cell(texts[i])}"
+        f"<td>{_item_tag(cols['item'][i]) if texts.count(texts[i]) > 1 else ''}</td>"
         f"<td class='estimate'>{markup.fmt(cols['estimate'][i])}</td><td>{markup.fmt(cols['std'][i])}</td>"
         f"<td>{markup.fmt(cols['ci_low'][i])}</td><td>{markup.fmt(cols['ci_high'][i])}</td></tr>"
         for i in range(len(cols["item"]))
