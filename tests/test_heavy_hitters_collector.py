@@ -195,6 +195,7 @@ def _wait_healthy(proc: subprocess.Popen, port: int) -> None:
             assert proc.poll() is None, proc.stderr and proc.stderr.read()
             assert time.monotonic() < deadline, "the collector did not start"
             time.sleep(0.2)
+            time.sleep(0.2)
 
 
 def _post(conn: http.client.HTTPConnection, media: str, body: bytes) -> tuple[int, dict]:
