@@ -589,8 +589,13 @@ def _slots_used(cluster: Cluster, tm: str) -> int:
 
 
 def _restarts(cluster: Cluster, jid: str) -> int:
+    """At least how many times the job restarted. Two sources: Flink's ``numRestarts`` gauge, which the
+    REST metric store samples (under load it has read 0 for minutes after a restart), and the job's own
+    status history (``timestamps.RESTARTING`` is set when the job first enters RESTARTING), read from the
+    execution graph; the larger counts."""
+    entered = int(cluster.get(f"/jobs/{jid}").get("timestamps", {}).get("RESTARTING", 0) > 0)
     metrics = cluster.get(f"/jobs/{jid}/metrics?get=numRestarts")
-    return int(float(metrics[0]["value"])) if metrics else 0
+    return max(entered, int(float(metrics[0]["value"])) if metrics else 0)
 
 
 def _all_tasks_running(cluster: Cluster, jid: str) -> bool:
