@@ -10,6 +10,13 @@ answered 200. A send that fails or times out (the broker down, the topic not wri
 :class:`~pipelines.collector.WriteError`, which the collector answers with 503 and counts in
 ``write_errors``. There are no files, so nothing is rolled or adopted; idempotency keys are remembered in
 memory only (for ``--idempotency_window_s``, not across restarts).
+
+A timed-out send may still reach the topic, and a retry (the same key and body) is then sent again, after
+a 503 or after a restart. So the message of a request that carried an ``Idempotency-Key`` has an
+``ldp-request`` header, the hex of the key's digest, ``:``, the hex of the body's digest (never the key
+itself), by which the job's bridge (:mod:`transforms.kafka`) spools a retry once within its dedup window:
+end to end, a keyed request is counted once if its retries come within that window; a request without a
+key has no header and is at least once.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import fastavro
 
 import schemas
 from pipelines.collector import IdempotencyKeys, WriteError, _avro_long
-from transforms.kafka import KafkaTopic, parse_kafka_url
+from transforms.kafka import REQUEST_HEADER, KafkaTopic, parse_kafka_url
 from wire.records import now_ms
 
 __all__ = ["TopicWriter"]
@@ -39,9 +46,10 @@ _LOG = logging.getLogger(__name__)
 class TopicTicket:
     """One request's message, sent by :meth:`TopicWriter.commit` (acknowledged when ``done``)."""
 
-    def __init__(self, message: bytes, count: int) -> None:
+    def __init__(self, message: bytes, count: int, request: bytes | None = None) -> None:
         self.message = message
         self.count = count
+        self.request = request  # the ldp-request header's value (None: the request had no key)
         self.done = False
 
 
@@ -92,14 +100,16 @@ class TopicWriter:
                count: int | None = None, sender: bytes | None = None, key: bytes | None = None,
                body: bytes | None = None) -> TopicTicket | None:  # fmt: skip
         """The message of one block (``records``, or their encoding ``data`` of ``count`` records): the
-        container header, then the block. Nothing is sent yet (see :meth:`commit`)."""
+        container header, then the block; with ``key`` (the Idempotency-Key's digest) and ``body`` (the
+        request body's), its request id ``KEYHEX:BODYHEX``. Nothing is sent yet (see :meth:`commit`)."""
         if data is None:
             if not records:
                 return None
             data, count = self.encode_block(records), len(records)
         assert count is not None and count > 0
         block = _avro_long(count) + _avro_long(len(data)) + data + self._sync
-        return TopicTicket(self._header + block, count)
+        request = None if key is None or body is None else f"{key.hex()}:{body.hex()}".encode("ascii")
+        return TopicTicket(self._header + block, count, request)
 
     def _send(self, t: TopicTicket) -> None:
         """Sends ``t`` and waits for the broker's acknowledgement; :class:`WriteError` when it does not
@@ -110,6 +120,8 @@ class TopicWriter:
         try:
             stamp = now_ms()
             header = [("event_time", str(stamp).encode())]
+            if t.request is not None:
+                header.append((REQUEST_HEADER, t.request))
             future = self._current().send(
                 self.target.topic, value=t.message, timestamp_ms=stamp, headers=header
             )

@@ -13,6 +13,13 @@ deletes ``.tmp`` leftovers, adds the marker of a renamed file that lacks one, an
 at the larger of the offset after its last spool file and the group's committed offset: a bridge killed
 at any point (SIGKILL included) and started again neither loses nor repeats a message.
 
+Retries spooled once: a message whose ``ldp-request`` header (``KEYHEX:BODYHEX``, the digests of an
+Idempotency-Key and of its request's body, set by ``ldp-beam collect --output_topic``) was spooled within
+the dedup window (7 days) is dropped, counted and committed past. The ids spooled are journaled in
+``.requests-TOPIC`` (``TIME PARTITION OFFSET ID``), appended and fsynced before the batch's files are
+renamed, read back and compacted on start. The same key with another body is spooled (a key conflict, not a
+retry); a message without the header is spooled as it is.
+
 The URL: ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC[?group=GROUP&spool=DIR]``. ``group`` defaults to
 ``ldp-beam-<task id>``; ``spool`` to ``~/.cache/ldp-beam/kafka-spool/<bootstrap>/<topic>/<group>``
 (``LDP_KAFKA_SPOOL_ROOT`` replaces the root). A job started again with the same spool re-reads it whole,
@@ -61,6 +68,13 @@ MAX_BATCH = 500
 POLL_MS = 500
 #: Seconds between looks for partitions added to the topic.
 PARTITION_REFRESH_S = 5.0
+#: The header naming the request a message came from (``KEYHEX:BODYHEX``, set by the collector).
+REQUEST_HEADER = "ldp-request"
+_REQUEST_RE = re.compile(r"[0-9a-f]{16,128}:[0-9a-f]{16,128}")
+#: How long the bridge remembers a spooled request: a repeat within it is dropped (7 days).
+DEDUP_WINDOW_S = 7 * 86_400.0
+#: Duplicates named per log line (the rest are counted).
+_LOG_ITEMS = 10
 
 
 class KafkaSourceError(ValueError):
@@ -144,10 +158,24 @@ def parse_kafka_url(url: str) -> KafkaTopic:
 class Spool:
     """One topic's messages as files of a directory, each complete before its ``.done`` marker."""
 
-    def __init__(self, directory: str | os.PathLike[str], topic: str) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], topic: str, *, dedup_window_s: float = DEDUP_WINDOW_S
+    ) -> None:
+        if not dedup_window_s > 0:
+            raise ValueError(f"the dedup window must be > 0 s, got {dedup_window_s}")
         self.dir = Path(directory)
         self.topic = topic
+        self.dedup_window_s = float(dedup_window_s)
+        #: ``{request id: (unix time, partition, offset)}`` of the keyed messages spooled in the window
+        self.requests: dict[str, tuple[float, int, int]] = {}
+        self._by_key: dict[str, str] = {}  # key digest -> its last request id
+        self._journal_lines = 0
         self._name_re = re.compile(rf"{re.escape(topic)}-(\d{{5}})-(\d{{20}})\.avro")
+
+    @property
+    def journal(self) -> Path:
+        """``.requests-TOPIC``: one line ``TIME PARTITION OFFSET REQUEST`` per keyed message spooled."""
+        return self.dir / f".requests-{self.topic}"
 
     def name(self, partition: int, offset: int) -> str:
         return f"{self.topic}-{partition:05d}-{offset:020d}.avro"
@@ -176,13 +204,67 @@ class Spool:
             if entry.name.endswith(".tmp") and self._name_re.fullmatch(entry.name[: -len(".tmp")]):
                 os.unlink(entry.path)
         positions: dict[int, int] = {}
-        for (partition, offset), path in self.files().items():
+        files = self.files()
+        for (partition, offset), path in files.items():
             positions[partition] = max(positions.get(partition, 0), offset + 1)
             marker = Path(f"{path}.done")
             if not marker.exists():  # renamed after its fsync: complete; only the marker is missing
                 marker.touch()
+        self._load_requests(set(files), positions)
         fsync_dir(self.dir)
         return positions
+
+    def _load_requests(self, files: set[tuple[int, int]], positions: dict[int, int]) -> None:
+        """Reads the journal back: torn lines and lines older than the window are dropped, and so is the
+        line of a file that is missing at or past its partition's last file (the bridge died between the
+        journal and the rename: the message is read and spooled again). A missing file below it was
+        pruned: its line stays. Then the journal is rewritten compacted."""
+        self.requests, self._by_key = {}, {}
+        if not self.journal.exists():
+            return
+        now = time.time()
+        for line in self.journal.read_text(encoding="ascii", errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) != 4 or not _REQUEST_RE.fullmatch(parts[3]):
+                continue  # a torn line
+            try:
+                t, partition, offset = float(parts[0]), int(parts[1]), int(parts[2])
+            except ValueError:
+                continue
+            if not now - t < self.dedup_window_s:
+                continue
+            if (partition, offset) not in files and offset >= positions.get(partition, 0):
+                continue
+            self._remember(parts[3], t, partition, offset)
+        self._rewrite_journal()
+
+    def _remember(self, request: str, t: float, partition: int, offset: int) -> None:
+        self.requests[request] = (t, partition, offset)
+        self._by_key[request.partition(":")[0]] = request
+
+    def _rewrite_journal(self) -> None:
+        """The journal as the requests in memory (tmp, fsync, rename, directory fsync)."""
+        tmp = self.journal.with_name(self.journal.name + ".tmp")
+        entries = sorted(self.requests.items(), key=lambda kv: kv[1])
+        with open(tmp, "w", encoding="ascii") as fh:
+            fh.writelines(f"{t:.3f} {p} {o} {r}\n" for r, (t, p, o) in entries)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.journal)
+        fsync_dir(self.dir)
+        self._journal_lines = len(entries)
+
+    def seen(self, request: str, now: float) -> tuple[int, int] | None:
+        """``(partition, offset)`` of the message that spooled ``request`` within the window, else None."""
+        hit = self.requests.get(request)
+        if hit is None or not now - hit[0] < self.dedup_window_s:
+            return None
+        return hit[1], hit[2]
+
+    def other_body(self, request: str, now: float) -> tuple[int, int] | None:
+        """Where the same key was spooled with another body within the window (None: it was not)."""
+        other = self._by_key.get(request.partition(":")[0])
+        return None if other is None or other == request else self.seen(other, now)
 
     def check_cluster(self, cluster_id: str | None, *, record: bool = True) -> None:
         """Ties the spool to the Kafka cluster its offsets came from: the first call records
@@ -207,9 +289,12 @@ class Spool:
         tmp.write_text(cluster_id + "\n", encoding="utf-8")
         os.replace(tmp, path)
 
-    def write(self, messages: Sequence[tuple[int, int, bytes | None]]) -> None:
+    def write(
+        self, messages: Sequence[tuple[int, int, bytes | None]], requests: Sequence[tuple[int, int, str]] = ()
+    ) -> None:
         """Writes ``(partition, offset, value)`` messages durably: every file fsynced under a temporary name,
-        renamed, marked done, and the directory fsynced, before this returns."""
+        the ``(partition, offset, request id)`` of the keyed ones appended to the journal and fsynced,
+        the files renamed and marked done, and the directory fsynced, before this returns."""
         staged: list[tuple[Path, Path]] = []
         for partition, offset, value in messages:
             final = self.dir / self.name(partition, offset)
@@ -219,11 +304,34 @@ class Spool:
                 fh.flush()
                 os.fsync(fh.fileno())
             staged.append((tmp, final))
+        now = time.time()
+        if requests:
+            self._append_journal(requests, now)
         for tmp, final in staged:
             os.replace(tmp, final)
         for _, final in staged:
             Path(f"{final}.done").touch()
         fsync_dir(self.dir)
+        for partition, offset, request in requests:
+            self._remember(request, now, partition, offset)
+        if self._journal_lines > 2 * len(self.requests) + 10_000:
+            self._compact(now)
+
+    def _append_journal(self, requests: Sequence[tuple[int, int, str]], now: float) -> None:
+        new = not self.journal.exists()
+        with open(self.journal, "a", encoding="ascii") as fh:
+            fh.writelines(f"{now:.3f} {p} {o} {r}\n" for p, o, r in requests)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if new:
+            fsync_dir(self.dir)
+        self._journal_lines += len(requests)
+
+    def _compact(self, now: float) -> None:
+        """Forgets the requests older than the window and rewrites the journal."""
+        self.requests = {r: v for r, v in self.requests.items() if now - v[0] < self.dedup_window_s}
+        self._by_key = {r.partition(":")[0]: r for r in self.requests}
+        self._rewrite_journal()
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -233,10 +341,49 @@ class Spool:
 
 @dataclasses.dataclass
 class BridgeStats:
+    """What a bridge did: ``read`` = ``messages`` (spooled) + ``duplicates`` (dropped)."""
+
+    read: int = 0
     messages: int = 0
     bytes: int = 0
     batches: int = 0
+    duplicates: int = 0
+    key_conflicts: int = 0
+    bad_request_ids: int = 0
     commit_failures: int = 0
+
+    def line(self) -> str:
+        return (f"read {self.read} messages: {self.messages} spooled ({self.bytes} bytes) in {self.batches} "
+                f"batches, {self.duplicates} duplicates dropped, {self.key_conflicts} key conflicts, "
+                f"{self.bad_request_ids} unreadable {REQUEST_HEADER} headers; "
+                f"{self.commit_failures} failed commits")  # fmt: skip
+
+
+def request_id(headers: Iterable[tuple[str, bytes]] | None) -> str | bool | None:
+    """A message's ``ldp-request`` header: the request id (``KEYHEX:BODYHEX``), None without the header,
+    False when it is there but not such an id."""
+    for name, value in headers or ():
+        if name == REQUEST_HEADER:
+            text = value.decode("ascii", "replace") if isinstance(value, bytes) else ""
+            return text if _REQUEST_RE.fullmatch(text) else False
+    return None
+
+
+@dataclasses.dataclass
+class _Batch:
+    """One poll's messages after the dedup: what to spool and journal, and what was dropped or flagged."""
+
+    keep: list[tuple[int, int, bytes | None]] = dataclasses.field(default_factory=list)
+    requests: list[tuple[int, int, str]] = dataclasses.field(default_factory=list)
+    duplicates: list[tuple[tuple[int, int], tuple[int, int]]] = dataclasses.field(default_factory=list)
+    conflicts: list[tuple[tuple[int, int], tuple[int, int]]] = dataclasses.field(default_factory=list)
+    bad: int = 0
+
+
+def _where(items: Sequence[tuple[tuple[int, int], tuple[int, int]]]) -> str:
+    shown = ", ".join(f"{p}:{o} (first {fp}:{fo})" for (p, o), (fp, fo) in items[:_LOG_ITEMS])
+    more = len(items) - _LOG_ITEMS
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 class Bridge:
@@ -251,10 +398,11 @@ class Bridge:
         *,
         poll_ms: int = POLL_MS,
         max_batch: int = MAX_BATCH,
+        dedup_window_s: float = DEDUP_WINDOW_S,
         consumer_factory: Callable[..., Any] | None = None,
     ) -> None:
         self.source = source
-        self.spool = Spool(spool_dir, source.topic)
+        self.spool = Spool(spool_dir, source.topic, dedup_window_s=dedup_window_s)
         self.group = group
         self.poll_ms = poll_ms
         self.max_batch = max_batch
@@ -296,11 +444,11 @@ class Bridge:
         _LOG.info("bridge %s: partitions %s of %s", self.group, sorted(found), self.source.topic)
         self._assigned = set(found)
 
-    def _commit(self, consumer: Any, messages: Sequence[tuple[int, int, bytes | None]]) -> None:
+    def _commit(self, consumer: Any, messages: Sequence[tuple[int, int, Any, Any]]) -> None:
         from kafka import OffsetAndMetadata, TopicPartition
 
         offsets = {}
-        for partition, offset, _ in messages:
+        for partition, offset, _, _ in messages:
             self._positions[partition] = max(self._positions.get(partition, 0), offset + 1)
             offsets[TopicPartition(self.source.topic, partition)] = OffsetAndMetadata(
                 self._positions[partition], "", -1
@@ -325,17 +473,62 @@ class Bridge:
                         time.sleep(self.poll_ms / 1000)
                         continue
                 batch = consumer.poll(timeout_ms=self.poll_ms, max_records=self.max_batch)
-                messages = [(tp.partition, r.offset, r.value) for tp, recs in batch.items() for r in recs]
+                messages = [(tp.partition, r.offset, r.value, request_id(getattr(r, "headers", None)))
+                            for tp, recs in batch.items() for r in recs]  # fmt: skip
                 if not messages:
                     continue
-                self.spool.write(messages)
-                self._commit(consumer, messages)
-                self.stats.messages += len(messages)
-                self.stats.bytes += sum(len(v or b"") for _, _, v in messages)
-                self.stats.batches += 1
+                written = self._dedup(messages)
+                self.spool.write(written.keep, written.requests)
+                self._commit(consumer, messages)  # past the dropped duplicates too
+                self._count(len(messages), written)
         finally:
             consumer.close(autocommit=False)
         return self.stats
+
+    def _dedup(self, messages: Sequence[tuple[int, int, bytes | None, str | bool | None]]) -> _Batch:
+        """The messages to spool, and the ``(partition, offset, request id)`` of the keyed ones: a request
+        spooled within the window (or earlier in this batch) is dropped; the same key with another body
+        is spooled and counted as a key conflict."""
+        now = time.time()
+        out = _Batch()
+        batch: dict[str, tuple[int, int]] = {}
+        keys: dict[str, tuple[int, int]] = {}
+        for partition, offset, value, rid in messages:
+            if isinstance(rid, str):
+                first = batch.get(rid) or self.spool.seen(rid, now)
+                if first is not None:
+                    out.duplicates.append(((partition, offset), first))
+                    continue
+                key = rid.partition(":")[0]
+                other = keys.get(key) or self.spool.other_body(rid, now)
+                if other is not None:
+                    out.conflicts.append(((partition, offset), other))
+                batch[rid] = keys[key] = (partition, offset)
+                out.requests.append((partition, offset, rid))
+            elif rid is False:
+                out.bad += 1
+            out.keep.append((partition, offset, value))
+        return out
+
+    def _count(self, read: int, b: _Batch) -> None:
+        """Adds a written batch to the stats and logs its duplicates and conflicts (once per batch)."""
+        s = self.stats
+        s.read += read
+        s.messages += len(b.keep)
+        s.bytes += sum(len(v or b"") for _, _, v in b.keep)
+        s.batches += 1
+        s.duplicates += len(b.duplicates)
+        s.key_conflicts += len(b.conflicts)
+        s.bad_request_ids += b.bad
+        if b.duplicates:
+            _LOG.info("bridge %s: %d duplicate request(s) dropped: %s; so far %s", self.group,
+                      len(b.duplicates), _where(b.duplicates), s.line())  # fmt: skip
+        if b.conflicts:
+            _LOG.warning("bridge %s: %d message(s) reuse an Idempotency-Key with another body (spooled, not "
+                         "a retry): %s", self.group, len(b.conflicts), _where(b.conflicts))  # fmt: skip
+        if b.bad:
+            _LOG.warning("bridge %s: %d message(s) with an unreadable %s header spooled without dedup",
+                         self.group, b.bad, REQUEST_HEADER)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -508,6 +701,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--parent_pid", type=int, help="stop when this process is no longer the parent")
     p.add_argument("--poll_ms", type=int, default=POLL_MS, help="longest wait of one poll, ms")
     p.add_argument("--max_batch", type=int, default=MAX_BATCH, help="messages per durable batch")
+    p.add_argument("--dedup_window_s", type=float, default=DEDUP_WINDOW_S,
+                   help=f"seconds a spooled {REQUEST_HEADER} is remembered; a repeat within it is dropped "
+                   "(default 7 days; at least the collector's --idempotency_window_s)")  # fmt: skip
     return p
 
 
@@ -520,6 +716,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         p.exit(2, f"error: --input_topic: {exc}\n")
     if ns.poll_ms < 1 or ns.max_batch < 1:
         p.exit(2, "error: --poll_ms and --max_batch must be >= 1\n")
+    if not 0 < ns.dedup_window_s < float("inf"):
+        p.exit(2, "error: --dedup_window_s must be a number of seconds > 0\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stopping: list[int] = []
 
@@ -534,15 +732,15 @@ def main(argv: Iterable[str] | None = None) -> int:
 
     group = ns.group or source.group_for(None)
     spool = os.path.abspath(ns.spool) if ns.spool else source.spool_for(None)
-    bridge = Bridge(source, spool, group, poll_ms=ns.poll_ms, max_batch=ns.max_batch)
+    bridge = Bridge(source, spool, group, poll_ms=ns.poll_ms, max_batch=ns.max_batch,
+                    dedup_window_s=ns.dedup_window_s)  # fmt: skip
     _LOG.info("bridge %s -> %s (group %s)", source.url, spool, group)
     try:
         stats = bridge.run(stop)
     except KafkaSourceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"bridge stopped: {stats.messages} messages ({stats.bytes} bytes) in {stats.batches} batches to "
-          f"{spool}; {stats.commit_failures} failed commits", file=sys.stderr)  # fmt: skip
+    print(f"bridge stopped ({spool}): {stats.line()}", file=sys.stderr)
     return 0
 
 
