@@ -1,7 +1,8 @@
 """The Kafka source against a real broker (``tools/kafka/broker.sh``, KRaft, 127.0.0.1): the broker starts
 and stops by PID, ``ldp-beam simulate --output_topic kafka://...`` publishes every report, a bridge killed
-with SIGKILL mid-stream and started again loses and repeats no message, and the streaming frequency job
-(DirectRunner, and Prism when built) counts in every window exactly the reports produced for it."""
+with SIGKILL mid-stream and started again loses and repeats no message, a request the collector sent twice
+(a retry after a timeout) is spooled once, and the streaming frequency job (DirectRunner, and Prism when
+built) counts in every window exactly the reports produced for it."""
 
 from __future__ import annotations
 
@@ -223,3 +224,41 @@ def test_the_streaming_frequency_job_counts_every_window_as_produced(kafka_broke
     assert summary["counts"]["rejected_undecodable"] == 1  # the garbage message: a dead letter
     dead = glob.glob(str(out / "dead_letter" / "*.avro"))
     assert dead
+
+
+def _bridge_until(url: str, spool: Path, group: str, read: int, timeout_s: float):
+    """Runs a bridge in this process until it has read ``read`` messages (or ``timeout_s`` passed)."""
+    from transforms.kafka import Bridge, parse_kafka_url
+
+    bridge = Bridge(parse_kafka_url(url), str(spool), group, poll_ms=100)
+    deadline = time.monotonic() + timeout_s
+    return bridge.run(lambda: bridge.stats.read >= read or time.monotonic() > deadline)
+
+
+def test_a_request_retried_after_a_timeout_is_spooled_once(kafka_broker, tmp_path):  # noqa: F811
+    from pipelines.collect_topic import TopicWriter
+    from pipelines.collector import IdempotencyKeys
+
+    url, spool = kafka_broker.url("retry"), tmp_path / "spool"
+    writer = TopicWriter(url, timeout_s=30)
+    key, other = IdempotencyKeys.digest("request-0001"), IdempotencyKeys.digest("request-0002")
+    body = IdempotencyKeys.digest(b"the request body")
+    try:
+        # the ambiguous produce: the broker took the first copy, the client retried with the same key
+        # and body; another request between them, and the retry the partition's last message
+        for k, data in ((key, b"first"), (other, b"second"), (key, b"first")):
+            writer.commit_sync(writer.append(data=data, count=1, key=k, body=body))
+        stats = _bridge_until(url, spool, "retry", 3, 45)
+        assert (stats.read, stats.messages, stats.duplicates) == (3, 2, 1)
+        assert sorted(spool_messages(spool, "retry")) == [(0, 0), (0, 1)]
+        assert "0 0 " in (spool / ".requests-retry").read_text()
+        # the same group again: resumes past the dropped repeat (its offset was committed)
+        assert _bridge_until(url, spool, "retry", 1, 3).read == 0
+        # a group without a committed offset resumes at the spool's end: it reads the repeat once more and
+        # drops it again from the journal, then spools the next message (an unkeyed one: kept)
+        writer.commit_sync(writer.append(data=b"first", count=1, key=None, body=body))
+        again = _bridge_until(url, spool, "retry-2", 2, 45)
+        assert (again.read, again.messages, again.duplicates) == (2, 1, 1)
+        assert sorted(spool_messages(spool, "retry")) == [(0, 0), (0, 1), (0, 3)]
+    finally:
+        writer.close()
