@@ -144,6 +144,22 @@ def test_the_window_forgets_old_requests_so_a_very_late_repeat_is_spooled(tmp_pa
         Spool(tmp_path, "t", dedup_window_s=0)
 
 
+def test_a_running_bridge_forgets_requests_older_than_the_window(tmp_path, monkeypatch):
+    clock = [1_000_000.0]
+    monkeypatch.setattr(kafka.time, "time", lambda: clock[0])
+    spool = Spool(tmp_path, "t", dedup_window_s=100)
+    spool.recover()
+    spool.write([(0, 0, b"a")], [(0, 0, RID)])
+    clock[0] += 60  # half the window later: the journal is compacted, the first id still in it
+    spool.write([(0, 1, b"b")], [(0, 1, OTHER_KEY)])
+    assert set(spool.requests) == {RID, OTHER_KEY} and len(_journal(tmp_path)) == 2
+    clock[0] += 60  # RID is 120 s old: forgotten in memory and in the journal at the next write
+    spool.write([(0, 2, b"c")], [(0, 2, OTHER_BODY)])
+    assert set(spool.requests) == {OTHER_KEY, OTHER_BODY}
+    assert [line[3] for line in _journal(tmp_path)] == [OTHER_KEY, OTHER_BODY]
+    assert spool.seen(RID, clock[0]) is None and spool.other_body(RID, clock[0]) == (0, 2)
+
+
 def test_a_torn_journal_line_is_ignored_and_pruned_files_keep_their_lines(tmp_path):
     spool = Spool(tmp_path, "t")
     spool.write([(0, 0, b"a"), (0, 1, b"b")], [(0, 0, RID), (0, 1, OTHER_KEY)])

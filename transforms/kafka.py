@@ -170,6 +170,7 @@ class Spool:
         self.requests: dict[str, tuple[float, int, int]] = {}
         self._by_key: dict[str, str] = {}  # key digest -> its last request id
         self._journal_lines = 0
+        self._compact_at = 0.0  # when the requests older than the window are next forgotten
         self._name_re = re.compile(rf"{re.escape(topic)}-(\d{{5}})-(\d{{20}})\.avro")
 
     @property
@@ -237,6 +238,7 @@ class Spool:
                 continue
             self._remember(parts[3], t, partition, offset)
         self._rewrite_journal()
+        self._compact_at = now + min(3600.0, self.dedup_window_s / 2)
 
     def _remember(self, request: str, t: float, partition: int, offset: int) -> None:
         self.requests[request] = (t, partition, offset)
@@ -314,7 +316,9 @@ class Spool:
         fsync_dir(self.dir)
         for partition, offset, request in requests:
             self._remember(request, now, partition, offset)
-        if self._journal_lines > 2 * len(self.requests) + 10_000:
+        if self._journal_lines and (
+            now >= self._compact_at or self._journal_lines > 2 * len(self.requests) + 10_000
+        ):
             self._compact(now)
 
     def _append_journal(self, requests: Sequence[tuple[int, int, str]], now: float) -> None:
@@ -328,10 +332,12 @@ class Spool:
         self._journal_lines += len(requests)
 
     def _compact(self, now: float) -> None:
-        """Forgets the requests older than the window and rewrites the journal."""
+        """Forgets the requests older than the window and rewrites the journal (every hour, or every
+        half window when that is shorter, and when the journal holds twice the lines it needs)."""
         self.requests = {r: v for r, v in self.requests.items() if now - v[0] < self.dedup_window_s}
         self._by_key = {r.partition(":")[0]: r for r in self.requests}
         self._rewrite_journal()
+        self._compact_at = now + min(3600.0, self.dedup_window_s / 2)
 
 
 # ------------------------------------------------------------------------------------------------------------
