@@ -297,6 +297,8 @@ class Spool:
         """Writes ``(partition, offset, value)`` messages durably: every file fsynced under a temporary name,
         the ``(partition, offset, request id)`` of the keyed ones appended to the journal and fsynced,
         the files renamed and marked done, and the directory fsynced, before this returns."""
+        if not messages:  # a batch of repeats only
+            return
         staged: list[tuple[Path, Path]] = []
         for partition, offset, value in messages:
             final = self.dir / self.name(partition, offset)
