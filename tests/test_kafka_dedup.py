@@ -180,6 +180,20 @@ def test_the_bridge_command_refuses_a_bad_window(capsys):
         assert "--dedup_window_s must be" in capsys.readouterr().err
 
 
+def test_a_jobs_bridge_takes_its_window_from_the_url(capsys):
+    """``dedup_window_s=`` in the URL reaches the bridge a job starts (its child gets the URL); a bad one
+    is refused in one line, and a flag that disagrees with it too."""
+    assert kafka.parse_kafka_url("kafka://h:1/t?dedup_window_s=3600").dedup_window_s == 3600.0
+    assert kafka.parse_kafka_url("kafka://h:1/t").dedup_window_s is None
+    for value in ("0", "-1", "abc", "inf", "nan"):
+        with pytest.raises(kafka.KafkaSourceError, match="dedup_window_s .* must be a number of seconds > 0"):
+            kafka.parse_kafka_url(f"kafka://h:1/t?dedup_window_s={value}")
+    with pytest.raises(SystemExit) as info:
+        kafka.main(["--input_topic", "kafka://h:1/t?dedup_window_s=60", "--dedup_window_s", "120"])
+    assert info.value.code == 2
+    assert "differ: give one" in capsys.readouterr().err
+
+
 class FakeProducer:
     config = {"api_version": (2, 8)}
 

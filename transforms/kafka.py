@@ -62,7 +62,7 @@ SCHEME = "kafka://"
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _HOST_RE = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
 _GROUP_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")
-_QUERY_KEYS = ("group", "spool")
+_QUERY_KEYS = ("group", "spool", "dedup_window_s")
 #: Messages read from the broker per batch, and the longest wait of one poll.
 MAX_BATCH = 500
 POLL_MS = 500
@@ -94,6 +94,7 @@ class KafkaTopic:
     topic: str
     group: str | None = None
     spool: str | None = None
+    dedup_window_s: float | None = None  # the bridge's dedup window (None: DEDUP_WINDOW_S)
 
     def group_for(self, task_id: str | None) -> str:
         if self.group:
@@ -112,8 +113,8 @@ class KafkaTopic:
 
 
 def parse_kafka_url(url: str) -> KafkaTopic:
-    """``kafka://HOST:PORT[,HOST:PORT]/TOPIC[?group=G&spool=DIR]``; :class:`KafkaSourceError` names the
-    first problem."""
+    """``kafka://HOST:PORT[,HOST:PORT]/TOPIC[?group=G&spool=DIR&dedup_window_s=S]``;
+    :class:`KafkaSourceError` names the first problem."""
     if not is_kafka_url(url):
         raise KafkaSourceError(f"{url!r} is not a Kafka URL: give kafka://HOST:PORT/TOPIC")
     parts = urllib.parse.urlsplit(url)
@@ -137,7 +138,8 @@ def parse_kafka_url(url: str) -> KafkaTopic:
         raise KafkaSourceError(f"{url!r}: the query does not parse ({exc})") from None
     unknown = sorted(set(query) - set(_QUERY_KEYS))
     if unknown:
-        raise KafkaSourceError(f"{url!r}: unknown option(s) {', '.join(unknown)} (known: group, spool)")
+        known = ", ".join(_QUERY_KEYS)
+        raise KafkaSourceError(f"{url!r}: unknown option(s) {', '.join(unknown)} (known: {known})")
     opts: dict[str, str] = {}
     for key, values in query.items():
         if len(values) != 1 or not values[0]:
@@ -147,7 +149,17 @@ def parse_kafka_url(url: str) -> KafkaTopic:
         raise KafkaSourceError(
             f"{url!r}: group {opts['group']!r} must be 1 to 200 letters, digits, '.', '_', '-'"
         )
-    return KafkaTopic(url, servers, topic, opts.get("group"), opts.get("spool"))
+    window = None
+    if "dedup_window_s" in opts:
+        try:
+            window = float(opts["dedup_window_s"])
+        except ValueError:
+            window = float("nan")
+        if not 0 < window < float("inf"):
+            raise KafkaSourceError(
+                f"{url!r}: dedup_window_s {opts['dedup_window_s']!r} must be a number of seconds > 0"
+            )
+    return KafkaTopic(url, servers, topic, opts.get("group"), opts.get("spool"), window)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -703,15 +715,17 @@ def _parser() -> argparse.ArgumentParser:
         description="Copy a Kafka topic's messages into a spool directory (one file and .done marker per "
         "message), committing offsets after each batch is durable; stops on SIGTERM/SIGINT.",
     )
-    p.add_argument("--input_topic", required=True, help="kafka://HOST:PORT/TOPIC[?group=G&spool=DIR]")
+    p.add_argument("--input_topic", required=True,
+                   help="kafka://HOST:PORT/TOPIC[?group=G&spool=DIR&dedup_window_s=S]")  # fmt: skip
     p.add_argument("--spool", help="spool directory (default: the URL's spool=, else the cache's)")
     p.add_argument("--group", help="consumer group (default: the URL's group=, else ldp-beam-bridge)")
     p.add_argument("--parent_pid", type=int, help="stop when this process is no longer the parent")
     p.add_argument("--poll_ms", type=int, default=POLL_MS, help="longest wait of one poll, ms")
     p.add_argument("--max_batch", type=int, default=MAX_BATCH, help="messages per durable batch")
-    p.add_argument("--dedup_window_s", type=float, default=DEDUP_WINDOW_S,
+    p.add_argument("--dedup_window_s", type=float, default=None,
                    help=f"seconds a spooled {REQUEST_HEADER} is remembered; a repeat within it is dropped "
-                   "(default 7 days; at least the collector's --idempotency_window_s)")  # fmt: skip
+                   "(default: the URL's dedup_window_s, else 7 days; at least the collector's "
+                   "--idempotency_window_s)")  # fmt: skip
     return p
 
 
@@ -724,8 +738,12 @@ def main(argv: Iterable[str] | None = None) -> int:
         p.exit(2, f"error: --input_topic: {exc}\n")
     if ns.poll_ms < 1 or ns.max_batch < 1:
         p.exit(2, "error: --poll_ms and --max_batch must be >= 1\n")
-    if not 0 < ns.dedup_window_s < float("inf"):
+    if ns.dedup_window_s is not None and not 0 < ns.dedup_window_s < float("inf"):
         p.exit(2, "error: --dedup_window_s must be a number of seconds > 0\n")
+    if None not in (ns.dedup_window_s, source.dedup_window_s) and ns.dedup_window_s != source.dedup_window_s:
+        p.exit(2, f"error: --dedup_window_s {ns.dedup_window_s} and the URL's dedup_window_s "
+                  f"{source.dedup_window_s} differ: give one\n")  # fmt: skip
+    window = ns.dedup_window_s or source.dedup_window_s or DEDUP_WINDOW_S
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stopping: list[int] = []
 
@@ -741,7 +759,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     group = ns.group or source.group_for(None)
     spool = os.path.abspath(ns.spool) if ns.spool else source.spool_for(None)
     bridge = Bridge(source, spool, group, poll_ms=ns.poll_ms, max_batch=ns.max_batch,
-                    dedup_window_s=ns.dedup_window_s)  # fmt: skip
+                    dedup_window_s=window)  # fmt: skip
     _LOG.info("bridge %s -> %s (group %s)", source.url, spool, group)
     try:
         stats = bridge.run(stop)
