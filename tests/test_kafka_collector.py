@@ -2,7 +2,8 @@
 broker (``tools/kafka/broker.sh``): a request is answered 200 only once the broker acknowledged its message;
 while the broker is down (killed with SIGKILL, then restarted on the same data) requests are answered 503
 and counted; every acknowledged report is in the topic afterwards, and none is there twice unless its
-request was once refused with 503. Also the flag checks (one line, exit 2)."""
+request was once refused with 503; the job's bridge spools every acknowledged report exactly once (a
+repeated request dropped by its ``ldp-request`` header). Also the flag checks (one line, exit 2)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from kafka_helpers import Broker, read_topic
 from test_collect import make_records
 from test_collector_kill import _free_port
 
+from transforms.kafka import Bridge, BridgeStats, parse_kafka_url
 from wire.records import encode_report_container
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -113,6 +115,20 @@ def _topic_seeds(bootstrap: str, topic: str, n_reports: int) -> list[int]:
     return seeds
 
 
+def _bridge_seeds(broker: Broker, spool: Path) -> tuple[list[int], BridgeStats]:
+    """The seeds of the reports a job's bridge spools from the topic ``collected``, read to its end."""
+    n_messages = len(read_topic(broker.bootstrap, "collected", expected=10**9, timeout_s=5))
+    bridge = Bridge(parse_kafka_url(broker.url("collected")), str(spool), "collected-e2e")
+    deadline = time.monotonic() + 60
+    bridge.run(lambda: bridge.stats.read >= n_messages or time.monotonic() > deadline)
+    assert bridge.stats.read == n_messages, bridge.stats.line()
+    seeds: list[int] = []
+    for path in sorted(spool.glob("collected-*.avro")):
+        with open(path, "rb") as fh:
+            seeds += [int(r["seed"]) for r in fastavro.reader(fh)]
+    return seeds, bridge.stats
+
+
 def test_acknowledged_reports_survive_a_broker_killed_mid_stream(tmp_path, frequency_task_file, repo_root):
     task = frequency_task_file()
     broker = Broker(tmp_path / "broker").start()
@@ -138,6 +154,7 @@ def test_acknowledged_reports_survive_a_broker_killed_mid_stream(tmp_path, frequ
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=60)
         consumed = _topic_seeds(broker.bootstrap, "collected", 4000)
+        spooled, bridged = _bridge_seeds(broker, tmp_path / "spool")
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -159,9 +176,47 @@ def test_acknowledged_reports_survive_a_broker_killed_mid_stream(tmp_path, frequ
     twice = Counter(consumed) - Counter(set(consumed))
     refused = set().union(*(c.refused_once for c in clients))
     assert set(twice) <= refused and set(consumed) == set(acked)
-    print(
-        f"acknowledged {len(acked)}, 503 answers {n_503}, in the topic {len(consumed)}, twice {twice.total()}"
-    )
+    # the job's bridge spools each request once: every acknowledged report exactly once, the repeats
+    # (same Idempotency-Key, same body) dropped and counted
+    assert Counter(spooled) == Counter(set(acked)), (Counter(spooled) - Counter(set(acked))).most_common(3)
+    assert bridged.read == bridged.messages + bridged.duplicates and bridged.key_conflicts == 0
+    assert bridged.duplicates * 25 == twice.total()  # each extra copy: one dropped request of 25 reports
+    print(f"acknowledged {len(acked)}, 503 answers {n_503}, in the topic {len(consumed)}, "
+          f"twice {twice.total()}; bridge: {bridged.line()}")  # fmt: skip
+
+
+def test_a_retry_across_a_collector_restart_is_spooled_once(tmp_path, frequency_task_file, repo_root):
+    """A topic-mode collector forgets its idempotency keys when it dies, so a client's retry after a
+    SIGKILL puts the same request on the topic again; the job's bridge drops the repeat by its
+    ``ldp-request`` header, and keeps a request that reuses the key with another body."""
+    task = frequency_task_file()
+    broker = Broker(tmp_path / "broker").start()
+    rng = np.random.default_rng(33)
+    first, other = make_records(task, 40, rng), make_records(task, 30, rng)
+    body, key = encode_report_container(first), uuid.uuid4().hex
+    procs: list[subprocess.Popen] = []
+    try:
+        for _ in range(2):  # the same request, then a kill -9, then the retry
+            port = _free_port()
+            procs.append(_collector(task, broker.url("collected"), port, repo_root))
+            assert _post(port, body, key) == (200, {"accepted": 40})
+            os.kill(procs[-1].pid, signal.SIGKILL)
+            procs[-1].wait(30)
+        port = _free_port()
+        procs.append(_collector(task, broker.url("collected"), port, repo_root))
+        assert _post(port, encode_report_container(other), key)[0] == 200  # the key, another body
+        procs[-1].send_signal(signal.SIGTERM)
+        procs[-1].communicate(timeout=60)
+        assert len(read_topic(broker.bootstrap, "collected", expected=3, timeout_s=30)) == 3
+        spooled, bridged = _bridge_seeds(broker, tmp_path / "spool")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        broker.stop()
+    assert Counter(spooled) == Counter(int(r["seed"]) for r in first + other)
+    assert (bridged.read, bridged.messages, bridged.duplicates, bridged.key_conflicts) == (3, 2, 1, 1)
 
 
 def test_the_output_flags_are_checked(tmp_path, frequency_task_file, repo_root):
