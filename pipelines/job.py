@@ -609,6 +609,7 @@ class _JobRun:
     agg: Aggregator
     window: WindowConfig
     kafka_bridge: Any = None
+    bridge_stats: dict[str, Any] | None = None  # the Kafka bridge's counts once it stopped
     flink_rest: str | None = None
     plan: Any = None  # transforms.runners.RunnerPlan, once planned
     store: JobStore | None = None
@@ -755,6 +756,11 @@ def _execute(run: _JobRun) -> None:
         raise
     if run.kafka_bridge is not None:
         run.kafka_bridge.stop()
+        run.bridge_stats = run.kafka_bridge.stats()
+        if run.bridge_stats is not None:
+            from transforms.kafka import BridgeStats
+
+            _LOG.info("Kafka bridge: %s", BridgeStats.from_doc(run.bridge_stats).line())
     if endpoint is not None:  # from here on the job's thread alone reads the result's metrics
         endpoint.stop_watching()
     if ns.progress_interval > 0:
@@ -790,6 +796,8 @@ def _summary(run: _JobRun) -> tuple[dict[str, object], dict[str, list]]:
         # report came); CANCELLED / FAILED: open windows were never finalized
         "windows_final": str(result.state).rsplit(".", 1)[-1] == "DONE",
     }  # fmt: skip
+    if run.bridge_stats is not None:  # the topic -> spool hop: read = messages (spooled) + duplicates
+        summary["kafka_bridge"] = run.bridge_stats
     budget = _budget(task)  # the policy and the accountant's figures (basic and tight)
     if budget is not None:
         summary["budget"] = budget

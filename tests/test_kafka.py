@@ -192,6 +192,29 @@ def test_the_bridge_commits_only_written_messages_and_resumes_past_its_files(tmp
                                                            (1, 0): b"b0"}  # fmt: skip
 
 
+def test_the_bridge_publishes_its_counts_in_the_spool(tmp_path):
+    """``bridge-stats-TOPIC.json``: what the job's summary and an operator read (read = spooled +
+    duplicates), replaced whole after every batch; not a message file of the watched glob."""
+    import fnmatch
+    import json
+
+    from transforms.kafka import BridgeProcess, BridgeStats
+
+    data = {0: [b"a0", b"a1", b"a2"], 1: [b"b0"]}
+    bridge = _run_bridge(tmp_path, FakeConsumer(Spool(tmp_path, "t"), data), polls=3)
+    doc = json.loads((tmp_path / "bridge-stats-t.json").read_text())
+    assert (doc["topic"], doc["group"], doc["read"], doc["messages"]) == ("t", "g", 4, 4)
+    assert doc["duplicates"] == 0
+    assert doc["batches"] == bridge.stats.batches == 2 and doc["bytes"] == 8
+    assert BridgeStats.from_doc(doc) == bridge.stats
+    spool = Spool(tmp_path, "t")
+    assert not fnmatch.fnmatch(str(spool.stats_path), spool.pattern)  # not a message file the job reads
+    proc = BridgeProcess(KafkaTopic("kafka://h:1/t", ("h:1",), "t"), str(tmp_path), "g")
+    assert proc.stats() == doc
+    (tmp_path / "bridge-stats-t.json").write_text("{torn")
+    assert proc.stats() is None
+
+
 def test_a_committed_offset_ahead_of_the_spool_is_where_reading_starts(tmp_path):
     data = {0: [b"a0", b"a1", b"a2"]}
     consumer = FakeConsumer(Spool(tmp_path, "t"), data, committed={0: 2})

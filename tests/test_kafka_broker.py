@@ -222,6 +222,9 @@ def test_the_streaming_frequency_job_counts_every_window_as_produced(kafka_broke
     summary = json.loads((out / "counts.json").read_text())
     assert summary["windows_final"] is True
     assert summary["counts"]["rejected_undecodable"] == 1  # the garbage message: a dead letter
+    bridged = summary["kafka_bridge"]  # the topic -> spool hop: every message read, spooled once
+    n_messages = len(read_topic(kafka_broker.bootstrap, topic, expected=10**6, timeout_s=10))
+    assert bridged["read"] == bridged["messages"] == n_messages and bridged["duplicates"] == 0
     dead = glob.glob(str(out / "dead_letter" / "*.avro"))
     assert dead
 

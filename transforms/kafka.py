@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -184,6 +185,11 @@ class Spool:
         self._journal_lines = 0
         self._compact_at = 0.0  # when the requests older than the window are next forgotten
         self._name_re = re.compile(rf"{re.escape(topic)}-(\d{{5}})-(\d{{20}})\.avro")
+
+    @property
+    def stats_path(self) -> Path:
+        """``bridge-stats-TOPIC.json``: the running bridge's :class:`BridgeStats` (not a message file)."""
+        return self.dir / f"bridge-stats-{self.topic}.json"
 
     @property
     def journal(self) -> Path:
@@ -372,6 +378,11 @@ class BridgeStats:
     bad_request_ids: int = 0
     commit_failures: int = 0
 
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> BridgeStats:
+        """The counts of a published stats document (:meth:`Bridge.publish_stats`; other keys ignored)."""
+        return cls(**{f.name: int(doc.get(f.name, 0)) for f in dataclasses.fields(cls)})
+
     def line(self) -> str:
         return (f"read {self.read} messages: {self.messages} spooled ({self.bytes} bytes) in {self.batches} "
                 f"batches, {self.duplicates} duplicates dropped, {self.key_conflicts} key conflicts, "
@@ -480,8 +491,10 @@ class Bridge:
             _LOG.warning("bridge %s: offset commit failed (the spool has the messages): %s", self.group, exc)
 
     def run(self, stop: Callable[[], bool]) -> BridgeStats:
-        """Copies until ``stop()`` is true (looked at between batches)."""
+        """Copies until ``stop()`` is true (looked at between batches); the stats are published in the
+        spool (:meth:`publish_stats`) at the start, after every batch and at the end."""
         self._positions = self.spool.recover()
+        self.publish_stats()
         consumer = self._consumer()
         try:
             refreshed = 0.0
@@ -501,9 +514,21 @@ class Bridge:
                 self.spool.write(written.keep, written.requests)
                 self._commit(consumer, messages)  # past the dropped duplicates too
                 self._count(len(messages), written)
+                self.publish_stats()
         finally:
             consumer.close(autocommit=False)
+            self.publish_stats()
         return self.stats
+
+    def publish_stats(self) -> None:
+        """Writes :attr:`stats` to the spool's ``bridge-stats-TOPIC.json`` (replaced whole), where the job
+        and an operator read this bridge's counts: ``read`` = ``messages`` + ``duplicates``."""
+        doc = {"topic": self.source.topic, "group": self.group, "pid": os.getpid(), "updated": time.time(),
+               **dataclasses.asdict(self.stats)}  # fmt: skip
+        path = self.spool.stats_path
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
 
     def _dedup(self, messages: Sequence[tuple[int, int, bytes | None, str | bool | None]]) -> _Batch:
         """The messages to spool, and the ``(partition, offset, request id)`` of the keyed ones: a request
@@ -619,6 +644,16 @@ class BridgeProcess:
         _LOG.info("Kafka bridge (pid %d): %s -> %s (group %s; log %s)", self.proc.pid, self.source.url,
                   self.spool_dir, self.group, self.log_path)  # fmt: skip
         return self
+
+    def stats(self) -> dict[str, Any] | None:
+        """The bridge's last published :class:`BridgeStats` with its topic, group and pid (None: none yet,
+        or the file does not parse)."""
+        path = Spool(self.spool_dir, self.source.topic).stats_path
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
         """SIGTERM (the bridge finishes the batch it is writing), SIGKILL after ``timeout_s``."""
