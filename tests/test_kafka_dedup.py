@@ -35,7 +35,9 @@ def _spooled(tmp_path) -> dict[tuple[int, int], bytes]:
 
 
 def _journal(tmp_path) -> list[list[str]]:
-    return [line.split() for line in (tmp_path / ".requests-t").read_text().splitlines()]
+    """The journal's request lines (not its ``TIME done`` records)."""
+    lines = (tmp_path / ".requests-t").read_text().splitlines()
+    return [line.split() for line in lines if not line.endswith(" done")]
 
 
 def test_a_repeat_in_a_later_batch_is_dropped_counted_and_committed_past(tmp_path, caplog):
@@ -170,6 +172,34 @@ def test_a_torn_journal_line_is_ignored_and_pruned_files_keep_their_lines(tmp_pa
     assert again.recover() == {0: 2}
     assert set(again.requests) == {RID, OTHER_KEY}
     assert [line[1:3] for line in _journal(tmp_path)] == [["0", "0"], ["0", "1"]]  # compacted, torn line gone
+
+
+def test_pruning_a_partitions_files_keeps_their_ids(tmp_path):
+    """Every file of a partition deleted (its windows final, the job stopped): a later repeat of one of
+    its requests is still dropped; only the last batch's lines can be a kill's leftovers."""
+    data = {0: [keyed(b"a")], 1: [keyed(b"o", OTHER_KEY)]}
+    _run_bridge(tmp_path, FakeConsumer(Spool(tmp_path, "t"), data), polls=1)
+    data[1].append(b"next")
+    _run_bridge(tmp_path, FakeConsumer(Spool(tmp_path, "t"), data, committed={0: 1, 1: 1}), polls=2)
+    for path in tmp_path.glob("t-00000-*"):  # partition 0 pruned whole
+        path.unlink()
+    data[0].append(keyed(b"a"))  # the retry, after the pruning
+    consumer = FakeConsumer(Spool(tmp_path, "t"), data, committed={0: 1, 1: 2})
+    bridge = _run_bridge(tmp_path, consumer, polls=2)
+    assert (bridge.stats.read, bridge.stats.messages, bridge.stats.duplicates) == (1, 0, 1)
+    assert RID in {line[3] for line in _journal(tmp_path)}
+
+
+def test_a_batch_renamed_but_not_recorded_finished_keeps_its_ids(tmp_path):
+    """A kill after the renames but before the ``TIME done`` record: the batch's files exist, so its
+    lines stay; only missing files of an unfinished batch are taken for a kill's leftovers."""
+    Spool(tmp_path, "t").write([(0, 0, b"a"), (0, 1, b"b")], [(0, 0, RID), (0, 1, OTHER_KEY)])
+    journal = tmp_path / ".requests-t"
+    kept = [line for line in journal.read_text().splitlines() if not line.endswith(" done")]
+    journal.write_text("".join(line + "\n" for line in kept))
+    again = Spool(tmp_path, "t")
+    assert again.recover() == {0: 2} and set(again.requests) == {RID, OTHER_KEY}
+    assert journal.read_text().splitlines()[-1].endswith(" done")  # rewritten: every batch finished
 
 
 def test_the_bridge_command_refuses_a_bad_window(capsys):

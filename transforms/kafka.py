@@ -17,8 +17,8 @@ Retries spooled once: a message whose ``ldp-request`` header (``KEYHEX:BODYHEX``
 Idempotency-Key and of its request's body, set by ``ldp-beam collect --output_topic``) was spooled within
 the dedup window (7 days) is dropped, counted and committed past. The ids spooled are journaled in
 ``.requests-TOPIC`` (``TIME PARTITION OFFSET ID``), appended and fsynced before the batch's files are
-renamed, read back and compacted on start. The same key with another body is spooled (a key conflict, not a
-retry); a message without the header is spooled as it is.
+renamed (then ``TIME done``), read back and compacted on start. The same key with another body is
+spooled (a key conflict, not a retry); a message without the header is spooled as it is.
 
 The URL: ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC[?group=GROUP&spool=DIR]``. ``group`` defaults to
 ``ldp-beam-<task id>``; ``spool`` to ``~/.cache/ldp-beam/kafka-spool/<bootstrap>/<topic>/<group>``
@@ -234,27 +234,35 @@ class Spool:
         return positions
 
     def _load_requests(self, files: set[tuple[int, int]], positions: dict[int, int]) -> None:
-        """Reads the journal back: torn lines and lines older than the window are dropped, and so is the
-        line of a file that is missing at or past its partition's last file (the bridge died between the
-        journal and the rename: the message is read and spooled again). A missing file below it was
-        pruned: its line stays. Then the journal is rewritten compacted."""
+        """Reads the journal back: torn lines and lines older than the window are dropped, and so are the
+        lines of an unfinished batch (the newest lines, with no ``TIME done`` record after them: the
+        bridge died between the journal and the rename) whose file is missing at or past its partition's
+        last file: that message is read and spooled again. Any other missing file was pruned: its line
+        stays, so pruning files (a partition's all) keeps their ids. Then the journal is rewritten
+        compacted."""
         self.requests, self._by_key = {}, {}
         if not self.journal.exists():
             return
         now = time.time()
+        lines: list[tuple[float, int, int, str]] = []
+        done = float("-inf")
         for line in self.journal.read_text(encoding="ascii", errors="replace").splitlines():
             parts = line.split()
-            if len(parts) != 4 or not _REQUEST_RE.fullmatch(parts[3]):
-                continue  # a torn line
             try:
-                t, partition, offset = float(parts[0]), int(parts[1]), int(parts[2])
+                if len(parts) == 2 and parts[1] == "done":
+                    done = max(done, float(parts[0]))
+                elif len(parts) == 4 and _REQUEST_RE.fullmatch(parts[3]):
+                    lines.append((float(parts[0]), int(parts[1]), int(parts[2]), parts[3]))
             except ValueError:
-                continue
+                continue  # a torn line
+        last = max((t for t, _, _, _ in lines), default=done)
+        for t, partition, offset, request in lines:
             if not now - t < self.dedup_window_s:
                 continue
-            if (partition, offset) not in files and offset >= positions.get(partition, 0):
+            unfinished = t == last > done and offset >= positions.get(partition, 0)
+            if unfinished and (partition, offset) not in files:
                 continue
-            self._remember(parts[3], t, partition, offset)
+            self._remember(request, t, partition, offset)
         self._rewrite_journal()
         self._compact_at = now + min(3600.0, self.dedup_window_s / 2)
 
@@ -263,11 +271,14 @@ class Spool:
         self._by_key[request.partition(":")[0]] = request
 
     def _rewrite_journal(self) -> None:
-        """The journal as the requests in memory (tmp, fsync, rename, directory fsync)."""
+        """The journal as the requests in memory, every batch finished (tmp, fsync, rename, directory
+        fsync)."""
         tmp = self.journal.with_name(self.journal.name + ".tmp")
         entries = sorted(self.requests.items(), key=lambda kv: kv[1])
         with open(tmp, "w", encoding="ascii") as fh:
             fh.writelines(f"{t:.3f} {p} {o} {r}\n" for r, (t, p, o) in entries)
+            if entries:
+                fh.write(f"{entries[-1][1][0]:.3f} done\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.journal)
@@ -314,7 +325,8 @@ class Spool:
     ) -> None:
         """Writes ``(partition, offset, value)`` messages durably: every file fsynced under a temporary name,
         the ``(partition, offset, request id)`` of the keyed ones appended to the journal and fsynced,
-        the files renamed and marked done, and the directory fsynced, before this returns."""
+        the files renamed and marked done, the directory fsynced and the batch recorded finished in the
+        journal (``TIME done``), before this returns."""
         if not messages:  # a batch of repeats only
             return
         staged: list[tuple[Path, Path]] = []
@@ -334,6 +346,9 @@ class Spool:
         for _, final in staged:
             Path(f"{final}.done").touch()
         fsync_dir(self.dir)
+        if requests:  # not fsynced: a lost record only makes the next start check this batch's files
+            with open(self.journal, "a", encoding="ascii") as fh:
+                fh.write(f"{now:.3f} done\n")
         for partition, offset, request in requests:
             self._remember(request, now, partition, offset)
         if self._journal_lines and (
