@@ -29,6 +29,8 @@ job, :mod:`pipelines.job`.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import difflib
 import importlib
 import json
@@ -36,9 +38,11 @@ import logging
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -151,6 +155,52 @@ class UsageError(Exception):
 
 
 _CURRENT_PROG: str | None = None  # the running command's name, set by parse_job_args
+
+
+#: Seconds a job stopped by SIGTERM has to unwind before its exit handlers run and it ends at once.
+SIGTERM_GRACE_S = 20.0
+
+
+@contextlib.contextmanager
+def sigterm_unwinds(grace_s: float = SIGTERM_GRACE_S) -> Iterator[None]:
+    """Inside the block, SIGTERM (a service manager's stop, ``kill PID``) raises ``SystemExit(143)`` in the
+    main thread, so a job unwinds as from an interrupt: the store records the run failed, and the exit
+    handlers stop the processes the job started (Beam's Prism job server, the Kafka bridge), which the
+    default action (death on the spot) leaves running. If the process is still alive ``grace_s`` after
+    the signal (a runner thread holding the exit), the exit handlers run and it ends at once, status 143.
+    A second SIGTERM is ignored. Nothing changes outside the main thread or when SIGTERM already has a
+    handler. A job on a Flink cluster keeps running there, as with the default action."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    fired: list[float] = []
+
+    def on_term(signum: int, _frame: object) -> None:
+        if fired:
+            return
+        fired.append(time.monotonic())
+        sys.stderr.write("SIGTERM: stopping the job (its exit handlers stop the processes it started)\n")
+        threading.Thread(target=_exit_after, args=(grace_s, 128 + signum), daemon=True).start()
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        if not fired:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_after(seconds: float, status: int) -> None:
+    time.sleep(seconds)
+    sys.stderr.write(f"still running {seconds:g} s after SIGTERM: exit handlers, then exit {status}\n")
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        os._exit(status)
 
 
 def fail(message: str, code: int = 2, prog: str | None = None) -> NoReturn:

@@ -51,6 +51,7 @@ from pipelines.cli import (
     parse_job_args,
     prepare_output,
     require_inputs,
+    sigterm_unwinds,
 )
 
 # Beam and the transforms are imported by the functions that build and run a pipeline, so that a job
@@ -624,12 +625,13 @@ def run_job(job: Job, parser: argparse.ArgumentParser, argv: Sequence[str] | Non
     """Parses the flags, checks everything, runs the job and returns (and prints) its summary: the steps
     below, each failing in one line (exit status 2) before anything is created, except the last two."""
     ns, options = parse_job_args(parser, argv)
-    run = _check_job(job, ns, options)
-    _plan_runner(run)
-    _open_outputs(run)
-    _execute(run)
-    summary, written = _summary(run)
-    _finish(run, summary, written)
+    with sigterm_unwinds():
+        run = _check_job(job, ns, options)
+        _plan_runner(run)
+        _open_outputs(run)
+        _execute(run)
+        summary, written = _summary(run)
+        _finish(run, summary, written)
     return summary
 
 

@@ -42,7 +42,15 @@ from typing import TYPE_CHECKING
 from ldp.aggregate import Aggregator, make_aggregator
 from ldp.anonymity import AnonymitySettings, window_problems
 from ldp.task import ParsedTask, TaskError, WindowConfig, parse_task
-from pipelines.cli import add_input_flags, add_metrics_flags, fail, job_parser, parse_job_args, prepare_output
+from pipelines.cli import (
+    add_input_flags,
+    add_metrics_flags,
+    fail,
+    job_parser,
+    parse_job_args,
+    prepare_output,
+    sigterm_unwinds,
+)
 from pipelines.job import _check_sources, _run, closed_window_counts, read_reports
 from wire.records import requires_client_ids
 
@@ -333,8 +341,14 @@ def archive_previous_run(output: str) -> str | None:
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, object]:
-    """Runs the shuffler; returns (and prints) its summary (``counts``, ``batches``, ``output``, ...)."""
+    """Runs the shuffler; returns (and prints) its summary (``counts``, ``batches``, ``output``, ...).
+    SIGTERM unwinds it (:func:`pipelines.cli.sigterm_unwinds`)."""
     ns, options = parse_job_args(parser(), argv)
+    with sigterm_unwinds():
+        return _run_shuffler(ns, options)
+
+
+def _run_shuffler(ns: argparse.Namespace, options: PipelineOptions) -> dict[str, object]:
     # Beam and its transforms are imported once the flags are parsed (not for --help)
     import apache_beam as beam
     from apache_beam.options.pipeline_options import StandardOptions

@@ -379,3 +379,91 @@ def test_watched_directory_job_shows_no_pubsub_caveat(caplog, capsys, tmp_path):
     (counters,) = [ln for ln in lines if ln.startswith("Beam counters")]
     assert "Pub/Sub" not in text, text
     assert "reports read=600" in counters
+
+
+# ------------------------------------------------------------------------------------------------------------
+# SIGTERM: a job unwinds (its store run failed, its child processes stopped by the exit handlers)
+# ------------------------------------------------------------------------------------------------------------
+
+_SIGTERM_SCRIPT = """
+import atexit, sys, threading, time
+from pipelines.cli import sigterm_unwinds
+atexit.register(lambda: print("exit handlers ran", flush=True))
+if sys.argv[1] == "held":  # a thread that is not a daemon: the interpreter would wait for it forever
+    threading.Thread(target=time.sleep, args=(600,)).start()
+try:
+    with sigterm_unwinds(grace_s=float(sys.argv[2])):
+        print("ready", flush=True)
+        time.sleep(120)
+finally:
+    print("unwound", flush=True)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", ["plain", "held"])
+def test_sigterm_unwinds_the_job_and_runs_its_exit_handlers(mode):
+    """SIGTERM raises SystemExit(143) in the main thread: ``finally`` blocks and exit handlers run (Beam's
+    job servers and the Kafka bridge are stopped there); a thread that holds the exit is cut after the
+    grace period, still after the exit handlers; a second SIGTERM is ignored."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import venv_env
+
+    grace = 2.0
+    proc = subprocess.Popen([sys.executable, "-c", _SIGTERM_SCRIPT, mode, str(grace)], env=venv_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # our own child, by PID
+        time.sleep(0.2)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # ignored: the first one is being handled
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert out.splitlines() == ["unwound", "exit handlers ran"], (out, err)
+    assert "SIGTERM: stopping the job" in err
+    if mode == "held":  # cut after the grace period, not waited for
+        assert "still running 2 s after SIGTERM" in err and grace <= took < grace + 10
+    else:
+        assert "still running" not in err and took < grace
+
+
+def test_sigterm_unwinds_changes_nothing_off_the_main_thread_or_over_a_handler():
+    import signal
+    import threading
+
+    seen: list[object] = []
+
+    def in_thread() -> None:
+        with cli.sigterm_unwinds():
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    before = signal.getsignal(signal.SIGTERM)
+    th = threading.Thread(target=in_thread)
+    th.start()
+    th.join()
+    assert seen == [before]
+    with cli.sigterm_unwinds():
+        inside = signal.getsignal(signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is before  # restored
+    if before is signal.SIG_DFL:
+        assert callable(inside) and inside is not before
+
+    def mine(signum, frame):  # noqa: ARG001
+        return None
+
+    signal.signal(signal.SIGTERM, mine)
+    try:
+        with cli.sigterm_unwinds():
+            assert signal.getsignal(signal.SIGTERM) is mine  # a handler already set is kept
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -128,6 +128,38 @@ def test_a_bounded_pubsub_run_ends_done_with_its_counts(emulator, tmp_path):
     _assert_show_calls_windows_final(out)
 
 
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (a zombie waiting for its reaper counts as gone)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
 def _watch_run(tmp_path: Path, runner: list[str]) -> None:
     task = parse_task({"task_id": "ending-dir", "mechanism": "olh", "epsilon": 1.0, "domain_size": 16})
     task.save(tmp_path / "task.json")
@@ -143,14 +175,23 @@ def _watch_run(tmp_path: Path, runner: list[str]) -> None:
     job.wait_for_url()
     (incoming / "garbage.avro").write_bytes(b"\x00not avro" * 10)
     feeder = FileFeeder(task, incoming, rate=200, duration_s=8, file_interval_s=1.0, seed=7).start()
+    children: set[int] = set()
     try:
         assert feeder.finished.wait(120) and feeder.error is None, feeder.error
         final = job.scrape_until_final()
+        children = _descendants(job.proc.pid)  # Prism: its job server (lingering: metrics linger)
     finally:
         feeder.stop()
         job.proc.terminate()  # our own child, by PID
-        job.finish()
+        status = job.finish()
     log = job.text()
+    # SIGTERM unwinds the job: its exit handlers stop what it started (no Prism server left behind)
+    assert status == 143 and "SIGTERM: stopping the job" in log, (status, log[-2000:])
+    assert children or "--runner=PrismRunner" not in runner  # Prism's job server is the job's child
+    deadline = time.monotonic() + 15
+    while _alive(children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(children), f"left running after the job's SIGTERM: {sorted(_alive(children))}"
     summary = _assert_ended_done(out, log, duration=duration)
     c = summary["counts"]
     assert c["read"] == feeder.sent + 1 and c["accepted"] == feeder.sent and c["rejected_undecodable"] == 1
