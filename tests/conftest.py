@@ -316,6 +316,16 @@ def range_task_file(write_json: Callable[[str, Any], Path]) -> Callable[..., Pat
     return make
 
 
+def process_running(pid: int) -> bool:
+    """The process exists and is not a zombie: a killed process whose parent is gone waits for PID 1 to
+    reap it, which some sandboxes never do, so ``os.kill(pid, 0)`` alone would call it running."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for a subprocess: this interpreter's ``bin`` first on ``PATH`` (so ``python`` and
     ``ldp-beam`` are the project's), the repository importable, plus ``extra``."""

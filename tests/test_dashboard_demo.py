@@ -24,6 +24,7 @@ import pytest
 
 from pipelines.pubsub_emulator import PubSubEmulator
 from store import open_store
+from tests.conftest import process_running
 from transforms.runners import find_prism_binary
 
 pytestmark = pytest.mark.integration
@@ -38,13 +39,7 @@ def _source() -> str:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return process_running(pid)
 
 
 def test_dashboard_demo_headless_writes_final_windows(tmp_path, repo_root):

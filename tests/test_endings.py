@@ -28,6 +28,7 @@ import pytest
 from ldp.task import parse_task
 from pipelines.live import FileFeeder
 from pipelines.pubsub_emulator import PubSubEmulator
+from tests.conftest import process_running
 from tests.test_metrics_job import ScrapedJob, assert_metrics_equal_counts, one, scrape
 from wire.records import encode_report_container, reports_to_records
 
@@ -149,15 +150,7 @@ def _descendants(pid: int) -> set[int]:
 
 def _alive(pids: set[int]) -> set[int]:
     """Those of ``pids`` still running (a zombie waiting for its reaper counts as gone)."""
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(pid)
-    return alive
+    return {pid for pid in pids if process_running(pid)}
 
 
 def _watch_run(tmp_path: Path, runner: list[str]) -> None:

@@ -51,6 +51,7 @@ from pipelines import frequency, range_queries  # noqa: E402
 from wire.records import now_ms  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import process_running  # noqa: E402
 from flink_helpers import dead_letter_reasons, hang_guard, olh_task  # noqa: E402
 from test_pipeline_frequency import (  # noqa: E402
     _core_reports,
@@ -525,9 +526,7 @@ def test_failover_taskmanager_killed_mid_stream(cluster: Cluster, tmp_path: Path
             time.sleep(1.5)  # some of these are being read when the worker dies
             log["checkpoints_before_kill"] = _completed_checkpoints(cluster, jid)
             log["tm1_slots_used"] = _slots_used(cluster, "tm-1")
-            os.kill(cluster.pid("taskmanager-1"), 9)
-            log["killed_at"] = time.time()
-            _wait_for(lambda: _restarts(cluster, jid) >= 1, 120, "the job to restart")
+            log["killed_at"] = _kill_taskmanager(cluster, jid, 1)
             _wait_for(lambda: _all_tasks_running(cluster, jid), 240, "the restarted job's tasks to run")
             log["recovered_s"] = time.time() - log["killed_at"]
             for f in staged[8:]:
@@ -589,13 +588,34 @@ def _slots_used(cluster: Cluster, tm: str) -> int:
 
 
 def _restarts(cluster: Cluster, jid: str) -> int:
-    """At least how many times the job restarted. Two sources: Flink's ``numRestarts`` gauge, which the
-    REST metric store samples (under load it has read 0 for minutes after a restart), and the job's own
-    status history (``timestamps.RESTARTING`` is set when the job first enters RESTARTING), read from the
-    execution graph; the larger counts."""
-    entered = int(cluster.get(f"/jobs/{jid}").get("timestamps", {}).get("RESTARTING", 0) > 0)
+    """At least how many times the job restarted: Flink's ``numRestarts`` gauge, which the REST metric
+    store samples (under load it has read 0 for minutes after a restart), or 1 when the job's own status
+    history says it entered RESTARTING (:func:`_last_restart_ms`)."""
     metrics = cluster.get(f"/jobs/{jid}/metrics?get=numRestarts")
-    return max(entered, int(float(metrics[0]["value"])) if metrics else 0)
+    counted = int(float(metrics[0]["value"])) if metrics else 0
+    return max(counted, int(_last_restart_ms(cluster, jid) > 0))
+
+
+def _last_restart_ms(cluster: Cluster, jid: str) -> int:
+    """When the job last entered RESTARTING (ms since the epoch; 0: never), from ``timestamps`` of
+    ``GET /jobs/:id``, read straight from the execution graph."""
+    return int(cluster.get(f"/jobs/{jid}").get("timestamps", {}).get("RESTARTING", 0))
+
+
+def _kill_taskmanager(cluster: Cluster, jid: str, i: int) -> float:
+    """SIGKILLs TaskManager ``i``, waits until it is gone (a zombie left for PID 1 counts as gone) and the
+    job has restarted after the kill; returns the time of the kill."""
+    pid = cluster.pid(f"taskmanager-{i}")
+    before = _restarts(cluster, jid)
+    killed = time.time()
+    os.kill(pid, 9)
+    _wait_for(lambda: not process_running(pid), 30, f"TaskManager {i} (pid {pid}) to die")
+    _wait_for(
+        lambda: _last_restart_ms(cluster, jid) >= killed * 1000 - 1 or _restarts(cluster, jid) > before,
+        120,
+        "the job to restart",
+    )
+    return killed
 
 
 def _all_tasks_running(cluster: Cluster, jid: str) -> bool:

@@ -25,7 +25,7 @@ import fastavro
 import pytest
 from kafka_helpers import REPO, Broker, kafka_broker, read_topic, spool_messages  # noqa: F401
 
-from tests.conftest import venv_env
+from tests.conftest import process_running, venv_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -45,11 +45,7 @@ def _reports(value: bytes) -> list[dict]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    return process_running(pid)
 
 
 def test_the_broker_starts_and_stops_by_pid(tmp_path):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import io
-import os
 import threading
 import time
 from collections import Counter
@@ -37,6 +36,7 @@ from test_flink_cluster import (  # noqa: E402,F401
     Cluster,
     _all_tasks_running,
     _completed_checkpoints,
+    _kill_taskmanager,
     _restarts,
     _slots_used,
     _unique_counts,
@@ -111,9 +111,7 @@ def _chaos(cl: Cluster, out: Path, producer: _Producer, log: dict[str, Any]) -> 
         log["checkpoints_before_kill"] = _completed_checkpoints(cl, jid)
         log["tm1_slots_used"] = _slots_used(cl, "tm-1")
         log["sent_before_kill"] = producer.sent
-        os.kill(cl.pid("taskmanager-1"), 9)
-        killed = time.time()
-        _wait_for(lambda: _restarts(cl, jid) >= 1, 120, "the job to restart")
+        killed = _kill_taskmanager(cl, jid, 1)
         cl.sh("start-tm", "1")
         _wait_for(lambda: _all_tasks_running(cl, jid), 240, "the restarted job's tasks to run")
         log["recovered_s"] = round(time.time() - killed, 1)

@@ -73,7 +73,13 @@ n_tm=2
 say() { echo "[flink-cluster] $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
 
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# running PID: the process exists and is not a zombie (a killed process whose parent is gone waits for
+# PID 1 to reap it, which in some sandboxes never happens; kill -0 alone would call it running)
+running() {
+  kill -0 "$1" 2>/dev/null || return 1
+  [ "$(sed -e 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
+pid_alive() { [ -f "$1" ] && running "$(cat "$1")"; }
 
 # ------------------------------------------------------------------------------------------------ parts
 need_tools() {
@@ -384,10 +390,10 @@ stop_pid() {  # stop_pid NAME PIDFILE: SIGTERM, then SIGKILL after 15 s
   local name="$1" f="$2" pid
   [ -f "$f" ] || return 0
   pid="$(cat "$f")"
-  if kill -0 "$pid" 2>/dev/null; then
+  if running "$pid"; then
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    if kill -0 "$pid" 2>/dev/null; then
+    for _ in $(seq 1 30); do running "$pid" || break; sleep 0.5; done
+    if running "$pid"; then
       say "$name (pid $pid) ignored SIGTERM; SIGKILL"
       kill -9 "$pid" 2>/dev/null || true
     fi

@@ -32,7 +32,13 @@ read -r -a mvn_args <<< "${LDP_KAFKA_MVN_ARGS:-}"
 
 say() { echo "[kafka-broker] $*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# running PID: the process exists and is not a zombie (a killed process whose parent is gone waits for
+# PID 1 to reap it, which in some sandboxes never happens; kill -0 alone would call it running)
+running() {
+  kill -0 "$1" 2>/dev/null || return 1
+  [ "$(sed -e 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
+pid_alive() { [ -f "$1" ] && running "$(cat "$1")"; }
 
 need_tools() {
   for tool in java mvn python3; do
@@ -152,10 +158,10 @@ cmd_stop() {
   local f="$run/broker.pid" pid
   [ -f "$f" ] || { say "not running (no $f)"; return 0; }
   pid="$(cat "$f")"
-  if kill -0 "$pid" 2>/dev/null; then
+  if running "$pid"; then
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-    if kill -0 "$pid" 2>/dev/null; then
+    for _ in $(seq 1 40); do running "$pid" || break; sleep 0.5; done
+    if running "$pid"; then
       say "the broker (pid $pid) ignored SIGTERM; SIGKILL"
       kill -9 "$pid" 2>/dev/null || true
     fi
