@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,15 @@ def spool_messages(spool: str | os.PathLike[str], topic: str) -> dict[tuple[int,
             out[key] = hashlib.sha256(fh.read()).hexdigest()
     assert not glob.glob(os.path.join(spool, "*.tmp")), "unfinished .tmp files left in the spool"
     return out
+
+
+def bridge_until(url: str, spool: Path, group: str, read: int, timeout_s: float) -> Any:
+    """Runs a :class:`transforms.kafka.Bridge` in this process until it has read ``read`` messages (or
+    ``timeout_s`` passed); its :class:`~transforms.kafka.BridgeStats`."""
+    import time
+
+    from transforms.kafka import Bridge, parse_kafka_url
+
+    bridge = Bridge(parse_kafka_url(url), str(spool), group, poll_ms=100)
+    deadline = time.monotonic() + timeout_s
+    return bridge.run(lambda: bridge.stats.read >= read or time.monotonic() > deadline)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import fastavro
 import pytest
-from kafka_helpers import REPO, Broker, kafka_broker, read_topic, spool_messages  # noqa: F401
+from kafka_helpers import REPO, Broker, bridge_until, kafka_broker, read_topic, spool_messages  # noqa: F401
 
 from tests.conftest import process_running, venv_env
 
@@ -225,15 +225,6 @@ def test_the_streaming_frequency_job_counts_every_window_as_produced(kafka_broke
     assert dead
 
 
-def _bridge_until(url: str, spool: Path, group: str, read: int, timeout_s: float):
-    """Runs a bridge in this process until it has read ``read`` messages (or ``timeout_s`` passed)."""
-    from transforms.kafka import Bridge, parse_kafka_url
-
-    bridge = Bridge(parse_kafka_url(url), str(spool), group, poll_ms=100)
-    deadline = time.monotonic() + timeout_s
-    return bridge.run(lambda: bridge.stats.read >= read or time.monotonic() > deadline)
-
-
 def test_a_request_retried_after_a_timeout_is_spooled_once(kafka_broker, tmp_path):  # noqa: F811
     from pipelines.collect_topic import TopicWriter
     from pipelines.collector import IdempotencyKeys
@@ -247,16 +238,16 @@ def test_a_request_retried_after_a_timeout_is_spooled_once(kafka_broker, tmp_pat
         # and body; another request between them, and the retry the partition's last message
         for k, data in ((key, b"first"), (other, b"second"), (key, b"first")):
             writer.commit_sync(writer.append(data=data, count=1, key=k, body=body))
-        stats = _bridge_until(url, spool, "retry", 3, 45)
+        stats = bridge_until(url, spool, "retry", 3, 45)
         assert (stats.read, stats.messages, stats.duplicates) == (3, 2, 1)
         assert sorted(spool_messages(spool, "retry")) == [(0, 0), (0, 1)]
         assert "0 0 " in (spool / ".requests-retry").read_text()
         # the same group again: resumes past the dropped repeat (its offset was committed)
-        assert _bridge_until(url, spool, "retry", 1, 3).read == 0
+        assert bridge_until(url, spool, "retry", 1, 3).read == 0
         # a group without a committed offset resumes at the spool's end: it reads the repeat once more and
         # drops it again from the journal, then spools the next message (an unkeyed one: kept)
         writer.commit_sync(writer.append(data=b"first", count=1, key=None, body=body))
-        again = _bridge_until(url, spool, "retry-2", 2, 45)
+        again = bridge_until(url, spool, "retry-2", 2, 45)
         assert (again.read, again.messages, again.duplicates) == (2, 1, 1)
         assert sorted(spool_messages(spool, "retry")) == [(0, 0), (0, 1), (0, 3)]
     finally:

@@ -24,11 +24,11 @@ import fastavro
 import numpy as np
 import pytest
 from conftest import venv_env
-from kafka_helpers import Broker, read_topic
+from kafka_helpers import Broker, bridge_until, read_topic
 from test_collect import make_records
 from test_collector_kill import _free_port
 
-from transforms.kafka import Bridge, BridgeStats, parse_kafka_url
+from transforms.kafka import BridgeStats
 from wire.records import encode_report_container
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -118,15 +118,13 @@ def _topic_seeds(bootstrap: str, topic: str, n_reports: int) -> list[int]:
 def _bridge_seeds(broker: Broker, spool: Path) -> tuple[list[int], BridgeStats]:
     """The seeds of the reports a job's bridge spools from the topic ``collected``, read to its end."""
     n_messages = len(read_topic(broker.bootstrap, "collected", expected=10**9, timeout_s=5))
-    bridge = Bridge(parse_kafka_url(broker.url("collected")), str(spool), "collected-e2e")
-    deadline = time.monotonic() + 60
-    bridge.run(lambda: bridge.stats.read >= n_messages or time.monotonic() > deadline)
-    assert bridge.stats.read == n_messages, bridge.stats.line()
+    stats = bridge_until(broker.url("collected"), spool, "collected-e2e", n_messages, 60)
+    assert stats.read == n_messages, stats.line()
     seeds: list[int] = []
     for path in sorted(spool.glob("collected-*.avro")):
         with open(path, "rb") as fh:
             seeds += [int(r["seed"]) for r in fastavro.reader(fh)]
-    return seeds, bridge.stats
+    return seeds, stats
 
 
 def test_acknowledged_reports_survive_a_broker_killed_mid_stream(tmp_path, frequency_task_file, repo_root):
